@@ -1,0 +1,1 @@
+"""Prefect flows: each composes tasks from ``tasks/`` and nothing else."""

@@ -1,0 +1,8 @@
+"""Nightly ingestion of S3 documents and REST APIs into Parquet and DuckDB.
+
+The package holds the plain, typed logic (listing, downloading, storing,
+timing); ``tasks/`` wraps it in thin Prefect tasks and ``flows/`` composes
+those tasks. Imports flow one way: flows -> tasks -> ingest.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,172 @@
+"""The ``ingest`` command.
+
+Every option falls back to an ``INGEST_*`` environment variable through
+``Settings`` (``INGEST_S3_BUCKET``, ``INGEST_DATA_DIR`` ...).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ingest.settings import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+# Quiet, offline-friendly Prefect defaults; any value the user set wins.
+_PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+}
+
+
+def prefect_env() -> None:
+    for k, v in _PREFECT_DEFAULTS.items():
+        os.environ.setdefault(k, v)
+
+
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Output folder [env INGEST_DATA_DIR, default ./data].")
+]
+
+
+@app.command("s3")
+def s3_command(
+    bucket: Annotated[str | None, typer.Option(help="Bucket [env INGEST_S3_BUCKET].")] = None,
+    prefix: Annotated[str | None, typer.Option(help="Key prefix [env INGEST_S3_PREFIX].")] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option(help="S3-compatible endpoint [env INGEST_S3_ENDPOINT_URL].")
+    ] = None,
+    include: Annotated[list[str] | None, typer.Option(help="Glob to keep (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Glob to drop (repeatable).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Requests in flight [env INGEST_S3_CONCURRENCY, 64].")
+    ] = None,
+    data_dir: DataDir = None,
+    download_dir: Annotated[
+        Path | None, typer.Option(help="Objects land at DIR/<key below prefix>.")
+    ] = None,
+    full_refresh: Annotated[bool, typer.Option(help="Ignore the manifest.")] = False,
+) -> None:
+    """Run the s3-ingest flow once and print its summary."""
+    settings = Settings()
+    bucket = bucket or settings.s3_bucket
+    if not bucket:
+        raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
+    prefect_env()
+    from flows.s3_ingest import s3_ingest
+
+    summary = s3_ingest(
+        bucket=bucket,
+        prefix=settings.s3_prefix if prefix is None else prefix,
+        endpoint_url=endpoint_url,
+        include=include,
+        exclude=exclude,
+        concurrency=concurrency,
+        data_dir=str(data_dir) if data_dir else None,
+        download_dir=str(download_dir) if download_dir else None,
+        full_refresh=full_refresh,
+    )
+    print_summary(summary)
+
+
+def print_summary(summary: Any) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    typer.echo(
+        f"run {summary.run_id}: {summary.total} objects ({counts}), "
+        f"{summary.bytes / 1e6:.1f} MB in {summary.seconds:.2f} s"
+    )
+    if summary.stages:
+        print_table(
+            ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"],
+            [
+                tuple(s[c] for c in ("stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"))
+                for s in summary.stages
+            ],
+        )
+    for key, error in summary.failures[:10]:
+        typer.echo(f"  failed: {key}: {error}")
+
+
+@app.command("query")
+def query_command(
+    sql: Annotated[str, typer.Argument(help="SQL over s3_objects, s3_object_log, task_timings.")],
+    data_dir: DataDir = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+) -> None:
+    """Run SQL over the outputs (the same views the duckdb CLI sees)."""
+    from ingest import storage
+
+    if format not in ("table", "csv", "json"):
+        raise typer.BadParameter("use table, csv or json", param_hint="--format")
+    settings = Settings()
+    root = data_dir or settings.data_dir
+    try:
+        columns, rows = storage.query(root, sql)
+    except Exception as exc:  # duckdb raises many kinds; show the message, not a traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    if format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    elif format == "json":
+        typer.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=_json_default, ensure_ascii=False, indent=1))
+    else:
+        print_table(columns, rows)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
+
+
+def print_table(columns: list[str], rows: list[tuple[Any, ...]], width: int = 60) -> None:
+    cells = [[_cell(v, width) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    typer.echo(line)
+    typer.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    typer.echo(f"({len(rows)} rows)")
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("demo")
+def demo_command(
+    data_dir: Annotated[Path, typer.Option(help="Output folder.")] = Path("data/demo"),
+) -> None:
+    """Run the main job end to end on embedded defaults: a local S3-compatible
+    server on loopback, generated sample documents, no account, no network."""
+    prefect_env()
+    from ingest import demo
+
+    raise typer.Exit(demo.run(data_dir))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""A local S3-compatible server for the demo, the tests and the benchmarks.
+
+It serves moto's S3 application (the same WSGI app as ``moto_server``) in a
+separate process on loopback, with three additions that a plain
+``moto_server`` lacks:
+
+* HTTP/1.1 keep-alive (stock ``moto_server`` answers ``Connection: close``
+  on every response, which makes every request pay a new TCP connection);
+* optional latency per request, like ``tc netem`` on a real link (sleeping
+  threads cost no CPU);
+* fault injection for tests: answer 500/503 to the first N GETs of matching
+  keys, or cut their bodies mid-stream; and request counters at
+  ``/_dev/stats`` so tests can check that a re-run made no GET.
+
+Run ``python -m ingest.devserver --port 5000`` or use ``DevServer`` as a
+context manager. Needs the ``demo`` extra (moto[server]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+# ---------------------------------------------------------------------------- server side
+
+
+@dataclass
+class Fault:
+    """``kind`` is an HTTP status (500, 503) or ``cut``; applies to the first
+    ``times`` GETs of each key containing ``match``."""
+
+    kind: str
+    match: str
+    times: int = 1
+
+    @classmethod
+    def parse(cls, spec: str) -> Fault:
+        kind, match, *times = spec.split(":")
+        return cls(kind, match, int(times[0]) if times else 1)
+
+
+@dataclass
+class _State:
+    faults: list[Fault]
+    latency: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stats: Counter[str] = field(default_factory=Counter)
+    hits: Counter[tuple[int, str]] = field(default_factory=Counter)
+
+
+class Middleware:
+    """WSGI wrapper adding latency, faults and counters around moto's app."""
+
+    def __init__(self, app: Any, faults: list[Fault], latency_ms: float) -> None:
+        self.app = app
+        self.state = _State(faults, latency_ms / 1000)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        method = environ["REQUEST_METHOD"]
+        if path.startswith("/_dev/"):
+            return self._control(path, method, start_response)
+        if self.state.latency:
+            time.sleep(self.state.latency)
+        query = environ.get("QUERY_STRING", "")
+        is_object = path.count("/") >= 2 and path.split("/", 2)[2] != ""
+        kind = "object" if is_object else "bucket"
+        with self.state.lock:
+            self.state.stats[f"{method} {kind}"] += 1
+            if "list-type" in query:
+                self.state.stats["LIST"] += 1
+            fault = self._fault_for(unquote(path)) if method == "GET" and is_object else None
+        if fault is None:
+            return self.app(environ, start_response)
+        if fault.kind == "cut":
+            return self._cut(environ, start_response)
+        status = int(fault.kind)
+        code = "SlowDown" if status == 503 else "InternalError"
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+            f"<Message>injected fault</Message></Error>"
+        ).encode()
+        start_response(
+            f"{status} Injected",
+            [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def _fault_for(self, path: str) -> Fault | None:
+        for i, fault in enumerate(self.state.faults):
+            if fault.match in path and self.state.hits[(i, path)] < fault.times:
+                self.state.hits[(i, path)] += 1
+                self.state.stats[f"fault {fault.kind}"] += 1
+                return fault
+        return None
+
+    def _cut(self, environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        """Send the headers and half the body, then drop the connection."""
+        chunks = b"".join(self.app(environ, start_response))
+
+        def gen() -> Iterator[bytes]:
+            yield chunks[: len(chunks) // 2]
+            raise ConnectionAbortedError("injected: body cut mid-stream")
+
+        return gen()
+
+    def _control(self, path: str, method: str, start_response: Any) -> list[bytes]:
+        with self.state.lock:
+            if path == "/_dev/reset" and method == "POST":
+                self.state.stats.clear()
+            body = json.dumps(dict(self.state.stats)).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+
+def serve(port: int, host: str, faults: list[Fault], latency_ms: float, keepalive: bool) -> None:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import WSGIRequestHandler, run_simple
+
+    app = Middleware(DomainDispatcherApplication(create_backend_app), faults, latency_ms)
+
+    class Handler(WSGIRequestHandler):
+        protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+
+        def log_request(self, *args: Any, **kwargs: Any) -> None:  # keep the console quiet
+            pass
+
+    run_simple(host, port, app, threaded=True, request_handler=Handler)
+
+
+# ---------------------------------------------------------------------------- client side
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DevServer:
+    """Start the server in a child process; ``with DevServer() as srv: srv.url``."""
+
+    def __init__(
+        self,
+        *,
+        faults: Iterable[str] = (),
+        latency_ms: float = 0,
+        keepalive: bool = True,
+        stock: bool = False,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        if stock:  # the plain moto_server command, exactly as users run it
+            exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
+            self.cmd = [exe, "-H", "127.0.0.1", "-p", str(self.port)]
+        else:
+            self.cmd = [sys.executable, "-m", "ingest.devserver", "--port", str(self.port),
+                        "--latency-ms", str(latency_ms)]
+            self.cmd += [] if keepalive else ["--no-keepalive"]
+            for f in faults:
+                self.cmd += ["--fault", f]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> DevServer:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        self.proc = subprocess.Popen(
+            self.cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"S3 server exited: {err[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)  # polling for the port to open, not synchronising work
+        self.__exit__()
+        raise RuntimeError(f"S3 server did not start on port {self.port}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(f"{self.url}/_dev/stats", timeout=10) as r:
+            return dict(json.loads(r.read()))
+
+    def reset_stats(self) -> None:
+        req = urllib.request.Request(f"{self.url}/_dev/reset", method="POST", data=b"")
+        urllib.request.urlopen(req, timeout=10).close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--latency-ms", type=float, default=0)
+    p.add_argument("--no-keepalive", action="store_true")
+    p.add_argument("--fault", action="append", default=[], help="KIND:MATCH[:TIMES], KIND 500|503|cut")
+    a = p.parse_args(argv)
+    serve(a.port, a.host, [Fault.parse(f) for f in a.fault], a.latency_ms, not a.no_keepalive)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Map S3 keys to local paths that can never escape the download folder.
+
+A key is relative to the listing prefix and split on ``/``. Keys that cannot
+be mapped faithfully become error rows instead of being rewritten, so that a
+local path always names exactly one key (no two keys collide after
+"sanitising"). Rejected: ``..`` or ``.`` segments, a leading ``/`` (absolute
+path), empty segments (``a//b``), backslashes (a separator on Windows and in
+zip-slip attacks), NUL and other control characters, a segment longer than
+255 bytes, and the folder this project keeps its temporary files in.
+Keys that end with ``/`` are folder markers and hold no document: they are
+not ingested.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from pathlib import Path
+
+from ingest.errors import UnsafeKeyError
+
+TMP_DIR_NAME = ".ingest-tmp"
+_MAX_SEGMENT_BYTES = 255
+
+
+def is_folder_marker(key: str) -> bool:
+    """Keys ending in ``/`` are zero-byte folder placeholders made by consoles."""
+    return key.endswith("/")
+
+
+def relative_key(key: str, prefix: str) -> str:
+    """The part of ``key`` below ``prefix`` (as ``aws s3 cp --recursive`` maps it)."""
+    if prefix and key.startswith(prefix):
+        rest = key[len(prefix) :]
+        # A prefix that ends mid-segment ("docs/rep") keeps the rest of that segment.
+        return rest.lstrip("/") if prefix.endswith("/") or rest.startswith("/") else rest
+    return key
+
+
+def local_path_for(key: str, prefix: str, root: Path) -> Path:
+    """The local path of ``key`` under ``root``, or UnsafeKeyError.
+
+    Args:
+        key: the full S3 key.
+        prefix: the listing prefix, stripped from the key like ``aws s3 cp``.
+        root: the download folder.
+    """
+    rel = relative_key(key, prefix)
+    reason = unsafe_reason(rel)
+    if reason:
+        raise UnsafeKeyError(f"unsafe key {key!r}: {reason}", key=key, attempts=0)
+    path = root.joinpath(*rel.split("/"))
+    # Belt and braces: the checks above make this impossible, keep it that way.
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise UnsafeKeyError(f"unsafe key {key!r}: resolves outside the folder", key=key)
+    return path
+
+
+def unsafe_reason(rel: str) -> str | None:
+    """Why a relative key cannot be a local path, or None when it can."""
+    if not rel:
+        return "empty name below the prefix"
+    if rel.startswith("/"):
+        return "absolute path"
+    if "\\" in rel:
+        return "backslash in key"
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return "control character in key"
+    segments = rel.split("/")
+    for segment in segments:
+        if segment == "":
+            return "empty path segment"
+        if segment in (".", ".."):
+            return f"{segment!r} path segment"
+        if len(segment.encode("utf-8", "surrogatepass")) > _MAX_SEGMENT_BYTES:
+            return "path segment longer than 255 bytes"
+    if segments[0] == TMP_DIR_NAME:
+        return f"{TMP_DIR_NAME!r} is reserved for temporary files"
+    return None
+
+
+def matches_filters(rel: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """Glob filters on the key relative to the prefix (``*`` also matches ``/``).
+
+    A key is kept when it matches any ``include`` pattern (or there are none)
+    and no ``exclude`` pattern.
+    """
+    if include and not any(fnmatch.fnmatchcase(rel, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(rel, p) for p in exclude)

@@ -1,0 +1,103 @@
+"""Typed records passed between stages and written as rows."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+ObjectStatus = Literal["downloaded", "skipped", "deleted", "failed"]
+TaskState = Literal["completed", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class S3Object:
+    """One entry of a bucket listing."""
+
+    bucket: str
+    key: str
+    etag: str
+    size: int
+    last_modified: datetime
+
+    @property
+    def is_multipart(self) -> bool:
+        """Multipart ETags (``"<md5>-<parts>"``) are not the MD5 of the body."""
+        return "-" in self.etag
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestEntry:
+    """What an earlier run stored for a key."""
+
+    etag: str
+    size: int
+    local_path: str | None
+    status: ObjectStatus
+
+    @property
+    def stored(self) -> bool:
+        """True when the object's bytes are on disk from an earlier run."""
+        return self.status in ("downloaded", "skipped")
+
+
+@dataclass(slots=True)
+class ObjectResult:
+    """One row of ``s3_objects``: what a run did with one object."""
+
+    bucket: str
+    key: str
+    etag: str | None
+    size: int | None
+    last_modified: datetime | None
+    local_path: str | None
+    status: ObjectStatus
+    error: str | None = None
+    attempts: int = 0
+    seconds: float = 0.0
+    run_id: str = ""
+    ingested_at: datetime | None = None
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class TaskTiming:
+    """One row of ``task_timings``: one attempt of one task run."""
+
+    flow_run_id: str
+    flow_name: str
+    task_run_id: str
+    task_name: str
+    started_at: datetime
+    ended_at: datetime | None = None
+    seconds: float = 0.0
+    items: int = 0
+    bytes: int = 0
+    attempts: int = 1
+    state: TaskState = "completed"
+    error: str | None = None
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.pop("extra")
+        return row
+
+
+@dataclass(slots=True)
+class BatchSummary:
+    """What one download batch did, returned to the flow."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    seconds: float = 0.0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, result: ObjectResult) -> None:
+        self.counts[result.status] = self.counts.get(result.status, 0) + 1
+        if result.status == "downloaded":
+            self.bytes += result.size or 0
+        if result.status == "failed":
+            self.failures.append((result.key, result.error or ""))

@@ -1,0 +1,75 @@
+"""Run summaries: per-stage timing and throughput, counts, first failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ingest import storage
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What one flow run did; printed by the CLI and published as artifacts."""
+
+    run_id: str
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    seconds: float = 0.0
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+
+def stage_table(data_dir: Path, flow_run_id: str) -> list[dict[str, Any]]:
+    """Per-stage figures of one flow run, from ``task_timings``.
+
+    ``busy_seconds`` adds up the task attempts (they overlap);
+    ``wall_seconds`` is first start to last end.
+    """
+    sql = f"""
+        SELECT task_name AS stage,
+               count(*) AS task_runs,
+               sum(items) AS items,
+               sum(bytes) AS bytes,
+               round(sum(seconds), 3) AS busy_seconds,
+               round(epoch(max(ended_at)) - epoch(min(started_at)), 3) AS wall_seconds,
+               max(attempts) AS max_attempt,
+               count(*) FILTER (WHERE state <> 'completed') AS failed_attempts
+        FROM {storage.scan(data_dir, "task_timings")}
+        WHERE flow_run_id = ?
+        GROUP BY task_name ORDER BY min(started_at)
+    """
+    with duckdb.connect() as con:
+        cur = con.execute(sql, [flow_run_id])
+        cols = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for r in rows:
+        wall = r["wall_seconds"] or 0
+        r["items_per_s"] = round(r["items"] / wall, 1) if wall else None
+        r["mb_per_s"] = round(r["bytes"] / 1e6 / wall, 2) if wall else None
+    return rows
+
+
+def markdown(summary: RunSummary, title: str) -> str:
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary.counts.items())) or "nothing"
+    lines = [
+        f"# {title}",
+        "",
+        f"**{summary.total} objects** ({counts}), {summary.bytes / 1e6:.1f} MB "
+        f"in {summary.seconds:.2f} s.",
+    ]
+    if summary.failures:
+        lines += ["", f"## First {len(summary.failures)} failures", "", "| key | error |", "|---|---|"]
+        lines += [f"| `{k}` | {e.replace('|', '/')} |" for k, e in summary.failures]
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""Sample documents the project generates itself (for the demo and tests).
+
+Each is small and built with the standard library: a text PDF, an R12 DXF
+drawing, a DOCX, HTML, plain text in UTF-8, CP949 and UTF-16, plus broken
+ones (a truncated PDF, an empty file) and a hostile key.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+
+def pdf(text: str) -> bytes:
+    """A one-page PDF showing ``text`` in Helvetica, with a correct xref table."""
+    stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+        b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for off in offsets:
+        out.write(b"%010d 00000 n \n" % off)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def dxf(texts: list[str]) -> bytes:
+    """An AutoCAD R12 ASCII drawing with one TEXT entity per string."""
+    lines = ["0", "SECTION", "2", "HEADER", "9", "$ACADVER", "1", "AC1009", "0", "ENDSEC",
+             "0", "SECTION", "2", "ENTITIES"]
+    for i, t in enumerate(texts):
+        lines += ["0", "TEXT", "8", "0", "10", "0.0", "20", str(10.0 * i), "30", "0.0",
+                  "40", "2.5", "1", t]
+    lines += ["0", "ENDSEC", "0", "EOF"]
+    return ("\r\n".join(lines) + "\r\n").encode("ascii", "backslashreplace")
+
+
+def docx(paragraphs: list[str]) -> bytes:
+    """A minimal WordprocessingML package."""
+    ns = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    body = "".join(f"<w:p><w:r><w:t>{p}</w:t></w:r></w:p>" for p in paragraphs)
+    files = {
+        "[Content_Types].xml": '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/>'
+        '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+        "_rels/.rels": '<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>',
+        "word/document.xml": f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{ns}"><w:body>{body}</w:body></w:document>',
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in files.items():
+            z.writestr(name, text.encode("utf-8"))
+    return out.getvalue()
+
+
+def documents() -> dict[str, bytes]:
+    """Key (below the prefix) -> bytes of every demo document."""
+    korean = "도면 번호 A-101: 지하 1층 평면도"
+    good = pdf("Quarterly inspection report - north wing")
+    return {
+        "reports/inspection-2026-q3.pdf": good,
+        "reports/broken/truncated.pdf": good[: len(good) // 2],
+        "reports/broken/empty.pdf": b"",
+        "drawings/A-101-floor-plan.dxf": dxf(["A-101 FLOOR PLAN", "SCALE 1:100", "DOOR D-12"]),
+        "specs/concrete-spec.docx": docx(["Concrete specification", "Grade C30/37, exposure XC3."]),
+        "web/notice.html": b"<html><head><meta charset='utf-8'><title>Site notice</title>"
+        b"<style>p{color:red}</style></head><body><p>Site closed on Friday.</p></body></html>",
+        "notes/readme-utf8.txt": "Caf\u00e9 site notes \u2014 UTF-8 \u2713\n".encode(),
+        "notes/korean-cp949.txt": (korean + "\n").encode("cp949"),
+        "notes/korean-utf16.txt": (korean + "\n").encode("utf-16"),
+        "notes/../escape.txt": b"a hostile key that must never leave the download folder\n",
+    }
