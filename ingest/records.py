@@ -94,10 +94,15 @@ class BatchSummary:
     bytes: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
+    # (key, etag, local_path) of every object whose bytes are on disk after the batch
+    # (downloaded now or skipped as unchanged): the input of later stages such as extraction.
+    stored: list[tuple[str, str, str]] = field(default_factory=list)
 
     def add(self, result: ObjectResult) -> None:
         self.counts[result.status] = self.counts.get(result.status, 0) + 1
         if result.status == "downloaded":
             self.bytes += result.size or 0
+        if result.status in ("downloaded", "skipped") and result.local_path:
+            self.stored.append((result.key, result.etag or "", result.local_path))
         if result.status == "failed":
             self.failures.append((result.key, result.error or ""))

@@ -1,0 +1,47 @@
+# Two commands on a fresh machine with Python 3.11+ and make:
+#   make demo   - the main job end to end on embedded defaults
+#   make test   - the test suite
+# Each bootstraps .venv from uv.lock (uv itself is installed from PyPI into .tools).
+
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: setup demo test lint format bench-s3 clean
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	@touch $@
+
+setup: $(VENV)/.synced
+
+demo: setup
+	$(VENV)/bin/ingest demo
+
+test: setup
+	$(UV) lock --check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench-s3: setup
+	$(VENV)/bin/python -m benchmarks.bench_s3
+
+clean:
+	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache
