@@ -19,9 +19,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from ingest.errors import IngestError
-from ingest.records import BatchSummary
+from ingest.records import BatchSummary, ExtractSummary
 from ingest.report import RunSummary
 from ingest.settings import Settings
+from tasks.extraction import extract_batch
 from tasks.report import publish_summary
 from tasks.s3 import check_bucket, download_batch, list_page, load_manifest, mark_deleted
 from tasks.storage import update_warehouse
@@ -66,6 +67,10 @@ def s3_ingest(
     full_refresh: Annotated[
         bool, Field(description="Download everything again, ignoring the manifest.")
     ] = False,
+    extract: Annotated[
+        bool,
+        Field(description="Extract the text of new and changed objects into `documents`."),
+    ] = True,
 ) -> RunSummary:
     started = time.perf_counter()
     settings = Settings()
@@ -83,6 +88,7 @@ def s3_ingest(
     manifest = {} if full_refresh else load_manifest(settings, bucket, prefix)
 
     futures: list[PrefectFuture[BatchSummary]] = []
+    extracting: list[PrefectFuture[ExtractSummary]] = []
     seen: set[str] = set()
     token: str | None = None
     while True:
@@ -95,6 +101,10 @@ def s3_ingest(
                     settings, batch, manifest, prefix, run_id, len(futures), full_refresh
                 )
             )
+            if extract:  # starts when this download batch ends: overlaps the later ones
+                extracting.append(
+                    extract_batch.submit(settings, bucket, futures[-1], run_id, len(futures) - 1)
+                )
         if not page.next_token:
             break
         token = page.next_token
@@ -106,6 +116,8 @@ def s3_ingest(
             summary.counts[status] = summary.counts.get(status, 0) + n
         summary.bytes += part.bytes
         summary.failures.extend(part.failures[: max(0, 20 - len(summary.failures))])
+    for ext in extracting:
+        summary.add_extracted(ext.result())
     deleted = mark_deleted(settings, manifest, seen, bucket, prefix, include, exclude, run_id)
     if deleted:
         summary.counts["deleted"] = deleted

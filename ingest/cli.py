@@ -87,6 +87,9 @@ def print_summary(summary: Any) -> None:
         f"run {summary.run_id}: {summary.total} objects ({counts}), "
         f"{summary.bytes / 1e6:.1f} MB in {summary.seconds:.2f} s"
     )
+    if getattr(summary, "extracted", None):
+        extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
+        typer.echo(f"text extraction: {extracted}")
     if summary.stages:
         print_table(
             ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"],
@@ -97,6 +100,58 @@ def print_summary(summary: Any) -> None:
         )
     for key, error in summary.failures[:10]:
         typer.echo(f"  failed: {key}: {error}")
+
+
+@app.command("github")
+def github_command(
+    repo: Annotated[list[str], typer.Option("--repo", help="owner/name (repeatable).")],
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="API root [env INGEST_GITHUB_BASE_URL, https://api.github.com]."),
+    ] = None,
+    per_page: Annotated[
+        int | None,
+        typer.Option(min=1, max=100, help="Items per page [default: chosen from the budget]."),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, max=100, help="Requests in flight [env INGEST_GITHUB_CONCURRENCY]."),
+    ] = None,
+    state: Annotated[str | None, typer.Option(help="open, closed or all [default all].")] = None,
+    token_block: Annotated[
+        str | None, typer.Option(help="Prefect Secret block with the token [default GITHUB_TOKEN].")
+    ] = None,
+    data_dir: DataDir = None,
+    full_refresh: Annotated[bool, typer.Option(help="Ignore stored ETags and watermarks.")] = False,
+) -> None:
+    """Run the github-pulls flow once and print its summary."""
+    from ingest.github.errors import GitHubTerminalError
+    from ingest.github.summary import headline
+
+    if state not in (None, "open", "closed", "all"):
+        raise typer.BadParameter("use open, closed or all", param_hint="--state")
+    prefect_env()
+    from flows.github_pulls import github_pulls
+
+    try:
+        summary = github_pulls(
+            repos=repo,
+            state=state,  # type: ignore[arg-type]
+            per_page=per_page,
+            concurrency=concurrency,
+            base_url=base_url,
+            token_block=token_block,
+            data_dir=str(data_dir) if data_dir else None,
+            full_refresh=full_refresh,
+        )
+    except GitHubTerminalError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(headline(summary))
+    for r in summary.repos:
+        note = "complete" if r["complete"] else f"incomplete: {r['stop_reason']}"
+        typer.echo(f"  {r['repo']}: {r['pull_requests']} pull requests, {r['requests']} requests, "
+                   f"{note}")
 
 
 @app.command("query")
@@ -150,6 +205,34 @@ def _cell(value: Any, width: int) -> str:
     text = "" if value is None else str(value)
     text = text.replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("search")
+def search_command(
+    words: Annotated[str, typer.Argument(help="Words to find (all must match); Korean works.")],
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Hits to show.")] = 10,
+    kind: Annotated[
+        str | None, typer.Option(help="Only this kind: pdf, dxf, docx, html, txt ...")
+    ] = None,
+    data_dir: DataDir = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+) -> None:
+    """Ranked full-text search over the extracted text (SQLite FTS5, BM25; offline)."""
+    from ingest import search
+
+    if format not in ("table", "json"):
+        raise typer.BadParameter("use table or json", param_hint="--format")
+    root = data_dir or Settings().data_dir
+    hits = search.search(root, words, limit=limit, kind=kind)
+    if format == "json":
+        rows = [{"key": h.key, "kind": h.kind, "score": h.score, "snippet": h.snippet} for h in hits]
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=1))
+        return
+    print_table(
+        ["key", "kind", "score", "snippet"],
+        [(h.key, h.kind, h.score, h.snippet) for h in hits],
+        width=100,
+    )
 
 
 @app.command("demo")

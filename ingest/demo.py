@@ -16,6 +16,7 @@ import typer
 
 from ingest import samples, storage
 from ingest.devserver import DevServer
+from ingest.github.demo import run_github_demo
 
 BUCKET = "demo-documents"
 PREFIX = "incoming/"
@@ -48,6 +49,7 @@ def run(data_dir: Path) -> int:
                 bucket=BUCKET, prefix=PREFIX, endpoint_url=server.url, data_dir=str(data_dir)
             )
             print_summary(summary)
+    run_github_demo(data_dir)
     sql = "SELECT key, status, size, error FROM s3_objects ORDER BY key"
     typer.echo(f"\n== ingest query --data-dir {data_dir} \"{sql}\"")
     print_table(*storage.query(data_dir, sql))

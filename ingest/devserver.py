@@ -38,7 +38,8 @@ from urllib.parse import unquote
 
 @dataclass
 class Fault:
-    """``kind`` is an HTTP status (500, 503) or ``cut``; applies to the first
+    """``kind`` is an HTTP status (500, 503), ``cut`` (half the body, then the
+    connection drops) or ``corrupt`` (one byte flipped); applies to the first
     ``times`` GETs of each key containing ``match``."""
 
     kind: str
@@ -86,6 +87,11 @@ class Middleware:
             return self.app(environ, start_response)
         if fault.kind == "cut":
             return self._cut(environ, start_response)
+        if fault.kind == "corrupt":
+            body = bytearray(b"".join(self.app(environ, start_response)))
+            if body:
+                body[len(body) // 2] ^= 0xFF
+            return [bytes(body)]
         status = int(fault.kind)
         code = "SlowDown" if status == 503 else "InternalError"
         body = (
@@ -121,7 +127,9 @@ class Middleware:
             if path == "/_dev/reset" and method == "POST":
                 self.state.stats.clear()
             body = json.dumps(dict(self.state.stats)).encode()
-        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        start_response(
+            "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
 
@@ -167,8 +175,15 @@ class DevServer:
             exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
             self.cmd = [exe, "-H", "127.0.0.1", "-p", str(self.port)]
         else:
-            self.cmd = [sys.executable, "-m", "ingest.devserver", "--port", str(self.port),
-                        "--latency-ms", str(latency_ms)]
+            self.cmd = [
+                sys.executable,
+                "-m",
+                "ingest.devserver",
+                "--port",
+                str(self.port),
+                "--latency-ms",
+                str(latency_ms),
+            ]
             self.cmd += [] if keepalive else ["--no-keepalive"]
             for f in faults:
                 self.cmd += ["--fault", f]
@@ -216,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--latency-ms", type=float, default=0)
     p.add_argument("--no-keepalive", action="store_true")
-    p.add_argument("--fault", action="append", default=[], help="KIND:MATCH[:TIMES], KIND 500|503|cut")
+    p.add_argument(
+        "--fault", action="append", default=[], help="KIND:MATCH[:TIMES], KIND 500|503|cut|corrupt"
+    )
     a = p.parse_args(argv)
     serve(a.port, a.host, [Fault.parse(f) for f in a.fault], a.latency_ms, not a.no_keepalive)
 

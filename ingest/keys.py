@@ -32,8 +32,11 @@ def relative_key(key: str, prefix: str) -> str:
     """The part of ``key`` below ``prefix`` (as ``aws s3 cp --recursive`` maps it)."""
     if prefix and key.startswith(prefix):
         rest = key[len(prefix) :]
-        # A prefix that ends mid-segment ("docs/rep") keeps the rest of that segment.
-        return rest.lstrip("/") if prefix.endswith("/") or rest.startswith("/") else rest
+        # "docs" lists "docs/a" as "a"; a prefix ending mid-segment ("docs/rep") keeps
+        # the rest of the segment; a further "/" ("docs//a") stays, to be refused.
+        if not prefix.endswith("/") and rest.startswith("/"):
+            rest = rest[1:]
+        return rest
     return key
 
 

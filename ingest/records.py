@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -106,3 +107,49 @@ class BatchSummary:
             self.stored.append((result.key, result.etag or "", result.local_path))
         if result.status == "failed":
             self.failures.append((result.key, result.error or ""))
+
+
+DocumentStatus = Literal["ok", "empty", "encrypted", "unsupported", "failed", "timeout"]
+
+
+@dataclass(slots=True)
+class Document:
+    """One row of ``documents``: the text extracted from one stored object.
+
+    ``metadata`` holds what the format has (title, author, layouts, drawing
+    version, warnings); it is stored as a JSON string.
+    """
+
+    bucket: str
+    key: str
+    etag: str
+    kind: str
+    status: DocumentStatus
+    pages: int = 0
+    chars: int = 0
+    needs_ocr: int = 0
+    text: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    extractor: str = ""
+    extractor_version: str = ""
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    run_id: str = ""
+    extracted_at: datetime | None = None
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["metadata"] = json.dumps(self.metadata, ensure_ascii=False, default=str)
+        return row
+
+
+@dataclass(slots=True)
+class ExtractSummary:
+    """What one extract batch did, returned to the flow."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    unchanged: int = 0
+    bytes: int = 0
+    pages: int = 0
+    seconds: float = 0.0

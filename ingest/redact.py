@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 
 _QUERY_SECRET = re.compile(
-    r"(?i)([?&](?:access_token|token|api_key|apikey|key|secret|password|sig|signature|"
+    r"(?i)((?:^|[?&;\s])(?:access_token|token|api_key|apikey|key|secret|password|sig|signature|"
     r"x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]+"
 )
 _AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(\w+\s+)?[^\s'\",}]+")
-_TOKENS = re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})\b")
+_TOKENS = re.compile(
+    r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})\b"
+)
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]+@")
 
 _extra: set[str] = set()

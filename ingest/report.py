@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 
 from ingest import storage
+from ingest.records import ExtractSummary
 
 
 @dataclass(slots=True)
@@ -21,6 +22,17 @@ class RunSummary:
     seconds: float = 0.0
     stages: list[dict[str, Any]] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
+    # documents rows written by text extraction, by status; "unchanged" counts objects whose
+    # ETag and extractor version were already extracted (no row written).
+    extracted: dict[str, int] = field(default_factory=dict)
+
+    def add_extracted(self, part: ExtractSummary) -> None:
+        """Add one extract batch's counts by status."""
+        counts = dict(part.counts)
+        if part.unchanged:
+            counts["unchanged"] = part.unchanged
+        for status, n in counts.items():
+            self.extracted[status] = self.extracted.get(status, 0) + n
 
     @property
     def total(self) -> int:
@@ -69,7 +81,16 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"**{summary.total} objects** ({counts}), {summary.bytes / 1e6:.1f} MB "
         f"in {summary.seconds:.2f} s.",
     ]
+    if summary.extracted:
+        extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
+        lines += ["", f"**Text extraction**: {extracted}."]
     if summary.failures:
-        lines += ["", f"## First {len(summary.failures)} failures", "", "| key | error |", "|---|---|"]
+        lines += [
+            "",
+            f"## First {len(summary.failures)} failures",
+            "",
+            "| key | error |",
+            "|---|---|",
+        ]
         lines += [f"| `{k}` | {e.replace('|', '/')} |" for k, e in summary.failures]
     return "\n".join(lines)

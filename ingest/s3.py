@@ -56,6 +56,7 @@ from ingest.settings import Settings
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+INTEGRITY_RETRIES = 1  # a body failing its size/MD5/CRC check is fetched once more
 
 # Errors raised while reading a response body (s3transfer retries the same set).
 STREAM_ERRORS: tuple[type[BaseException], ...] = (
@@ -175,7 +176,9 @@ def translate_errors(bucket: str) -> Iterator[None]:
             raise
         raise kind(f"s3://{bucket}: {code or status} ({_HINTS[kind]})") from exc
     except (bce.NoCredentialsError, bce.PartialCredentialsError) as exc:
-        raise CredentialsError(f"s3://{bucket}: no credentials ({_HINTS[CredentialsError]})") from exc
+        raise CredentialsError(
+            f"s3://{bucket}: no credentials ({_HINTS[CredentialsError]})"
+        ) from exc
     except (bce.EndpointConnectionError, bce.ConnectTimeoutError) as exc:
         raise EndpointError(f"s3://{bucket}: {exc} ({_HINTS[EndpointError]})") from exc
 
@@ -310,7 +313,10 @@ def _get(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, int]:
             ) from exc
         retryable = code not in ("NoSuchKey", "AccessDenied", "InvalidObjectState")
         raise DownloadError(
-            f"GET failed: {code or exc}", key=obj.key, attempts=attempts_of(exc), retryable=retryable
+            f"GET failed: {code or exc}",
+            key=obj.key,
+            attempts=attempts_of(exc),
+            retryable=retryable,
         ) from exc
     except bce.BotoCoreError as exc:
         raise DownloadError(f"GET failed: {exc}", key=obj.key, attempts=1) from exc
@@ -341,12 +347,20 @@ def _stream(
             for chunk in body.iter_chunks(CHUNK):
                 if offset + len(chunk) > end:
                     raise IntegrityError(
-                        f"body longer than the listed size {obj.size}", key=obj.key, attempts=attempts
+                        f"body longer than the listed size {obj.size}",
+                        key=obj.key,
+                        attempts=attempts,
                     )
                 write(offset, chunk)
                 offset += len(chunk)
+        except bce.FlexibleChecksumError as exc:  # botocore's CRC check of the whole body
+            raise IntegrityError(
+                f"checksum mismatch: {exc}", key=obj.key, attempts=attempts
+            ) from exc
         except STREAM_ERRORS as exc:
-            log.debug("s3://%s/%s: stream broken at %d (%s), resuming", obj.bucket, obj.key, offset, exc)
+            log.debug(
+                "s3://%s/%s: stream broken at %d (%s), resuming", obj.bucket, obj.key, offset, exc
+            )
             if resume == stream_retries:
                 raise DownloadError(
                     f"body stream broken {resume + 1} times: {exc}", key=obj.key, attempts=attempts
@@ -359,38 +373,46 @@ def _stream(
         # A body that ended early without an error: resume like a broken stream.
         if resume == stream_retries:
             break
-    raise DownloadError(
-        f"body ended at byte {offset} of {end}", key=obj.key, attempts=attempts
-    )
+    raise DownloadError(f"body ended at byte {offset} of {end}", key=obj.key, attempts=attempts)
 
 
 def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Settings) -> Fetched:
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
 
     The bytes go to a temporary file that is renamed over ``dest`` only once
-    the size and (for single-part uploads) the MD5 have been checked.
+    the size and (for single-part uploads) the MD5 have been checked; a body
+    that fails those checks is fetched once more before it becomes an error.
     """
     started = time.perf_counter()
-    tmp = temp_path(root)
-    md5 = hashlib.md5(usedforsecurity=False)
-    try:
-        with open(tmp, "wb") as f:
+    attempts = 0
+    for check in range(INTEGRITY_RETRIES + 1):
+        tmp = temp_path(root)
+        md5 = hashlib.md5(usedforsecurity=False)
+        made = 0  # requests of this pass
+        try:
+            with open(tmp, "wb") as f:
 
-            def write(offset: int, chunk: bytes) -> None:
-                f.write(chunk)
-                md5.update(chunk)
+                def write(offset: int, chunk: bytes, f: Any = f, md5: Any = md5) -> None:
+                    f.write(chunk)
+                    md5.update(chunk)
 
-            attempts = (
-                _stream(client, obj, 0, obj.size, write, settings.s3_stream_retries)
-                if obj.size
-                else 0
-            )
-        _verify(obj, tmp, md5.hexdigest(), attempts)
-        _publish(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return Fetched(attempts, time.perf_counter() - started)
+                if obj.size:
+                    made = _stream(client, obj, 0, obj.size, write, settings.s3_stream_retries)
+            _verify(obj, tmp, md5.hexdigest(), attempts + made)
+            _publish(tmp, dest)
+            return Fetched(attempts + made, time.perf_counter() - started)
+        except IntegrityError as exc:
+            tmp.unlink(missing_ok=True)
+            # Raised by _stream (made == 0, exc counts this pass) or by _verify.
+            attempts += made or exc.attempts
+            exc.attempts = attempts
+            if check == INTEGRITY_RETRIES:
+                raise
+            log.info("s3://%s/%s: %s; fetching again", obj.bucket, obj.key, exc)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    raise AssertionError("unreachable")
 
 
 def _verify(obj: S3Object, tmp: Path, md5_hex: str | None, attempts: int) -> None:
@@ -459,7 +481,9 @@ class BatchDownloader:
             if obj.size >= self.settings.s3_range_threshold:
                 self._submit_ranged(obj, dest, finish)
             else:
-                fut = self.pool.submit(fetch_small, self.client, obj, dest, self.root, self.settings)
+                fut = self.pool.submit(
+                    fetch_small, self.client, obj, dest, self.root, self.settings
+                )
                 fut.add_done_callback(lambda f, o=obj, d=dest: finish(o, d, _outcome(f)))
         yielded = 0
         while yielded < total:

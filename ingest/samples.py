@@ -32,33 +32,69 @@ def pdf(text: str) -> bytes:
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
     for off in offsets:
         out.write(b"%010d 00000 n \n" % off)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
     return out.getvalue()
 
 
 def dxf(texts: list[str]) -> bytes:
     """An AutoCAD R12 ASCII drawing with one TEXT entity per string."""
-    lines = ["0", "SECTION", "2", "HEADER", "9", "$ACADVER", "1", "AC1009", "0", "ENDSEC",
-             "0", "SECTION", "2", "ENTITIES"]
+    lines = [
+        "0",
+        "SECTION",
+        "2",
+        "HEADER",
+        "9",
+        "$ACADVER",
+        "1",
+        "AC1009",
+        "0",
+        "ENDSEC",
+        "0",
+        "SECTION",
+        "2",
+        "ENTITIES",
+    ]
     for i, t in enumerate(texts):
-        lines += ["0", "TEXT", "8", "0", "10", "0.0", "20", str(10.0 * i), "30", "0.0",
-                  "40", "2.5", "1", t]
+        lines += [
+            "0",
+            "TEXT",
+            "8",
+            "0",
+            "10",
+            "0.0",
+            "20",
+            str(10.0 * i),
+            "30",
+            "0.0",
+            "40",
+            "2.5",
+            "1",
+            t,
+        ]
     lines += ["0", "ENDSEC", "0", "EOF"]
     return ("\r\n".join(lines) + "\r\n").encode("ascii", "backslashreplace")
 
 
 def docx(paragraphs: list[str]) -> bytes:
     """A minimal WordprocessingML package."""
-    ns = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    xml = '<?xml version="1.0" encoding="UTF-8"?>'
+    ooxml = "http://schemas.openxmlformats.org"
+    wml = "application/vnd.openxmlformats-officedocument.wordprocessingml"
     body = "".join(f"<w:p><w:r><w:t>{p}</w:t></w:r></w:p>" for p in paragraphs)
     files = {
-        "[Content_Types].xml": '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        "[Content_Types].xml": f'{xml}<Types xmlns="{ooxml}/package/2006/content-types">'
+        '<Default Extension="rels" '
+        'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
         '<Default Extension="xml" ContentType="application/xml"/>'
-        '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
-        "_rels/.rels": '<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
-        '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>',
-        "word/document.xml": f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{ns}"><w:body>{body}</w:body></w:document>',
+        f'<Override PartName="/word/document.xml" ContentType="{wml}.document.main+xml"/>'
+        "</Types>",
+        "_rels/.rels": f'{xml}<Relationships xmlns="{ooxml}/package/2006/relationships">'
+        f'<Relationship Id="rId1" Type="{ooxml}/officeDocument/2006/relationships/'
+        'officeDocument" Target="word/document.xml"/></Relationships>',
+        "word/document.xml": f'{xml}<w:document xmlns:w="{ooxml}/wordprocessingml/2006/main">'
+        f"<w:body>{body}</w:body></w:document>",
     }
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:

@@ -9,6 +9,7 @@ boundary (the CLI command or the flow run), never at import time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -72,8 +73,126 @@ class Settings(BaseSettings):
         description="A run fails when more than this share of its objects failed.",
     )
 
+    # --- Text extraction (ingest.extract) --------------------------------------
+    extract_workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Extraction worker processes (CPU-bound); 0 means one per core.",
+    )
+    extract_time_limit: float = Field(
+        120.0, gt=0, le=3600, description="Seconds one file may take before it is a timeout."
+    )
+    extract_memory_limit_mb: int = Field(
+        2048,
+        ge=0,
+        description="Address space of each worker process in MiB (0: no limit); a parser "
+        "going over gets a failed or crashed row, never the machine.",
+    )
+    extract_max_pages: int = Field(
+        5000, ge=1, description="Pages of one PDF that are read (the page count is exact)."
+    )
+    extract_in_memory_bytes: int = Field(
+        32 * MiB,
+        ge=0,
+        description="Files up to this size are read whole; larger PDFs stream from disk.",
+    )
+    ocr_enabled: bool = Field(
+        False,
+        description="OCR image-only PDF pages with tesseract (needs the ocr extra and the "
+        "tesseract-ocr, tesseract-ocr-kor Debian packages); 10-30 s a page on 2 cores.",
+    )
+    ocr_languages: str = Field("kor+eng", description="tesseract languages, joined by '+'.")
+    ocr_dpi: int = Field(300, ge=72, le=600, description="Render resolution of OCR'd pages.")
+    ocr_max_pages: int = Field(
+        10, ge=1, le=1000, description="OCR'd pages per document at most (the page cap)."
+    )
+    ocr_workers: int = Field(1, ge=1, le=64, description="Processes that run OCR jobs.")
+    ocr_queue_size: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="OCR jobs queued or running at most; documents beyond it keep needs_ocr "
+        "and are OCR'd by no one this run.",
+    )
+    ocr_time_limit: float = Field(900.0, gt=0, description="Seconds one document's OCR may take.")
+
     # --- GitHub ---------------------------------------------------------------
     github_token: SecretStr | None = Field(None, description="GitHub token (never logged).")
+    github_base_url: str = Field(
+        "https://api.github.com",
+        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3.",
+    )
+    github_state: Literal["open", "closed", "all"] = Field(
+        "all", description="Pull requests to list: open, closed or all."
+    )
+    github_per_page: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Items per page (GitHub caps at 100). None chooses it from the remaining "
+        "budget and the expected number of pull requests.",
+    )
+    github_concurrency: int = Field(
+        32,
+        ge=1,
+        le=100,
+        description="Requests in flight across all repositories (GitHub allows at most 100).",
+    )
+    github_rate_limit_reserve: int = Field(
+        100,
+        ge=0,
+        description="Requests of the primary budget never spent (at most a tenth of the limit).",
+    )
+    github_max_wait: float = Field(
+        900.0,
+        ge=0,
+        description="Longest wait in seconds for the primary limit to reset; beyond it the run "
+        "stops cleanly and the next run resumes.",
+    )
+    github_secondary_backoff: float = Field(
+        60.0,
+        ge=0,
+        description="First pause in seconds after a secondary rate limit without Retry-After "
+        "(GitHub asks for at least 60); doubles per consecutive hit.",
+    )
+    github_secondary_retries: int = Field(
+        5, ge=0, le=20, description="Secondary-limit pauses one request may take before failing."
+    )
+    github_max_attempts: int = Field(
+        5,
+        ge=1,
+        le=20,
+        description="Attempts per request on 5xx answers, timeouts, broken connections.",
+    )
+    github_retry_base: float = Field(
+        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
+    )
+    github_retry_cap: float = Field(
+        30.0, ge=0, le=600, description="Longest retry delay in seconds."
+    )
+    github_timeout: float = Field(
+        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
+    )
+    github_budget_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of the budget above the reserve that the automatic per_page may plan "
+        "to spend in one run.",
+    )
+    github_expected_pulls: int = Field(
+        500,
+        ge=1,
+        description="Pull requests assumed per repository when no earlier run stored a count "
+        "(automatic per_page only).",
+    )
+    github_latency_base: float = Field(
+        0.08, ge=0, description="Assumed seconds per page, fixed part (automatic per_page model)."
+    )
+    github_latency_per_item: float = Field(
+        0.008, ge=0, description="Assumed seconds per item of a page (automatic per_page model)."
+    )
 
     @property
     def warehouse_path(self) -> Path:

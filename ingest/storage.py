@@ -56,6 +56,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("ingested_at", _TS),
         ]
     ),
+    # Text extraction (ingest.extract): one part per run and download batch.
+    "documents": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("kind", pa.string()),
+            ("status", pa.string()),
+            ("pages", pa.int32()),
+            ("chars", pa.int64()),
+            ("needs_ocr", pa.int32()),
+            ("text", pa.string()),
+            ("metadata", pa.string()),
+            ("extractor", pa.string()),
+            ("extractor_version", pa.string()),
+            ("bytes", pa.int64()),
+            ("seconds", pa.float64()),
+            ("error", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
     "task_timings": pa.schema(
         [
             ("flow_run_id", pa.string()),
@@ -72,6 +94,80 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("error", pa.string()),
         ]
     ),
+    # GitHub source (ingest.github): one part per run and repository.
+    "pull_requests": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("number", pa.int64()),
+            ("id", pa.int64()),
+            ("title", pa.string()),
+            ("state", pa.string()),
+            ("draft", pa.bool_()),
+            ("user_login", pa.string()),
+            ("labels", pa.list_(pa.string())),
+            ("created_at", _TS),
+            ("updated_at", _TS),
+            ("closed_at", _TS),
+            ("merged_at", _TS),
+            ("head_ref", pa.string()),
+            ("base_ref", pa.string()),
+            ("html_url", pa.string()),
+            ("body", pa.string()),
+            ("fetched_at", _TS),
+            ("run_id", pa.string()),
+        ]
+    ),
+    "api_requests": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("repo", pa.string()),
+            ("url", pa.string()),
+            ("status", pa.int32()),
+            ("seconds", pa.float64()),
+            ("bytes", pa.int64()),
+            ("from_cache", pa.bool_()),
+            ("rate_remaining", pa.int64()),
+            ("rate_limit", pa.int64()),
+            ("rate_resource", pa.string()),
+            ("attempt", pa.int32()),
+            ("error", pa.string()),
+            ("requested_at", _TS),
+        ]
+    ),
+    "github_pages": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("state", pa.string()),
+            ("per_page", pa.int32()),
+            ("page", pa.int32()),
+            ("url", pa.string()),
+            ("etag", pa.string()),
+            ("link", pa.string()),
+            ("items", pa.int32()),
+            ("newest_updated_at", _TS),
+            ("oldest_updated_at", _TS),
+            ("run_id", pa.string()),
+            ("fetched_at", _TS),
+        ]
+    ),
+    "github_syncs": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("state", pa.string()),
+            ("per_page", pa.int32()),
+            ("watermark", _TS),
+            ("complete", pa.bool_()),
+            ("stop_reason", pa.string()),
+            ("pages", pa.int32()),
+            ("requests", pa.int32()),
+            ("not_modified", pa.int32()),
+            ("items", pa.int64()),
+            ("failed_pages", pa.int32()),
+            ("run_id", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+        ]
+    ),
 }
 
 # Views people query. ``{t}`` is replaced by the table's Parquet glob.
@@ -80,7 +176,21 @@ VIEWS: dict[str, str] = {
     "s3_objects": """
         SELECT * FROM read_parquet({s3_objects}, union_by_name = true)
         QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY ingested_at DESC) = 1""",
+    "document_log": "SELECT * FROM read_parquet({documents}, union_by_name = true)",
+    "documents": """
+        SELECT * FROM read_parquet({documents}, union_by_name = true)
+        QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY extracted_at DESC) = 1""",
     "task_timings": "SELECT * FROM read_parquet({task_timings}, union_by_name = true)",
+    "pull_request_log": "SELECT * FROM read_parquet({pull_requests}, union_by_name = true)",
+    "pull_requests": """
+        SELECT * FROM read_parquet({pull_requests}, union_by_name = true)
+        QUALIFY row_number() OVER (
+            PARTITION BY repo, number ORDER BY updated_at DESC, fetched_at DESC) = 1""",
+    "api_requests": "SELECT * FROM read_parquet({api_requests}, union_by_name = true)",
+    "github_pages": """
+        SELECT * FROM read_parquet({github_pages}, union_by_name = true)
+        QUALIFY row_number() OVER (PARTITION BY repo, url ORDER BY fetched_at DESC) = 1""",
+    "github_syncs": "SELECT * FROM read_parquet({github_syncs}, union_by_name = true)",
 }
 _VIEWS_VERSION = "1"
 

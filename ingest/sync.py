@@ -81,12 +81,14 @@ def download_batch(
     for obj in objects:
         entry = manifest.get(obj.key)
         if not full_refresh and is_unchanged(obj, entry):
-            results.append(row(obj, local_path=entry.local_path if entry else None, status="skipped"))
+            results.append(
+                row(obj, local_path=entry.local_path if entry else None, status="skipped")
+            )
             continue
         try:
             dest = keys.local_path_for(obj.key, prefix, root)
         except ItemError as exc:
-            results.append(row(obj, local_path=None, status="failed", error=str(exc)))
+            results.append(row(obj, local_path=None, status="failed", error=describe_error(exc)))
             continue
         jobs.append((obj, dest))
 
@@ -105,7 +107,7 @@ def download_batch(
             raise outcome
         else:
             attempts = outcome.attempts if isinstance(outcome, ItemError) else 1
-            message = redact(f"{type(outcome).__name__}: {outcome}")
+            message = describe_error(outcome)
             log.warning("s3://%s/%s failed: %s", obj.bucket, obj.key, message)
             results.append(
                 row(obj, local_path=None, status="failed", error=message, attempts=attempts)
@@ -146,6 +148,11 @@ def deleted_results(
         and key.startswith(prefix)
         and keys.matches_filters(keys.relative_key(key, prefix), include, exclude)
     ]
+
+
+def describe_error(exc: BaseException) -> str:
+    """The text stored in an error row: the error's kind and message, secrets masked."""
+    return redact(f"{type(exc).__name__}: {exc}")
 
 
 def summarize(results: Iterable[ObjectResult]) -> BatchSummary:

@@ -122,7 +122,11 @@ def download_batch(
             full_refresh=full_refresh,
         )
         storage.write_part(
-            settings.data_dir, "s3_objects", run_id, f"batch-{batch_no:06d}", [r.as_row() for r in results]
+            settings.data_dir,
+            "s3_objects",
+            run_id,
+            f"batch-{batch_no:06d}",
+            [r.as_row() for r in results],
         )
         summary = sync.summarize(results)
         t.items = len(results)
@@ -144,9 +148,17 @@ def mark_deleted(
     """Mark keys gone from a complete listing as deleted (files and history are kept)."""
     with timed(settings.data_dir, noun="keys") as t:
         rows = sync.deleted_results(
-            manifest, seen, bucket=bucket, prefix=prefix, include=include, exclude=exclude, run_id=run_id
+            manifest,
+            seen,
+            bucket=bucket,
+            prefix=prefix,
+            include=include,
+            exclude=exclude,
+            run_id=run_id,
         )
         if rows:
-            storage.write_part(settings.data_dir, "s3_objects", run_id, "deleted", [r.as_row() for r in rows])
+            storage.write_part(
+                settings.data_dir, "s3_objects", run_id, "deleted", [r.as_row() for r in rows]
+            )
         t.items = len(rows)
     return len(rows)

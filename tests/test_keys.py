@@ -1,0 +1,74 @@
+"""Unit tests: key -> local path mapping, filters, redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest import keys
+from ingest.errors import UnsafeKeyError
+from ingest.redact import redact, register_secret
+
+
+@pytest.mark.parametrize(
+    ("key", "prefix", "expected"),
+    [
+        ("docs/a/b.pdf", "docs/", "a/b.pdf"),
+        ("docs/a/b.pdf", "docs", "a/b.pdf"),
+        ("docs/a/b.pdf", "", "docs/a/b.pdf"),
+        ("docs/report.pdf", "docs/rep", "ort.pdf"),
+    ],
+)
+def test_relative_key_strips_the_prefix_like_aws_cp(key: str, prefix: str, expected: str) -> None:
+    assert keys.relative_key(key, prefix) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("p/../escape.txt", "'..' path segment"),
+        ("p/./dot.txt", "'.' path segment"),
+        ("p/a//double.txt", "empty path segment"),
+        ("p//double.txt", "absolute path"),
+        ("p/back\\slash.txt", "backslash in key"),
+        ("p/ctl\x01.txt", "control character in key"),
+        ("p/nul\x00.txt", "control character in key"),
+        ("p/" + "x" * 256, "path segment longer than 255 bytes"),
+        ("p/.ingest-tmp/x", "reserved"),
+    ],
+)
+def test_hostile_keys_are_refused(tmp_path: Path, key: str, reason: str) -> None:
+    with pytest.raises(UnsafeKeyError, match=reason.replace("'", ".").replace(".", ".")):
+        keys.local_path_for(key, "p/", tmp_path)
+
+
+def test_absolute_key_is_refused_without_a_prefix(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeKeyError, match="absolute path"):
+        keys.local_path_for("/etc/passwd", "", tmp_path)
+
+
+def test_safe_keys_stay_inside_the_root(tmp_path: Path) -> None:
+    path = keys.local_path_for("p/a b/ünï 도면.pdf", "p/", tmp_path)
+    assert path == tmp_path / "a b" / "ünï 도면.pdf"
+    assert path.resolve().is_relative_to(tmp_path.resolve())
+
+
+def test_filters_include_then_exclude() -> None:
+    assert keys.matches_filters("a/b.pdf", ["*.pdf"], [])
+    assert not keys.matches_filters("a/b.txt", ["*.pdf"], [])
+    assert not keys.matches_filters("tmp/b.pdf", ["*.pdf"], ["tmp/*"])
+    assert keys.matches_filters("anything", [], [])
+
+
+def test_redact_masks_tokens_signatures_and_registered_secrets() -> None:
+    register_secret("s3cr3t-value-123")
+    text = (
+        "GET https://api.github.com/x?access_token=abc&page=2 "
+        "Authorization: token ghp_0123456789abcdefghijABCDEFGHIJ "
+        "https://user:pw@host/p X-Amz-Signature=deadbeef s3cr3t-value-123"
+    )
+    out = redact(text)
+    for secret in ("abc&", "ghp_0123456789", "user:pw", "deadbeef", "s3cr3t-value-123"):
+        assert secret not in out
+    assert "page=2" in out
