@@ -88,10 +88,10 @@ class Middleware:
         if fault.kind == "cut":
             return self._cut(environ, start_response)
         if fault.kind == "corrupt":
-            body = bytearray(b"".join(self.app(environ, start_response)))
-            if body:
-                body[len(body) // 2] ^= 0xFF
-            return [bytes(body)]
+            mangled = bytearray(b"".join(self.app(environ, start_response)))
+            if mangled:
+                mangled[len(mangled) // 2] ^= 0xFF
+            return [bytes(mangled)]
         status = int(fault.kind)
         code = "SlowDown" if status == 503 else "InternalError"
         body = (
@@ -168,6 +168,7 @@ class DevServer:
         keepalive: bool = True,
         stock: bool = False,
         port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -188,9 +189,15 @@ class DevServer:
             for f in faults:
                 self.cmd += ["--fault", f]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env = env or {}
 
     def __enter__(self) -> DevServer:
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            **self.env,
+        }
         self.proc = subprocess.Popen(
             self.cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )

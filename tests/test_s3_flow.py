@@ -125,6 +125,17 @@ def test_missing_bucket_fails_the_run_with_what_to_fix(s3_server, data_dir) -> N
     )
 
 
+def test_rejected_credentials_fail_the_run_at_once(data_dir) -> None:
+    # moto enforcing IAM authentication: the test's access key is unknown to it.
+    with DevServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as strict:
+        state = ingest("any-bucket", strict.url, data_dir, return_state=True)
+        assert strict.stats().get("GET object", 0) == 0
+    assert state.is_failed()
+    assert "CredentialsError" in state.message
+    assert "InvalidAccessKeyId" in state.message
+    assert "testing-secret" not in state.message
+
+
 def test_timing_table_and_artifact(s3, s3_server, bucket, data_dir) -> None:
     objects = {f"t/{i}.bin": body_for(f"t{i}") for i in range(30)}
     put_many(s3, bucket, objects)
