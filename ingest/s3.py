@@ -195,9 +195,13 @@ class ListPage:
 
 
 def check_bucket(client: Any, bucket: str) -> None:
-    """Fail fast, with a hint, when the bucket is missing or not ours."""
+    """Fail fast, with a hint, when the bucket is missing or not ours.
+
+    A one-key listing rather than HeadBucket: HEAD answers carry no error body,
+    so a 403 could not tell rejected credentials from a missing permission.
+    """
     with translate_errors(bucket):
-        client.head_bucket(Bucket=bucket)
+        client.list_objects_v2(Bucket=bucket, MaxKeys=1)
 
 
 def list_page(client: Any, bucket: str, prefix: str, token: str | None = None) -> ListPage:
