@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against the baselines (see benchmarks/README.md)."""

@@ -1,0 +1,129 @@
+"""The ``github-pulls`` flow: pull requests of many repositories, incrementally.
+
+One task fetches every repository concurrently (one shared HTTP client, one
+in-flight limit, one rate-limit governor) and stores each repository as it
+ends; the flow loads the stored state first and publishes the summary last.
+A run stopped by the rate limit completes with the reason in its summary and
+in ``github_syncs.stop_reason``; the next run resumes. A missing repository
+fails the run after the others are stored; a rejected token fails it at once.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from pydantic import Field
+
+from ingest.github.errors import GitHubTerminalError
+from ingest.github.records import GitHubSummary
+from ingest.github.sync import check_repo
+from ingest.settings import Settings
+from tasks.github import fetch_pulls, load_sync_state, publish_summary
+from tasks.storage import update_warehouse
+
+
+class TooManyFailedPagesError(GitHubTerminalError):
+    """More pages failed after their retries than ``max_failed_ratio`` allows."""
+
+
+@flow(
+    name="github-pulls",
+    description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
+    "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
+    validate_parameters=True,
+)
+def github_pulls(
+    repos: Annotated[
+        list[str], Field(description="Repositories as owner/name.", min_length=1, max_length=500)
+    ],
+    state: Annotated[
+        Literal["open", "closed", "all"] | None,
+        Field(description="Pull requests to list: open, closed or all (default all)."),
+    ] = None,
+    per_page: Annotated[
+        int | None,
+        Field(
+            description="Items per page, 1-100. Empty chooses it from the remaining budget and "
+            "the expected number of pull requests (smaller pages answer faster and run in "
+            "parallel, but each costs one request of the budget).",
+            ge=1,
+            le=100,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        Field(
+            description="Requests in flight across all repositories (at most 100).", ge=1, le=100
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        Field(
+            description="API root; GitHub Enterprise uses https://HOST/api/v3. "
+            "Empty: https://api.github.com."
+        ),
+    ] = None,
+    token_block: Annotated[
+        str | None,
+        Field(
+            description="Name of a Prefect Secret block holding the token. Empty: the GITHUB_TOKEN "
+            "environment variable, else unauthenticated (60 requests/hour)."
+        ),
+    ] = None,
+    rate_limit_reserve: Annotated[
+        int | None, Field(description="Requests of the hourly budget never spent.", ge=0)
+    ] = None,
+    max_wait: Annotated[
+        float | None,
+        Field(
+            description="Longest wait in seconds for the rate limit to reset; beyond it the run "
+            "stops cleanly and the next run resumes.",
+            ge=0,
+        ),
+    ] = None,
+    data_dir: Annotated[
+        str | None, Field(description="Folder for the Parquet tables and warehouse.duckdb.")
+    ] = None,
+    full_refresh: Annotated[
+        bool, Field(description="Fetch every page again, ignoring stored ETags and watermarks.")
+    ] = False,
+) -> GitHubSummary:
+    started = time.perf_counter()
+    overrides = {
+        "github_state": state,
+        "github_per_page": per_page,
+        "github_concurrency": concurrency,
+        "github_base_url": base_url,
+        "github_rate_limit_reserve": rate_limit_reserve,
+        "github_max_wait": max_wait,
+        "data_dir": Path(data_dir) if data_dir else None,
+    }
+    settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    repos = [check_repo(r) for r in dict.fromkeys(repos)]
+    run_id = str(flow_run.id or "local")
+
+    priors = load_sync_state(settings, repos, full_refresh)
+    summary = fetch_pulls(settings, repos, priors, run_id, token_block, full_refresh)
+    update_warehouse(settings)
+    summary.seconds = time.perf_counter() - started
+    summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")
+
+    if summary.stopped:
+        get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)
+    if summary.errors:
+        _, error = summary.errors[0]
+        raise GitHubTerminalError(
+            f"{len(summary.errors)} of {len(repos)} repositories failed; first: {error}"
+        )
+    pages = sum(r["pages"] for r in summary.repos) or 1
+    if summary.failed_pages / pages > settings.max_failed_ratio:
+        raise TooManyFailedPagesError(
+            f"{summary.failed_pages} of {pages} pages failed after their retries; see "
+            f"SELECT url, status, error FROM api_requests "
+            f"WHERE run_id = '{run_id}' AND error IS NOT NULL"
+        )
+    return summary

@@ -1,0 +1,280 @@
+"""Paging strategies and the generic paging loop.
+
+A strategy reads one response (URL, headers, decoded body) and answers two
+questions:
+
+* ``next_url``: the page after this one, for following a listing one page
+  at a time;
+* ``planned_urls``: the pages that can be requested *now*, all at once,
+  because this response says how many there are (GitHub's ``rel="last"``, a
+  total count in the body). Empty when the API does not say.
+
+GitHub's ``Link`` header is one strategy (``LinkHeaderPaginator``); page
+numbers, offsets and body cursors are others. A new API style is a new
+class here, not a fork of the loop (``fetch_pages``, and the GitHub sync in
+``ingest.github.sync``, which adds ETags and a watermark on top).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+_LINK = re.compile(r'<([^>]*)>\s*;\s*rel="([^"]+)"')
+
+
+def parse_link_header(value: str | None) -> dict[str, str]:
+    """``<url>; rel="next", <url>; rel="last"`` -> ``{"next": url, "last": url}``."""
+    links: dict[str, str] = {}
+    for url, rels in _LINK.findall(value or ""):
+        for rel in rels.split():
+            links[rel] = url
+    return links
+
+
+def set_param(url: str, name: str, value: Any) -> str:
+    """``url`` with one query parameter replaced (or added)."""
+    return str(httpx.URL(url).copy_set_param(name, str(value)))
+
+
+def get_param(url: str, name: str) -> str | None:
+    return httpx.URL(url).params.get(name)
+
+
+def dig(data: Any, path: str | None) -> Any:
+    """``dig({"a": {"b": 1}}, "a.b") == 1``; None when any step is missing."""
+    if not path:
+        return data
+    for part in path.split("."):
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(part)
+    return data
+
+
+class Paginator(ABC):
+    """One API's paging convention. Subclasses are small and stateless."""
+
+    items_path: str | None = None  # where the list of items sits in the body (None: the body)
+
+    def first_url(self, url: str) -> str:
+        """The URL of the first page (adds the paging parameters the strategy needs)."""
+        return url
+
+    def items(self, data: Any) -> list[Any]:
+        found = dig(data, self.items_path)
+        return list(found) if isinstance(found, list) else []
+
+    @abstractmethod
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        """The page after ``url``, or None at the end."""
+
+    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+        """Further pages known from the first response; fetched concurrently."""
+        return []
+
+
+class LinkHeaderPaginator(Paginator):
+    """GitHub (and RFC 8288) ``Link`` headers.
+
+    ``planned_urls`` derives pages 2..N only from the ``rel="last"`` URL the
+    API gave, by changing its ``page`` parameter: the page numbers ``last``
+    implies, nothing else. Without ``last`` it plans nothing and the loop
+    follows ``rel="next"``.
+    """
+
+    def __init__(self, page_param: str = "page") -> None:
+        self.page_param = page_param
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        return parse_link_header(headers.get("link")).get("next")
+
+    def last_page(self, headers: Mapping[str, str]) -> int | None:
+        last = parse_link_header(headers.get("link")).get("last")
+        page = get_param(last, self.page_param) if last else None
+        return int(page) if page and page.isdigit() else None
+
+    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+        links = parse_link_header(headers.get("link"))
+        last = links.get("last")
+        last_no = self.last_page(headers)
+        if not last or last_no is None:
+            return []
+        current = get_param(links.get("next", ""), self.page_param) if "next" in links else None
+        start = int(current) if current and current.isdigit() else 2
+        return [set_param(last, self.page_param, n) for n in range(start, last_no + 1)]
+
+
+class PageNumberPaginator(Paginator):
+    """``?page=N``; the total number of pages, when the body gives it, allows planning.
+
+    Without a total, the next page is requested while the current one is full.
+    """
+
+    def __init__(
+        self,
+        *,
+        page_param: str = "page",
+        size_param: str = "per_page",
+        page_size: int = 100,
+        first_page: int = 1,
+        total_pages_path: str | None = None,
+        items_path: str | None = None,
+    ) -> None:
+        self.page_param, self.size_param = page_param, size_param
+        self.page_size, self.first_page = page_size, first_page
+        self.total_pages_path, self.items_path = total_pages_path, items_path
+
+    def first_url(self, url: str) -> str:
+        url = set_param(url, self.size_param, self.page_size)
+        return set_param(url, self.page_param, self.first_page)
+
+    def _page(self, url: str) -> int:
+        value = get_param(url, self.page_param)
+        return int(value) if value and value.isdigit() else self.first_page
+
+    def _total(self, data: Any) -> int | None:
+        total = dig(data, self.total_pages_path) if self.total_pages_path else None
+        return int(total) if isinstance(total, int | str) and str(total).isdigit() else None
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        page, total = self._page(url), self._total(data)
+        if total is not None:
+            last = total + self.first_page - 1
+            return set_param(url, self.page_param, page + 1) if page < last else None
+        return (
+            set_param(url, self.page_param, page + 1)
+            if len(self.items(data)) >= self.page_size
+            else None
+        )
+
+    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+        total = self._total(data)
+        if total is None:
+            return []
+        last = total + self.first_page - 1
+        return [set_param(url, self.page_param, n) for n in range(self._page(url) + 1, last + 1)]
+
+
+class OffsetPaginator(Paginator):
+    """``?offset=N&limit=M``; a total item count in the body allows planning."""
+
+    def __init__(
+        self,
+        *,
+        offset_param: str = "offset",
+        limit_param: str = "limit",
+        limit: int = 100,
+        total_path: str | None = "total",
+        items_path: str | None = None,
+    ) -> None:
+        self.offset_param, self.limit_param, self.limit = offset_param, limit_param, limit
+        self.total_path, self.items_path = total_path, items_path
+
+    def first_url(self, url: str) -> str:
+        return set_param(set_param(url, self.limit_param, self.limit), self.offset_param, 0)
+
+    def _offset(self, url: str) -> int:
+        value = get_param(url, self.offset_param)
+        return int(value) if value and value.isdigit() else 0
+
+    def _total(self, data: Any) -> int | None:
+        total = dig(data, self.total_path) if self.total_path else None
+        return int(total) if isinstance(total, int | str) and str(total).isdigit() else None
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        offset, total, n = self._offset(url), self._total(data), len(self.items(data))
+        if (
+            n == 0
+            or (total is not None and offset + n >= total)
+            or (total is None and n < self.limit)
+        ):
+            return None
+        return set_param(url, self.offset_param, offset + n)
+
+    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+        total = self._total(data)
+        if total is None:
+            return []
+        start = self._offset(url) + self.limit
+        return [set_param(url, self.offset_param, o) for o in range(start, total, self.limit)]
+
+
+class BodyCursorPaginator(Paginator):
+    """An opaque cursor in the body (``{"items": [...], "next_cursor": "abc"}``).
+
+    Cursors cannot be planned: each page names the next, so pages of one
+    listing are fetched one after another (listings of different sources
+    still run concurrently).
+    """
+
+    def __init__(
+        self,
+        *,
+        cursor_path: str = "next_cursor",
+        cursor_param: str = "cursor",
+        items_path: str | None = "items",
+    ) -> None:
+        self.cursor_path, self.cursor_param, self.items_path = cursor_path, cursor_param, items_path
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        cursor = dig(data, self.cursor_path)
+        return set_param(url, self.cursor_param, cursor) if cursor else None
+
+
+@dataclass(slots=True)
+class Page:
+    """One fetched page: where it came from, its headers and decoded body."""
+
+    url: str
+    headers: Mapping[str, str]
+    data: Any
+
+
+Fetch = Callable[[str], Awaitable[Page]]
+
+
+async def fetch_pages(
+    fetch: Fetch, url: str, paginator: Paginator, *, concurrency: int = 8
+) -> AsyncIterator[Page]:
+    """Every page of a listing: the first, then the planned pages concurrently
+    (at most ``concurrency`` in flight, yielded in page order), else following
+    ``next_url`` one page at a time. ``fetch`` does the HTTP (and its retries)."""
+    page = await fetch(paginator.first_url(url))
+    yield page
+    planned = paginator.planned_urls(page.url, page.headers, page.data)
+    if planned:
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(u: str) -> Page:
+            async with limit:
+                return await fetch(u)
+
+        tasks = [asyncio.ensure_future(one(u)) for u in planned]
+        try:
+            for task in tasks:
+                yield await task
+        finally:
+            for task in tasks:
+                task.cancel()
+        return
+    while (nxt := paginator.next_url(page.url, page.headers, page.data)) is not None:
+        page = await fetch(nxt)
+        yield page
+
+
+def client_fetch(client: httpx.AsyncClient) -> Fetch:
+    """A plain ``fetch`` for ``fetch_pages``: GET, raise on 4xx/5xx, decode JSON."""
+
+    async def fetch(url: str) -> Page:
+        response = await client.get(url)
+        response.raise_for_status()
+        return Page(url=str(response.request.url), headers=response.headers, data=response.json())
+
+    return fetch

@@ -1,0 +1,240 @@
+"""GitHub's rate-limit protocol, and the one retry policy for 5xx and timeouts.
+
+Retry layers, one per failure kind (see ``ingest.github.client``):
+
+1. ``RateLimitGovernor`` gates every request on the primary budget read from
+   ``x-ratelimit-*`` headers: a request is sent only while ``remaining``
+   minus the requests already in flight stays above the reserve, so
+   ``remaining`` never falls below it. When the budget is spent it waits
+   for ``x-ratelimit-reset`` if that is within ``max_wait``, otherwise it
+   raises ``RateLimitStop`` and the run stops cleanly. Secondary limits
+   (403/429 with ``Retry-After``, or without it) pause *all* requests:
+   ``Retry-After`` seconds, else ``secondary_backoff`` doubling per
+   consecutive hit; and they halve the requests allowed in flight for the
+   rest of the run (GitHub's secondary limits punish concurrency).
+2. ``RetryPolicy`` retries 5xx answers, timeouts and broken connections of
+   one request: capped exponential backoff with full jitter.
+3. Prefect task retries are not used for paging: a page that fails after
+   its retries becomes an ``api_requests`` row with its error, and the
+   repository's watermark is not advanced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ingest.github.errors import RateLimitStop
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Capped exponential backoff with jitter for 5xx answers and timeouts.
+
+    Attempt ``n`` (1-based) failing waits ``min(cap, base * 2**(n-1))`` scaled
+    by a random factor in ``[1 - jitter, 1]``; after ``max_attempts`` attempts
+    the last error is raised.
+    """
+
+    max_attempts: int = 5
+    base: float = 1.0
+    cap: float = 30.0
+    jitter: float = 0.5
+
+    def delay(self, failed_attempts: int, rng: Callable[[], float] = random.random) -> float:
+        ceiling = min(self.cap, self.base * 2 ** max(0, failed_attempts - 1))
+        return ceiling * (1 - self.jitter * rng())
+
+
+@dataclass(slots=True)
+class Budget:
+    """The primary limit of one resource (``core``, ``search`` ...), as last seen."""
+
+    limit: int
+    remaining: int
+    used: int
+    reset: float  # epoch seconds
+
+    def reset_in(self, now: float) -> float:
+        return self.reset - now
+
+
+def parse_budget(headers: Mapping[str, str]) -> tuple[str, Budget] | None:
+    """The ``x-ratelimit-*`` headers of a response, or None when absent."""
+    try:
+        remaining = int(headers["x-ratelimit-remaining"])
+        limit = int(headers.get("x-ratelimit-limit", remaining))
+        used = int(headers.get("x-ratelimit-used", max(0, limit - remaining)))
+        reset = float(headers.get("x-ratelimit-reset", 0))
+    except (KeyError, ValueError):
+        return None
+    return headers.get("x-ratelimit-resource", "core"), Budget(limit, remaining, used, reset)
+
+
+class RateLimitGovernor:
+    """Admits requests while the primary budget allows; pauses on secondary limits.
+
+    One governor is shared by every request of a run (all repositories), on
+    one event loop.
+
+    Args:
+        reserve: requests to leave unspent; capped at a tenth of the limit so
+            that unauthenticated runs (60/hour) can still make progress.
+        max_wait: longest wait, in seconds, for the primary limit to reset;
+            beyond it the run stops cleanly with ``RateLimitStop``.
+        secondary_backoff: first pause, in seconds, after a secondary limit
+            without ``Retry-After`` (GitHub asks for at least 60); doubles per
+            consecutive hit.
+        clock: wall clock in epoch seconds (``x-ratelimit-reset`` is epoch).
+    """
+
+    def __init__(
+        self,
+        *,
+        reserve: int = 100,
+        max_wait: float = 900.0,
+        secondary_backoff: float = 60.0,
+        resource: str = "core",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.reserve = reserve
+        self.max_wait = max_wait
+        self.secondary_backoff = secondary_backoff
+        self.resource = resource
+        self.clock = clock
+        self.budget: Budget | None = None
+        self.unlimited = False  # rate limiting disabled (some GitHub Enterprise servers)
+        self.pending = 0
+        self.paused_until = 0.0  # time.monotonic()
+        self.secondary_hits = 0
+        self.cap: int | None = None  # in-flight cap after a secondary limit (None: no cap)
+        self._strikes = 0
+        self._cond = asyncio.Condition()
+        # figures for the run summary and the tests
+        self.start_remaining: int | None = None
+        self.min_remaining: int | None = None
+        self.waited_seconds = 0.0
+        self.primary_waits = 0
+
+    @property
+    def effective_reserve(self) -> int:
+        if self.budget is None:
+            return self.reserve
+        return min(self.reserve, self.budget.limit // 10)
+
+    async def acquire(self) -> None:
+        """Wait until one more request may be sent; raise ``RateLimitStop`` when it may not."""
+        async with self._cond:
+            while True:
+                pause = self.paused_until - time.monotonic()
+                if pause > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._cond.wait(), timeout=pause)
+                    continue
+                if self.cap is not None and self.pending >= self.cap:
+                    await self._cond.wait()
+                    continue
+                if self.unlimited:
+                    break
+                budget = self.budget
+                if budget is None:  # not known yet: one request at a time learns it
+                    if self.pending == 0:
+                        break
+                    await self._cond.wait()
+                    continue
+                if budget.remaining - self.pending > self.effective_reserve:
+                    break
+                if self.pending:  # answers in flight may show a reset
+                    await self._cond.wait()
+                    continue
+                wait = budget.reset_in(self.clock()) + 1.0
+                if wait <= 1.0:  # the window has reset: learn the new budget
+                    self.budget = None
+                    continue
+                reset_at = datetime.fromtimestamp(budget.reset, UTC).strftime("%H:%M:%S UTC")
+                if wait > self.max_wait:
+                    raise RateLimitStop(
+                        f"primary rate limit: {budget.remaining} of {budget.limit} requests left "
+                        f"(reserve {self.effective_reserve}); resets at {reset_at}, "
+                        f"in {wait:.0f} s, beyond max_wait {self.max_wait:.0f} s",
+                        reset_at=budget.reset,
+                    )
+                log.warning("primary rate limit reached; waiting %.0f s until %s", wait, reset_at)
+                self.primary_waits += 1
+                self.waited_seconds += wait
+                self.paused_until = time.monotonic() + wait
+                self.budget = None
+            self.pending += 1
+
+    async def release(self, headers: Mapping[str, str] | None) -> None:
+        """Account for an answered (or failed) request and read its headers."""
+        async with self._cond:
+            self.pending -= 1
+            if headers is not None:
+                self.observe(headers)
+            self._cond.notify_all()
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        parsed = parse_budget(headers)
+        if parsed is None:
+            if self.budget is None:  # answers without a budget: rate limiting is disabled
+                self.unlimited = True
+            return
+        resource, seen = parsed
+        if resource != self.resource:
+            return
+        self.unlimited = False
+        current = self.budget
+        if current is None or seen.reset > current.reset:  # first sight, or a new window
+            self.budget = seen
+        elif seen.reset == current.reset and seen.remaining < current.remaining:
+            self.budget = seen  # answers arrive out of order; the lowest is the latest
+        if self.start_remaining is None:
+            self.start_remaining = seen.remaining
+        if self.min_remaining is None or seen.remaining < self.min_remaining:
+            self.min_remaining = seen.remaining
+
+    async def secondary_limit(self, retry_after: float | None, in_flight: int) -> float:
+        """Pause every request after a secondary limit and halve the in-flight cap;
+        returns the pause in seconds.
+
+        Answers to requests that were in flight together are one burst: only
+        the first one escalates the backoff and lowers the cap.
+        """
+        async with self._cond:
+            self.secondary_hits += 1
+            now = time.monotonic()
+            if self.paused_until > now:  # another answer of the same burst
+                return self.paused_until - now
+            if retry_after is not None:
+                pause = retry_after
+            else:
+                pause = self.secondary_backoff * 2**self._strikes
+                self._strikes += 1
+            self.cap = max(1, min(self.cap or in_flight, in_flight) // 2)
+            self.paused_until = now + pause
+            self.waited_seconds += pause
+            self._cond.notify_all()
+        log.warning(
+            "secondary rate limit; pausing all requests for %.1f s, then at most %d in flight",
+            pause,
+            self.cap,
+        )
+        return pause
+
+    def succeeded(self) -> None:
+        """A request went through: the next secondary limit starts the backoff afresh."""
+        self._strikes = 0
+
+    def primary_exhausted(self) -> None:
+        """A 403/429 with ``remaining: 0`` (the headers were observed on release)."""
+        if self.budget is not None:
+            self.budget.remaining = 0

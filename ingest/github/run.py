@@ -1,0 +1,179 @@
+"""One run of the GitHub source for many repositories: the plain function
+under the ``fetch-pulls`` task, also used by the CLI tests and the benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from ingest import storage
+from ingest.github import store
+from ingest.github.client import GitHubClient, make_http_client
+from ingest.github.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.github.records import GitHubSummary, RepoResult, RepoState
+from ingest.github.sync import (
+    PER_PAGE_MAX,
+    SyncOptions,
+    check_repo,
+    choose_per_page,
+    probe_rate_limit,
+    summarize_result,
+    sync_repos,
+)
+from ingest.settings import Settings
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running loop
+    (then on a short-lived thread with its own loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="github-sync")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def governor_for(settings: Settings) -> RateLimitGovernor:
+    return RateLimitGovernor(
+        reserve=settings.github_rate_limit_reserve,
+        max_wait=settings.github_max_wait,
+        secondary_backoff=settings.github_secondary_backoff,
+    )
+
+
+def retry_for(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=settings.github_max_attempts,
+        base=settings.github_retry_base,
+        cap=settings.github_retry_cap,
+    )
+
+
+def fetch_pulls(
+    settings: Settings,
+    repos: Sequence[str],
+    *,
+    run_id: str,
+    token: str | None = None,
+    priors: dict[str, RepoState] | None = None,
+    full_refresh: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> GitHubSummary:
+    """Sync the pull requests of ``repos`` into ``data_dir`` and summarise the run.
+
+    Raises ``BadCredentialsError`` (401) at once; every other outcome is in the
+    summary (per repository: complete or why it stopped, errors such as 404).
+    """
+    repos = [check_repo(r) for r in dict.fromkeys(repos)]
+    storage.ensure_tables(settings.data_dir)
+    if priors is None:
+        priors = store.load_states(settings.data_dir, repos, settings.github_state)
+    return run_async(_fetch(settings, repos, run_id, token, priors, full_refresh, transport))
+
+
+async def _fetch(
+    settings: Settings,
+    repos: list[str],
+    run_id: str,
+    token: str | None,
+    priors: dict[str, RepoState],
+    full_refresh: bool,
+    transport: httpx.AsyncBaseTransport | None,
+) -> GitHubSummary:
+    started = time.perf_counter()
+    governor = governor_for(settings)
+    summary = GitHubSummary(run_id=run_id)
+    http = make_http_client(
+        settings.github_base_url,
+        token,
+        concurrency=settings.github_concurrency,
+        timeout=settings.github_timeout,
+        transport=transport,
+    )
+    async with http:
+        gh = GitHubClient(
+            http,
+            governor,
+            retry_for(settings),
+            concurrency=settings.github_concurrency,
+            secondary_retries=settings.github_secondary_retries,
+            run_id=run_id,
+        )
+        results: list[RepoResult] = []
+        try:
+            # The budget is read first (GET /rate_limit is free) only when a page size is to
+            # be chosen; otherwise the governor learns it from the first answer.
+            auto_for = [
+                r
+                for r in repos
+                if not settings.github_per_page and (full_refresh or priors[r].per_page is None)
+            ]
+            auto = PER_PAGE_MAX
+            if auto_for:
+                remaining = await probe_rate_limit(gh)
+                budget = None
+                if remaining is not None:
+                    above = max(0, remaining - governor.effective_reserve)
+                    budget = max(1, int(above * settings.github_budget_share))
+                auto = choose_per_page(
+                    [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
+                    concurrency=settings.github_concurrency,
+                    budget=budget,
+                    base_s=settings.github_latency_base,
+                    per_item_s=settings.github_latency_per_item,
+                )
+
+            def opts_for(repo: str) -> SyncOptions:
+                kept = None if full_refresh else priors[repo].per_page
+                return SyncOptions(
+                    state=settings.github_state,
+                    per_page=settings.github_per_page or kept or auto,
+                    full_refresh=full_refresh,
+                    run_id=run_id,
+                    concurrency=settings.github_concurrency,
+                )
+
+            async def on_result(result: RepoResult) -> None:
+                await asyncio.to_thread(store.write_result, settings.data_dir, run_id, result)
+
+            summary.per_page = settings.github_per_page or auto
+            results = await sync_repos(gh, repos, opts_for, priors, on_result)
+        finally:
+            store.write_requests(
+                settings.data_dir, run_id, "rate-limit", [r for r in gh.requests if not r.repo]
+            )
+    summary.repos = [summarize_result(r) for r in results]
+    summary.pulls = sum(len(r.pulls) for r in results)
+    summary.requests = len(gh.requests)
+    summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
+    summary.budget_spent = sum(
+        1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
+    )
+    summary.per_page = max((r.sync.per_page for r in results), default=summary.per_page)
+    summary.failed_pages = sum(r.sync.failed_pages for r in results)
+    stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
+    summary.stopped = "; ".join(sorted(stops)) or None
+    summary.errors = [(r.repo, r.error) for r in results if r.error]
+    summary.max_in_flight = gh.max_in_flight
+    summary.seconds = time.perf_counter() - started
+    return summary

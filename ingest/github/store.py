@@ -1,0 +1,90 @@
+"""What the GitHub source reads from and writes to the Parquet tables.
+
+Write order per repository makes a crash safe for the incremental state:
+``pull_requests`` first, then ``api_requests``, ``github_pages`` (the
+ETags) and last ``github_syncs`` (the watermark). A crash in between leaves
+items without their ETags or watermark, which costs a re-fetch, never a
+page that answers 304 while its items were never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+import duckdb
+
+from ingest import storage
+from ingest.github.records import ApiRequest, PageRecord, RepoResult, RepoState
+
+
+def part_name(repo: str, state: str) -> str:
+    """``octo/hello.world`` + ``all`` -> ``octo__hello.world-all`` (one part per run and repo)."""
+    return f"{repo.replace('/', '__')}-{state}"
+
+
+def load_states(data_dir: Path, repos: Sequence[str], state: str) -> dict[str, RepoState]:
+    """Stored ETags, the watermark of the last complete sync, and how many pull
+    requests each repository has, read straight from Parquet."""
+    states = {r: RepoState() for r in repos}
+    if not repos:
+        return states
+    repo_list = list(repos)
+    with duckdb.connect() as con:
+        pages = con.execute(
+            f"""
+            SELECT * FROM {storage.scan(data_dir, "github_pages")}
+            WHERE list_contains(?, repo) AND state = ?
+            QUALIFY row_number() OVER (PARTITION BY repo, url ORDER BY fetched_at DESC) = 1
+            """,
+            [repo_list, state],
+        )
+        cols = [d[0] for d in pages.description or ()]
+        for values in pages.fetchall():
+            row = dict(zip(cols, values, strict=True))
+            record = PageRecord(**{f.name: row[f.name] for f in fields(PageRecord)})
+            states[record.repo].pages[record.url] = record
+        syncs = con.execute(
+            f"""
+            SELECT repo, arg_max(per_page, ended_at), arg_max(complete, ended_at),
+                   max(watermark) FILTER (WHERE complete)
+            FROM {storage.scan(data_dir, "github_syncs")}
+            WHERE list_contains(?, repo) AND state = ?
+            GROUP BY repo
+            """,
+            [repo_list, state],
+        ).fetchall()
+        for repo, per_page, complete, watermark in syncs:
+            st = states[repo]
+            st.per_page, st.last_complete, st.watermark = per_page, bool(complete), watermark
+        counts = con.execute(
+            f"""
+            SELECT repo, count(DISTINCT number) FROM {storage.scan(data_dir, "pull_requests")}
+            WHERE list_contains(?, repo) GROUP BY repo
+            """,
+            [repo_list],
+        ).fetchall()
+        for repo, n in counts:
+            states[repo].stored_items = int(n)
+    return states
+
+
+def write_result(data_dir: Path, run_id: str, result: RepoResult) -> None:
+    """Store one repository's outcome (see the module doc for the order)."""
+    part = part_name(result.repo, result.sync.state)
+    rows = {
+        "pull_requests": [p.as_row() for p in result.pulls],
+        "api_requests": [r.as_row() for r in result.requests],
+        "github_pages": [p.as_row() for p in result.pages],
+    }
+    for table, table_rows in rows.items():
+        if table_rows:  # an unchanged repository (all 304) writes no empty parts
+            storage.write_part(data_dir, table, run_id, part, table_rows)
+    storage.write_part(data_dir, "github_syncs", run_id, part, [result.sync.as_row()])
+
+
+def write_requests(data_dir: Path, run_id: str, part: str, requests: Sequence[ApiRequest]) -> None:
+    """Requests that belong to no repository (the ``/rate_limit`` probe)."""
+    if requests:
+        storage.write_part(data_dir, "api_requests", run_id, part, [r.as_row() for r in requests])

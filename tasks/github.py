@@ -1,0 +1,101 @@
+"""GitHub tasks: load the stored sync state, fetch pull requests, publish the summary.
+
+The whole fetch of a run is one task: every repository's pages share one
+event loop, one ``httpx.AsyncClient``, one in-flight limit and one rate-limit
+governor, which a task per page or per repository could not share (and a
+task per page would cost more orchestration than the request itself). The
+fetch has no Prefect retries: failed pages are rows, the watermark does not
+advance past them, and the next run fetches them again.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ingest import report
+from ingest.github import store
+from ingest.github.records import GitHubSummary, RepoState
+from ingest.github.run import fetch_pulls as fetch_pulls_plain
+from ingest.github.summary import markdown
+from ingest.redact import register_secret
+from ingest.settings import Settings
+from tasks.timing import timed
+
+
+def resolve_token(settings: Settings, token_block: str | None) -> str | None:
+    """The token from a Prefect ``Secret`` block, else ``GITHUB_TOKEN``, else
+    ``INGEST_GITHUB_TOKEN``; None means unauthenticated (60 requests/hour)."""
+    token: str | None = None
+    if token_block:
+        from prefect.blocks.system import Secret
+
+        token = str(Secret.load(token_block).get())
+    elif os.environ.get("GITHUB_TOKEN"):
+        token = os.environ["GITHUB_TOKEN"]
+    elif settings.github_token is not None:
+        token = settings.github_token.get_secret_value()
+    register_secret(token)
+    return token or None
+
+
+@task(name="load-sync-state", cache_policy=NO_CACHE)
+def load_sync_state(
+    settings: Settings, repos: list[str], full_refresh: bool
+) -> dict[str, RepoState]:
+    """Stored ETags and watermarks of earlier runs (none on a full refresh)."""
+    with timed(settings.data_dir, noun="pages") as t:
+        if full_refresh:
+            states = {r: RepoState() for r in repos}
+        else:
+            states = store.load_states(settings.data_dir, repos, settings.github_state)
+        t.items = sum(len(s.pages) for s in states.values())
+    return states
+
+
+@task(name="fetch-pulls", cache_policy=NO_CACHE)
+def fetch_pulls(
+    settings: Settings,
+    repos: list[str],
+    priors: dict[str, RepoState],
+    run_id: str,
+    token_block: str | None = None,
+    full_refresh: bool = False,
+) -> GitHubSummary:
+    """Page every repository concurrently and store each as it ends (one part per repository)."""
+    token = resolve_token(settings, token_block)  # resolved here: never a task parameter
+    with timed(settings.data_dir, noun="pull requests") as t:
+        summary = fetch_pulls_plain(
+            settings, repos, run_id=run_id, token=token, priors=priors, full_refresh=full_refresh
+        )
+        t.items = summary.pulls
+    logger = get_run_logger()
+    for r in summary.repos:
+        logger.info(
+            "%s: %s pull requests, %s requests (%s not modified), %s",
+            r["repo"],
+            r["pull_requests"],
+            r["requests"],
+            r["not_modified"],
+            "complete" if r["complete"] else f"incomplete: {r['stop_reason'] or r['error']}",
+        )
+    return summary
+
+
+@task(name="publish-github-summary", cache_policy=NO_CACHE)
+def publish_summary(settings: Settings, summary: GitHubSummary, title: str) -> GitHubSummary:
+    """Per-stage timing and per-repository figures as artifacts on the flow run."""
+    summary.stages = report.stage_table(settings.data_dir, summary.run_id)
+    create_table_artifact(
+        key="github-repos", table=summary.repos, description=f"{title}: per repository"
+    )
+    create_table_artifact(
+        key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
+    )
+    create_markdown_artifact(
+        key="run-summary", markdown=markdown(summary, title), description=title
+    )
+    return summary

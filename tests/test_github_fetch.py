@@ -1,0 +1,306 @@
+"""The GitHub source against a real GitHub-compatible HTTP server on loopback
+(``ingest.devgithub`` in its own process), real Parquet files and DuckDB.
+No Prefect here (see test_github_flow.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from ingest import storage
+from ingest.devgithub import DevGitHub
+from ingest.github.errors import BadCredentialsError
+from ingest.github.records import GitHubSummary
+from ingest.github.run import fetch_pulls
+from ingest.settings import Settings
+
+TOKEN = "ghp_TestTokenValue0123456789abcdefABCDEF"
+Server = Callable[..., DevGitHub]
+
+
+@pytest.fixture
+def github() -> Iterator[Server]:
+    """Start servers with a given config; all are stopped after the test."""
+    started: list[DevGitHub] = []
+
+    def start(**config: Any) -> DevGitHub:
+        config.setdefault("token", TOKEN)
+        server = DevGitHub(**config).__enter__()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.__exit__(None, None, None)
+
+
+def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Settings:
+    defaults: dict[str, Any] = {
+        "data_dir": data_dir,
+        "github_base_url": server.url,
+        "github_retry_base": 0.01,
+        "github_retry_cap": 0.05,
+        "github_secondary_backoff": 0.05,
+        "github_timeout": 5.0,
+        "github_max_wait": 0.0,
+        "github_rate_limit_reserve": 10,
+    }
+    return Settings(**{**defaults, **kw})
+
+
+def run(settings: Settings, repos: list[str], run_id: str, **kw: Any) -> GitHubSummary:
+    return fetch_pulls(settings, repos, run_id=run_id, token=TOKEN, **kw)
+
+
+def sql(data_dir: Path, query: str) -> list[tuple[Any, ...]]:
+    storage.ensure_tables(data_dir)
+    tables = ("pull_requests", "api_requests", "github_syncs", "github_pages")
+    with duckdb.connect() as con:
+        for t in tables:
+            con.execute(f"CREATE VIEW {t}_all AS SELECT * FROM {storage.scan(data_dir, t)}")
+        return con.execute(query).fetchall()
+
+
+def numbers(data_dir: Path, repo: str) -> list[int]:
+    """Every stored row's number for ``repo`` across all runs, sorted (duplicates kept)."""
+    return sorted(
+        n for (n,) in sql(data_dir, f"SELECT number FROM pull_requests_all WHERE repo = '{repo}'")
+    )
+
+
+def test_every_pull_request_exactly_once_within_the_in_flight_limit(
+    github: Server, data_dir: Path
+) -> None:
+    server = github(repos={"octo/big": 480, "octo/small": 35, "octo/empty": 0})
+    settings = settings_for(server, data_dir, github_concurrency=8)
+    summary = run(settings, ["octo/big", "octo/small", "octo/empty"], "r1")
+    assert summary.complete and not summary.errors and summary.failed_pages == 0
+    assert numbers(data_dir, "octo/big") == list(range(1, 481))
+    assert numbers(data_dir, "octo/small") == list(range(1, 36))
+    assert numbers(data_dir, "octo/empty") == []
+    stats = server.stats()
+    assert stats["max_in_flight"] <= 8 and summary.max_in_flight <= 8
+    assert stats.get("secondary", 0) == 0 and stats.get("primary_limited", 0) == 0
+    assert summary.budget_spent == stats["counted"] == summary.requests - 1  # all but /rate_limit
+    # the warehouse view: one row per (repo, number)
+    rows = storage.query(
+        data_dir, "SELECT count(*), count(DISTINCT (repo, number)) FROM pull_requests"
+    )[1]
+    assert rows == [(515, 515)]
+    labels, merged = sql(
+        data_dir,
+        "SELECT list_count(labels), merged_at IS NOT NULL FROM pull_requests_all "
+        "WHERE repo = 'octo/small' AND number = 9",
+    )[0]
+    assert labels == 1 and merged is True
+
+
+def test_explicit_per_page_is_capped_like_github(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/big": 250})
+    summary = run(settings_for(server, data_dir, github_per_page=100), ["octo/big"], "r1")
+    assert summary.repos[0]["pages"] == 3 and numbers(data_dir, "octo/big") == list(range(1, 251))
+
+
+def test_rerun_with_nothing_changed_spends_no_budget(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/big": 300, "octo/small": 20})
+    settings = settings_for(server, data_dir)
+    first = run(settings, ["octo/big", "octo/small"], "r1")
+    assert first.complete and first.budget_spent > 2
+    server.reset_stats()
+    again = run(settings, ["octo/big", "octo/small"], "r2")
+    stats = server.stats()
+    assert again.complete and again.budget_spent == 0 and again.pulls == 0
+    assert stats.get("counted", 0) == 0 and stats["not_modified"] == 2  # page 1 of each
+    assert stats["remaining"]["authenticated"] == 5000 - first.budget_spent
+    cached = sql(
+        data_dir, "SELECT count(*) FROM api_requests_all WHERE run_id = 'r2' AND from_cache"
+    )
+    assert cached == [(2,)]
+
+
+def test_incremental_run_reads_only_down_to_the_watermark(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/big": 480})
+    settings = settings_for(server, data_dir, github_per_page=20)
+    assert run(settings, ["octo/big"], "r1").complete
+    server.touch("octo/big", [5, 400], add=1)
+    server.reset_stats()
+    summary = run(settings, ["octo/big"], "r2")
+    assert summary.complete
+    assert server.stats()["counted"] <= 3  # page 1 (changed), then a wave of 1 that crosses
+    assert {
+        n for (n,) in sql(data_dir, "SELECT number FROM pull_requests_all WHERE run_id = 'r2'")
+    } >= {5, 400, 481}
+    titles = dict(
+        storage.query(
+            data_dir, "SELECT number, title FROM pull_requests WHERE number IN (5, 400, 6)"
+        )[1]
+    )
+    assert titles[5].endswith("(updated)") and titles[400].endswith("(updated)")
+    assert not titles[6].endswith("(updated)")
+    assert storage.query(data_dir, "SELECT count(*) FROM pull_requests")[1] == [(481,)]
+
+
+def test_budget_never_below_reserve_then_stop_and_resume(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/big": 480})
+    server.set_budget(limit=1000, remaining=40, reset_in=3600)
+    settings = settings_for(server, data_dir, github_per_page=10, github_rate_limit_reserve=15)
+    first = run(settings, ["octo/big"], "r1")
+    # stopped cleanly: what was fetched is stored, the watermark did not advance
+    assert not first.complete and first.stopped and "beyond max_wait" in first.stopped
+    assert server.stats()["remaining"]["authenticated"] == 15
+    lowest = sql(data_dir, "SELECT min(rate_remaining) FROM api_requests_all")[0][0]
+    assert lowest >= 15
+    fetched = numbers(data_dir, "octo/big")
+    assert len(fetched) == 250 == len(set(fetched))  # 25 pages of 10
+    sync = sql(data_dir, "SELECT complete, watermark, stop_reason FROM github_syncs_all")
+    assert sync[0][0] is False and sync[0][1] is None and "rate limit" in sync[0][2]
+
+    server.set_budget(limit=1000, remaining=1000, reset_in=3600)  # the hour has passed
+    server.reset_stats()
+    second = run(settings, ["octo/big"], "r2")
+    assert second.complete and not second.stopped
+    stats = server.stats()
+    assert stats["not_modified"] == 25  # the pages fetched before answer 304, free
+    assert stats["counted"] == 23  # only the 23 pages not fetched before
+    assert sorted(set(numbers(data_dir, "octo/big"))) == list(range(1, 481))
+    assert storage.query(data_dir, "SELECT count(*) FROM pull_requests")[1] == [(480,)]
+
+
+def test_waits_for_the_primary_reset_when_within_max_wait(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/small": 50})
+    server.set_budget(limit=1000, remaining=12, reset_in=1)
+    settings = settings_for(
+        server, data_dir, github_per_page=5, github_rate_limit_reserve=10, github_max_wait=30
+    )
+    summary = run(settings, ["octo/small"], "r1")
+    assert summary.complete and numbers(data_dir, "octo/small") == list(range(1, 51))
+
+
+def test_retries_502_and_hangs_then_completes(github: Server, data_dir: Path) -> None:
+    server = github(
+        repos={"octo/big": 200},
+        faults=[
+            {"kind": "502", "match": "page=3", "times": 2},
+            {"kind": "hang", "match": "page=5", "times": 1},
+        ],
+        hang_seconds=20,
+    )
+    settings = settings_for(server, data_dir, github_per_page=20, github_timeout=0.5)
+    summary = run(settings, ["octo/big"], "r1")
+    assert summary.complete and summary.failed_pages == 0
+    assert numbers(data_dir, "octo/big") == list(range(1, 201))
+    errors = sql(
+        data_dir,
+        "SELECT status, error FROM api_requests_all WHERE error IS NOT NULL ORDER BY status",
+    )
+    assert [s for s, _ in errors].count(502) == 2
+    assert any(s is None and "Timeout" in e for s, e in errors)
+
+
+def test_a_page_failing_all_retries_is_a_row_and_keeps_the_watermark(
+    github: Server, data_dir: Path
+) -> None:
+    server = github(
+        repos={"octo/big": 100}, faults=[{"kind": "502", "match": "page=4", "times": 99}]
+    )
+    settings = settings_for(server, data_dir, github_per_page=10, github_max_attempts=3)
+    summary = run(settings, ["octo/big"], "r1")
+    assert not summary.complete and summary.failed_pages == 1
+    assert len(numbers(data_dir, "octo/big")) == 90
+    assert sql(data_dir, "SELECT complete, watermark FROM github_syncs_all") == [(False, None)]
+
+
+@pytest.mark.parametrize("retry_after", [0.05, None])
+def test_secondary_limit_backs_off_and_completes(
+    github: Server, data_dir: Path, retry_after: float | None
+) -> None:
+    server = github(
+        repos={"octo/big": 300},
+        max_in_flight=3,
+        secondary_retry_after=retry_after,
+        latency_base_ms=20,
+    )
+    settings = settings_for(
+        server, data_dir, github_per_page=10, github_concurrency=12, github_secondary_retries=10
+    )
+    summary = run(settings, ["octo/big"], "r1")
+    assert summary.complete and summary.failed_pages == 0
+    assert server.stats()["secondary"] > 0
+    assert numbers(data_dir, "octo/big") == list(range(1, 301))
+
+
+def test_bad_token_is_a_clear_terminal_error(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/big": 10})
+    wrong = "ghp_WrongTokenValue0123456789abcdefABCDEF"
+    with pytest.raises(BadCredentialsError) as info:
+        fetch_pulls(settings_for(server, data_dir), ["octo/big"], run_id="r1", token=wrong)
+    message = str(info.value)
+    assert "401" in message and "token" in message and wrong not in message
+
+
+def test_unknown_repository_is_a_clear_error_and_others_complete(
+    github: Server, data_dir: Path
+) -> None:
+    server = github(repos={"octo/big": 30})
+    summary = run(settings_for(server, data_dir), ["octo/big", "octo/missing"], "r1")
+    assert summary.errors and summary.errors[0][0] == "octo/missing"
+    assert "not found, or not visible to this token" in summary.errors[0][1]
+    assert numbers(data_dir, "octo/big") == list(range(1, 31))
+
+
+def test_unauthenticated_runs_within_sixty_per_hour(github: Server, data_dir: Path) -> None:
+    server = github(repos={"octo/small": 45}, token=None)
+    summary = fetch_pulls(settings_for(server, data_dir), ["octo/small"], run_id="r1", token=None)
+    assert summary.complete and numbers(data_dir, "octo/small") == list(range(1, 46))
+    assert server.stats()["remaining"]["anonymous"] >= 6  # a tenth of 60 kept in reserve
+
+
+def test_the_token_never_reaches_logs_or_outputs(
+    github: Server, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = github(
+        repos={"octo/big": 60},
+        faults=[{"kind": "502", "match": "page=2", "times": 1}],
+        max_in_flight=2,
+    )
+    caplog.set_level(logging.DEBUG)
+    settings = settings_for(server, data_dir, github_per_page=10)
+    run(settings, ["octo/big", "octo/missing"], "r1")
+    with pytest.raises(BadCredentialsError):
+        fetch_pulls(settings, ["octo/big"], run_id="r2", token=TOKEN[:-1] + "X")
+    assert caplog.records  # httpx and the retries logged
+    for record in caplog.records:
+        text = record.getMessage() + str(record.args) + str(record.exc_info or "")
+        assert TOKEN not in text and TOKEN[:-1] not in text
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            assert TOKEN[:-1].encode() not in path.read_bytes(), path
+
+
+def test_dev_server_speaks_github(github: Server) -> None:
+    """Link headers in GitHub's format on /repositories/{id}, per_page capped at 100,
+    rate-limit headers, weak ETags and free 304s."""
+    import httpx
+
+    server = github(repos={"octo/big": 250})
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.url, headers=auth, trust_env=False) as client:
+        first = client.get("/repos/octo/big/pulls?state=all&per_page=250&page=2")
+        assert first.status_code == 200 and len(first.json()) == 100
+        base = f"{server.url}/repositories/1000/pulls?state=all&per_page=250"
+        assert first.headers["link"] == (
+            f'<{base}&page=1>; rel="prev", <{base}&page=3>; rel="next", '
+            f'<{base}&page=3>; rel="last", <{base}&page=1>; rel="first"'
+        )
+        assert first.headers["etag"].startswith('W/"')
+        assert first.headers["x-ratelimit-resource"] == "core"
+        remaining = int(first.headers["x-ratelimit-remaining"])
+        again = client.get(str(first.url), headers={"If-None-Match": first.headers["etag"]})
+        assert again.status_code == 304 and int(again.headers["x-ratelimit-remaining"]) == remaining
+        by_id = client.get(f"{base}&page=3")
+        assert len(by_id.json()) == 50 and "next" not in by_id.links
