@@ -1,0 +1,137 @@
+"""Text extraction: every stored document becomes clean, searchable text.
+
+One module per format (``pdf``, ``dxf``, ``docx``, ``html``, ``text``), the
+kind told from the content by ``detect``; ``extract_document`` is the one
+entry point and never raises for a bad document: the outcome is a status
+(ok / empty / encrypted / unsupported / failed) with the error message.
+Timeouts and crashed parsers are handled one level up, by ``pool``, which
+runs this function in warm worker processes with time and memory limits.
+
+OCR of image-only PDF pages (``ocr``) is off by default. To enable it:
+``apt-get install tesseract-ocr tesseract-ocr-kor``, install the ``ocr`` extra
+(``uv sync --extra ocr``; ``make setup`` installs all extras), and set
+``INGEST_OCR_ENABLED=true`` (page cap ``INGEST_OCR_MAX_PAGES``, queue
+``INGEST_OCR_QUEUE_SIZE``; see ``ingest.settings``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.extract.base import (
+    EncryptedDocumentError,
+    ExtractError,
+    Extraction,
+    UnsupportedFormatError,
+)
+from ingest.extract.detect import HEAD, detect_kind
+
+# Bump when a change to any extractor changes its output: every document is re-extracted.
+EXTRACTOR_VERSION = "1.0"
+
+IN_MEMORY_BYTES = 32 * 1024 * 1024
+TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
+
+
+def extract_document(
+    source: bytes | Path,
+    name: str = "",
+    *,
+    max_pages: int = 5000,
+    in_memory_bytes: int = IN_MEMORY_BYTES,
+) -> Extraction:
+    """Extract one document, from its bytes or its path; ``name`` only helps detection.
+
+    Small files are read whole; a large PDF is handed to pdfium as a path so it
+    is streamed from disk rather than copied into memory.
+    """
+    if isinstance(source, Path):
+        name = name or source.name
+        size = source.stat().st_size
+        if size == 0:
+            return _empty(name)
+        if size <= in_memory_bytes:
+            data: bytes | None = source.read_bytes()
+        else:
+            with source.open("rb") as f:
+                head = f.read(HEAD)
+            data = None if not head.startswith(b"PK\x03\x04") else source.read_bytes()
+    else:
+        data, size = source, len(source)
+        if size == 0:
+            return _empty(name)
+    kind = detect_kind(data if data is not None else head, name)
+    body: bytes | Path = data if data is not None else source
+    try:
+        return _dispatch(kind, body, max_pages)
+    except EncryptedDocumentError as exc:
+        return Extraction(kind=kind, status="encrypted", error=str(exc), extractor=_lib(kind))
+    except UnsupportedFormatError as exc:
+        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+    except ExtractError as exc:
+        return Extraction(kind=kind, status="failed", error=str(exc), extractor=_lib(kind))
+    except MemoryError:
+        return Extraction(
+            kind=kind,
+            status="failed",
+            error="MemoryError: over the worker's memory limit",
+            extractor=_lib(kind),
+        )
+    except Exception as exc:  # a parser bug on one file must become that file's row
+        return Extraction(
+            kind=kind,
+            status="failed",
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            extractor=_lib(kind),
+        )
+
+
+def extract_stored(path: str, name: str, max_pages: int, in_memory_bytes: int) -> Extraction:
+    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``)."""
+    return extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
+
+
+def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:
+    if kind == "pdf":
+        from ingest.extract.pdf import extract_pdf
+
+        return extract_pdf(body, max_pages=max_pages)
+    data = body if isinstance(body, bytes) else body.read_bytes()
+    if kind == "dxf":
+        from ingest.extract.dxf import extract_dxf
+
+        return extract_dxf(data)
+    if kind == "docx":
+        from ingest.extract.docx import extract_docx
+
+        return extract_docx(data)
+    if kind == "html":
+        from ingest.extract.html import extract_html
+
+        return extract_html(data)
+    if kind in TEXT_KINDS:
+        from ingest.extract.text import extract_text_file
+
+        return extract_text_file(data, kind)
+    if kind == "dwg":
+        version = data[:6].decode("ascii", "replace")
+        raise UnsupportedFormatError(
+            f"DWG drawing ({version}): the binary AutoCAD format is not read (no open "
+            "library reads it reliably); export it as DXF to have its text extracted"
+        )
+    raise UnsupportedFormatError(f"unrecognised content (starts with {data[:16]!r})")
+
+
+def _empty(name: str) -> Extraction:
+    return Extraction(
+        kind=detect_kind(b"", name), status="empty", error="zero-byte file", extractor="detect"
+    )
+
+
+def _lib(kind: str) -> str:
+    return {"pdf": "pypdfium2", "dxf": "ezdxf", "docx": "python-docx", "html": "selectolax"}.get(
+        kind, "text"
+    )
+
+
+__all__ = ["EXTRACTOR_VERSION", "Extraction", "extract_document", "extract_stored"]

@@ -1,0 +1,218 @@
+"""Extract the stored objects of one download batch on the warm worker pool.
+
+Plain functions over injected settings and pools: ``tasks/extraction.py``
+wraps them for Prefect; tests and the benchmark call them directly.
+An object is extracted again only when its ETag or ``EXTRACTOR_VERSION``
+differs from its latest ``documents`` row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import duckdb
+
+from ingest import storage
+from ingest.extract import EXTRACTOR_VERSION, Extraction
+from ingest.extract.base import clean_text
+from ingest.extract.detect import HEAD, detect_kind
+from ingest.extract.ocr import ocr_unavailable
+from ingest.extract.pool import Outcome, PoolConfig, WorkerPool, shared_pool
+from ingest.records import Document, DocumentStatus, ExtractSummary
+from ingest.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# What a worker runs for each file; tests swap in a hook with the same signature.
+DEFAULT_EXTRACTOR = "ingest.extract:extract_stored"
+OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
+
+Stored = tuple[str, str, str]  # (key, etag, local_path), as BatchSummary.stored
+
+
+def pool_config(settings: Settings) -> PoolConfig:
+    return PoolConfig(
+        workers=settings.extract_workers,
+        time_limit=settings.extract_time_limit,
+        memory_limit_mb=settings.extract_memory_limit_mb,
+        preload=(DEFAULT_EXTRACTOR,),
+    )
+
+
+def ocr_pool_config(settings: Settings) -> PoolConfig:
+    return PoolConfig(
+        workers=settings.ocr_workers,
+        time_limit=settings.ocr_time_limit,
+        memory_limit_mb=settings.extract_memory_limit_mb,
+        preload=(OCR_JOB,),
+    )
+
+
+def load_extracted(data_dir: Path, bucket: str, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Latest (etag, extractor_version) per key of ``bucket`` among ``keys``, from Parquet."""
+    wanted = list(keys)
+    if not wanted:
+        return {}
+    sql = f"""
+        SELECT key, etag, extractor_version FROM {storage.scan(data_dir, "documents")}
+        WHERE bucket = ? AND key IN (SELECT unnest(?::VARCHAR[]))
+        QUALIFY row_number() OVER (PARTITION BY key ORDER BY extracted_at DESC) = 1
+    """
+    with duckdb.connect() as con:
+        rows = con.execute(sql, [bucket, wanted]).fetchall()
+    return {key: (etag, version) for key, etag, version in rows}
+
+
+def select_changed(
+    stored: Sequence[Stored],
+    previous: Mapping[str, tuple[str, str]],
+    version: str = EXTRACTOR_VERSION,
+) -> list[Stored]:
+    """The objects whose ETag or extractor version differs from their latest row."""
+    return [s for s in stored if previous.get(s[0]) != (s[1], version)]
+
+
+def extract_batch(
+    settings: Settings,
+    bucket: str,
+    stored: Sequence[Stored],
+    *,
+    run_id: str,
+    pool: WorkerPool | None = None,
+    ocr_pool: WorkerPool | None = None,
+    extractor: str = DEFAULT_EXTRACTOR,
+) -> list[Document]:
+    """One ``documents`` row per stored object, whatever happens to its parser.
+
+    ``pool`` defaults to the process's shared warm pool. Timeouts and crashed
+    workers become rows (``timeout``, ``failed``); the pool replaces the worker.
+    """
+    pool = pool or shared_pool(pool_config(settings))
+    futures = [
+        pool.submit(
+            extractor, path, key, settings.extract_max_pages, settings.extract_in_memory_bytes
+        )
+        for key, _etag, path in stored
+    ]
+    now = datetime.now(UTC)
+    docs = [
+        to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
+        for (key, etag, path), fut in zip(stored, futures, strict=True)
+    ]
+    if settings.ocr_enabled:
+        run_ocr(settings, docs, stored, ocr_pool)
+    return docs
+
+
+def to_document(
+    bucket: str, key: str, etag: str, path: str, outcome: Outcome, *, run_id: str, now: datetime
+) -> Document:
+    """Turn a pool outcome into a row; non-ok outcomes keep the kind told by the name and head."""
+    size = _size(path)
+    base: dict[str, Any] = {
+        "bucket": bucket,
+        "key": key,
+        "etag": etag,
+        "bytes": size,
+        "run_id": run_id,
+        "extracted_at": now,
+        "seconds": round(outcome.seconds, 6),
+        "extractor_version": EXTRACTOR_VERSION,
+    }
+    if outcome.status == "ok" and isinstance(outcome.value, Extraction):
+        x = outcome.value
+        return Document(
+            kind=x.kind,
+            status=x.status,
+            pages=x.pages,
+            chars=len(x.text),
+            needs_ocr=x.needs_ocr,
+            text=x.text,
+            metadata=x.metadata,
+            extractor=x.extractor,
+            error=x.error,
+            **base,
+        )
+    kind = _kind_of(path, key)
+    status: DocumentStatus = "timeout" if outcome.status == "timeout" else "failed"
+    error = outcome.error or "no result"
+    if outcome.status == "crashed":
+        error = f"parser crashed: {error}"
+    log.warning("%s: %s: %s", key, status, error.splitlines()[0] if error else "")
+    return Document(kind=kind, status=status, error=error[:4000], extractor="pool", **base)
+
+
+def run_ocr(
+    settings: Settings, docs: list[Document], stored: Sequence[Stored], ocr_pool: WorkerPool | None
+) -> None:
+    """OCR the image-only pages of this batch's PDFs, within the queue bound and page cap."""
+    candidates = [
+        (doc, path)
+        for doc, (_k, _e, path) in zip(docs, stored, strict=True)
+        if doc.status == "ok" and doc.kind == "pdf" and doc.needs_ocr
+    ]
+    if not candidates:
+        return
+    missing = ocr_unavailable(settings.ocr_languages)
+    if missing:
+        log.warning("OCR is enabled but cannot run: %s", missing)
+        for doc, _path in candidates:
+            doc.metadata["ocr"] = f"skipped: {missing}"
+        return
+    pool = ocr_pool or shared_pool(ocr_pool_config(settings))
+    jobs = []
+    for doc, path in candidates:
+        if pool.pending >= settings.ocr_queue_size:
+            doc.metadata["ocr"] = "skipped: OCR queue full"
+            continue
+        pages = list(doc.metadata.get("ocr_pages", []))
+        fut = pool.submit(
+            OCR_JOB,
+            path,
+            pages,
+            dpi=settings.ocr_dpi,
+            languages=settings.ocr_languages,
+            max_pages=settings.ocr_max_pages,
+        )
+        jobs.append((doc, fut))
+    for doc, fut in jobs:
+        outcome = fut.result()
+        if outcome.status != "ok":
+            doc.metadata["ocr"] = f"{outcome.status}: {(outcome.error or '')[:300]}"
+            continue
+        text, done = outcome.value
+        doc.text = clean_text(doc.text + "\n\n" + text)
+        doc.chars = len(doc.text)
+        doc.needs_ocr = max(0, doc.needs_ocr - done)
+        doc.metadata["ocr"] = f"{done} pages"
+        doc.seconds += round(outcome.seconds, 6)
+
+
+def summarize(docs: Iterable[Document], unchanged: int = 0) -> ExtractSummary:
+    summary = ExtractSummary(unchanged=unchanged)
+    for d in docs:
+        summary.counts[d.status] = summary.counts.get(d.status, 0) + 1
+        summary.bytes += d.bytes
+        summary.pages += d.pages
+        summary.seconds += d.seconds
+    return summary
+
+
+def _size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def _kind_of(path: str, key: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD)
+    except OSError:
+        head = b""
+    return detect_kind(head, PurePosixPath(key).name)

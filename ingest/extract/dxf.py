@@ -1,0 +1,259 @@
+"""DXF drawings with ezdxf: the text of every layout, block and annotation.
+
+On a real architectural sheet most text lives inside blocks (title blocks,
+door tags, symbols), so the walk follows INSERTs into their block
+definitions, nested and arrayed (MINSERT), and collects:
+
+* TEXT and MTEXT (as plain text; all columns of a multi-column MTEXT);
+* ATTRIB tag/value pairs of block references and constant ATTDEFs;
+* DIMENSION text as shown: the override, or the measurement, or both
+  (``<>`` in an override stands for the measurement);
+* MULTILEADER text and its block attributes.
+
+Model space comes first, then each paper space layout in tab order (title
+blocks live there). A block's own text is written once per drawing, however
+often it is inserted; each insert's attribute values are written.
+
+``\\U+XXXX`` escapes are decoded; ``$DWGCODEPAGE`` is honoured (ezdxf
+decodes pre-R2007 drawings with it; CP949 drawings come back as Hangul).
+A damaged file is read in ezdxf's recover mode; a truncated one is trimmed
+to its last complete tag pair and closed before recovering. DWG (the binary
+AutoCAD format) is detected elsewhere and reported as unsupported.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from ingest.extract.base import ExtractError, Extraction, clean_text
+
+_UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
+_MAX_DEPTH = 16
+
+
+def decode_dxf_escapes(text: str) -> str:
+    r"""``\U+D3C9`` -> ``평``; ezdxf keeps these escapes of pre-R2007 files as they are."""
+    if "\\U+" not in text:
+        return text
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def trim_to_last_pair(data: bytes) -> bytes:
+    """Cut a truncated ASCII DXF after its last complete (group code, value) pair and
+    close it with ENDSEC/EOF, so recover mode keeps everything before the cut."""
+    lines = data.split(b"\n")
+    if lines and not data.endswith(b"\n"):
+        lines = lines[:-1]  # the last line was cut mid-way
+    elif lines and lines[-1] == b"":
+        lines = lines[:-1]
+    if len(lines) % 2:
+        lines = lines[:-1]  # a group code without its value
+    return b"\n".join(lines) + b"\n  0\nENDSEC\n  0\nEOF\n"
+
+
+def is_truncated(data: bytes) -> bool:
+    """An ASCII DXF that does not end with its ``EOF`` marker stopped early."""
+    return not data.startswith(b"AutoCAD Binary DXF") and b"EOF" not in data[-64:]
+
+
+def read_drawing(data: bytes) -> tuple[Any, list[str]]:
+    """Load a drawing: normal reader first, then recover mode; a truncated file (no
+    ``EOF``) goes straight to recover mode on a copy trimmed to its last complete pair."""
+    from ezdxf import recover
+    from ezdxf.lldxf.const import DXFError
+
+    errors = (DXFError, UnicodeDecodeError, ValueError, IndexError, KeyError, TypeError)
+    warnings: list[str] = []
+    if is_truncated(data):
+        # The download (or the writer) stopped early: the normal reader always fails, and
+        # recover mode alone drops the unfinished section; trimmed, it keeps its entities.
+        try:
+            doc, _auditor = recover.read(io.BytesIO(trim_to_last_pair(data)))
+        except errors as exc:
+            raise ExtractError(f"unreadable truncated DXF, even trimmed: {exc}") from exc
+        warnings.append("truncated drawing (no EOF): trimmed to the last complete tag pair")
+        return doc, warnings
+    try:
+        return _read_normal(data), warnings
+    except errors as exc:
+        warnings.append(f"damaged drawing ({type(exc).__name__}: {exc}); read in recover mode")
+    try:
+        doc, auditor = recover.read(io.BytesIO(data))
+    except errors as exc:
+        raise ExtractError(f"unreadable DXF even in recover mode: {exc}") from exc
+    if auditor.has_errors:
+        warnings.append(f"recover mode reported {len(auditor.errors)} errors")
+    return doc, warnings
+
+
+def _read_normal(data: bytes) -> Any:
+    import ezdxf
+    from ezdxf.lldxf.tagger import binary_tags_loader
+    from ezdxf.lldxf.validator import dxf_info
+
+    if data.startswith(b"AutoCAD Binary DXF"):
+        from ezdxf.document import Drawing
+
+        return Drawing.load(binary_tags_loader(data, errors="surrogateescape"))
+    # The header says which code page the rest is in ($ACADVER, $DWGCODEPAGE).
+    info = dxf_info(io.StringIO(data[: 256 * 1024].decode("cp1252", errors="replace")))
+    text = data.decode(info.encoding, errors="surrogateescape")
+    return ezdxf.read(io.StringIO(text))
+
+
+class _Walker:
+    """Collects the text of one drawing; block text once per block name."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc = doc
+        self.blocks_done: set[str] = set()
+        self.counts: dict[str, int] = {}
+
+    def layout_text(self, layout: Any) -> list[str]:
+        out: list[str] = []
+        for entity in layout:
+            out.extend(self.entity_text(entity, 0))
+        return out
+
+    def entity_text(self, e: Any, depth: int) -> list[str]:
+        kind = e.dxftype()
+        handler = getattr(self, "_" + kind.lower(), None)
+        if handler is None:
+            return []
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        try:
+            return [t for t in handler(e, depth) if t]
+        except (AttributeError, ValueError, TypeError, KeyError, IndexError):
+            return []  # one malformed entity must not cost the drawing its text
+
+    def _text(self, e: Any, depth: int) -> list[str]:
+        return [e.plain_text()]
+
+    def _mtext(self, e: Any, depth: int) -> list[str]:
+        # plain_text() of an R2018 multi-column MTEXT already holds every column; for the
+        # older linked-column form the linked MTEXTs are separate entities and come by walk.
+        return [e.plain_text(split=False)]
+
+    def _attrib(self, e: Any, depth: int) -> list[str]:
+        return [_pair(e.dxf.get("tag", ""), e.plain_text())]
+
+    def _attdef(self, e: Any, depth: int) -> list[str]:
+        # A variable ATTDEF is a template whose values live in each insert's ATTRIBs.
+        return [e.plain_text()] if e.is_const else []
+
+    def _insert(self, e: Any, depth: int) -> list[str]:
+        out = [_pair(a.dxf.get("tag", ""), a.plain_text()) for a in e.attribs]
+        if e.mcount > 1:
+            self.counts["MINSERT"] = self.counts.get("MINSERT", 0) + 1
+        name = e.dxf.get("name", "")
+        if depth < _MAX_DEPTH and name and name not in self.blocks_done:
+            self.blocks_done.add(name)  # also guards against a block that inserts itself
+            block = self.doc.blocks.get(name)
+            if block is not None:
+                for child in block:
+                    out.extend(self.entity_text(child, depth + 1))
+        return out
+
+    def _dimension(self, e: Any, depth: int) -> list[str]:
+        shown = self._geometry_text(e)
+        if shown:
+            return shown
+        override = e.dxf.get("text", "")
+        measured = _measurement(e)
+        if override in ("", "<>"):
+            return [measured]
+        if "<>" in override:
+            return [override.replace("<>", measured)]
+        return [override + (f" ({measured})" if measured and override.strip() != "." else "")]
+
+    def _arc_dimension(self, e: Any, depth: int) -> list[str]:
+        return self._dimension(e, depth)
+
+    def _geometry_text(self, e: Any) -> list[str]:
+        """The text the dimension's anonymous block shows (what a person sees)."""
+        try:
+            block = e.get_geometry_block()
+        except (AttributeError, KeyError):
+            return []
+        if block is None:
+            return []
+        out = []
+        for child in block:
+            if child.dxftype() == "MTEXT":
+                out.append(child.plain_text(split=False))
+            elif child.dxftype() == "TEXT":
+                out.append(child.plain_text())
+        return out
+
+    def _multileader(self, e: Any, depth: int) -> list[str]:
+        from ezdxf.tools.text import plain_mtext
+
+        out: list[str] = []
+        ctx = e.context
+        if ctx.mtext is not None and ctx.mtext.default_content:
+            out.append(str(plain_mtext(ctx.mtext.default_content, split=False)))
+        for attrib in getattr(e, "block_attribs", None) or []:
+            if attrib.text:
+                out.append(attrib.text)
+        return out
+
+    _mleader = _multileader
+
+
+def _pair(tag: str, value: str) -> str:
+    return f"{tag}: {value}" if tag and value else value
+
+
+def _measurement(e: Any) -> str:
+    try:
+        value = e.get_measurement()
+    except (AttributeError, ValueError, TypeError, ZeroDivisionError):
+        return ""
+    if isinstance(value, (int, float)):
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def extract_dxf(source: bytes | Path) -> Extraction:
+    data = source if isinstance(source, bytes) else source.read_bytes()
+    doc, warnings = read_drawing(data)
+    walker = _Walker(doc)
+    layouts: list[str] = []
+    parts: list[str] = []
+    names = ["Model"] + [n for n in doc.layouts.names_in_taborder() if n.lower() != "model"]
+    for name in names:
+        layout = doc.layouts.get(name) if name != "Model" else doc.modelspace()
+        texts = walker.layout_text(layout)
+        layouts.append(name)
+        if texts:
+            parts.append("\n".join(texts))
+    text = clean_text(decode_dxf_escapes("\n\n".join(parts)))
+    metadata: dict[str, Any] = {
+        "dxf_version": doc.dxfversion,
+        "release": _release(doc.dxfversion),
+        "encoding": doc.encoding,
+        "layouts": layouts,
+        "entities": dict(sorted(walker.counts.items())),
+    }
+    codepage = doc.header.get("$DWGCODEPAGE")
+    if codepage:
+        metadata["codepage"] = codepage
+    for var, name in (("$PROJECTNAME", "project"), ("$TITLE", "title")):
+        value = doc.header.get(var)
+        if value:
+            metadata[name] = decode_dxf_escapes(str(value))
+    result = Extraction(
+        kind="dxf", text=text, pages=len(layouts), metadata=metadata, extractor="ezdxf"
+    )
+    for w in warnings:
+        result.warn(w)
+    return result
+
+
+def _release(version: str) -> str:
+    from ezdxf.lldxf.const import acad_release
+
+    return str(acad_release.get(version, version))

@@ -1,0 +1,65 @@
+"""Plain text, CSV, Markdown, JSON and XML: decode the bytes, clean the text.
+
+Decoding order: a BOM, then strict UTF-8, then charset-normalizer (which
+tells CP949, UTF-16 without a BOM, Big5 and the cp125x family apart).
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from charset_normalizer import from_bytes
+
+from ingest.extract.base import Extraction, clean_text
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def bom_encoding(data: bytes) -> tuple[str, int] | None:
+    """(encoding, BOM length) when ``data`` starts with a byte-order mark."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            return name, len(bom)
+    return None
+
+
+def detect_encoding(data: bytes) -> str | None:
+    """charset-normalizer's best guess, or None when nothing decodes."""
+    best = from_bytes(data[: 256 * 1024]).best()
+    return best.encoding if best else None
+
+
+def decode_bytes(data: bytes) -> tuple[str, str]:
+    """Text and the encoding it was read with: BOM, UTF-8, then detection."""
+    bom = bom_encoding(data)
+    if bom:
+        name, skip = bom
+        return data[skip:].decode(name, errors="replace"), name
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    guess = detect_encoding(data)
+    if guess:
+        try:
+            return data.decode(guess), guess
+        except (UnicodeDecodeError, LookupError):
+            pass
+    return data.decode("utf-8", errors="replace"), "utf-8 (with replacements)"
+
+
+def extract_text_file(data: bytes, kind: str = "txt") -> Extraction:
+    text, encoding = decode_bytes(data)
+    return Extraction(
+        kind=kind,
+        text=clean_text(text),
+        pages=1,
+        metadata={"encoding": encoding},
+        extractor="text",
+    )

@@ -1,0 +1,100 @@
+"""The loop each extraction worker process runs.
+
+Imported by the fork server before any worker starts (``pool``), so the
+parsers are imported once (ezdxf alone takes ~1.2 s) and every worker, and
+every replacement of a crashed one, starts warm.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import resource
+import signal
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# Preloaded here, not per file: the fork server imports this module once.
+import charset_normalizer  # noqa: F401
+import docx  # noqa: F401
+import ezdxf  # noqa: F401
+import pdfminer.high_level  # noqa: F401
+import pypdfium2  # noqa: F401
+import selectolax.lexbor  # noqa: F401
+
+import ingest.extract
+import ingest.extract.docx
+import ingest.extract.dxf
+import ingest.extract.html
+import ingest.extract.pdf
+import ingest.extract.text  # noqa: F401
+
+_FUNCS: dict[str, Callable[..., Any]] = {}
+
+
+def resolve(ref: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function (cached)."""
+    func = _FUNCS.get(ref)
+    if func is None:
+        module, _, name = ref.partition(":")
+        func = getattr(importlib.import_module(module), name)
+        _FUNCS[ref] = func
+    return func
+
+
+def limit_memory(megabytes: int) -> None:
+    """Cap the address space: a parser that balloons gets MemoryError (or dies), not the host."""
+    if megabytes <= 0:
+        return
+    limit = megabytes * 1024 * 1024
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = ()) -> None:
+    """Import ``preload``, say ``ready``, then answer ``(job_id, func_ref, args, kwargs)``
+    messages until ``None`` arrives.
+
+    The parent starts a job's clock only after ``ready``, so a worker's start-up (and the
+    imports of its job functions) never counts against one file's time limit.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    limit_memory(memory_limit_mb)
+    for ref in preload:
+        resolve(ref)
+    conn.send("ready")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent went away
+        if message is None:
+            return
+        job_id, ref, args, kwargs = message
+        reply: tuple[Any, ...]
+        try:
+            reply = (job_id, True, resolve(ref)(*args, **kwargs), None, os.getpid())
+        except MemoryError:
+            reply = (
+                job_id,
+                False,
+                None,
+                "MemoryError: over the worker's memory limit",
+                os.getpid(),
+            )
+        except BaseException as exc:
+            tb = traceback.format_exc(limit=-3)
+            reply = (job_id, False, None, f"{type(exc).__name__}: {exc}\n{tb}"[:4000], os.getpid())
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an unpicklable result
+            conn.send((job_id, False, None, f"result could not be sent: {exc}", os.getpid()))
+
+
+# The fork server forks every worker from this state: freeze the objects imported so far out
+# of the garbage collector, so collections in the workers do not touch (and copy) their pages.
+gc.freeze()

@@ -1,0 +1,67 @@
+"""The s3-ingest flow extracts what it downloads: a real Prefect run against the moto
+server, rows in the ``documents`` view, re-extraction only of changed objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.s3_ingest import s3_ingest
+from ingest import samples, search
+from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
+from tests.helpers import put_many, rows
+
+pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
+
+
+def test_flow_writes_documents_and_skips_unchanged(s3, s3_server, bucket, data_dir: Path) -> None:
+    objects = {f"in/{k}": v for k, v in samples.documents().items() if ".." not in k}
+    objects |= {
+        "in/korean/report.pdf": cid_pdf([KOREAN]),
+        "in/korean/plan.dxf": drawing("cp949"),
+        "in/korean/spec.docx": word_document(),
+    }
+    put_many(s3, bucket, objects)
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+
+    first = s3_ingest(prefix="in/", **kw)
+    assert first.counts == {"downloaded": len(objects)}
+    docs = {r["key"]: r for r in rows(data_dir, "SELECT * FROM documents")}
+    assert set(docs) == set(objects)  # exactly one row per stored object
+    assert docs["in/reports/inspection-2026-q3.pdf"]["status"] == "ok"
+    assert "north wing" in docs["in/reports/inspection-2026-q3.pdf"]["text"]
+    assert docs["in/reports/broken/empty.pdf"]["status"] == "empty"
+    assert docs["in/reports/broken/truncated.pdf"]["status"] == "failed"
+    assert KOREAN in docs["in/korean/report.pdf"]["text"]
+    assert "회의실 301" in docs["in/korean/plan.dxf"]["text"]
+    assert "중첩 표 NESTED-CELL" in docs["in/korean/spec.docx"]["text"]
+    assert "지하 1층 평면도" in docs["in/notes/korean-cp949.txt"]["text"]
+    assert "지하 1층 평면도" in docs["in/notes/korean-utf16.txt"]["text"]
+    assert {r["etag"] for r in docs.values()} == {
+        r["etag"] for r in rows(data_dir, "SELECT etag FROM s3_objects")
+    }
+    statuses: dict[str, int] = {}
+    for r in docs.values():
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    assert first.extracted == statuses
+    timing = rows(data_dir, "SELECT task_name FROM task_timings WHERE task_name = 'extract-batch'")
+    assert timing
+
+    # Unchanged objects are not extracted again; a changed one is.
+    s3.put_object(Bucket=bucket, Key="in/notes/readme-utf8.txt", Body="바뀐 내용 changed".encode())
+    second = s3_ingest(prefix="in/", **kw)
+    assert second.extracted == {"ok": 1, "unchanged": len(objects) - 1}
+    assert rows(data_dir, "SELECT count(*) n FROM documents")[0]["n"] == len(objects)
+    assert (
+        "바뀐 내용"
+        in rows(data_dir, "SELECT text FROM documents WHERE key = 'in/notes/readme-utf8.txt'")[0][
+            "text"
+        ]
+    )
+
+    hits = search.search(data_dir, "회의실")
+    assert [h.key for h in hits] == ["in/korean/plan.dxf"]
+
+    third = s3_ingest(prefix="in/", extract=False, **kw)
+    assert third.extracted == {}
