@@ -19,7 +19,9 @@ import typer
 
 from ingest.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None
+)
 
 # Quiet, offline-friendly Prefect defaults; any value the user set wins.
 _PREFECT_DEFAULTS = {
@@ -37,7 +39,8 @@ def prefect_env() -> None:
 
 
 DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Output folder [env INGEST_DATA_DIR, default ./data].")
+    Path | None,
+    typer.Option("--data-dir", help="Output folder [env INGEST_DATA_DIR, default ./data]."),
 ]
 
 
@@ -58,6 +61,9 @@ def s3_command(
         Path | None, typer.Option(help="Objects land at DIR/<key below prefix>.")
     ] = None,
     full_refresh: Annotated[bool, typer.Option(help="Ignore the manifest.")] = False,
+    extract: Annotated[
+        bool, typer.Option(help="Extract the text of new and changed objects (documents).")
+    ] = True,
 ) -> None:
     """Run the s3-ingest flow once and print its summary."""
     settings = Settings()
@@ -77,6 +83,7 @@ def s3_command(
         data_dir=str(data_dir) if data_dir else None,
         download_dir=str(download_dir) if download_dir else None,
         full_refresh=full_refresh,
+        extract=extract,
     )
     print_summary(summary)
 
@@ -91,13 +98,8 @@ def print_summary(summary: Any) -> None:
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
         typer.echo(f"text extraction: {extracted}")
     if summary.stages:
-        print_table(
-            ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"],
-            [
-                tuple(s[c] for c in ("stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"))
-                for s in summary.stages
-            ],
-        )
+        cols = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"]
+        print_table(cols, [tuple(s[c] for c in cols) for s in summary.stages])
     for key, error in summary.failures[:10]:
         typer.echo(f"  failed: {key}: {error}")
 
@@ -150,8 +152,9 @@ def github_command(
     typer.echo(headline(summary))
     for r in summary.repos:
         note = "complete" if r["complete"] else f"incomplete: {r['stop_reason']}"
-        typer.echo(f"  {r['repo']}: {r['pull_requests']} pull requests, {r['requests']} requests, "
-                   f"{note}")
+        typer.echo(
+            f"  {r['repo']}: {r['pull_requests']} pull requests, {r['requests']} requests, {note}"
+        )
 
 
 @app.command("query")
@@ -177,7 +180,8 @@ def query_command(
         w.writerow(columns)
         w.writerows(rows)
     elif format == "json":
-        typer.echo(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=_json_default, ensure_ascii=False, indent=1))
+        records = [dict(zip(columns, r, strict=True)) for r in rows]
+        typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
     else:
         print_table(columns, rows)
 
@@ -210,7 +214,9 @@ def _cell(value: Any, width: int) -> str:
 @app.command("search")
 def search_command(
     words: Annotated[str, typer.Argument(help="Words to find (all must match); Korean works.")],
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Hits to show.")] = 10,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Hits to show.")
+    ] = 10,
     kind: Annotated[
         str | None, typer.Option(help="Only this kind: pdf, dxf, docx, html, txt ...")
     ] = None,
@@ -225,7 +231,9 @@ def search_command(
     root = data_dir or Settings().data_dir
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
-        rows = [{"key": h.key, "kind": h.kind, "score": h.score, "snippet": h.snippet} for h in hits]
+        rows = [
+            {"key": h.key, "kind": h.kind, "score": h.score, "snippet": h.snippet} for h in hits
+        ]
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=1))
         return
     print_table(
@@ -245,6 +253,27 @@ def demo_command(
     from ingest import demo
 
     raise typer.Exit(demo.run(data_dir))
+
+
+@app.command("serve")
+def serve_command(
+    demo: Annotated[
+        bool,
+        typer.Option(
+            help="Also start and seed the local S3 and GitHub servers the default "
+            "parameters of prefect.yaml point at (127.0.0.1:9000 and :9100)."
+        ),
+    ] = False,
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Port of the local Prefect server and UI.")
+    ] = 4200,
+) -> None:
+    """Serve the deployments of prefect.yaml on this machine: the configured Prefect API
+    (else a local server), the work pool, the deployments, a worker. Ctrl-C stops all."""
+    prefect_env()
+    from deployments import serve
+
+    raise typer.Exit(serve.run(demo=demo, port=port, echo=typer.echo))
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ It serves moto's S3 application (the same WSGI app as ``moto_server``) in a
 separate process on loopback, with three additions that a plain
 ``moto_server`` lacks:
 
-* HTTP/1.1 keep-alive (stock ``moto_server`` answers ``Connection: close``
-  on every response, which makes every request pay a new TCP connection);
+* HTTP/1.1 keep-alive, served by uvicorn (stock ``moto_server`` runs on
+  werkzeug, which answers ``Connection: close`` on every response, so every
+  request pays a new TCP connection and a new server thread);
 * optional latency per request, like ``tc netem`` on a real link (sleeping
   threads cost no CPU);
 * fault injection for tests: answer 500/503 to the first N GETs of matching
@@ -133,19 +134,39 @@ class Middleware:
         return [body]
 
 
-def serve(port: int, host: str, faults: list[Fault], latency_ms: float, keepalive: bool) -> None:
+def serve(
+    port: int, host: str, faults: list[Fault], latency_ms: float, keepalive: bool, threads: int
+) -> None:
+    """Serve moto's S3 app; ``keepalive`` picks uvicorn (HTTP/1.1 keep-alive, the WSGI
+    app on a pool of ``threads``) over werkzeug, which closes every connection."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-    from werkzeug.serving import WSGIRequestHandler, run_simple
 
     app = Middleware(DomainDispatcherApplication(create_backend_app), faults, latency_ms)
+    if keepalive:
+        import warnings
 
-    class Handler(WSGIRequestHandler):
-        protocol_version = "HTTP/1.1" if keepalive else "HTTP/1.0"
+        import uvicorn
+        from uvicorn.middleware.wsgi import WSGIMiddleware
 
-        def log_request(self, *args: Any, **kwargs: Any) -> None:  # keep the console quiet
+        warnings.simplefilter("ignore", DeprecationWarning)  # WSGIMiddleware is deprecated
+        uvicorn.run(
+            WSGIMiddleware(app, workers=threads),  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            http="h11",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=120,
+        )
+        return
+
+    from werkzeug.serving import WSGIRequestHandler, run_simple
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, *args: Any, **kwargs: Any) -> None:
             pass
 
-    run_simple(host, port, app, threaded=True, request_handler=Handler)
+    run_simple(host, port, app, threaded=True, request_handler=QuietHandler)
 
 
 # ---------------------------------------------------------------------------- client side
@@ -166,6 +187,7 @@ class DevServer:
         faults: Iterable[str] = (),
         latency_ms: float = 0,
         keepalive: bool = True,
+        threads: int = 256,
         stock: bool = False,
         port: int | None = None,
         env: dict[str, str] | None = None,
@@ -185,7 +207,7 @@ class DevServer:
                 "--latency-ms",
                 str(latency_ms),
             ]
-            self.cmd += [] if keepalive else ["--no-keepalive"]
+            self.cmd += ["--threads", str(threads)] if keepalive else ["--no-keepalive"]
             for f in faults:
                 self.cmd += ["--fault", f]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -237,12 +259,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--latency-ms", type=float, default=0)
-    p.add_argument("--no-keepalive", action="store_true")
+    p.add_argument("--no-keepalive", action="store_true", help="werkzeug, a connection per request")
+    p.add_argument("--threads", type=int, default=256, help="WSGI threads behind uvicorn")
     p.add_argument(
         "--fault", action="append", default=[], help="KIND:MATCH[:TIMES], KIND 500|503|cut|corrupt"
     )
     a = p.parse_args(argv)
-    serve(a.port, a.host, [Fault.parse(f) for f in a.fault], a.latency_ms, not a.no_keepalive)
+    faults = [Fault.parse(f) for f in a.fault]
+    serve(a.port, a.host, faults, a.latency_ms, not a.no_keepalive, a.threads)
 
 
 if __name__ == "__main__":

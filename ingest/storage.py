@@ -94,6 +94,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("error", pa.string()),
         ]
     ),
+    # One row per finished flow run (ingest.history): which deployment it belongs to, so a
+    # run's summary can compare its stages with the previous run of the same deployment.
+    "flow_runs": pa.schema(
+        [
+            ("flow_run_id", pa.string()),
+            ("flow_name", pa.string()),
+            ("deployment_id", pa.string()),
+            ("parent_flow_run_id", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+            ("seconds", pa.float64()),
+            ("items", pa.int64()),
+            ("bytes", pa.int64()),
+            ("failed", pa.int64()),
+            ("state", pa.string()),
+            ("message", pa.string()),
+        ]
+    ),
     # GitHub source (ingest.github): one part per run and repository.
     "pull_requests": pa.schema(
         [
@@ -181,6 +199,9 @@ VIEWS: dict[str, str] = {
         SELECT * FROM read_parquet({documents}, union_by_name = true)
         QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY extracted_at DESC) = 1""",
     "task_timings": "SELECT * FROM read_parquet({task_timings}, union_by_name = true)",
+    "flow_runs": """
+        SELECT * FROM read_parquet({flow_runs}, union_by_name = true)
+        QUALIFY row_number() OVER (PARTITION BY flow_run_id ORDER BY ended_at DESC) = 1""",
     "pull_request_log": "SELECT * FROM read_parquet({pull_requests}, union_by_name = true)",
     "pull_requests": """
         SELECT * FROM read_parquet({pull_requests}, union_by_name = true)
@@ -299,7 +320,9 @@ def load_manifest(data_dir: Path, bucket: str, prefix: str) -> dict[str, Manifes
     }
 
 
-def query(data_dir: Path, sql: str, params: Iterable[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+def query(
+    data_dir: Path, sql: str, params: Iterable[Any] | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run SQL over the warehouse views; returns column names and rows."""
     with connect(data_dir, read_only=True) as con:
         cur = con.execute(sql, list(params) if params else None)
