@@ -11,7 +11,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup demo test lint format bench-s3 clean
+.PHONY: setup demo serve test lint format bench-s3 bench-github clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -25,6 +25,11 @@ setup: $(VENV)/.synced
 
 demo: setup
 	$(VENV)/bin/ingest demo
+
+# The deployments of prefect.yaml on this machine, UI at http://127.0.0.1:4200 (Ctrl-C stops).
+# SERVE_ARGS=--demo also starts the local S3 and GitHub servers the defaults point at.
+serve: setup
+	$(VENV)/bin/ingest serve $(SERVE_ARGS)
 
 test: setup
 	$(UV) lock --check
@@ -42,6 +47,9 @@ format: setup
 
 bench-s3: setup
 	$(VENV)/bin/python -m benchmarks.bench_s3
+
+bench-github: setup
+	$(VENV)/bin/python -m benchmarks.bench_github
 
 clean:
 	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache

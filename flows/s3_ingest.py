@@ -23,6 +23,7 @@ from ingest.records import BatchSummary, ExtractSummary
 from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.extraction import extract_batch
+from tasks.progress import track_batch
 from tasks.report import publish_summary
 from tasks.s3 import check_bucket, download_batch, list_page, load_manifest, mark_deleted
 from tasks.storage import update_warehouse
@@ -81,7 +82,8 @@ def s3_ingest(
         "s3_download_dir": Path(download_dir) if download_dir else None,
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    include, exclude = list(include or []), list(exclude or [])
+    include = list(settings.s3_include if include is None else include)
+    exclude = list(settings.s3_exclude if exclude is None else exclude)
     run_id = str(flow_run.id or "local")
 
     check_bucket(settings, bucket)
@@ -112,6 +114,7 @@ def s3_ingest(
     summary = RunSummary(run_id=run_id)
     for fut in futures:
         part = fut.result()
+        track_batch(part, batches=len(futures))
         for status, n in part.counts.items():
             summary.counts[status] = summary.counts.get(status, 0) + n
         summary.bytes += part.bytes

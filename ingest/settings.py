@@ -32,6 +32,15 @@ class Settings(BaseSettings):
     # --- S3 -----------------------------------------------------------------
     s3_bucket: str | None = Field(None, description="Bucket to ingest.")
     s3_prefix: str = Field("", description="Only keys under this prefix.")
+    s3_include: list[str] = Field(
+        default_factory=list,
+        description="Globs on the key below the prefix; keep keys matching any (JSON list in "
+        "the environment: INGEST_S3_INCLUDE='[\"*.pdf\"]').",
+    )
+    s3_exclude: list[str] = Field(
+        default_factory=list,
+        description="Globs on the key below the prefix; drop keys matching any.",
+    )
     s3_endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint (MinIO, Ceph, moto); None means AWS."
     )

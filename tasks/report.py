@@ -8,6 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ingest import report
 from ingest.settings import Settings
+from tasks.history import compare_with_previous, record_current_run
 
 
 @task(name="publish-summary", cache_policy=NO_CACHE)
@@ -29,7 +30,20 @@ def publish_summary(
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
+    _, comparison = compare_with_previous(settings.data_dir, summary.stages)
+    looked_at = summary.total - summary.counts.get("deleted", 0)
+    too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
+    record_current_run(
+        settings.data_dir,
+        seconds=summary.seconds,
+        items=summary.total,
+        size=summary.bytes,
+        failed=summary.failed,
+        state="failed" if too_many else "completed",
+    )
     create_markdown_artifact(
-        key="run-summary", markdown=report.markdown(summary, title), description=title
+        key="run-summary",
+        markdown=report.markdown(summary, title) + "\n" + comparison,
+        description=title,
     )
     return summary

@@ -1,0 +1,151 @@
+"""The ``nightly`` flow: the S3 and GitHub ingestions at the same time, then one summary.
+
+Each ingestion is a subflow (its own flow run, logs and artifacts, nested
+under this one in the UI) called from a task, and the two tasks run on a
+two-thread task runner, so both ingestions run concurrently in the worker's
+one process. A failed child does not stop the other; the nightly run fails
+afterwards with what failed and what to do in its state message.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import Flow, flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field
+
+from flows.github_pulls import github_pulls
+from flows.s3_ingest import s3_ingest
+from ingest.errors import IngestError
+from ingest.nightly import ChildOutcome, advice, is_terminal
+from ingest.settings import Settings
+from tasks.nightly import publish_nightly_summary
+from tasks.progress import publish_progress
+
+
+class NightlyFailedError(IngestError):
+    """One or both ingestions failed; the message says which and what to do."""
+
+
+def _run_child(child: Flow[Any, Any], parameters: dict[str, Any]) -> ChildOutcome:
+    started = time.perf_counter()
+    state: Any = child(**parameters, return_state=True)
+    result = state.result(raise_on_failure=False)
+    error = result if isinstance(result, BaseException) else None
+    outcome = ChildOutcome(
+        flow_name=child.name,
+        flow_run_id=str(state.state_details.flow_run_id),
+        state=state.type.value.lower(),
+        message=state.message or "",
+        seconds=time.perf_counter() - started,
+        error_type=type(error).__name__ if error else "",
+        summary=None if error else result,
+    )
+    if outcome.summary is not None:
+        outcome.failures = list(
+            getattr(outcome.summary, "failures", None) or getattr(outcome.summary, "errors", [])
+        )
+    if error is not None:
+        outcome.message = advice(outcome, is_terminal(error))
+    return outcome
+
+
+@task(name="run-s3-ingest", cache_policy=NO_CACHE)
+def run_s3_ingest(parameters: dict[str, Any]) -> ChildOutcome:
+    """The ``s3-ingest`` flow as a child run; never raises."""
+    return _run_child(s3_ingest, parameters)
+
+
+@task(name="run-github-pulls", cache_policy=NO_CACHE)
+def run_github_pulls(parameters: dict[str, Any]) -> ChildOutcome:
+    """The ``github-pulls`` flow as a child run; never raises."""
+    return _run_child(github_pulls, parameters)
+
+
+@flow(
+    name="nightly",
+    description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
+    "same time, then publish one summary comparing each stage with the previous nightly run.",
+    task_runner=ThreadPoolTaskRunner(max_workers=2),
+    validate_parameters=True,
+)
+def nightly(
+    bucket: Annotated[str, Field(min_length=3, max_length=63)],
+    repos: Annotated[list[str], Field(max_length=500)],
+    prefix: str = "",
+    endpoint_url: str | None = None,
+    s3_concurrency: Annotated[int | None, Field(ge=1, le=512)] = None,
+    extract: bool = True,
+    github_base_url: str | None = None,
+    github_per_page: Annotated[int | None, Field(ge=1, le=100)] = None,
+    github_token_block: str | None = None,
+    data_dir: str | None = None,
+    full_refresh: bool = False,
+) -> list[ChildOutcome]:
+    """Both ingestions at the same time, then one summary.
+
+    The descriptions below are what the UI's Custom run form shows under each
+    field (Prefect reads them from this docstring); the bounds in the
+    annotations are checked by the server before a run is created.
+
+    Args:
+        bucket: S3 bucket to ingest (3-63 characters).
+        repos: GitHub repositories as owner/name; an empty list skips GitHub.
+        prefix: Only S3 keys under this prefix.
+        endpoint_url: S3-compatible endpoint (MinIO, Ceph, moto). Empty means AWS.
+        s3_concurrency: S3 requests in flight, 1-512, sized for latency rather than cores.
+            Empty: INGEST_S3_CONCURRENCY or 64.
+        extract: Extract the text of new and changed documents.
+        github_base_url: GitHub API root. Empty: https://api.github.com.
+        github_per_page: Pull requests per page, 1-100. Empty chooses it from the
+            rate-limit budget.
+        github_token_block: Prefect Secret block holding the GitHub token. Empty: the
+            GITHUB_TOKEN environment variable of the worker.
+        data_dir: Folder for the Parquet tables and warehouse.duckdb, relative to the
+            project folder. Empty: INGEST_DATA_DIR of the worker, else ./data.
+        full_refresh: Fetch everything again, ignoring what earlier runs stored.
+    """
+    started = time.perf_counter()
+    settings = Settings()
+    if data_dir:
+        settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+    s3_parameters = {
+        "bucket": bucket,
+        "prefix": prefix,
+        "endpoint_url": endpoint_url,
+        "concurrency": s3_concurrency,
+        "extract": extract,
+        "data_dir": data_dir,
+        "full_refresh": full_refresh,
+    }
+    github_parameters = {
+        "repos": repos,
+        "base_url": github_base_url,
+        "per_page": github_per_page,
+        "token_block": github_token_block,
+        "data_dir": data_dir,
+        "full_refresh": full_refresh,
+    }
+    running = [run_s3_ingest.submit(s3_parameters)]
+    if repos:
+        running.append(run_github_pulls.submit(github_parameters))
+    outcomes: list[ChildOutcome] = []
+    for future in running:
+        outcomes.append(future.result())
+        publish_progress(
+            "nightly-progress",
+            len(outcomes),
+            len(running),
+            f"{len(outcomes)} of {len(running)} ingestions finished: "
+            + ", ".join(f"{o.flow_name} {o.state}" for o in outcomes),
+        )
+    publish_nightly_summary(settings, outcomes, time.perf_counter() - started)
+
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise NightlyFailedError(" | ".join(o.message for o in failed))
+    return outcomes

@@ -1,0 +1,155 @@
+"""Run history: one ``flow_runs`` row per finished flow run, and the comparison
+of a run's stages with the previous run of the same deployment.
+
+``task_timings`` already holds every task attempt by ``flow_run_id``; what it
+cannot say is which runs belong together. A ``flow_runs`` row adds the
+deployment (empty for runs started outside a deployment) and the parent flow
+run (the ``nightly`` run of a child ingestion), so "the previous run of the
+same deployment" is one query over Parquet, with or without a Prefect server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ingest import report, storage
+
+# A stage counts as slower or faster only beyond this share and this many seconds,
+# so the noise of a one-second stage does not read as a regression.
+CHANGE_SHARE = 0.2
+CHANGE_SECONDS = 0.5
+
+
+@dataclass(slots=True)
+class FlowRunRecord:
+    """One row of ``flow_runs``."""
+
+    flow_run_id: str
+    flow_name: str
+    deployment_id: str = ""
+    parent_flow_run_id: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    seconds: float = 0.0
+    items: int = 0
+    bytes: int = 0
+    failed: int = 0
+    state: str = "completed"
+    message: str | None = None
+
+
+def record_flow_run(data_dir: Path, record: FlowRunRecord) -> Path:
+    """Write (or overwrite: one part per flow run) the run's ``flow_runs`` row."""
+    row = asdict(record)
+    row["ended_at"] = row["ended_at"] or datetime.now(UTC)
+    return storage.write_part(data_dir, "flow_runs", record.flow_run_id, "flow-run", [row])
+
+
+def previous_run(
+    data_dir: Path, *, flow_name: str, deployment_id: str, flow_run_id: str
+) -> dict[str, Any] | None:
+    """The latest earlier ``flow_runs`` row of the same flow and deployment."""
+    sql = f"""
+        SELECT * FROM {storage.scan(data_dir, "flow_runs")}
+        WHERE flow_name = ? AND coalesce(deployment_id, '') = ? AND flow_run_id <> ?
+        QUALIFY row_number() OVER (PARTITION BY flow_run_id ORDER BY ended_at DESC) = 1
+        ORDER BY started_at DESC LIMIT 1
+    """
+    return _first(data_dir, sql, [flow_name, deployment_id, flow_run_id])
+
+
+def child_runs(data_dir: Path, parent_flow_run_id: str) -> list[dict[str, Any]]:
+    """The ``flow_runs`` rows whose parent is ``parent_flow_run_id``, by flow name."""
+    sql = f"""
+        SELECT * FROM {storage.scan(data_dir, "flow_runs")}
+        WHERE parent_flow_run_id = ?
+        QUALIFY row_number() OVER (PARTITION BY flow_run_id ORDER BY ended_at DESC) = 1
+        ORDER BY flow_name
+    """
+    return _all(data_dir, sql, [parent_flow_run_id])
+
+
+def stages_of(data_dir: Path, runs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Stage tables of several runs, each stage named ``<label>: <stage>``.
+
+    ``runs`` holds (label, flow_run_id) pairs; an empty label keeps the plain
+    stage names (a single flow run).
+    """
+    rows: list[dict[str, Any]] = []
+    for label, run_id in runs:
+        for s in report.stage_table(data_dir, run_id):
+            rows.append({**s, "stage": f"{label}: {s['stage']}" if label else s["stage"]})
+    return rows
+
+
+def compare_stages(
+    now: Sequence[dict[str, Any]], before: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Wall seconds per stage, now against before, with a verdict per stage."""
+    previous = {s["stage"]: s for s in before}
+    out: list[dict[str, Any]] = []
+    for s in now:
+        p = previous.get(s["stage"])
+        wall = float(s.get("wall_seconds") or 0)
+        row: dict[str, Any] = {"stage": s["stage"], "wall_seconds": round(wall, 2)}
+        if p is None:
+            row.update(previous_wall_seconds=None, change=None, verdict="new stage")
+        else:
+            was = float(p.get("wall_seconds") or 0)
+            delta = wall - was
+            share = delta / was if was else None
+            if abs(delta) < CHANGE_SECONDS or (share is not None and abs(share) < CHANGE_SHARE):
+                verdict = "about the same"
+            else:
+                verdict = "slower" if delta > 0 else "faster"
+            row.update(
+                previous_wall_seconds=round(was, 2),
+                change=f"{share:+.0%}" if share is not None else f"{delta:+.2f} s",
+                verdict=verdict,
+            )
+        out.append(row)
+    return out
+
+
+def comparison_markdown(
+    comparison: Sequence[dict[str, Any]], previous: dict[str, Any] | None
+) -> str:
+    """The "compared with the previous run" section of a run summary."""
+    lines = ["", "## Compared with the previous run of this deployment", ""]
+    if previous is None or not comparison:
+        return "\n".join([*lines, "No earlier run of this deployment to compare with."])
+    when = previous["started_at"]
+    when_text = when.strftime("%Y-%m-%d %H:%M UTC") if isinstance(when, datetime) else when
+    lines += [
+        f"Previous run `{previous['flow_run_id']}` started {when_text} and took "
+        f"{previous['seconds']:.2f} s ({previous['state']}).",
+        "",
+        "| stage | wall s now | wall s before | change | verdict |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in comparison:
+        before = "" if r["previous_wall_seconds"] is None else f"{r['previous_wall_seconds']:.2f}"
+        lines.append(
+            f"| {r['stage']} | {r['wall_seconds']:.2f} | {before} | {r['change'] or ''} "
+            f"| {r['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
+def _all(data_dir: Path, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    del data_dir  # the SQL already names the files
+    with duckdb.connect() as con:
+        cur = con.execute(sql, params)
+        cols = [d[0] for d in cur.description or ()]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _first(data_dir: Path, sql: str, params: list[Any]) -> dict[str, Any] | None:
+    rows = _all(data_dir, sql, params)
+    return rows[0] if rows else None

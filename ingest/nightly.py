@@ -1,0 +1,122 @@
+"""What the ``nightly`` flow reports: one outcome per child ingestion, the
+combined markdown summary, and the advice a failed run ends with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.errors import TerminalError
+
+FAILURES_SHOWN = 10
+
+
+@dataclass(slots=True)
+class ChildOutcome:
+    """How one child flow run (``s3-ingest``, ``github-pulls``) ended."""
+
+    flow_name: str
+    flow_run_id: str
+    state: str  # the Prefect state type, lower case: completed, failed, crashed ...
+    message: str = ""
+    seconds: float = 0.0
+    error_type: str = ""
+    summary: Any = None  # RunSummary or GitHubSummary when the child returned one
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "completed"
+
+
+def advice(outcome: ChildOutcome, terminal: bool) -> str:
+    """What failed and what to do, for the final state message of a failed run."""
+    message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
+    if len(message) > 400:
+        message = message[:399] + "…"
+    what = f"{outcome.flow_name} failed: {message}"
+    if terminal:
+        todo = (
+            "fix the configuration it names (the deployment's parameters, or the worker's "
+            "credentials and endpoint), then start the deployment again (Run > Custom run)"
+        )
+    elif outcome.error_type.startswith("TooMany"):
+        todo = (
+            "read the failures in that run's run-summary artifact (or the query in the "
+            "message); the next run retries the failed items"
+        )
+    else:
+        todo = (
+            f"open the {outcome.flow_name} subflow run's logs, fix the cause, then start "
+            "the deployment again; the other ingestion's rows are stored and a re-run skips "
+            "what did not change"
+        )
+    return f"{what}. What to do: {todo}."
+
+
+def is_terminal(error: BaseException | None) -> bool:
+    """True for errors that retrying cannot fix (configuration, credentials)."""
+    if error is None:
+        return False
+    names = {c.__name__ for c in type(error).__mro__}
+    return isinstance(error, TerminalError) or "GitHubTerminalError" in names
+
+
+def headline(outcome: ChildOutcome) -> str:
+    """One line per child for the nightly summary."""
+    s = outcome.summary
+    if outcome.flow_name == "s3-ingest" and s is not None:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "nothing"
+        text = f"{s.total} objects ({counts}), {s.bytes / 1e6:.1f} MB"
+    elif outcome.flow_name == "github-pulls" and s is not None:
+        text = (
+            f"{s.pulls} pull requests from {len(s.repos)} repositories, {s.requests} requests "
+            f"({s.not_modified} not modified), {s.failed_pages} failed pages"
+        )
+        if s.stopped:
+            text += f", stopped early: {s.stopped}"
+    else:
+        text = outcome.message or "no summary"
+    return f"**{outcome.flow_name}** ({outcome.state}, {outcome.seconds:.2f} s): {text}"
+
+
+def markdown(
+    outcomes: list[ChildOutcome], stages: list[dict[str, Any]], seconds: float, comparison: str
+) -> str:
+    """The nightly run's summary artifact."""
+    ok = sum(o.ok for o in outcomes)
+    lines = [
+        "# nightly ingestion",
+        "",
+        f"{ok} of {len(outcomes)} ingestions completed in {seconds:.2f} s (they ran at the "
+        "same time).",
+        "",
+    ]
+    lines += [f"- {headline(o)}" for o in outcomes]
+    if stages:
+        lines += [
+            "",
+            "## Stages",
+            "",
+            "| stage | task runs | items | MB | wall s | items/s | MB/s | failed attempts |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in stages:
+            lines.append(
+                f"| {s['stage']} | {s['task_runs']} | {s['items']} | {s['bytes'] / 1e6:.2f} "
+                f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
+                f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"
+            )
+    failures = [(o.flow_name, k, e) for o in outcomes for k, e in o.failures]
+    if failures:
+        lines += [
+            "",
+            f"## First {min(len(failures), FAILURES_SHOWN)} of {len(failures)} failures",
+            "",
+            "| flow | item | error |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {f} | `{k}` | {e.replace('|', '/')} |" for f, k, e in failures[:FAILURES_SHOWN]
+        ]
+    return "\n".join(lines) + "\n" + comparison

@@ -1,0 +1,89 @@
+"""Prefect glue for ``ingest.history``: ids come from the running flow.
+
+The deployment of a run started by a deployment is that deployment; a child
+flow run (``s3-ingest`` under ``nightly``) inherits its parent's, so its
+previous run is the same child of the previous nightly run.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.runtime import deployment, flow_run
+
+from ingest import history
+
+
+def current_ids() -> dict[str, str]:
+    """flow_run_id, flow_name, deployment_id and parent_flow_run_id of the running flow."""
+    try:
+        parent = str(flow_run.parent_flow_run_id or "")
+    except Exception:  # no API (a plain function call in a unit test)
+        parent = ""
+    return {
+        "flow_run_id": str(flow_run.id or "local"),
+        "flow_name": str(flow_run.flow_name or ""),
+        "deployment_id": str(deployment.id or ""),
+        "parent_flow_run_id": parent,
+    }
+
+
+def record_current_run(
+    data_dir: Path,
+    *,
+    seconds: float,
+    items: int = 0,
+    size: int = 0,
+    failed: int = 0,
+    state: str = "completed",
+    message: str | None = None,
+) -> history.FlowRunRecord:
+    """Write the running flow's ``flow_runs`` row (overwritten if written again)."""
+    ended = datetime.now(UTC)
+    record = history.FlowRunRecord(
+        **current_ids(),
+        started_at=ended - timedelta(seconds=seconds),
+        ended_at=ended,
+        seconds=seconds,
+        items=items,
+        bytes=size,
+        failed=failed,
+        state=state,
+        message=message,
+    )
+    history.record_flow_run(data_dir, record)
+    return record
+
+
+def compare_with_previous(
+    data_dir: Path, stages: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], str]:
+    """Compare ``stages`` of the running flow with its previous run of the same deployment.
+
+    Returns the comparison rows and the markdown section for the run summary.
+    """
+    ids = current_ids()
+    previous = history.previous_run(
+        data_dir,
+        flow_name=ids["flow_name"],
+        deployment_id=ids["deployment_id"],
+        flow_run_id=ids["flow_run_id"],
+    )
+    rows: list[dict[str, Any]] = []
+    if previous is not None:
+        rows = history.compare_stages(
+            stages, history.stages_of(data_dir, [("", previous["flow_run_id"])])
+        )
+        for r in rows:
+            if r["verdict"] in ("slower", "faster"):
+                get_run_logger().info(
+                    "stage %s %s than the previous run: %.2f s against %.2f s",
+                    r["stage"],
+                    r["verdict"],
+                    r["wall_seconds"],
+                    r["previous_wall_seconds"],
+                )
+    return rows, history.comparison_markdown(rows, previous)

@@ -1,0 +1,85 @@
+"""The nightly run's one summary: both ingestions, their stages, and the
+comparison with the previous nightly run of the same deployment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ingest import history, nightly
+from ingest.settings import Settings
+from tasks.history import current_ids, record_current_run
+
+
+@task(name="publish-nightly-summary", cache_policy=NO_CACHE)
+def publish_nightly_summary(
+    settings: Settings, outcomes: list[nightly.ChildOutcome], seconds: float
+) -> list[dict[str, Any]]:
+    """Record the runs, compare with the previous nightly run, publish the artifacts.
+
+    Returns the stage comparison rows (empty on the first run).
+    """
+    data_dir = settings.data_dir
+    ids = current_ids()
+    for o in outcomes:  # the children's rows with their final state (github-pulls writes none)
+        s = o.summary
+        items = getattr(s, "total", None) if o.flow_name == "s3-ingest" else getattr(s, "pulls", 0)
+        history.record_flow_run(
+            data_dir,
+            history.FlowRunRecord(
+                flow_run_id=o.flow_run_id,
+                flow_name=o.flow_name,
+                deployment_id=ids["deployment_id"],
+                parent_flow_run_id=ids["flow_run_id"],
+                seconds=o.seconds,
+                items=int(items or 0),
+                bytes=int(getattr(s, "bytes", 0) or 0),
+                failed=len(o.failures),
+                state=o.state,
+                message=o.message or None,
+            ),
+        )
+    stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
+    previous = history.previous_run(
+        data_dir,
+        flow_name=ids["flow_name"],
+        deployment_id=ids["deployment_id"],
+        flow_run_id=ids["flow_run_id"],
+    )
+    rows: list[dict[str, Any]] = []
+    if previous is not None:
+        before = history.child_runs(data_dir, previous["flow_run_id"])
+        rows = history.compare_stages(
+            stages,
+            history.stages_of(data_dir, [(r["flow_name"], r["flow_run_id"]) for r in before]),
+        )
+    failed = [o for o in outcomes if not o.ok]
+    record_current_run(
+        data_dir,
+        seconds=seconds,
+        items=len(outcomes),
+        failed=len(failed),
+        state="failed" if failed else "completed",
+        message="; ".join(o.message for o in failed) or None,
+    )
+    logger = get_run_logger()
+    for o in outcomes:
+        logger.info("%s", nightly.headline(o).replace("**", ""))
+    for r in rows:
+        if r["verdict"] in ("slower", "faster"):
+            logger.info("%s: %s (%s)", r["stage"], r["verdict"], r["change"])
+    if stages:
+        create_table_artifact(
+            key="nightly-stage-timing", table=stages, description="nightly: per-stage timing"
+        )
+    create_markdown_artifact(
+        key="nightly-summary",
+        markdown=nightly.markdown(
+            outcomes, stages, seconds, history.comparison_markdown(rows, previous)
+        ),
+        description="nightly ingestion: both sources, per-stage timing, comparison",
+    )
+    return rows

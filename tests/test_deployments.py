@@ -1,0 +1,349 @@
+"""The deployments of prefect.yaml on a real Prefect server.
+
+One ``prefect server start`` on a free loopback port for this module (SQLite in
+a temporary folder, the recorder batching of DESIGN.md); the work pool is
+created, ``prefect deploy --all --no-prompt`` deploys prefect.yaml, and one
+``prefect worker start`` runs what is triggered. The demo S3 and GitHub
+servers run on the ports the default parameters name, exactly as
+``ingest serve --demo`` starts them, so the defaults are what is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from deployments import project, serve
+from ingest import samples
+from ingest.devserver import free_port
+from ingest.github.demo import DEMO_REPOS
+from tests.helpers import rows
+
+pytestmark = pytest.mark.deployment
+
+RUN_DEADLINE = 240.0  # seconds a triggered run may take before the test gives up
+
+
+@dataclass
+class Served:
+    api_url: str
+    ui_url: str
+    data_dir: Path
+    config: dict[str, Any]
+    log_dir: Path
+    deployed_nightly_parameters: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -> Iterator[Served]:
+    """Prefect server + work pool + deployments + demo servers + a worker."""
+    root = tmp_path_factory.mktemp("deployments")
+    home, data_dir, logs = root / "prefect-home", root / "data", root / "logs"
+    logs.mkdir()
+    config = project.load()
+    port = free_port()
+    with (
+        open(logs / "server.log", "w") as server_log,
+        open(logs / "worker.log", "w") as worker_log,
+        open(logs / "deploy.log", "w") as deploy_log,
+        serve.PrefectServer(
+            port=port,
+            home=home,
+            env={"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"},
+            log=server_log,
+        ) as server,
+    ):
+        env = {
+            **os.environ,
+            **serve.SERVER_ENV,
+            "PREFECT_API_URL": server.api_url,
+            "PREFECT_HOME": str(home),
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "INGEST_DATA_DIR": str(data_dir),
+        }
+        serve.ensure_work_pools(server.api_url, project.work_pools(config))
+        serve.deploy_all(env, log=deploy_log)
+        with serve.DemoServers(config, any_port=True) as demo:
+            deployed = point_nightly_at(server.api_url, demo.endpoints)
+            workers = [serve.Worker(p, env, log=worker_log) for p in project.work_pools(config)]
+            for w in workers:
+                w.__enter__()
+            try:
+                yield Served(server.api_url, server.ui_url, data_dir, config, logs, deployed)
+            finally:
+                for w in workers:
+                    w.__exit__()
+
+
+def point_nightly_at(api_url: str, endpoints: dict[str, Any]) -> dict[str, Any]:
+    """Point the nightly deployment's default endpoints at this session's demo servers.
+
+    ``ingest serve --demo`` serves them on the ports prefect.yaml names; test
+    sessions may run side by side, so theirs listen on free ports, and the
+    defaults are edited as a user would in the UI. Returns the deployed defaults.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import DeploymentUpdate
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        d = c.read_deployment_by_name("nightly/nightly")
+        params = {
+            **d.parameters,
+            "endpoint_url": endpoints["s3_url"],
+            "github_base_url": endpoints["github_url"],
+        }
+        c.update_deployment(d.id, DeploymentUpdate(parameters=params))
+        return dict(d.parameters)
+
+
+@pytest.fixture
+def client(served: Served) -> Iterator[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: served.api_url}), get_client(sync_client=True) as c:
+        yield c
+
+
+def wait_final(client: Any, flow_run_id: UUID, deadline: float = RUN_DEADLINE) -> Any:
+    """Poll the API until the run is in a final state."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        run = client.read_flow_run(flow_run_id)
+        if run.state and run.state.is_final():
+            return run
+        time.sleep(0.5)  # polling the API for a state, with a deadline
+    raise AssertionError(f"flow run {flow_run_id} not final after {deadline} s: {run.state}")
+
+
+def nightly_deployment(client: Any) -> Any:
+    return client.read_deployment_by_name("nightly/nightly")
+
+
+def artifacts_of(client: Any, flow_run_id: UUID) -> dict[str, Any]:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    found = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+    )
+    return {a.key: a for a in found if a.key}
+
+
+def children_of(client: Any, flow_run_id: UUID) -> dict[str, Any]:
+    """Child flow runs by flow name."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+        )
+    )
+    return {client.read_flow(r.flow_id).name: r for r in runs}
+
+
+def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> None:
+    for entry in project.deployments(served.config):
+        d = client.read_deployment_by_name(f"{project.flow_name(entry)}/{entry['name']}")
+        assert d.description and d.description.split()[0] in entry["description"]
+        assert set(d.tags) == set(entry["tags"])
+        assert d.work_pool_name == entry["work_pool"]["name"]
+        parameters = d.parameters
+        if entry["name"] == "nightly":
+            parameters = served.deployed_nightly_parameters
+        assert parameters == entry.get("parameters", {})
+        assert d.enforce_parameter_schema
+        [declared] = entry["schedules"]
+        [schedule] = d.schedules
+        assert schedule.schedule.cron == declared["cron"]
+        assert schedule.schedule.timezone == declared["timezone"]
+        assert schedule.active == declared["active"]
+    pool = client.read_work_pool(project.work_pools(served.config)[0])
+    assert pool.type == "process"
+
+
+def test_nightly_form_explains_every_field(client: Any) -> None:
+    schema = nightly_deployment(client).parameter_openapi_schema
+    props = schema["properties"]
+    assert all(p.get("description") for p in props.values()), props
+    assert props["s3_concurrency"]["anyOf"][0] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 512,
+    }
+    assert props["github_per_page"]["anyOf"][0]["maximum"] == 100
+    assert props["bucket"]["minLength"] == 3
+
+
+def test_invalid_parameters_are_refused_before_any_run(client: Any) -> None:
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    d = nightly_deployment(client)
+    for bad in ({"s3_concurrency": 0}, {"github_per_page": 101}, {"bucket": "x"}):
+        with pytest.raises(PrefectHTTPStatusError) as info:
+            client.create_flow_run_from_deployment(d.id, parameters={**d.parameters, **bad})
+        assert info.value.response.status_code in (409, 422)
+        assert "validation" in info.value.response.text.lower()
+
+
+def test_next_nightly_run_is_scheduled_at_two_local_time(client: Any, served: Served) -> None:
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    entry = project.deployment(served.config, "nightly")
+    tz = ZoneInfo(entry["schedules"][0]["timezone"])
+    hour, minute = (int(x) for x in entry["schedules"][0]["cron"].split()[1::-1])
+    d = nightly_deployment(client)
+    end = time.monotonic() + 60
+    scheduled: list[Any] = []
+    while not scheduled and time.monotonic() < end:
+        scheduled = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[d.id])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+            ),
+        )
+        if not scheduled:
+            time.sleep(0.5)  # polling the API for the scheduler's runs, with a deadline
+    assert scheduled, "the scheduler created no run for the nightly deployment"
+    first = min(r.expected_start_time for r in scheduled)
+    local = first.astimezone(tz)
+    assert (local.hour, local.minute) == (hour, minute)
+    assert 0 < (first - datetime.now(UTC)).total_seconds() <= 24 * 3600
+
+
+def test_nightly_run_from_the_api_completes(client: Any, served: Served) -> None:
+    """Triggered as the UI's Run button does; the worker runs it; DuckDB holds the rows."""
+    d = nightly_deployment(client)
+    run = client.create_flow_run_from_deployment(d.id, parameters=dict(d.parameters))
+    run = wait_final(client, run.id)
+    worker_log = (served.log_dir / "worker.log").read_text()[-4000:]
+    assert run.state.is_completed(), (run.state, worker_log)
+
+    children = children_of(client, run.id)
+    assert set(children) == {"s3-ingest", "github-pulls"}
+    assert all(c.state.is_completed() for c in children.values())
+    s3_run = children["s3-ingest"]
+
+    objects = rows(served.data_dir, "SELECT count(*) AS n FROM s3_objects")[0]["n"]
+    assert objects == len(samples.documents())
+    repos = project.demo_endpoints(served.config)["repos"]
+    pulls = rows(served.data_dir, "SELECT count(*) AS n FROM pull_requests")[0]["n"]
+    assert pulls == sum(DEMO_REPOS[r] for r in repos)
+    [row] = rows(served.data_dir, f"SELECT * FROM flow_runs WHERE flow_run_id = '{run.id}'")
+    assert row["state"] == "completed" and row["deployment_id"] == str(d.id)
+
+    arts = artifacts_of(client, run.id)
+    assert arts["nightly-progress"].data == 100
+    assert "No earlier run" in arts["nightly-summary"].data
+    s3_arts = artifacts_of(client, s3_run.id)
+    assert s3_arts["download-progress"].data == 100
+    assert "objects" in s3_arts["download-progress"].description
+    assert {"run-summary", "stage-timing"} <= set(s3_arts)
+
+    # the next night: the summary compares each stage with this run
+    again = client.create_flow_run_from_deployment(d.id, parameters=dict(d.parameters))
+    again = wait_final(client, again.id)
+    assert again.state.is_completed(), again.state
+    summary = artifacts_of(client, again.id)["nightly-summary"].data
+    assert f"Previous run `{run.id}`" in summary
+    assert "| s3-ingest: download-batch |" in summary
+
+
+def test_failed_nightly_says_what_failed_and_what_to_do(client: Any, served: Served) -> None:
+    d = nightly_deployment(client)
+    params = {**d.parameters, "bucket": "no-such-bucket", "repos": []}
+    run = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
+    assert run.state.is_failed()
+    message = run.state.message
+    assert "s3-ingest failed" in message and "no-such-bucket" in message, message
+    assert "What to do:" in message
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's chromium package; nothing downloads a browser
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest.mark.ui
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (.ci/run)")
+def test_custom_run_from_the_ui_completes(client: Any, served: Served) -> None:
+    """Deployments page -> nightly -> Run -> Custom run, one field changed, Submit; the
+    run the UI created completes, and its page says so."""
+    from playwright.sync_api import expect, sync_playwright
+
+    d = nightly_deployment(client)
+    before = {r.id for r in runs_of(client, d.id)}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{served.ui_url}/deployments")
+            page.get_by_role("link", name="nightly", exact=True).first.click()
+            page.get_by_role("button", name="Run", exact=True).click()
+            page.get_by_text("Custom run").click()
+            field = page.locator(".schema-form-property", has_text="s3_concurrency (Optional)")
+            field = field.last  # the innermost block holding that label
+            expect(field).to_contain_text("S3 requests in flight")  # the description
+            field.get_by_role("button", name="int", exact=True).click()
+            field.locator("input").fill("8")
+            page.get_by_role("button", name="Submit").click()
+            page.get_by_text("scheduled to start").first.wait_for(state="attached")
+
+            created = poll(lambda: [r for r in runs_of(client, d.id) if r.id not in before])
+            [run] = created
+            assert run.parameters["s3_concurrency"] == 8
+            assert run.parameters["bucket"] == d.parameters["bucket"]  # the rest unchanged
+            page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
+            badge = page.locator(".state-badge", has_text="Completed").first
+            badge.wait_for(timeout=RUN_DEADLINE * 1000)
+        except BaseException:
+            page.screenshot(path=str(served.log_dir / "ui-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert wait_final(client, run.id).state.is_completed()
+
+
+def runs_of(client: Any, deployment_id: UUID) -> list[Any]:
+    """Flow runs of a deployment that were not created by its schedule."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    runs = client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+    )
+    return [r for r in runs if "auto-scheduled" not in (r.tags or [])]
+
+
+def poll(fetch: Any, deadline: float = 30.0) -> Any:
+    """``fetch()`` until it returns something truthy, with a deadline."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if found := fetch():
+            return found
+        time.sleep(0.25)  # polling the API, with a deadline
+    raise AssertionError("nothing appeared before the deadline")

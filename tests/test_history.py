@@ -1,0 +1,90 @@
+"""Run history and the nightly summary: plain functions, no Prefect."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ingest import history, nightly, storage
+from ingest.errors import BucketNotFoundError
+from ingest.records import TaskTiming
+
+
+def stage(name: str, wall: float) -> dict[str, object]:
+    return {"stage": name, "wall_seconds": wall}
+
+
+def test_compare_stages_says_slower_faster_or_the_same() -> None:
+    rows = history.compare_stages(
+        [stage("list", 10.0), stage("download", 2.0), stage("extract", 5.1), stage("new", 1.0)],
+        [stage("list", 4.0), stage("download", 8.0), stage("extract", 5.0)],
+    )
+    verdicts = {r["stage"]: (r["verdict"], r["change"]) for r in rows}
+    assert verdicts == {
+        "list": ("slower", "+150%"),
+        "download": ("faster", "-75%"),
+        "extract": ("about the same", "+2%"),
+        "new": ("new stage", None),
+    }
+    text = history.comparison_markdown(rows, None)
+    assert "No earlier run" in text
+
+
+def write_timing(data_dir: Path, run_id: str, task: str, start: datetime, seconds: float) -> None:
+    t = TaskTiming(
+        flow_run_id=run_id,
+        flow_name="s3-ingest",
+        task_run_id=f"{task}-{run_id}",
+        task_name=task,
+        started_at=start,
+        ended_at=start + timedelta(seconds=seconds),
+        seconds=seconds,
+        items=10,
+    )
+    storage.write_part(data_dir, "task_timings", run_id, t.task_run_id, [t.as_row()])
+
+
+def test_previous_run_is_the_latest_of_the_same_deployment(tmp_path: Path) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for i, (run, dep) in enumerate([("a", "d1"), ("b", "d2"), ("c", "d1"), ("d", "d1")]):
+        history.record_flow_run(
+            tmp_path,
+            history.FlowRunRecord(
+                flow_run_id=run,
+                flow_name="s3-ingest",
+                deployment_id=dep,
+                started_at=t0 + timedelta(days=i),
+                ended_at=t0 + timedelta(days=i, seconds=5),
+                seconds=5.0,
+            ),
+        )
+        write_timing(tmp_path, run, "download-batch", t0 + timedelta(days=i), 1.0 + i)
+    prev = history.previous_run(
+        tmp_path, flow_name="s3-ingest", deployment_id="d1", flow_run_id="d"
+    )
+    assert prev is not None and prev["flow_run_id"] == "c"
+    # the row is one per run: writing it again replaces it
+    history.record_flow_run(
+        tmp_path, history.FlowRunRecord(flow_run_id="c", flow_name="s3-ingest", state="failed")
+    )
+    assert storage.query(tmp_path, "SELECT count(*) FROM flow_runs WHERE flow_run_id = 'c'")[1] == [
+        (1,)
+    ]
+    now = history.stages_of(tmp_path, [("s3-ingest", "d")])
+    before = history.stages_of(tmp_path, [("s3-ingest", "a")])
+    [row] = history.compare_stages(now, before)
+    assert row["stage"] == "s3-ingest: download-batch" and row["verdict"] == "slower"
+
+
+def test_failed_child_advice_says_what_failed_and_what_to_do() -> None:
+    outcome = nightly.ChildOutcome(
+        flow_name="s3-ingest",
+        flow_run_id="x",
+        state="failed",
+        message="Flow run encountered an exception: BucketNotFoundError: no bucket\n  'nope'",
+    )
+    text = nightly.advice(outcome, nightly.is_terminal(BucketNotFoundError("no bucket")))
+    assert text.startswith("s3-ingest failed: Flow run encountered an exception")
+    assert "\n" not in text and "'nope'" in text
+    assert "What to do: fix the configuration" in text
+    assert not nightly.is_terminal(ValueError("x"))
