@@ -18,6 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
+from flows.parameters import described
 from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
 from ingest.github.sync import check_repo
@@ -36,6 +37,7 @@ class TooManyFailedPagesError(GitHubTerminalError):
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
     validate_parameters=True,
 )
+@described
 def github_pulls(
     repos: Annotated[
         list[str], Field(description="Repositories as owner/name.", min_length=1, max_length=500)

@@ -18,6 +18,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
+from flows.parameters import described
 from ingest.errors import IngestError
 from ingest.records import BatchSummary, ExtractSummary
 from ingest.report import RunSummary
@@ -40,6 +41,7 @@ class TooManyFailuresError(IngestError):
     task_runner=ThreadPoolTaskRunner(max_workers=4),
     validate_parameters=True,
 )
+@described
 def s3_ingest(
     bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=255)],
     prefix: Annotated[str, Field(description="Only keys under this prefix.")] = "",
