@@ -35,17 +35,15 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
+
+from ingest.childserver import ChildServer
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ANONYMOUS = "anonymous"
@@ -410,23 +408,15 @@ def serve(config: Config, host: str, port: int) -> None:
 # ---------------------------------------------------------------------------- client side
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class DevGitHub:
+class DevGitHub(ChildServer):
     """Start the server in a child process; ``with DevGitHub(repos={...}) as gh: gh.url``."""
 
-    def __init__(self, port: int | None = None, **config: Any) -> None:
-        self.config = Config(**config)
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+    label = "GitHub dev server"
 
-    def __enter__(self) -> DevGitHub:
-        cmd = [
+    def __init__(self, port: int | None = None, **config: Any) -> None:
+        super().__init__(port)
+        self.config = Config(**config)
+        self.cmd = [
             sys.executable,
             "-m",
             "ingest.devgithub",
@@ -435,60 +425,17 @@ class DevGitHub:
             "--config",
             json.dumps(asdict(self.config)),
         ]
-        self.proc = subprocess.Popen(
-            cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"GitHub dev server exited: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/_dev/stats", timeout=1):
-                    return self
-            except OSError:
-                time.sleep(0.05)  # polling for the port to open, not synchronising work
-        self.__exit__()
-        raise RuntimeError(f"GitHub dev server did not start on port {self.port}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc and self.proc.stderr:
-            self.proc.stderr.close()
-
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            method="POST",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
-
-    def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.url}/_dev/stats", timeout=10) as r:
-            return dict(json.loads(r.read()))
-
-    def reset_stats(self) -> None:
-        self._post("/_dev/reset", {})
 
     def configure(self, **changes: Any) -> None:
-        self._post("/_dev/config", changes)
+        self.post("/_dev/config", changes)
 
     def set_budget(self, **spec: Any) -> None:
         """``remaining``, ``limit``, ``reset_in`` (seconds) for every identity."""
-        self._post("/_dev/budget", spec)
+        self.post("/_dev/budget", spec)
 
     def touch(self, repo: str, numbers: list[int] | None = None, add: int = 0) -> list[int]:
         return list(
-            self._post("/_dev/touch", {"repo": repo, "numbers": numbers or [], "add": add})[
+            self.post("/_dev/touch", {"repo": repo, "numbers": numbers or [], "add": add})[
                 "numbers"
             ]
         )

@@ -22,16 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from ingest.childserver import ChildServer, free_port
+
+__all__ = ["DevServer", "Fault", "Middleware", "free_port", "serve"]
 from urllib.parse import unquote
 
 # ---------------------------------------------------------------------------- server side
@@ -172,14 +173,10 @@ def serve(
 # ---------------------------------------------------------------------------- client side
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class DevServer:
+class DevServer(ChildServer):
     """Start the server in a child process; ``with DevServer() as srv: srv.url``."""
+
+    label = "S3 server"
 
     def __init__(
         self,
@@ -192,8 +189,7 @@ class DevServer:
         port: int | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(port)
         if stock:  # the plain moto_server command, exactly as users run it
             exe = os.path.join(os.path.dirname(sys.executable), "moto_server")
             self.cmd = [exe, "-H", "127.0.0.1", "-p", str(self.port)]
@@ -210,48 +206,7 @@ class DevServer:
             self.cmd += ["--threads", str(threads)] if keepalive else ["--no-keepalive"]
             for f in faults:
                 self.cmd += ["--fault", f]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.env = env or {}
-
-    def __enter__(self) -> DevServer:
-        env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            **self.env,
-        }
-        self.proc = subprocess.Popen(
-            self.cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"S3 server exited: {err[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)  # polling for the port to open, not synchronising work
-        self.__exit__()
-        raise RuntimeError(f"S3 server did not start on port {self.port}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def stats(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"{self.url}/_dev/stats", timeout=10) as r:
-            return dict(json.loads(r.read()))
-
-    def reset_stats(self) -> None:
-        req = urllib.request.Request(f"{self.url}/_dev/reset", method="POST", data=b"")
-        urllib.request.urlopen(req, timeout=10).close()
+        self.env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", **(env or {})}
 
 
 def main(argv: list[str] | None = None) -> None:
