@@ -14,16 +14,23 @@ import zipfile
 def pdf(text: str) -> bytes:
     """A one-page PDF showing ``text`` in Helvetica, with a correct xref table."""
     stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-        b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-    ]
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        ]
+    )
+
+
+def pdf_file(objects: list[bytes], header: bytes = b"%PDF-1.4\n") -> bytes:
+    """A PDF file of ``objects`` (object 1 is the catalog), numbered from 1 in order,
+    after ``header``, with a correct xref table and trailer."""
     out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
+    out.write(header)
     offsets = []
     for i, body in enumerate(objects, 1):
         offsets.append(out.tell())

@@ -58,6 +58,20 @@ def record_current_run(
     return record
 
 
+def previous_of_current_run(
+    data_dir: Path, ids: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The ``flow_runs`` row of the running flow's previous run of the same deployment
+    (``ids`` from ``current_ids()``, looked up when not given)."""
+    ids = ids or current_ids()
+    return history.previous_run(
+        data_dir,
+        flow_name=ids["flow_name"],
+        deployment_id=ids["deployment_id"],
+        flow_run_id=ids["flow_run_id"],
+    )
+
+
 def compare_with_previous(
     data_dir: Path, stages: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], str]:
@@ -65,13 +79,7 @@ def compare_with_previous(
 
     Returns the comparison rows and the markdown section for the run summary.
     """
-    ids = current_ids()
-    previous = history.previous_run(
-        data_dir,
-        flow_name=ids["flow_name"],
-        deployment_id=ids["deployment_id"],
-        flow_run_id=ids["flow_run_id"],
-    )
+    previous = previous_of_current_run(data_dir)
     rows: list[dict[str, Any]] = []
     if previous is not None:
         rows = history.compare_stages(

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ingest import history, nightly
 from ingest.settings import Settings
-from tasks.history import current_ids, record_current_run
+from tasks.history import current_ids, previous_of_current_run, record_current_run
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -43,12 +43,7 @@ def publish_nightly_summary(
             ),
         )
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
-    previous = history.previous_run(
-        data_dir,
-        flow_name=ids["flow_name"],
-        deployment_id=ids["deployment_id"],
-        flow_run_id=ids["flow_run_id"],
-    )
+    previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
     if previous is not None:
         before = history.child_runs(data_dir, previous["flow_run_id"])

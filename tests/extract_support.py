@@ -13,6 +13,7 @@ import threading
 import zlib
 from pathlib import Path
 
+from ingest import samples
 from ingest.extract import extract_stored
 from ingest.extract.base import Extraction
 
@@ -75,20 +76,7 @@ def cid_pdf(lines: list[str]) -> bytes:
         b"/FontBBox [0 -200 1000 900] /ItalicAngle 0 /Ascent 900 /Descent -200 "
         b"/CapHeight 700 /StemV 80 >>",
     ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for i, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for off in offsets:
-        out.write(b"%010d 00000 n \n" % off)
-    out.write(
-        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    )
-    return out.getvalue()
+    return samples.pdf_file(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
 
 
 def drawing(codepage: str | None = None) -> bytes:

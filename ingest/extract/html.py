@@ -14,7 +14,7 @@ import re
 from selectolax.lexbor import LexborHTMLParser
 
 from ingest.extract.base import Extraction, clean_text
-from ingest.extract.text import bom_encoding, detect_encoding
+from ingest.extract.text import decode_bom, decode_utf8_or_detected
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _XML_DECL = re.compile(rb"""^\s*<\?xml[^>]+encoding\s*=\s*["']([a-zA-Z0-9_.:-]+)""", re.I)
@@ -60,25 +60,18 @@ def declared_charset(data: bytes) -> str | None:
 
 def decode_html(data: bytes) -> tuple[str, str]:
     """Text of an HTML page and how it was decoded."""
-    bom = bom_encoding(data)
-    if bom:
-        return data[bom[1] :].decode(bom[0], errors="replace"), bom[0]
+    by_bom = decode_bom(data)
+    if by_bom:
+        return by_bom
     declared = declared_charset(data)
     if declared and not declared.startswith("utf-16"):  # a UTF-16 page without BOM lies
         try:
             return data.decode(declared), declared
         except UnicodeDecodeError:
             pass  # the declaration is wrong; fall through to what the bytes say
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    guess = detect_encoding(data)
-    if guess:
-        try:
-            return data.decode(guess), guess
-        except (UnicodeDecodeError, LookupError):
-            pass
+    decoded = decode_utf8_or_detected(data)
+    if decoded:
+        return decoded
     return data.decode(
         declared or "utf-8", errors="replace"
     ), f"{declared or 'utf-8'} (with replacements)"

@@ -35,12 +35,18 @@ def detect_encoding(data: bytes) -> str | None:
     return best.encoding if best else None
 
 
-def decode_bytes(data: bytes) -> tuple[str, str]:
-    """Text and the encoding it was read with: BOM, UTF-8, then detection."""
+def decode_bom(data: bytes) -> tuple[str, str] | None:
+    """Text and encoding when ``data`` starts with a byte-order mark, else None."""
     bom = bom_encoding(data)
     if bom:
         name, skip = bom
         return data[skip:].decode(name, errors="replace"), name
+    return None
+
+
+def decode_utf8_or_detected(data: bytes) -> tuple[str, str] | None:
+    """Text and encoding from strict UTF-8, else from charset-normalizer's guess when
+    that decodes cleanly; None when neither does."""
     try:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -51,6 +57,14 @@ def decode_bytes(data: bytes) -> tuple[str, str]:
             return data.decode(guess), guess
         except (UnicodeDecodeError, LookupError):
             pass
+    return None
+
+
+def decode_bytes(data: bytes) -> tuple[str, str]:
+    """Text and the encoding it was read with: BOM, UTF-8, then detection."""
+    decoded = decode_bom(data) or decode_utf8_or_detected(data)
+    if decoded:
+        return decoded
     return data.decode("utf-8", errors="replace"), "utf-8 (with replacements)"
 
 
