@@ -136,7 +136,7 @@ def github_command(
     from flows.github_pulls import github_pulls
 
     try:
-        summary = github_pulls(
+        summary = github_pulls(  # type: ignore[misc]  # too many unions for mypy
             repos=repo,
             state=state,  # type: ignore[arg-type]
             per_page=per_page,
