@@ -242,7 +242,8 @@ def run_pool(files: Sequence[Path], settings: Any, pool: Any) -> dict[str, Any]:
     for docs in results:
         for d in docs:
             statuses[d.status] += 1
-    cpu = cpu_seconds(pids) - cpu
+    # A worker recycled during the run takes its CPU time with it: no figure then.
+    cpu = cpu_seconds(pids) - cpu if sorted(pool.pids()) == sorted(pids) else float("nan")
     return {
         "seconds": seconds,
         "cpu": cpu,
@@ -607,9 +608,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Outcomes: {pl['statuses']}.",
         "",
         "CPU time (user + system; for the pool, its workers' and this process's) does not "
-        "depend on what else runs on the machine. On this shared machine the load average "
-        "stayed far above the 2 cores during the run, so the wall times above understate what "
-        "two free cores do; the CPU figures give the capacity they would have:",
+        "depend on what else runs on the machine; when the machine is busy the wall times "
+        "above understate what two free cores do, and the CPU figures give the capacity they "
+        "would have:",
         "",
         "| contender | CPU s | files per CPU-s | capacity on 2 free cores vs direct |",
         "|---|---:|---:|---:|",
@@ -617,7 +618,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"| in-process | {ip['cpu']:.2f} | {c['files'] / ip['cpu']:.0f} | "
         f"{d['cpu'] / ip['cpu']:.2f}x |",
         f"| pool, {pl['workers']} workers | {pl['cpu']:.2f} | {c['files'] / pl['cpu']:.0f} | "
-        f"{pl['workers'] * d['cpu'] / pl['cpu']:.2f}x |",
+        f"{pl['workers'] * d['cpu'] / pl['cpu']:.2f}x |"
+        if pl["cpu"] == pl["cpu"]  # not NaN
+        else f"| pool, {pl['workers']} workers | n/a (a worker was recycled) | | |",
         "",
         "Per kind (in-process extractor vs direct library, one process):",
         "",

@@ -1,10 +1,29 @@
-"""S3 listing and downloading on a shared boto3 client.
+"""S3 listing on a shared boto3 client; object GETs on obstore.
+
+Listing and the bucket check go through boto3 (``list_page``, ``check_bucket``).
+The data path (``GetObject``) goes through obstore (the Python bindings of Rust's
+``object_store``): one ``S3Store`` per client and bucket (``object_store``), with
+the boto3 session's credentials (the standard AWS chain or a Prefect
+``AwsCredentials`` block, refreshed through ``get_frozen_credentials``), the
+endpoint and region of the client, path-style addressing for custom endpoints,
+``allow_http`` for ``http://`` endpoints, the client's timeouts and a connection
+pool as large as the client's. Measured on 64 threads, ~30 KB objects, 20 ms of
+latency: ~0.3-0.4 ms of client CPU per GET against ~0.7 ms for botocore's SigV4
+signer on the client's urllib3 session (the previous path) and ~1.8 ms for
+``client.get_object`` (see benchmarks/README.md). obstore's blocking ``get``
+releases the GIL, so the GETs stay on the process-wide thread pool shared by
+batch tasks; ``get_async`` on one event loop cost more CPU per GET (~0.55-0.6 ms).
 
 Retry layers, one per failure kind:
 
-1. botocore's ``standard`` retry mode retries throttling (503 SlowDown,
-   429), 5xx answers and connection errors of each request, with capped
-   exponential backoff and jitter (``Settings.s3_max_attempts``).
+1. Each GET request is retried here (``_get_obstore``; obstore's own retries
+   are off so that every request is counted in the ``attempts`` column):
+   5xx answers, 429 and throttling/transient codes (503 SlowDown ...,
+   ``_RETRY_CODES``) and connection errors, with capped exponential backoff
+   and full jitter (``_backoff``: 1 s base, 20 s cap, as botocore), up to
+   ``Settings.s3_max_attempts`` retries after the first request
+   (``get_attempts``). The listing's requests get the same policy from
+   botocore's ``standard`` retry mode.
 2. A body stream broken mid-transfer (connection reset, truncated body,
    read timeout) is resumed here with a ``Range`` request from the last byte
    written, up to ``Settings.s3_stream_retries`` times (``STREAM_ERRORS``).
@@ -13,19 +32,14 @@ Retry layers, one per failure kind:
    the batch's Parquet file cannot be written).
 
 So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
-requests per batch attempt (botocore counts ``max_attempts`` as retries after
-the first request).
+requests per batch attempt.
 
-The data path (``GetObject``) is lean: ``FastGet`` signs each request with
-botocore's own SigV4 signer and sends it on the client's own HTTP session
-(same connection pool, proxies, CA bundle and timeouts), applying botocore's
-standard retry policy objects itself. It skips botocore's per-call machinery
-(parameter validation, endpoint rules, event hooks, response parsing), which
-costs ~1.8 ms of CPU per request against ~0.75 ms here: 5.2-5.8 s against
-3.1-3.6 s of client CPU for the benchmark's 2,000 objects, on a 2-core
-machine where the S3 server needs the other core (see benchmarks/README.md).
-Answers it does not handle itself (redirects, 400s) go through
-``client.get_object`` as before.
+obstore reports a refused answer as text; ``_failure`` reads the HTTP status and
+the S3 error code from it. Answers the GET path does not handle itself (a
+redirect, a 400 without an error code), keys obstore's path type cannot name,
+and clients not built by ``make_client`` go through ``client.get_object``.
+Integrity is checked here, not by the HTTP client: size against the listing,
+MD5 against single-part ETags (``_verify``).
 
 Terminal errors (missing bucket, access denied, rejected credentials) are
 translated into ``TerminalError`` by ``translate_errors`` and stop the run.
@@ -33,9 +47,11 @@ translated into ``TerminalError`` by ``translate_errors`` and stop the run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
+import random
 import re
 import socket
 import threading
@@ -45,19 +61,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
 import botocore.exceptions as bce
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest, AWSResponse
+import obstore
+import obstore.exceptions as obstore_exc
 from botocore.config import Config
-from botocore.response import StreamingBody
-from botocore.retries import quota
-from botocore.retries import standard as retry_standard
-from botocore.utils import percent_encode
+from obstore.auth.boto3 import Boto3CredentialProvider
+from obstore.store import S3Store
 from urllib3.exceptions import ProtocolError
 
 from ingest.errors import (
@@ -77,6 +92,9 @@ from ingest.settings import Settings
 log = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+# obstore gathers a body into chunks of at least this size (and copies each into Python):
+# two buffers per request in flight, so kept smaller than CHUNK to bound memory.
+STREAM_CHUNK = 256 * 1024
 INTEGRITY_RETRIES = 1  # a body failing its size/MD5/CRC check is fetched once more
 
 # Errors raised while reading a response body (s3transfer retries the same set).
@@ -87,6 +105,7 @@ STREAM_ERRORS: tuple[type[BaseException], ...] = (
     bce.IncompleteReadError,
     bce.ReadTimeoutError,
     bce.ResponseStreamingError,
+    obstore_exc.BaseError,  # obstore: body interrupted, read timeout
 )
 
 _TERMINAL_CODES = {
@@ -140,7 +159,7 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
                 tcp_keepalive=True,
                 s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
             )
-            session = boto3.session.Session(**(credentials or {}))
+            session = boto3.session.Session(**(credentials or {}))  # type: ignore[arg-type]
             client = session.client(
                 "s3",
                 endpoint_url=settings.s3_endpoint_url,
@@ -148,6 +167,7 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
                 config=config,
             )
             _clients[key] = client
+            _client_sources[id(client)] = (session, settings)
         return client
 
 
@@ -320,160 +340,161 @@ def _pid_alive(pid: int) -> bool:
 
 
 # Codes that make a failed GET not worth a batch retry.
-_FINAL_GET_CODES = ("NoSuchKey", "AccessDenied", "InvalidObjectState")
-_ERROR_CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
-_PROBE_KEY = "ingest-probe-key"
+_FINAL_GET_CODES = ("NoSuchKey", "NoSuchBucket", "AccessDenied", "InvalidObjectState")
+# Error codes S3 and compatible servers send for throttling and transient failures: retried
+# like 5xx answers (the set botocore's standard retry mode retries).
+_RETRY_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+# obstore reports an HTTP answer it did not accept as text: the status and the S3 error body.
+_STATUS_RE = re.compile(r"status code: (\d{3})")
+_CODE_RE = re.compile(r"<Code>([^<]{1,128})</Code>")
+BACKOFF_BASE = 1.0  # seconds: full jitter over min(cap, base x 2^(attempt-1)), as botocore
+BACKOFF_CAP = 20.0
+# Frozen credentials obstore reuses before asking the session again (botocore refreshes
+# temporary credentials 10-15 minutes before they expire, so 5 minutes stays inside that).
+CREDENTIALS_TTL = timedelta(minutes=5)
+OPEN_ENDED_TIMEOUT = timedelta(
+    hours=1
+)  # obstore's whole-request timeout (default 30 s); stalls are
+# caught by the read timeout (Settings.s3_read_timeout) instead.
+
+# id(client) -> (boto3 session, settings) of the clients make_client built (they are cached
+# for the life of the process, so an id is never reused for another client).
+_client_sources: dict[int, tuple[boto3.session.Session, Settings]] = {}
+_stores: dict[tuple[int, str], S3Store | None] = {}
 
 
-class FastGet:
-    """``GetObject`` on a lower-CPU path that keeps botocore's semantics.
+def object_store(client: Any, bucket: str) -> S3Store | None:
+    """The obstore ``S3Store`` of ``bucket`` for a client built by ``make_client``.
 
-    Per request: botocore's ``S3SigV4Auth`` signs an ``AWSRequest`` with the
-    client's (refreshable) credentials, and the client's own ``URLLib3Session``
-    sends it, so connection pooling, proxies, TLS settings and timeouts are the
-    client's. Retries use botocore's ``StandardRetryConditions`` and
-    ``ExponentialBackoff`` with the client's total attempts: the same policy
-    (5xx, throttling codes such as SlowDown, connection errors) as
-    ``client.get_object``. The body is wrapped in botocore's ``StreamingBody``
-    (content-length check, botocore's stream exceptions).
-
-    The base URL of a bucket (virtual-hosted or path style, FIPS, dual-stack ...)
-    comes once per bucket from the client's endpoint rules, through a presigned
-    URL. Answers other than 2xx, 412, a retryable error or a 4xx with an error
-    code (a region redirect, a 400) return None and the caller asks
-    ``client.get_object``, which handles them.
+    Same credentials (the boto3 session's chain, refreshed through
+    ``get_frozen_credentials``), endpoint, region and timeouts as the client; path-style
+    addressing for custom endpoints; as many pooled connections as the client; obstore's
+    own retries off (``ingest.s3._get_obstore`` retries, counting attempts). None for
+    a client built elsewhere or a configuration obstore cannot take: the GET then goes
+    through ``client.get_object``.
     """
+    key = (id(client), bucket)
+    try:
+        return _stores[key]
+    except KeyError:
+        pass
+    with _clients_lock:
+        if key not in _stores:
+            _stores[key] = _new_store(client, bucket)
+        return _stores[key]
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.http = client._endpoint.http_session
-        self.credentials = client._request_signer._credentials
-        self.region = client.meta.region_name
-        retries = client.meta.config.retries or {}
-        self.max_attempts = int(
-            retries.get("total_max_attempts") or retries.get("max_attempts") or 3
+
+def _new_store(client: Any, bucket: str) -> S3Store | None:
+    source = _client_sources.get(id(client))
+    if source is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
+        return None
+    session, settings = source
+    endpoint = settings.s3_endpoint_url
+    options: dict[str, Any] = {
+        "connect_timeout": timedelta(seconds=settings.s3_connect_timeout),
+        "read_timeout": timedelta(seconds=settings.s3_read_timeout),
+        "timeout": OPEN_ENDED_TIMEOUT,
+        "pool_max_idle_per_host": str(settings.s3_concurrency + 4),
+    }
+    if endpoint and urlsplit(endpoint).scheme == "http":
+        options["allow_http"] = True
+    config: dict[str, Any] = {"region": client.meta.region_name}
+    if endpoint:
+        config["endpoint"] = endpoint
+        config["virtual_hosted_style_request"] = False
+    try:
+        if session.get_credentials() is None:
+            return None  # no credentials: client.get_object raises the usual error
+        return S3Store(
+            bucket,
+            config=config,  # type: ignore[arg-type]
+            client_options=options,  # type: ignore[arg-type]
+            retry_config={"max_retries": 0},
+            credential_provider=Boto3CredentialProvider(session, ttl=CREDENTIALS_TTL),
         )
-        self.conditions = retry_standard.StandardRetryConditions(max_attempts=self.max_attempts)
-        self.backoff = retry_standard.ExponentialBackoff()
-        # The retry quota (a token bucket per client) that stops retry storms in an outage.
-        self.quota = retry_standard.RetryQuotaChecker(quota.RetryQuota())
-        self.operation = client.meta.service_model.operation_model("GetObject")
-        self._bases: dict[str, str] = {}
+    except Exception as exc:  # an unusual configuration: let botocore handle it
+        log.warning("s3://%s: no obstore store (%s); GETs go through boto3", bucket, exc)
+        return None
 
-    @classmethod
-    def of(cls, client: Any) -> FastGet | None:
-        """The lean path for ``client``, or None when it cannot sign like the client would
-        (unsigned or non-SigV4 configuration, no credentials, a private API that moved)."""
+
+def _failure(exc: BaseException) -> tuple[int | None, str]:
+    """HTTP status (None for a transport error) and S3 error code of a failed obstore GET."""
+    text = str(exc)
+    status = _STATUS_RE.search(text)
+    code = _CODE_RE.search(text)
+    return (int(status.group(1)) if status else None), (code.group(1) if code else "")
+
+
+def _backoff(attempt: int) -> float:
+    return random.random() * min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))
+
+
+def _get_obstore(
+    store: S3Store, obj: S3Object, start: int, end: int, whole: bool, max_attempts: int
+) -> tuple[Any, int] | int:
+    """``(chunk iterator, requests made)``; or the requests made so far when the answer
+    is one ``client.get_object`` knows better (a redirect, a 400 without an S3 code, a
+    key obstore's path type cannot hold)."""
+    options: dict[str, Any] = {}
+    if obj.etag:
+        options["if_match"] = f'"{obj.etag}"'
+    if not whole:
+        options["range"] = (start, end)
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            return client._ingest_fast_get  # type: ignore[no-any-return]
-        except AttributeError:
-            pass
-        with _clients_lock:
-            if not hasattr(client, "_ingest_fast_get"):
-                fast: FastGet | None = None
-                try:
-                    if (
-                        client.meta.config.signature_version in (None, "s3v4")
-                        and client._request_signer._signature_version == "s3v4"
-                        and client._request_signer._credentials is not None
-                        and client.meta.region_name
-                    ):
-                        fast = cls(client)
-                except AttributeError:
-                    fast = None
-                client._ingest_fast_get = fast  # lives and dies with the client
-            return client._ingest_fast_get  # type: ignore[no-any-return]
-
-    def base_url(self, bucket: str) -> str | None:
-        base = self._bases.get(bucket)
-        if base is None and not bucket.endswith("--x-s3"):  # S3 Express needs session auth
-            try:
-                url = self.client.generate_presigned_url(
-                    "get_object", Params={"Bucket": bucket, "Key": _PROBE_KEY}, ExpiresIn=60
-                )
-            except Exception:  # an unusual bucket or configuration: let botocore handle it
-                return None
-            parts = urlsplit(url)
-            if parts.path.endswith("/" + _PROBE_KEY):
-                base = f"{parts.scheme}://{parts.netloc}{parts.path[: -len(_PROBE_KEY)]}"
-                self._bases[bucket] = base
-        return base
-
-    def get(self, obj: S3Object, byte_range: str | None) -> tuple[Any, int] | None:
-        """``(body, requests made)``, an ItemError, or None to let boto3 handle the answer."""
-        base = self.base_url(obj.bucket)
-        if base is None:
-            return None
-        url = base + percent_encode(obj.key, safe="/~")
-        headers: dict[str, str] = {}
-        if obj.etag:
-            headers["If-Match"] = f'"{obj.etag}"'
-        if byte_range:
-            headers["Range"] = byte_range
-        attempt = 0
-        request_context: dict[str, Any] = {}
-        while True:
-            attempt += 1
-            request = AWSRequest(method="GET", url=url, headers=dict(headers))
-            frozen = self.credentials.get_frozen_credentials()
-            S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
-            prepared = request.prepare()
-            prepared.stream_output = True
-            response: AWSResponse | None = None
-            caught: Exception | None = None
-            code = ""
-            try:
-                response = self.http.send(prepared)
-            except bce.BotoCoreError as exc:  # connection refused/reset, timeouts
-                caught = exc
-            if response is not None:
-                status = response.status_code
-                if status in (200, 206):
-                    # botocore passes the request context dict here too (the stubs say otherwise).
-                    self.quota.release_retry_quota(request_context, response)  # type: ignore[arg-type]
-                    length = response.headers.get("content-length")
-                    size = int(length) if length else None  # None: no length check, as botocore
-                    return StreamingBody(response.raw, size), attempt  # type: ignore[arg-type]
-                match = _ERROR_CODE.search(response.content[:4096])  # reads and releases
-                code = match.group(1).decode("utf-8", "replace") if match else ""
-                if status == 412:
-                    raise ObjectChangedError(
-                        "object changed during the run (ETag no longer matches the listing)",
-                        key=obj.key,
-                        attempts=attempt,
-                    )
-                if status < 500 and status != 429 and (status <= 400 or not code):
-                    return None  # redirects, region errors ...: botocore knows them
-            context = retry_standard.RetryContext(
-                attempt_number=attempt,
-                operation_model=self.operation,
-                parsed_response={"Error": {"Code": code}} if code else None,
-                http_response=response,
-                caught_exception=caught,
-                request_context=request_context,
-            )
-            if self.conditions.is_retryable(context) and self.quota.acquire_retry_quota(context):
-                time.sleep(self.backoff.delay_amount(context))
-                continue
-            if caught is not None:
-                raise DownloadError(
-                    f"GET failed: {caught}", key=obj.key, attempts=attempt
-                ) from caught
-            raise DownloadError(
-                f"GET failed: {code or status}",
+            result = obstore.get(store, obj.key, options=options)  # type: ignore[arg-type]
+            return result.stream(min_chunk_size=STREAM_CHUNK), attempt
+        except obstore_exc.PreconditionError as exc:
+            raise ObjectChangedError(
+                "object changed during the run (ETag no longer matches the listing)",
                 key=obj.key,
                 attempts=attempt,
-                retryable=code not in _FINAL_GET_CODES,
-            )
+            ) from exc
+        except (obstore_exc.InvalidPathError, ValueError) as exc:
+            # A key obstore's path type cannot hold: no request was sent.
+            log.debug("s3://%s/%s: %s; using boto3", obj.bucket, obj.key, exc)
+            return attempt - 1
+        except Exception as exc:
+            status, code = _failure(exc)
+            retryable = status is None or status >= 500 or status == 429 or code in _RETRY_CODES
+            if retryable and attempt < max_attempts:
+                time.sleep(_backoff(attempt))
+                continue
+            if retryable or (400 < status < 500 and code):  # type: ignore[operator]
+                raise DownloadError(
+                    f"GET failed: {code or status or _first_line(exc)}",
+                    key=obj.key,
+                    attempts=attempt,
+                    retryable=code not in _FINAL_GET_CODES,
+                ) from exc
+            return attempt
 
 
-def _get(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, int]:
-    """GET one object (or range) pinned to the listed version with If-Match."""
-    fast = FastGet.of(client)
-    if fast is not None:
-        got = fast.get(obj, byte_range)
-        if got is not None:
-            return got
+def _first_line(exc: BaseException) -> str:
+    return str(exc).split("\n", 1)[0][:300]
+
+
+def _get_boto(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, int]:
+    """GET one object (or range) with ``client.get_object``, pinned with If-Match."""
     kwargs: dict[str, Any] = {"Bucket": obj.bucket, "Key": obj.key}
     if obj.etag:
         kwargs["IfMatch"] = f'"{obj.etag}"'
@@ -498,7 +519,41 @@ def _get(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, int]:
         ) from exc
     except bce.BotoCoreError as exc:
         raise DownloadError(f"GET failed: {exc}", key=obj.key, attempts=1) from exc
-    return resp["Body"], int(resp["ResponseMetadata"].get("RetryAttempts", 0)) + 1
+    return _chunks(resp["Body"]), int(resp["ResponseMetadata"].get("RetryAttempts", 0)) + 1
+
+
+def _chunks(body: Any) -> Iterator[bytes]:
+    try:
+        yield from body.iter_chunks(CHUNK)
+    finally:
+        body.close()
+
+
+def get_attempts(settings: Settings) -> int:
+    """Requests per GET: ``s3_max_attempts`` retries after the first, as botocore counts
+    them for the listing."""
+    return settings.s3_max_attempts + 1
+
+
+def _obstore_key(key: str) -> bool:
+    """Whether obstore's path type names ``key`` exactly (it strips outer slashes and
+    rejects empty, ``.`` and ``..`` segments; such keys are error rows before any GET)."""
+    return not key.startswith("/") and not key.endswith("/")
+
+
+def _get(client: Any, obj: S3Object, start: int, end: int, max_attempts: int) -> tuple[Any, int]:
+    """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match:
+    ``(iterator of chunks, requests made)``."""
+    whole = start == 0 and end == obj.size
+    made = 0
+    store = object_store(client, obj.bucket) if _obstore_key(obj.key) else None
+    if store is not None:
+        got = _get_obstore(store, obj, start, end, whole, max_attempts)
+        if not isinstance(got, int):
+            return got
+        made = got
+    chunks, boto_made = _get_boto(client, obj, None if whole else f"bytes={start}-{end - 1}")
+    return chunks, made + boto_made
 
 
 def _stream(
@@ -508,6 +563,7 @@ def _stream(
     end: int,
     write: Callable[[int, bytes], None],
     stream_retries: int,
+    max_attempts: int,
 ) -> int:
     """Copy bytes ``start..end-1`` of ``obj`` through ``write(offset, chunk)``.
 
@@ -516,13 +572,11 @@ def _stream(
     """
     attempts = 0
     offset = start
-    whole = start == 0 and end == obj.size
     for resume in range(stream_retries + 1):
-        byte_range = None if whole and offset == 0 else f"bytes={offset}-{end - 1}"
-        body, made = _get(client, obj, byte_range)
+        chunks, made = _get(client, obj, offset, end, max_attempts)
         attempts += made
         try:
-            for chunk in body.iter_chunks(CHUNK):
+            for chunk in chunks:
                 if offset + len(chunk) > end:
                     raise IntegrityError(
                         f"body longer than the listed size {obj.size}",
@@ -545,7 +599,9 @@ def _stream(
                 ) from exc
             continue
         finally:
-            body.close()
+            close = getattr(chunks, "close", None)  # boto3's body; obstore's stream just drops
+            if close is not None:
+                close()
         if offset == end:
             return attempts
         # A body that ended early without an error: resume like a broken stream.
@@ -575,7 +631,15 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
                     md5.update(chunk)
 
                 if obj.size:
-                    made = _stream(client, obj, 0, obj.size, write, settings.s3_stream_retries)
+                    made = _stream(
+                        client,
+                        obj,
+                        0,
+                        obj.size,
+                        write,
+                        settings.s3_stream_retries,
+                        get_attempts(settings),
+                    )
             _verify(obj, tmp, md5.hexdigest(), attempts + made)
             _publish(tmp, dest)
             return Fetched(attempts + made, time.perf_counter() - started)
@@ -662,7 +726,7 @@ class BatchDownloader:
                 fut = self.pool.submit(
                     fetch_small, self.client, obj, dest, self.root, self.settings
                 )
-                fut.add_done_callback(lambda f, o=obj, d=dest: finish(o, d, _outcome(f)))
+                fut.add_done_callback(functools.partial(_deliver, finish, obj, dest))
         yielded = 0
         while yielded < total:
             with cond:
@@ -692,7 +756,15 @@ class BatchDownloader:
         def one_range(start: int, end: int) -> int:
             if state.error is not None:  # another range failed: do not spend requests
                 return 0
-            return _stream(self.client, obj, start, end, write, self.settings.s3_stream_retries)
+            return _stream(
+                self.client,
+                obj,
+                start,
+                end,
+                write,
+                self.settings.s3_stream_retries,
+                get_attempts(self.settings),
+            )
 
         def range_done(fut: Future[int]) -> None:
             outcome = _outcome(fut)
@@ -726,6 +798,15 @@ class BatchDownloader:
             if isinstance(exc, ItemError) and not exc.attempts:
                 exc.attempts = state.attempts
             return exc
+
+
+def _deliver(
+    finish: Callable[[S3Object, Path, Fetched | BaseException], None],
+    obj: S3Object,
+    dest: Path,
+    fut: Future[Any],
+) -> None:
+    finish(obj, dest, _outcome(fut))
 
 
 def _outcome(fut: Future[Any]) -> Any:

@@ -65,7 +65,10 @@ class Settings(BaseSettings):
     )
     s3_range_size: int = Field(8 * MiB, ge=MiB, description="Size of one byte range.")
     s3_max_attempts: int = Field(
-        5, ge=1, le=20, description="botocore attempts per request (throttling, 5xx)."
+        5,
+        ge=1,
+        le=20,
+        description="Retries after the first request on throttling, 5xx and connection errors.",
     )
     s3_stream_retries: int = Field(
         3, ge=0, le=20, description="Resumptions of a body stream broken mid-transfer."
