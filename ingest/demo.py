@@ -14,7 +14,7 @@ from pathlib import Path
 import boto3
 import typer
 
-from ingest import samples, storage
+from ingest import samples, search, storage
 from ingest.devserver import DevServer
 from ingest.github.demo import run_github_demo
 
@@ -53,5 +53,14 @@ def run(data_dir: Path) -> int:
     sql = "SELECT key, status, size, error FROM s3_objects ORDER BY key"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
     print_table(*storage.query(data_dir, sql))
+    sql = "SELECT key, kind, status, chars, text FROM documents ORDER BY key"
+    typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
+    print_table(*storage.query(data_dir, sql))
+    for words in ("도면", "floor plan"):
+        typer.echo(f'\n== ingest search --data-dir {data_dir} "{words}"')
+        hits = search.search(data_dir, words, limit=5)
+        print_table(
+            ["key", "kind", "score", "snippet"], [(h.key, h.kind, h.score, h.snippet) for h in hits]
+        )
     typer.echo(f"\nOpen the same tables with: duckdb {data_dir / 'warehouse.duckdb'}")
     return 0

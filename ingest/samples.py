@@ -46,42 +46,16 @@ def pdf_file(objects: list[bytes], header: bytes = b"%PDF-1.4\n") -> bytes:
 
 
 def dxf(texts: list[str]) -> bytes:
-    """An AutoCAD R12 ASCII drawing with one TEXT entity per string."""
-    lines = [
-        "0",
-        "SECTION",
-        "2",
-        "HEADER",
-        "9",
-        "$ACADVER",
-        "1",
-        "AC1009",
-        "0",
-        "ENDSEC",
-        "0",
-        "SECTION",
-        "2",
-        "ENTITIES",
-    ]
+    """An R2000 drawing (written by ezdxf) with one TEXT entity per string."""
+    import ezdxf
+
+    doc = ezdxf.new("R2000")
+    msp = doc.modelspace()
     for i, t in enumerate(texts):
-        lines += [
-            "0",
-            "TEXT",
-            "8",
-            "0",
-            "10",
-            "0.0",
-            "20",
-            str(10.0 * i),
-            "30",
-            "0.0",
-            "40",
-            "2.5",
-            "1",
-            t,
-        ]
-    lines += ["0", "ENDSEC", "0", "EOF"]
-    return ("\r\n".join(lines) + "\r\n").encode("ascii", "backslashreplace")
+        msp.add_text(t, height=2.5, dxfattribs={"insert": (0, 10 * i)})
+    out = io.StringIO()
+    doc.write(out)
+    return out.getvalue().encode(doc.output_encoding)
 
 
 def docx(paragraphs: list[str]) -> bytes:

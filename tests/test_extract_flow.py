@@ -33,6 +33,10 @@ def test_flow_writes_documents_and_skips_unchanged(s3, s3_server, bucket, data_d
     assert "north wing" in docs["in/reports/inspection-2026-q3.pdf"]["text"]
     assert docs["in/reports/broken/empty.pdf"]["status"] == "empty"
     assert docs["in/reports/broken/truncated.pdf"]["status"] == "failed"
+    assert "A-101 FLOOR PLAN" in docs["in/drawings/A-101-floor-plan.dxf"]["text"]
+    assert "Grade C30/37" in docs["in/specs/concrete-spec.docx"]["text"]
+    assert "Site closed on Friday." in docs["in/web/notice.html"]["text"]
+    assert "color:red" not in docs["in/web/notice.html"]["text"]
     assert KOREAN in docs["in/korean/report.pdf"]["text"]
     assert "회의실 301" in docs["in/korean/plan.dxf"]["text"]
     assert "중첩 표 NESTED-CELL" in docs["in/korean/spec.docx"]["text"]
