@@ -11,7 +11,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup demo serve test lint format bench-s3 bench-github clean
+.PHONY: setup demo serve test lint format bench-s3 bench-github bench-extract clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -50,6 +50,9 @@ bench-s3: setup
 
 bench-github: setup
 	$(VENV)/bin/python -m benchmarks.bench_github
+
+bench-extract: setup
+	$(VENV)/bin/python -m benchmarks.bench_extract
 
 clean:
 	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache
