@@ -691,7 +691,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-search", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="do not rewrite extract.md")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="objects per batch task (the flow's default: 250)"
+    )
     args = parser.parse_args(argv)
+    globals()["BATCH"] = args.batch
     if args.quick:
         args.copies, args.search_docs, args.rounds = 2, 2_000, 1
     sys.path.insert(0, str(ROOT))
