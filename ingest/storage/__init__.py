@@ -1,0 +1,59 @@
+"""Storage: Delta Lake tables under ``data_dir/lake``, DuckDB over them.
+
+Layout under ``data_dir``::
+
+    lake/<table>/                  Delta tables (``_delta_log`` + Parquet files)
+    staging/<run_id>/<table>/      a running run's rows, committed at its end
+    warehouse.duckdb               views over the tables, for the ``duckdb`` CLI
+
+Modules, one concern each: ``tables`` (schemas and kinds), ``lake`` (append,
+merge), ``staging`` (a run's parts and heartbeat), ``commit`` (staging to lake,
+recovery of dead runs), ``warehouse`` (DuckDB views, queries), ``maintenance``
+(retention, compaction, vacuum), ``migrate`` (the old layout).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.storage.commit import CommitReport, commit_run, recover
+from ingest.storage.lake import append, data_files, merge, open_table
+from ingest.storage.maintenance import MaintenanceReport, maintain
+from ingest.storage.migrate import migrate, needs_migration
+from ingest.storage.staging import heartbeat, stage
+from ingest.storage.tables import SCHEMAS, SPECS
+from ingest.storage.warehouse import connect, query, refresh_warehouse, scan
+
+__all__ = [
+    "SCHEMAS",
+    "SPECS",
+    "CommitReport",
+    "MaintenanceReport",
+    "append",
+    "commit_run",
+    "connect",
+    "data_files",
+    "heartbeat",
+    "maintain",
+    "merge",
+    "migrate",
+    "needs_migration",
+    "open_table",
+    "prepare",
+    "query",
+    "recover",
+    "refresh_warehouse",
+    "scan",
+    "stage",
+]
+
+
+def prepare(data_dir: Path, *, current_run: str = "", stale_after: float = 300.0) -> list[str]:
+    """Before a run: migrate an old data folder once, and commit what dead runs staged.
+
+    Returns the names of the runs recovered.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if needs_migration(data_dir):
+        migrate(data_dir)
+    return recover(data_dir, current_run=current_run, stale_after=stale_after)

@@ -1,0 +1,122 @@
+"""Commit a run's staged rows to the lake: one commit per table per run.
+
+State tables are MERGEd (and their log tables appended with the same rows);
+history tables are appended. Every step can be replayed after a crash without
+duplicating a row:
+
+* before a table's parts are committed, their names and a version number are
+  written to ``<table>.commit`` in the run's staging folder;
+* an append carries that version as a Delta app transaction
+  (``ingest:<run>:<table>``), so the replay of an append that already
+  committed is skipped;
+* a MERGE replaces a row only with a newer one, so replaying it writes nothing;
+* the committed parts and the ``.commit`` file are removed last.
+
+``recover`` commits what dead runs left behind (a run killed half-way), so the
+objects it fetched are not fetched again and none of its rows is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest.storage import lake, staging
+from ingest.storage.tables import SPECS
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts as abandoned
+_ORDER = {"state": 0, "history": 1}
+
+
+@dataclass(slots=True)
+class CommitReport:
+    """Rows committed per table by one ``commit_run``."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _app_id(run_name: str, table: str) -> str:
+    return f"ingest:{run_name}:{table}"
+
+
+def commit_run(data_dir: Path, run_id: str, *, last: tuple[str, ...] = ("task_timings",)) -> (
+    CommitReport
+):
+    """Commit every staged part of ``run_id`` (tables in ``last`` after the others)."""
+    started = time.perf_counter()
+    report = CommitReport()
+    run_name = staging.safe_name(run_id)
+    tables = sorted(
+        staging.staged_tables(data_dir, run_id),
+        key=lambda t: (t in last, _ORDER[SPECS[t].kind], t),
+    )
+    for table in tables:
+        report.rows[table] = _commit_table(data_dir, run_id, run_name, table)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _commit_table(data_dir: Path, run_id: str, run_name: str, table: str) -> int:
+    folder = staging.run_dir(data_dir, run_id)
+    manifest = folder / f"{table}.commit"
+    if manifest.exists():  # a commit of these parts was interrupted: replay it
+        pending = json.loads(manifest.read_text())
+        version, names = int(pending["version"]), list(pending["parts"])
+    else:
+        names = [p.name for p in staging.parts(data_dir, run_id, table)]
+        if not names:
+            return 0
+        version = time.time_ns() // 1000
+        tmp = manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": version, "parts": names}))
+        os.replace(tmp, manifest)
+    paths = [folder / table / n for n in names if (folder / table / n).exists()]
+    rows = staging.read_parts(paths, table)
+    spec = SPECS[table]
+    if spec.kind == "state":
+        lake.merge(data_dir, table, rows)
+        if spec.log:
+            lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), version))
+    else:
+        lake.append(data_dir, table, rows, txn=(_app_id(run_name, table), version))
+    staging.remove_parts(paths)
+    manifest.unlink(missing_ok=True)
+    return rows.num_rows
+
+
+def recover(data_dir: Path, *, current_run: str = "", stale_after: float = STALE_AFTER) -> list[str]:
+    """Commit the staging of runs that died; returns their run names.
+
+    A run is dead when its heartbeat is older than ``stale_after`` seconds. Two
+    runs recovering at once are safe: a lock file keeps the second away, and
+    every commit step is idempotent anyway.
+    """
+    recovered: list[str] = []
+    current = staging.safe_name(current_run) if current_run else ""
+    for name in staging.runs(data_dir):
+        if name == current or staging.heartbeat_age(data_dir, name) < stale_after:
+            continue
+        folder = data_dir / staging.STAGING_DIR / name
+        lock = folder / ".recovering"
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if time.time() - lock.stat().st_mtime < stale_after:
+                continue  # another run is recovering it
+            lock.unlink(missing_ok=True)
+            continue
+        except FileNotFoundError:
+            continue
+        os.close(fd)
+        log.warning("committing the staged rows of run %s, which ended without committing", name)
+        commit_run(data_dir, name)
+        staging.remove_run(data_dir, name)
+        recovered.append(name)
+    return recovered

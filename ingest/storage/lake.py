@@ -1,0 +1,199 @@
+"""Delta Lake tables under ``<data_dir>/lake/<table>``, through delta-rs (``deltalake``).
+
+Why a table format rather than a folder of Parquet files: the table's log, not
+a folder glob, decides which files exist, so a crashed writer's half file or a
+stray file is never read; every write is one atomic commit; state tables are
+MERGEd in place (a night with nothing new writes nothing); history tables are
+partitioned by day, trimmed, compacted and vacuumed; and the same code works on
+a local disk and on object storage.
+
+Small named operations, one per need: ``open_table``, ``append``, ``merge``,
+``data_files``. Each write retries a commit that lost a race against another
+writer (two runs committing at once), so concurrent runs never block or
+corrupt each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from ingest.storage.tables import SPECS, TableSpec
+
+log = logging.getLogger(__name__)
+
+LAKE_DIR = "lake"
+COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to this often
+TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
+
+T = TypeVar("T")
+
+
+def table_path(data_dir: Path, table: str) -> Path:
+    return data_dir / LAKE_DIR / table
+
+
+def open_table(data_dir: Path, table: str) -> DeltaTable | None:
+    """The table's current version, or None when nothing was ever written to it."""
+    path = table_path(data_dir, table)
+    if not (path / "_delta_log").is_dir():
+        return None
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+
+
+def ensure_table(data_dir: Path, table: str) -> DeltaTable:
+    """Open the table, creating it empty (schema, partitioning) when missing."""
+    dt = open_table(data_dir, table)
+    if dt is not None:
+        return dt
+    spec = SPECS[table]
+    path = table_path(data_dir, table)
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return DeltaTable.create(
+            str(path),
+            schema=spec.schema,
+            partition_by=["day"] if spec.kind == "history" else None,
+            mode="ignore",  # another process may create it at the same moment
+            name=table,
+        )
+    except DeltaError:
+        dt = open_table(data_dir, table)
+        if dt is None:
+            raise
+        return dt
+
+
+def data_files(data_dir: Path, table: str) -> list[str]:
+    """The Parquet files of the table's current version (what a reader must read)."""
+    dt = open_table(data_dir, table)
+    return dt.file_uris() if dt is not None else []
+
+
+def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
+    """Cast ``rows`` to the table's schema: missing columns become nulls, extra ones go,
+    and a history table gets its ``day`` from its timestamp column."""
+    schema = spec.schema
+    columns = []
+    for field in schema:
+        if field.name == "day" and spec.kind == "history":
+            ts = rows.column(spec.day_from) if spec.day_from in rows.column_names else None
+            columns.append(
+                pc.cast(ts, pa.date32())
+                if ts is not None
+                else pa.nulls(rows.num_rows, pa.date32())
+            )
+        elif field.name in rows.column_names:
+            columns.append(rows.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(rows.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def append(
+    data_dir: Path, table: str, rows: pa.Table, *, txn: tuple[str, int] | None = None
+) -> bool:
+    """Append ``rows`` in one commit. Returns False when nothing was written.
+
+    ``txn`` = (app id, version) makes the append idempotent across retries and
+    crashes: Delta records it in the same commit, and an append whose version
+    the table already holds is skipped (Delta's idempotent-writes mechanism).
+    """
+    spec = SPECS[table]
+    if rows.num_rows == 0:
+        return False
+    data = conform(spec, rows)
+    dt = ensure_table(data_dir, table)
+
+    def write() -> bool:
+        dt.update_incremental()
+        if txn is not None:
+            done = dt.transaction_version(txn[0])
+            if done is not None and done >= txn[1]:
+                return False
+        write_deltalake(
+            dt,
+            data,
+            mode="append",
+            partition_by=["day"] if spec.kind == "history" else None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
+            ),
+        )
+        return True
+
+    return with_commit_retries(write, table)
+
+
+def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
+    """Upsert ``rows`` into a state table by its keys, in one commit.
+
+    The newest row per key wins within ``rows``; a stored row is replaced only
+    by a strictly newer one (``spec.newer``), so replaying the same rows is a
+    no-op that writes no version and no file. Returns delta-rs's merge metrics.
+    """
+    spec = SPECS[table]
+    if rows.num_rows == 0:
+        return {}
+    data = latest_per_key(spec, conform(spec, rows))
+    dt = ensure_table(data_dir, table)
+    on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
+    newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
+
+    def write() -> dict[str, int]:
+        dt.update_incremental()
+        return dict(
+            dt.merge(data, on, source_alias="s", target_alias="t")
+            .when_matched_update_all(predicate=newer)
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    return with_commit_retries(write, table)
+
+
+def latest_per_key(spec: TableSpec, rows: pa.Table) -> pa.Table:
+    """One row per key: the newest by ``spec.newer`` (the last one given on ties)."""
+    if rows.num_rows <= 1:
+        return rows
+    keys = ", ".join(f'"{k}"' for k in spec.keys)
+    indexed = rows.append_column("__i", pa.array(range(rows.num_rows), pa.int64()))
+    with duckdb.connect() as con:
+        con.register("rows_in", indexed)
+        out = con.execute(
+            f"""SELECT * EXCLUDE (__i) FROM rows_in QUALIFY row_number() OVER (
+                PARTITION BY {keys} ORDER BY "{spec.newer}" DESC NULLS LAST, __i DESC) = 1"""
+        ).fetch_arrow_table()
+    return out.cast(rows.schema)
+
+
+def with_commit_retries(write: Callable[[], T], table: str) -> T:
+    """Run ``write`` again when its commit lost a race with another writer."""
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return write()
+        except CommitFailedError as exc:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            wait = random.uniform(0.05, 0.2 * 2**attempt)
+            log.info("%s: commit conflict (%s), retrying in %.2f s", table, exc, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def tables_present(data_dir: Path) -> Sequence[str]:
+    """Names of the tables that exist in the lake."""
+    return [t for t in SPECS if (table_path(data_dir, t) / "_delta_log").is_dir()]

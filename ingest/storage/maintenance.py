@@ -1,0 +1,99 @@
+"""Keep the lake small and fast after years of nights: retention, compaction, vacuum.
+
+Run by the nightly flows after their commit (``maintain``), and by hand with
+``ingest maintain``:
+
+* **retention**: history tables drop the ``day`` partitions older than
+  ``retention_days`` (a metadata-only delete of whole files);
+* **compaction**: a table with more than ``compact_min_files`` files is
+  rewritten into few large ones (history tables per day partition; state tables
+  ordered by their keys, so a key-range read touches few files);
+* **vacuum**: files that left the table more than ``vacuum_retention_hours``
+  ago are deleted, with expired log entries; younger ones stay so that readers
+  of an older version (a view in ``warehouse.duckdb``, time travel) keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from ingest.storage import lake
+from ingest.storage.tables import SPECS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class MaintenanceReport:
+    """What ``maintain`` did, per table."""
+
+    expired_files: dict[str, int] = field(default_factory=dict)
+    compacted: dict[str, tuple[int, int]] = field(default_factory=dict)  # files removed, added
+    vacuumed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> int:
+        return (
+            sum(self.expired_files.values())
+            + sum(r for r, _ in self.compacted.values())
+            + sum(self.vacuumed.values())
+        )
+
+
+def maintain(
+    data_dir: Path,
+    *,
+    retention_days: int,
+    compact_min_files: int,
+    vacuum_retention_hours: int,
+    today: date | None = None,
+    tables: list[str] | None = None,
+) -> MaintenanceReport:
+    """Apply retention, compact tables past the file threshold, vacuum."""
+    report = MaintenanceReport()
+    today = today or datetime.now(UTC).date()
+    for table in tables or list(lake.tables_present(data_dir)):
+        spec = SPECS[table]
+        dt = lake.open_table(data_dir, table)
+        if dt is None:
+            continue
+        if spec.kind == "history" and retention_days > 0:
+            cutoff = today - timedelta(days=retention_days)
+            metrics = lake.with_commit_retries(
+                lambda dt=dt, cutoff=cutoff: _delete_before(dt, cutoff), table
+            )
+            if metrics:
+                report.expired_files[table] = metrics
+        files = len(dt.file_uris())
+        if files > compact_min_files:
+            if spec.kind == "state" and spec.sort:
+                metrics_c = dt.optimize.z_order(
+                    list(spec.sort), target_size=lake.TARGET_FILE_SIZE
+                )
+            else:
+                metrics_c = dt.optimize.compact(target_size=lake.TARGET_FILE_SIZE)
+            report.compacted[table] = (
+                int(metrics_c.get("numFilesRemoved", 0)),
+                int(metrics_c.get("numFilesAdded", 0)),
+            )
+        removed = dt.vacuum(
+            retention_hours=vacuum_retention_hours,
+            dry_run=False,
+            enforce_retention_duration=False,
+        )
+        if removed:
+            report.vacuumed[table] = len(removed)
+        dt.cleanup_metadata()
+    return report
+
+
+def _delete_before(dt: object, cutoff: date) -> int:
+    from deltalake import DeltaTable
+
+    assert isinstance(dt, DeltaTable)
+    dt.update_incremental()
+    metrics = dt.delete(f"day < '{cutoff.isoformat()}'")
+    return int(metrics.get("num_removed_files", 0))

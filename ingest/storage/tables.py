@@ -1,0 +1,253 @@
+"""The tables: their schemas and what kind of table each is.
+
+Two kinds, both Delta Lake tables (see ``ingest.storage.lake``):
+
+* **state** tables hold the current truth, one row per key (``s3_objects`` per
+  bucket and key, ``documents``, ``pull_requests``, ``github_pages``,
+  ``flow_runs``). A run MERGEs its rows in by key; a row replaces the stored
+  one only when it is newer (``newer``), so replaying a commit changes nothing,
+  and a night with nothing new writes nothing.
+* **history** tables are append-only logs (``s3_object_log``, ``task_timings``,
+  ``api_requests``, ...), partitioned by ``day`` and trimmed by the retention
+  setting. A state table may feed one (``log``): every row merged into
+  ``s3_objects`` is also appended to ``s3_object_log``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+_TS = pa.timestamp("us", tz="UTC")
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "s3_objects": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("size", pa.int64()),
+            ("last_modified", _TS),
+            ("local_path", pa.string()),
+            ("status", pa.string()),
+            ("error", pa.string()),
+            ("attempts", pa.int32()),
+            ("seconds", pa.float64()),
+            ("run_id", pa.string()),
+            ("ingested_at", _TS),
+        ]
+    ),
+    # Text extraction (ingest.extract): one part per run and download batch.
+    "documents": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("kind", pa.string()),
+            ("status", pa.string()),
+            ("pages", pa.int32()),
+            ("chars", pa.int64()),
+            ("needs_ocr", pa.int32()),
+            ("text", pa.string()),
+            ("metadata", pa.string()),
+            ("extractor", pa.string()),
+            ("extractor_version", pa.string()),
+            ("bytes", pa.int64()),
+            ("seconds", pa.float64()),
+            ("error", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
+    "task_timings": pa.schema(
+        [
+            ("flow_run_id", pa.string()),
+            ("flow_name", pa.string()),
+            ("task_run_id", pa.string()),
+            ("task_name", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+            ("seconds", pa.float64()),
+            ("items", pa.int64()),
+            ("bytes", pa.int64()),
+            ("attempts", pa.int32()),
+            ("state", pa.string()),
+            ("error", pa.string()),
+        ]
+    ),
+    # One row per finished flow run (ingest.history): which deployment it belongs to, so a
+    # run's summary can compare its stages with the previous run of the same deployment.
+    "flow_runs": pa.schema(
+        [
+            ("flow_run_id", pa.string()),
+            ("flow_name", pa.string()),
+            ("deployment_id", pa.string()),
+            ("parent_flow_run_id", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+            ("seconds", pa.float64()),
+            ("items", pa.int64()),
+            ("bytes", pa.int64()),
+            ("failed", pa.int64()),
+            ("state", pa.string()),
+            ("message", pa.string()),
+        ]
+    ),
+    # GitHub source (ingest.github): one part per run and repository.
+    "pull_requests": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("number", pa.int64()),
+            ("id", pa.int64()),
+            ("title", pa.string()),
+            ("state", pa.string()),
+            ("draft", pa.bool_()),
+            ("user_login", pa.string()),
+            ("labels", pa.list_(pa.string())),
+            ("created_at", _TS),
+            ("updated_at", _TS),
+            ("closed_at", _TS),
+            ("merged_at", _TS),
+            ("head_ref", pa.string()),
+            ("base_ref", pa.string()),
+            ("html_url", pa.string()),
+            ("body", pa.string()),
+            ("fetched_at", _TS),
+            ("run_id", pa.string()),
+        ]
+    ),
+    "api_requests": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("repo", pa.string()),
+            ("url", pa.string()),
+            ("status", pa.int32()),
+            ("seconds", pa.float64()),
+            ("bytes", pa.int64()),
+            ("from_cache", pa.bool_()),
+            ("rate_remaining", pa.int64()),
+            ("rate_limit", pa.int64()),
+            ("rate_resource", pa.string()),
+            ("attempt", pa.int32()),
+            ("error", pa.string()),
+            ("requested_at", _TS),
+        ]
+    ),
+    "github_pages": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("state", pa.string()),
+            ("per_page", pa.int32()),
+            ("page", pa.int32()),
+            ("url", pa.string()),
+            ("etag", pa.string()),
+            ("link", pa.string()),
+            ("items", pa.int32()),
+            ("newest_updated_at", _TS),
+            ("oldest_updated_at", _TS),
+            ("run_id", pa.string()),
+            ("fetched_at", _TS),
+        ]
+    ),
+    "github_syncs": pa.schema(
+        [
+            ("repo", pa.string()),
+            ("state", pa.string()),
+            ("per_page", pa.int32()),
+            ("watermark", _TS),
+            ("complete", pa.bool_()),
+            ("stop_reason", pa.string()),
+            ("pages", pa.int32()),
+            ("requests", pa.int32()),
+            ("not_modified", pa.int32()),
+            ("items", pa.int64()),
+            ("failed_pages", pa.int32()),
+            ("run_id", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+        ]
+    ),
+}
+
+
+def _without(schema: pa.Schema, *names: str) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name not in names])
+
+
+# History tables fed by a state table: the same rows (without the bulky text).
+SCHEMAS["s3_object_log"] = SCHEMAS["s3_objects"]
+SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text")
+SCHEMAS["pull_request_log"] = _without(SCHEMAS["pull_requests"], "body")
+
+Kind = Literal["state", "history"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """How a table is written and maintained.
+
+    Attributes:
+        name: Table (and view) name.
+        kind: ``state`` (MERGE by ``keys``) or ``history`` (append, by ``day``).
+        keys: Columns identifying a row of a state table.
+        newer: Timestamp column; a state row replaces the stored one only when newer.
+        day_from: Timestamp column the ``day`` partition of a history table comes from.
+        log: History table that also receives every row merged into this state table.
+        sort: Columns compaction orders a state table by, so key-range reads skip files.
+    """
+
+    name: str
+    kind: Kind
+    keys: tuple[str, ...] = ()
+    newer: str = ""
+    day_from: str = ""
+    log: str = ""
+    sort: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> pa.Schema:
+        schema = SCHEMAS[self.name]
+        if self.kind == "history":
+            schema = schema.append(pa.field("day", pa.date32()))
+        return schema
+
+
+SPECS: dict[str, TableSpec] = {
+    s.name: s
+    for s in (
+        TableSpec(
+            "s3_objects",
+            "state",
+            keys=("bucket", "key"),
+            newer="ingested_at",
+            log="s3_object_log",
+            sort=("bucket", "key"),
+        ),
+        TableSpec("s3_object_log", "history", day_from="ingested_at"),
+        TableSpec(
+            "documents",
+            "state",
+            keys=("bucket", "key"),
+            newer="extracted_at",
+            log="document_log",
+            sort=("bucket", "key"),
+        ),
+        TableSpec("document_log", "history", day_from="extracted_at"),
+        TableSpec("task_timings", "history", day_from="started_at"),
+        TableSpec("flow_runs", "state", keys=("flow_run_id",), newer="ended_at"),
+        TableSpec(
+            "pull_requests",
+            "state",
+            keys=("repo", "number"),
+            newer="fetched_at",
+            log="pull_request_log",
+            sort=("repo", "number"),
+        ),
+        TableSpec("pull_request_log", "history", day_from="fetched_at"),
+        TableSpec("api_requests", "history", day_from="requested_at"),
+        TableSpec("github_pages", "state", keys=("repo", "state", "url"), newer="fetched_at"),
+        TableSpec("github_syncs", "history", day_from="started_at"),
+    )
+}

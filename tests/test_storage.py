@@ -1,0 +1,205 @@
+"""The lake: staged rows committed once per run, MERGE by key, idempotent replays,
+views over the current version, stray files never read, retention and compaction,
+migration of the old Parquet-folder layout."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest import storage
+from ingest.storage import commit, lake, staging
+
+
+def obj_row(key: str, etag: str, status: str = "downloaded", when: datetime | None = None):
+    return {
+        "bucket": "b",
+        "key": key,
+        "etag": etag,
+        "size": 1,
+        "last_modified": when or datetime.now(UTC),
+        "local_path": f"/x/{key}",
+        "status": status,
+        "run_id": "r",
+        "ingested_at": when or datetime.now(UTC),
+    }
+
+
+def q(data_dir: Path, sql: str) -> list[tuple]:
+    return storage.query(data_dir, sql)[1]
+
+
+def test_commit_merges_state_and_appends_log_once(tmp_path: Path) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    storage.stage(tmp_path, "run1", "s3_objects", "batch-0", [obj_row("a", "1", when=t0)])
+    storage.stage(tmp_path, "run1", "s3_objects", "batch-1", [obj_row("b", "1", when=t0)])
+    report = storage.commit_run(tmp_path, "run1")
+    assert report.rows == {"s3_objects": 2}
+    assert staging.parts(tmp_path, "run1", "s3_objects") == []
+    assert q(tmp_path, "SELECT key, etag FROM s3_objects ORDER BY key") == [("a", "1"), ("b", "1")]
+
+    # A newer row replaces; an older one (a late replay) does not.
+    t1 = t0 + timedelta(days=1)
+    storage.stage(tmp_path, "run2", "s3_objects", "p", [obj_row("a", "2", when=t1)])
+    storage.stage(tmp_path, "run2", "s3_objects", "q", [obj_row("b", "0", when=t0 - timedelta(1))])
+    storage.commit_run(tmp_path, "run2")
+    assert q(tmp_path, "SELECT key, etag FROM s3_objects ORDER BY key") == [("a", "2"), ("b", "1")]
+    assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(4,)]
+    days = q(tmp_path, "SELECT DISTINCT day FROM s3_object_log ORDER BY day")
+    assert [d[0].isoformat() for d in days] == ["2025-12-31", "2026-01-01", "2026-01-02"]
+
+
+def test_a_night_with_nothing_new_writes_no_version(tmp_path: Path) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist([obj_row("a", "1", when=t0)]))
+    version = lake.open_table(tmp_path, "s3_objects").version()
+    lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist([obj_row("a", "1", when=t0)]))
+    assert lake.open_table(tmp_path, "s3_objects").version() == version
+
+
+def test_interrupted_commit_is_replayed_without_duplicates(tmp_path: Path) -> None:
+    storage.stage(tmp_path, "run1", "task_timings", "t1", [timing_row("t1")])
+    # First commit went through, but the process died before removing the parts.
+    folder = staging.run_dir(tmp_path, "run1")
+    real_remove = staging.remove_parts
+    staging.remove_parts = lambda paths: None  # type: ignore[assignment]
+    try:
+        with pytest.raises(FileNotFoundError):
+            orig_unlink = Path.unlink
+
+            def boom(self: Path, missing_ok: bool = False) -> None:
+                if self.name.endswith(".commit"):
+                    raise FileNotFoundError("killed")
+                orig_unlink(self, missing_ok=missing_ok)
+
+            Path.unlink = boom  # type: ignore[method-assign]
+            try:
+                storage.commit_run(tmp_path, "run1")
+            finally:
+                Path.unlink = orig_unlink  # type: ignore[method-assign]
+    finally:
+        staging.remove_parts = real_remove  # type: ignore[assignment]
+    assert (folder / "task_timings.commit").exists()
+    storage.commit_run(tmp_path, "run1")  # the replay
+    assert q(tmp_path, "SELECT count(*) FROM task_timings") == [(1,)]
+
+
+def timing_row(task_run_id: str, started: datetime | None = None) -> dict:
+    started = started or datetime.now(UTC)
+    return {
+        "flow_run_id": "f",
+        "flow_name": "s3-ingest",
+        "task_run_id": task_run_id,
+        "task_name": "download-batch",
+        "started_at": started,
+        "ended_at": started,
+        "seconds": 1.0,
+        "items": 1,
+        "bytes": 1,
+        "attempts": 1,
+        "state": "completed",
+    }
+
+
+def test_dead_runs_are_recovered_live_ones_left_alone(tmp_path: Path) -> None:
+    storage.stage(tmp_path, "dead", "s3_objects", "p", [obj_row("a", "1")])
+    storage.stage(tmp_path, "live", "s3_objects", "p", [obj_row("b", "1")])
+    old = datetime.now().timestamp() - 3600
+    os.utime(staging.run_dir(tmp_path, "dead"), (old, old))
+    staging.touch(tmp_path, "live")
+    assert storage.recover(tmp_path, stale_after=60) == ["dead"]
+    assert q(tmp_path, "SELECT key FROM s3_objects") == [("a",)]
+    assert staging.runs(tmp_path) == ["live"]
+
+
+def test_stray_and_corrupt_files_are_never_read(tmp_path: Path) -> None:
+    storage.stage(tmp_path, "run1", "s3_objects", "p", [obj_row("a", "1")])
+    storage.commit_run(tmp_path, "run1")
+    table_dir = lake.table_path(tmp_path, "s3_objects")
+    (table_dir / "stray.parquet").write_bytes(b"PAR1 not a parquet file")
+    pq.write_table(pa.Table.from_pylist([obj_row("zz", "9")]), table_dir / "foreign.parquet")
+    # A corrupt staged part of a later run is quarantined, the rest committed.
+    storage.stage(tmp_path, "run2", "s3_objects", "good", [obj_row("b", "1")])
+    bad = staging.run_dir(tmp_path, "run2") / "s3_objects" / "bad.parquet"
+    bad.write_bytes(b"garbage")
+    storage.commit_run(tmp_path, "run2")
+    assert q(tmp_path, "SELECT key FROM s3_objects ORDER BY key") == [("a",), ("b",)]
+    assert not bad.exists()
+    assert list((tmp_path / staging.STAGING_DIR / "_quarantine").iterdir())
+
+
+def test_retention_compaction_and_vacuum(tmp_path: Path) -> None:
+    today = datetime(2026, 6, 1, tzinfo=UTC)
+    for night in range(40):
+        when = today - timedelta(days=night)
+        storage.stage(tmp_path, f"n{night}", "task_timings", "t", [timing_row(f"t{night}", when)])
+        storage.commit_run(tmp_path, f"n{night}")
+        for i in range(3):
+            storage.stage(tmp_path, f"n{night}", "s3_objects", "p", [obj_row(f"k{night}-{i}", "1")])
+            storage.commit_run(tmp_path, f"n{night}")
+    before = len(storage.data_files(tmp_path, "s3_objects"))
+    report = storage.maintain(
+        tmp_path,
+        retention_days=30,
+        compact_min_files=8,
+        vacuum_retention_hours=0,
+        today=today.date(),
+    )
+    assert report.expired_files["task_timings"] == 9  # days 31..39 before the cutoff
+    assert q(tmp_path, "SELECT count(*) FROM task_timings") == [(31,)]
+    assert q(tmp_path, "SELECT count(*) FROM s3_objects") == [(120,)]
+    after = len(storage.data_files(tmp_path, "s3_objects"))
+    assert before == 120 and after == 1
+    on_disk = list(lake.table_path(tmp_path, "s3_objects").glob("*.parquet"))
+    assert len(on_disk) == 1  # vacuumed
+
+
+def test_views_in_warehouse_file_and_scan_with_staged_rows(tmp_path: Path) -> None:
+    import duckdb
+
+    storage.stage(tmp_path, "r1", "task_timings", "a", [timing_row("a")])
+    storage.commit_run(tmp_path, "r1")
+    storage.stage(tmp_path, "r1", "task_timings", "b", [timing_row("b")])
+    assert storage.refresh_warehouse(tmp_path)
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM task_timings").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (0,)
+    with duckdb.connect() as con:
+        sql = f"SELECT count(*) FROM {storage.scan(tmp_path, 'task_timings', staged_run='r1')}"
+        assert con.execute(sql).fetchone() == (2,)
+
+
+def test_migration_of_the_old_layout(tmp_path: Path) -> None:
+    old = tmp_path / "tables" / "s3_objects"
+    (old / "run1").mkdir(parents=True)
+    (old / "run2").mkdir(parents=True)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    schema = storage.SCHEMAS["s3_objects"]
+    pq.write_table(
+        pa.Table.from_pylist([obj_row("a", "1", when=t0), obj_row("b", "1", when=t0)], schema),
+        old / "run1" / "batch-000000.parquet",
+    )
+    pq.write_table(
+        pa.Table.from_pylist(
+            [obj_row("a", "2", when=t0 + timedelta(1)),
+             obj_row("b", "1", "skipped", when=t0 + timedelta(1))],
+            schema,
+        ),
+        old / "run2" / "batch-000000.parquet",
+    )
+    pq.write_table(schema.empty_table(), old / "_schema.parquet")
+    storage.prepare(tmp_path)
+    assert not (tmp_path / "tables").exists()
+    assert (tmp_path / "tables.migrated").is_dir()
+    assert q(tmp_path, "SELECT key, etag, status FROM s3_objects ORDER BY key") == [
+        ("a", "2", "downloaded"),
+        ("b", "1", "skipped"),
+    ]
+    assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
+    storage.prepare(tmp_path)  # once only
+    assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
