@@ -24,7 +24,16 @@ from ingest.github.records import GitHubSummary
 from ingest.github.sync import check_repo
 from ingest.settings import Settings
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
-from tasks.storage import update_warehouse
+from tasks.storage import commit_run, heartbeat, maintain_lake, prepare_storage
+
+# The tables this flow writes, which its runs keep trimmed and compacted.
+GITHUB_TABLES = (
+    "pull_requests",
+    "pull_request_log",
+    "api_requests",
+    "github_pages",
+    "github_syncs",
+)
 
 
 class TooManyFailedPagesError(GitHubTerminalError):
@@ -108,11 +117,14 @@ def github_pulls(
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     run_id = str(flow_run.id or "local")
 
-    priors = load_sync_state(settings, repos, full_refresh)
-    summary = fetch_pulls(settings, repos, priors, run_id, token_block, full_refresh)
-    update_warehouse(settings)
-    summary.seconds = time.perf_counter() - started
-    summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")
+    with heartbeat(settings, run_id):
+        prepare_storage(settings, run_id)
+        priors = load_sync_state(settings, repos, full_refresh)
+        summary = fetch_pulls(settings, repos, priors, run_id, token_block, full_refresh)
+        maintain_lake(settings, list(GITHUB_TABLES))
+        summary.seconds = time.perf_counter() - started
+        summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")
+        commit_run(settings, run_id)
 
     if summary.stopped:
         get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)

@@ -1,9 +1,13 @@
 """The ``s3-ingest`` flow: list a bucket, download new and changed objects.
 
-Listing pages are fetched in the flow's thread while batches of the pages
-already listed download on the task runner, so downloads start before the
-listing ends. Each batch is one task run; the requests of all batches share
-one pool sized for latency (``concurrency``), not for cores.
+The listing runs as ``list-objects`` tasks, one chunk (a few pages) at a time
+per key-range shard; each chunk compares its key range with the stored state
+and hands back only what changed, as batches, which download (and extract) on
+the task runner while the next chunk is listed. Task parameters are a batch
+at most, never the bucket. Each batch is one task run; the requests of all
+batches share one pool sized for latency (``concurrency``), not for cores.
+The run's rows are staged as batches finish and committed to the lake at the
+end, one commit per table.
 """
 
 from __future__ import annotations
@@ -20,14 +24,27 @@ from pydantic import Field
 
 from flows.parameters import described
 from ingest.errors import IngestError
+from ingest.extract import EXTRACTOR_VERSION
+from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ExtractSummary
 from ingest.report import RunSummary
+from ingest.s3.chunks import Cursor
 from ingest.settings import Settings
-from tasks.extraction import extract_batch
+from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
 from tasks.report import publish_summary
-from tasks.s3 import check_bucket, download_batch, list_page, load_manifest, mark_deleted
-from tasks.storage import update_warehouse
+from tasks.s3 import check_bucket, download_batch, list_objects, plan_listing
+from tasks.storage import commit_run, heartbeat, maintain_lake, prepare_storage
+
+# The tables this flow writes, which its runs keep trimmed and compacted.
+S3_TABLES = (
+    "s3_objects",
+    "s3_object_log",
+    "documents",
+    "document_log",
+    "task_timings",
+    "flow_runs",
+)
 
 
 class TooManyFailuresError(IngestError):
@@ -38,7 +55,7 @@ class TooManyFailuresError(IngestError):
     name="s3-ingest",
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
-    task_runner=ThreadPoolTaskRunner(max_workers=4),
+    task_runner=ThreadPoolTaskRunner(max_workers=8),
     validate_parameters=True,
 )
 @described
@@ -74,61 +91,72 @@ def s3_ingest(
         bool,
         Field(description="Extract the text of new and changed objects into `documents`."),
     ] = True,
+    list_shards: Annotated[
+        int | None,
+        Field(
+            description="Key-range shards listed concurrently, for very large buckets.",
+            ge=1,
+            le=256,
+        ),
+    ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
     settings = Settings()
     overrides = {
         "s3_endpoint_url": endpoint_url,
         "s3_concurrency": concurrency,
+        "s3_list_shards": list_shards,
         "data_dir": Path(data_dir) if data_dir else None,
         "s3_download_dir": Path(download_dir) if download_dir else None,
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    include = list(settings.s3_include if include is None else include)
-    exclude = list(settings.s3_exclude if exclude is None else exclude)
     run_id = str(flow_run.id or "local")
+    spec = ListSpec(
+        run_id=run_id,
+        bucket=bucket,
+        prefix=prefix,
+        include=list(settings.s3_include if include is None else include),
+        exclude=list(settings.s3_exclude if exclude is None else exclude),
+        full_refresh=full_refresh,
+        extract_version=EXTRACTOR_VERSION if extract else None,
+    )
 
-    check_bucket(settings, bucket)
-    manifest = {} if full_refresh else load_manifest(settings, bucket, prefix)
+    with heartbeat(settings, run_id):
+        check_bucket(settings, bucket)
+        prepare_storage(settings, run_id)
+        shards = plan_listing(settings, bucket, prefix)
 
-    futures: list[PrefectFuture[BatchSummary]] = []
-    extracting: list[PrefectFuture[ExtractSummary]] = []
-    seen: set[str] = set()
-    token: str | None = None
-    while True:
-        page = list_page(settings, bucket, prefix, include, exclude, token)
-        for start in range(0, len(page.objects), settings.s3_batch_size):
-            batch = page.objects[start : start + settings.s3_batch_size]
-            seen.update(o.key for o in batch)
-            futures.append(
-                download_batch.submit(
-                    settings, batch, manifest, prefix, run_id, len(futures), full_refresh
-                )
-            )
-            if extract:  # starts when this download batch ends: overlaps the later ones
-                extracting.append(
-                    extract_batch.submit(settings, bucket, futures[-1], run_id, len(futures) - 1)
-                )
-        if not page.next_token:
-            break
-        token = page.next_token
+        summary = RunSummary(run_id=run_id)
+        downloads: list[PrefectFuture[BatchSummary]] = []
+        extracting: list[PrefectFuture[ExtractSummary]] = []
+        listing = {s.index: list_objects.submit(settings, spec, s, Cursor()) for s in shards}
+        while listing:  # shards in turn; each shard's chunks one after another
+            for shard in shards:
+                if shard.index not in listing:
+                    continue
+                chunk = listing.pop(shard.index).result()
+                if chunk.next is not None:
+                    listing[shard.index] = list_objects.submit(settings, spec, shard, chunk.next)
+                summary.add_counts(chunk.counts)
+                for batch in chunk.fetch:
+                    downloads.append(download_batch.submit(settings, spec, batch))
+                    if extract:  # starts when its download ends: overlaps the later ones
+                        extracting.append(
+                            extract_batch.submit(settings, bucket, run_id, downloads[-1])
+                        )
+                for batch in chunk.extract:
+                    extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
 
-    summary = RunSummary(run_id=run_id)
-    for fut in futures:
-        part = fut.result()
-        track_batch(part, batches=len(futures))
-        for status, n in part.counts.items():
-            summary.counts[status] = summary.counts.get(status, 0) + n
-        summary.bytes += part.bytes
-        summary.failures.extend(part.failures[: max(0, 20 - len(summary.failures))])
-    for ext in extracting:
-        summary.add_extracted(ext.result())
-    deleted = mark_deleted(settings, manifest, seen, bucket, prefix, include, exclude, run_id)
-    if deleted:
-        summary.counts["deleted"] = deleted
-    update_warehouse(settings)
-    summary.seconds = time.perf_counter() - started
-    summary = publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}")
+        for fut in downloads:
+            part = fut.result()
+            track_batch(part, batches=len(downloads))
+            summary.add_batch(part)
+        for ext in extracting:
+            summary.add_extracted(ext.result())
+        maintain_lake(settings, list(S3_TABLES))
+        summary.seconds = time.perf_counter() - started
+        summary = publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}")
+        commit_run(settings, run_id)
 
     looked_at = summary.total - summary.counts.get("deleted", 0)
     if looked_at and summary.failed / looked_at > settings.max_failed_ratio:

@@ -62,6 +62,12 @@ def s3_command(
     extract: Annotated[
         bool, typer.Option(help="Extract the text of new and changed objects (documents).")
     ] = True,
+    list_shards: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=256, help="Key-range shards listed concurrently [INGEST_S3_LIST_SHARDS, 1]."
+        ),
+    ] = None,
 ) -> None:
     """Run the s3-ingest flow once and print its summary."""
     settings = Settings()
@@ -82,6 +88,7 @@ def s3_command(
         download_dir=str(download_dir) if download_dir else None,
         full_refresh=full_refresh,
         extract=extract,
+        list_shards=list_shards,
     )
     print_summary(summary)
 

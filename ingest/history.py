@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,23 @@ class FlowRunRecord:
     message: str | None = None
 
 
-def record_flow_run(data_dir: Path, record: FlowRunRecord) -> Path:
-    """Write (or overwrite: one part per flow run) the run's ``flow_runs`` row."""
+def record_flow_run(data_dir: Path, record: FlowRunRecord, *, staged_by: str = "") -> Path:
+    """Stage the run's ``flow_runs`` row (committed with the run; a later row of the same
+    flow run, ended later, replaces it). ``staged_by``: the run whose commit carries it
+    (a parent recording its children), by default the recorded run itself."""
     row = asdict(record)
     row["ended_at"] = row["ended_at"] or datetime.now(UTC)
-    return storage.write_part(data_dir, "flow_runs", record.flow_run_id, "flow-run", [row])
+    if row["started_at"] is None:
+        row["started_at"] = row["ended_at"] - timedelta(seconds=record.seconds)
+    path = storage.stage(
+        data_dir,
+        staged_by or record.flow_run_id,
+        "flow_runs",
+        f"flow-run-{record.flow_run_id}",
+        [row],
+    )
+    assert path is not None
+    return path
 
 
 def previous_run(
@@ -58,7 +70,6 @@ def previous_run(
     sql = f"""
         SELECT * FROM {storage.scan(data_dir, "flow_runs")}
         WHERE flow_name = ? AND coalesce(deployment_id, '') = ? AND flow_run_id <> ?
-        QUALIFY row_number() OVER (PARTITION BY flow_run_id ORDER BY ended_at DESC) = 1
         ORDER BY started_at DESC LIMIT 1
     """
     return _first(data_dir, sql, [flow_name, deployment_id, flow_run_id])
@@ -69,7 +80,6 @@ def child_runs(data_dir: Path, parent_flow_run_id: str) -> list[dict[str, Any]]:
     sql = f"""
         SELECT * FROM {storage.scan(data_dir, "flow_runs")}
         WHERE parent_flow_run_id = ?
-        QUALIFY row_number() OVER (PARTITION BY flow_run_id ORDER BY ended_at DESC) = 1
         ORDER BY flow_name
     """
     return _all(data_dir, sql, [parent_flow_run_id])

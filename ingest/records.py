@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import pyarrow as pa
+
 ObjectStatus = Literal["downloaded", "skipped", "deleted", "failed"]
 TaskState = Literal["completed", "failed"]
 
@@ -95,15 +97,16 @@ class BatchSummary:
     bytes: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
-    # (key, etag, local_path) of every object whose bytes are on disk after the batch
-    # (downloaded now or skipped as unchanged): the input of later stages such as extraction.
+    # (key, etag, local_path) of every object the batch downloaded: the input of later
+    # stages such as extraction (bounded by the batch size).
     stored: list[tuple[str, str, str]] = field(default_factory=list)
+    name: str = ""
 
     def add(self, result: ObjectResult) -> None:
         self.counts[result.status] = self.counts.get(result.status, 0) + 1
         if result.status == "downloaded":
             self.bytes += result.size or 0
-        if result.status in ("downloaded", "skipped") and result.local_path:
+        if result.status == "downloaded" and result.local_path:
             self.stored.append((result.key, result.etag or "", result.local_path))
         if result.status == "failed":
             self.failures.append((result.key, result.error or ""))
@@ -153,3 +156,59 @@ class ExtractSummary:
     bytes: int = 0
     pages: int = 0
     seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectBatch:
+    """A batch of listed objects handed to a task: a name and Arrow IPC bytes.
+
+    One opaque value instead of a list of objects, so Prefect's walk over task
+    parameters costs the same for 1 object as for 1,000, and the batch pickles
+    compactly to a remote worker.
+    """
+
+    name: str
+    count: int
+    ipc: bytes
+
+    @classmethod
+    def from_table(cls, name: str, table: pa.Table) -> ObjectBatch:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return cls(name=name, count=table.num_rows, ipc=sink.getvalue().to_pybytes())
+
+    def table(self) -> pa.Table:
+        return pa.ipc.open_stream(self.ipc).read_all()
+
+    def objects(self) -> list[S3Object]:
+        t = self.table()
+        return [
+            S3Object(bucket=b, key=k, etag=e, size=s, last_modified=m)
+            for b, k, e, s, m in zip(
+                *(
+                    t.column(c).to_pylist()
+                    for c in ("bucket", "key", "etag", "size", "last_modified")
+                ),
+                strict=True,
+            )
+        ]
+
+    def stored(self) -> list[tuple[str, str, str]]:
+        """(key, etag, local path) of objects already on disk (``prev_path``)."""
+        t = self.table()
+        return list(
+            zip(*(t.column(c).to_pylist() for c in ("key", "etag", "prev_path")), strict=True)
+        )
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What one listing chunk found, returned to the flow (bounded by the chunk size)."""
+
+    shard: int
+    listed: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    fetch: list[ObjectBatch] = field(default_factory=list)
+    extract: list[ObjectBatch] = field(default_factory=list)
+    next: object | None = None  # ingest.s3.chunks.Cursor, or None when the shard is done

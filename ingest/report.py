@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 
 from ingest import storage
-from ingest.records import ExtractSummary
+from ingest.records import BatchSummary, ExtractSummary
 
 
 @dataclass(slots=True)
@@ -25,6 +25,16 @@ class RunSummary:
     # documents rows written by text extraction, by status; "unchanged" counts objects whose
     # ETag and extractor version were already extracted (no row written).
     extracted: dict[str, int] = field(default_factory=dict)
+
+    def add_counts(self, counts: dict[str, int]) -> None:
+        for status, n in counts.items():
+            self.counts[status] = self.counts.get(status, 0) + n
+
+    def add_batch(self, part: BatchSummary) -> None:
+        """Add one download batch: counts, bytes and the first 20 failures."""
+        self.add_counts(part.counts)
+        self.bytes += part.bytes
+        self.failures.extend(part.failures[: max(0, 20 - len(self.failures))])
 
     def add_extracted(self, part: ExtractSummary) -> None:
         """Add one extract batch's counts by status."""
@@ -58,7 +68,7 @@ def stage_table(data_dir: Path, flow_run_id: str) -> list[dict[str, Any]]:
                round(epoch(max(ended_at)) - epoch(min(started_at)), 3) AS wall_seconds,
                max(attempts) AS max_attempt,
                count(*) FILTER (WHERE state <> 'completed') AS failed_attempts
-        FROM {storage.scan(data_dir, "task_timings")}
+        FROM {storage.scan(data_dir, "task_timings", staged_run=flow_run_id)}
         WHERE flow_run_id = ?
         GROUP BY task_name ORDER BY min(started_at)
     """

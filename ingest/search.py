@@ -1,8 +1,8 @@
 """Ranked full-text search over the ``documents`` text, Korean included, offline.
 
 Engine: SQLite FTS5 from the Python standard library (BM25 ranking), over a
-side index ``DATA_DIR/search.sqlite`` built from the ``documents`` Parquet
-parts. Why not DuckDB's ``fts`` extension: the Python wheel does not build
+side index ``DATA_DIR/search.sqlite`` built from the ``documents`` table; the
+index is never the source of truth and can be deleted and rebuilt. Why not DuckDB's ``fts`` extension: the Python wheel does not build
 it in and the machine cannot download it at run time; the registry package
 that ships it lags the installed DuckDB (1.5.5 against 1.5.6), and its
 tokenizer keeps only ``[a-z]`` by default, so Hangul would need our own
@@ -16,9 +16,10 @@ CJKAnalyzer does: ``평면도`` becomes ``평면 면도``, and a query for
 ``도면`` finds ``도면을``. Other words are indexed as words (case and
 diacritics folded by FTS5's ``unicode61`` tokenizer).
 
-The index is refreshed incrementally before each search: Parquet parts it
-has not seen (or that were rewritten by a retried batch) are read, and for
-each (bucket, key) only the latest row is kept, like the ``documents`` view.
+The index is refreshed incrementally before each search: the files of the
+table's current Delta version that it has not seen are read (files are never
+changed in place; a MERGE writes new ones), and for each (bucket, key) only
+the latest row is kept.
 """
 
 from __future__ import annotations
@@ -102,12 +103,9 @@ def open_index(data_dir: Path) -> sqlite3.Connection:
 
 def refresh_index(data_dir: Path, *, batch_rows: int = 2000) -> int:
     """Bring the index up to date with the ``documents`` parts; returns rows (re)indexed."""
-    folder = storage.table_dir(data_dir, "documents")
-    parts = {
-        str(p.resolve()): p.stat().st_mtime_ns
-        for p in folder.glob("*/*.parquet")
-        if not p.name.startswith(".")
-    }
+    # The files of the table's current version (its log decides; a file is never changed
+    # in place, so a file already indexed needs no second look).
+    parts = {path: 0 for path in storage.data_files(data_dir, "documents")}
     con = open_index(data_dir)
     try:
         known = dict(con.execute("SELECT path, mtime_ns FROM parts").fetchall())

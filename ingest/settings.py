@@ -29,6 +29,27 @@ class Settings(BaseSettings):
         description="Folder holding the Parquet tables, warehouse.duckdb and downloaded objects.",
     )
 
+    # --- lake -----------------------------------------------------------------
+    retention_days: int = Field(
+        90,
+        ge=0,
+        description="Days of history (object log, task timings, API requests) kept; 0 keeps all.",
+    )
+    compact_min_files: int = Field(
+        64, ge=2, description="A table with more files than this is compacted by the next run."
+    )
+    vacuum_retention_hours: int = Field(
+        168,
+        ge=0,
+        description="Hours a file stays after it left its table (readers of older versions).",
+    )
+    staging_stale_after: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds without a heartbeat after which a run's staged rows are committed "
+        "by the next run (the run died).",
+    )
+
     # --- S3 -----------------------------------------------------------------
     s3_bucket: str | None = Field(None, description="Bucket to ingest.")
     s3_prefix: str = Field("", description="Only keys under this prefix.")
@@ -59,6 +80,19 @@ class Settings(BaseSettings):
     )
     s3_batch_size: int = Field(
         250, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
+    )
+    s3_list_shards: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Key-range shards listed concurrently (boundaries among the '/' prefixes).",
+    )
+    s3_list_chunk_pages: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="Listing pages (1,000 keys each) per list-objects task; the first chunks "
+        "are smaller so downloads start early.",
     )
     s3_range_threshold: int = Field(
         16 * MiB, ge=MiB, description="Objects at least this large are fetched as byte ranges."

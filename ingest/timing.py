@@ -1,9 +1,9 @@
 """Run timing: every task attempt becomes a ``task_timings`` row.
 
-Timings are written to Parquet by the task itself as it ends (success or
-failure), so they survive a crashed run and never depend on the Prefect
-server recording task runs (the temporary server drops most of them on
-large runs).
+Timings are staged by the task itself as it ends (success or failure) and
+committed with the run's other rows, so they survive a crashed run (the next
+run commits what a dead one staged) and never depend on the Prefect server
+recording task runs (the temporary server drops most of them on large runs).
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ def record(
     finally:
         timing.seconds = time.perf_counter() - start
         timing.ended_at = datetime.now(UTC)
-        storage.write_part(
+        storage.stage(
             data_dir,
-            "task_timings",
             flow_run_id,
+            "task_timings",
             f"{task_name}-{task_run_id}-{attempt}",
             [timing.as_row()],
         )

@@ -1,9 +1,11 @@
-"""Extraction task: the stored objects of one download batch become ``documents`` rows.
+"""Extraction tasks: stored objects become ``documents`` rows.
 
 The flow submits one ``extract-batch`` per download batch with that batch's
 future as input, so each starts as soon as its download ends and extraction
-overlaps the downloads still running. The CPU work runs on the process's
-warm worker pool (``ingest.extract.pool``), not on the task runner's threads.
+overlaps the downloads still running; ``extract-stored`` takes unchanged objects
+whose text is missing or was extracted by an older extractor version. The CPU
+work runs on the process's warm worker pool (``ingest.extract.pool``), not on
+the task runner's threads.
 """
 
 from __future__ import annotations
@@ -13,36 +15,48 @@ from prefect.cache_policies import NO_CACHE
 
 from ingest import storage
 from ingest.extract import batch
-from ingest.records import BatchSummary, ExtractSummary
+from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
 from tasks.timing import timed
+
+
+def _extract(
+    settings: Settings,
+    bucket: str,
+    run_id: str,
+    name: str,
+    stored: list[tuple[str, str, str]],
+    extractor: str,
+) -> ExtractSummary:
+    with timed(settings.data_dir, noun="documents") as t:
+        docs = batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
+        storage.stage(settings.data_dir, run_id, "documents", name, [d.as_row() for d in docs])
+        summary = batch.summarize(docs)
+        t.items = len(docs)
+        t.bytes = summary.bytes
+    return summary
 
 
 @task(name="extract-batch", cache_policy=NO_CACHE)
 def extract_batch(
     settings: Settings,
     bucket: str,
-    downloaded: BatchSummary,
     run_id: str,
-    batch_no: int,
+    downloaded: BatchSummary,
     extractor: str = batch.DEFAULT_EXTRACTOR,
 ) -> ExtractSummary:
-    """Extract the new and changed objects of a download batch and write their rows as one
-    Parquet part (named by run and batch, so a retry overwrites instead of duplicating)."""
-    with timed(settings.data_dir, noun="documents") as t:
-        stored = downloaded.stored
-        previous = batch.load_extracted(settings.data_dir, bucket, (s[0] for s in stored))
-        todo = batch.select_changed(stored, previous)
-        docs = batch.extract_batch(settings, bucket, todo, run_id=run_id, extractor=extractor)
-        if docs:
-            storage.write_part(
-                settings.data_dir,
-                "documents",
-                run_id,
-                f"batch-{batch_no:06d}",
-                [d.as_row() for d in docs],
-            )
-        summary = batch.summarize(docs, unchanged=len(stored) - len(todo))
-        t.items = len(docs)
-        t.bytes = summary.bytes
-    return summary
+    """Extract what a download batch fetched; stage the rows as one part named by the
+    batch (a retry overwrites instead of duplicating)."""
+    return _extract(settings, bucket, run_id, downloaded.name, downloaded.stored, extractor)
+
+
+@task(name="extract-stored", cache_policy=NO_CACHE)
+def extract_stored(
+    settings: Settings,
+    bucket: str,
+    run_id: str,
+    objects: ObjectBatch,
+    extractor: str = batch.DEFAULT_EXTRACTOR,
+) -> ExtractSummary:
+    """Extract unchanged objects already on disk whose text is missing or outdated."""
+    return _extract(settings, bucket, run_id, objects.name, objects.stored(), extractor)

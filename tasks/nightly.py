@@ -41,6 +41,7 @@ def publish_nightly_summary(
                 state=o.state,
                 message=o.message or None,
             ),
+            staged_by=ids["flow_run_id"],
         )
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
     previous = previous_of_current_run(data_dir, ids)

@@ -1,4 +1,4 @@
-"""S3 tasks: check the bucket, list a page, download a batch, mark deletions.
+"""S3 tasks: check the bucket, plan and list chunks of the listing, download a batch.
 
 Task retries are the third retry layer (see ``ingest.s3``): they re-run a
 whole batch after failures that no object row can hold. They never retry a
@@ -13,9 +13,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from ingest import s3, storage, sync
+from ingest import listing, s3, storage, sync
 from ingest.errors import TerminalError
-from ingest.records import BatchSummary, ManifestEntry, S3Object
+from ingest.listing import ListSpec
+from ingest.records import BatchSummary, ChunkResult, ObjectBatch
+from ingest.s3 import chunks
 from ingest.settings import Settings
 from tasks.timing import timed
 
@@ -60,36 +62,32 @@ def check_bucket(settings: Settings, bucket: str) -> int:
     return s3.sweep_temp(settings.download_root(bucket))
 
 
-@task(name="load-manifest", cache_policy=NO_CACHE)
-def load_manifest(settings: Settings, bucket: str, prefix: str) -> dict[str, ManifestEntry]:
-    with timed(settings.data_dir, noun="keys") as t:
-        manifest = storage.load_manifest(settings.data_dir, bucket, prefix)
-        t.items = len(manifest)
-    return manifest
+@task(name="plan-listing", cache_policy=NO_CACHE)
+def plan_listing(settings: Settings, bucket: str, prefix: str) -> list[chunks.Shard]:
+    """Split the listing into key-range shards listed concurrently (one by default)."""
+    with timed(settings.data_dir, noun="shards") as t:
+        shards = chunks.plan_shards(client_for(settings), bucket, prefix, settings.s3_list_shards)
+        t.items = len(shards)
+    return shards
 
 
 @task(
-    name="list-page",
+    name="list-objects",
     cache_policy=NO_CACHE,
     retries=3,
     retry_delay_seconds=exponential_backoff(backoff_factor=2),
     retry_jitter_factor=0.5,
     retry_condition_fn=_not_terminal,
 )
-def list_page(
-    settings: Settings,
-    bucket: str,
-    prefix: str,
-    include: list[str],
-    exclude: list[str],
-    token: str | None,
-) -> s3.ListPage:
-    """One listing page (up to 1,000 keys), filtered."""
+def list_objects(
+    settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
+) -> ChunkResult:
+    """List one chunk of a shard, find what changed in its key range, stage the deletions,
+    and hand back the batches to fetch and to extract (references, not the bucket)."""
     with timed(settings.data_dir, noun="keys") as t:
-        page = s3.list_page(client_for(settings), bucket, prefix, token)
-        page.objects = sync.filter_page(page.objects, prefix, include, exclude)
-        t.items = len(page.objects)
-    return page
+        result = listing.process_chunk(client_for(settings), settings, spec, shard, cursor)
+        t.items = result.listed
+    return result
 
 
 @task(
@@ -100,65 +98,26 @@ def list_page(
     retry_jitter_factor=0.5,
     retry_condition_fn=_not_terminal,
 )
-def download_batch(
-    settings: Settings,
-    objects: list[S3Object],
-    manifest: dict[str, ManifestEntry],
-    prefix: str,
-    run_id: str,
-    batch_no: int,
-    full_refresh: bool = False,
-) -> BatchSummary:
-    """Download a batch and write its rows as one Parquet part (named by run and batch,
-    so a retry overwrites instead of duplicating)."""
+def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> BatchSummary:
+    """Download a batch and stage its rows as one part (named by the batch, so a retry
+    overwrites instead of duplicating)."""
     with timed(settings.data_dir) as t:
         results = sync.download_batch(
             client_for(settings),
             settings,
-            objects,
-            manifest,
-            prefix=prefix,
-            run_id=run_id,
-            full_refresh=full_refresh,
+            batch.objects(),
+            prefix=spec.prefix,
+            run_id=spec.run_id,
         )
-        storage.write_part(
+        storage.stage(
             settings.data_dir,
+            spec.run_id,
             "s3_objects",
-            run_id,
-            f"batch-{batch_no:06d}",
+            batch.name,
             [r.as_row() for r in results],
         )
         summary = sync.summarize(results)
+        summary.name = batch.name
         t.items = len(results)
         t.bytes = summary.bytes
     return summary
-
-
-@task(name="mark-deleted", cache_policy=NO_CACHE)
-def mark_deleted(
-    settings: Settings,
-    manifest: dict[str, ManifestEntry],
-    seen: set[str],
-    bucket: str,
-    prefix: str,
-    include: list[str],
-    exclude: list[str],
-    run_id: str,
-) -> int:
-    """Mark keys gone from a complete listing as deleted (files and history are kept)."""
-    with timed(settings.data_dir, noun="keys") as t:
-        rows = sync.deleted_results(
-            manifest,
-            seen,
-            bucket=bucket,
-            prefix=prefix,
-            include=include,
-            exclude=exclude,
-            run_id=run_id,
-        )
-        if rows:
-            storage.write_part(
-                settings.data_dir, "s3_objects", run_id, "deleted", [r.as_row() for r in rows]
-            )
-        t.items = len(rows)
-    return len(rows)

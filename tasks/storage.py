@@ -1,15 +1,85 @@
-"""Storage tasks."""
+"""Storage tasks: prepare the lake before a run, maintain it, commit the run's rows."""
 
 from __future__ import annotations
 
-from prefect import task
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 
 from ingest import storage
+from ingest.records import TaskTiming
 from ingest.settings import Settings
+from tasks.timing import timed
 
 
-@task(name="update-warehouse", cache_policy=NO_CACHE)
-def update_warehouse(settings: Settings) -> bool:
-    """Create or refresh the DuckDB views over the Parquet tables."""
-    return storage.ensure_warehouse(settings.data_dir)
+@task(name="prepare-storage", cache_policy=NO_CACHE)
+def prepare_storage(settings: Settings, run_id: str) -> list[str]:
+    """Migrate an old data folder once; commit what runs that died had staged."""
+    with timed(settings.data_dir, noun="runs recovered") as t:
+        recovered = storage.prepare(
+            settings.data_dir, current_run=run_id, stale_after=settings.staging_stale_after
+        )
+        t.items = len(recovered)
+    if recovered:
+        get_run_logger().warning(
+            "committed the staged rows of %d run(s) that died: %s",
+            len(recovered),
+            ", ".join(recovered),
+        )
+    return recovered
+
+
+@task(name="maintain-lake", cache_policy=NO_CACHE)
+def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceReport:
+    """Retention, compaction past the file threshold, vacuum."""
+    with timed(settings.data_dir, noun="files") as t:
+        report = storage.maintain(
+            settings.data_dir,
+            tables=[x for x in tables if storage.open_table(settings.data_dir, x) is not None],
+            retention_days=settings.retention_days,
+            compact_min_files=settings.compact_min_files,
+            vacuum_retention_hours=settings.vacuum_retention_hours,
+        )
+        t.items = report.changed
+    return report
+
+
+@task(name="commit-run", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
+def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
+    """Commit the run's staged rows (one commit per table), then refresh warehouse.duckdb."""
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    report = storage.commit_run(settings.data_dir, run_id, exclude=("task_timings",))
+    timing = TaskTiming(
+        flow_run_id=run_id,
+        flow_name=str(flow_run.flow_name or ""),
+        task_name="commit-run",
+        task_run_id="commit",
+        started_at=started,
+        ended_at=datetime.now(UTC),
+        seconds=time.perf_counter() - t0,
+        items=sum(report.rows.values()),
+    )
+    storage.stage(settings.data_dir, run_id, "task_timings", "commit-run", [timing.as_row()])
+    last = storage.commit_run(settings.data_dir, run_id)
+    report.rows.update(last.rows)
+    storage.refresh_warehouse(settings.data_dir)
+    get_run_logger().info(
+        "commit-run %s rows in %.2f s: %s",
+        sum(report.rows.values()),
+        time.perf_counter() - t0,
+        ", ".join(f"{k} {v}" for k, v in sorted(report.rows.items())) or "nothing new",
+    )
+    return report
+
+
+@contextmanager
+def heartbeat(settings: Settings, run_id: str) -> Iterator[None]:
+    """Mark the run alive while the block runs, so no other run commits its staged rows."""
+    with storage.heartbeat(settings.data_dir, run_id):
+        yield

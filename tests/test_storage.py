@@ -186,8 +186,10 @@ def test_migration_of_the_old_layout(tmp_path: Path) -> None:
     )
     pq.write_table(
         pa.Table.from_pylist(
-            [obj_row("a", "2", when=t0 + timedelta(1)),
-             obj_row("b", "1", "skipped", when=t0 + timedelta(1))],
+            [
+                obj_row("a", "2", when=t0 + timedelta(1)),
+                obj_row("b", "1", "skipped", when=t0 + timedelta(1)),
+            ],
             schema,
         ),
         old / "run2" / "batch-000000.parquet",

@@ -2,21 +2,19 @@
 
 Plain functions over injected settings and pools: ``tasks/extraction.py``
 wraps them for Prefect; tests and the benchmark call them directly.
-An object is extracted again only when its ETag or ``EXTRACTOR_VERSION``
-differs from its latest ``documents`` row.
+Which objects need extraction is decided with the listing (``ingest.changes``):
+new and changed objects, and unchanged ones whose ``documents`` row has another
+ETag or ``EXTRACTOR_VERSION``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import duckdb
-
-from ingest import storage
 from ingest.extract import EXTRACTOR_VERSION, Extraction
 from ingest.extract.base import clean_text
 from ingest.extract.detect import HEAD, detect_kind
@@ -50,30 +48,6 @@ def ocr_pool_config(settings: Settings) -> PoolConfig:
         memory_limit_mb=settings.extract_memory_limit_mb,
         preload=(OCR_JOB,),
     )
-
-
-def load_extracted(data_dir: Path, bucket: str, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
-    """Latest (etag, extractor_version) per key of ``bucket`` among ``keys``, from Parquet."""
-    wanted = list(keys)
-    if not wanted:
-        return {}
-    sql = f"""
-        SELECT key, etag, extractor_version FROM {storage.scan(data_dir, "documents")}
-        WHERE bucket = ? AND key IN (SELECT unnest(?::VARCHAR[]))
-        QUALIFY row_number() OVER (PARTITION BY key ORDER BY extracted_at DESC) = 1
-    """
-    with duckdb.connect() as con:
-        rows = con.execute(sql, [bucket, wanted]).fetchall()
-    return {key: (etag, version) for key, etag, version in rows}
-
-
-def select_changed(
-    stored: Sequence[Stored],
-    previous: Mapping[str, tuple[str, str]],
-    version: str = EXTRACTOR_VERSION,
-) -> list[Stored]:
-    """The objects whose ETag or extractor version differs from their latest row."""
-    return [s for s in stored if previous.get(s[0]) != (s[1], version)]
 
 
 def extract_batch(

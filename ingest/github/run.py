@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ingest import storage
 from ingest.github import store
 from ingest.github.client import GitHubClient, make_http_client
 from ingest.github.ratelimit import RateLimitGovernor, RetryPolicy
@@ -85,7 +84,6 @@ def fetch_pulls(
     summary (per repository: complete or why it stopped, errors such as 404).
     """
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
-    storage.ensure_tables(settings.data_dir)
     if priors is None:
         priors = store.load_states(settings.data_dir, repos, settings.github_state)
     return run_async(_fetch(settings, repos, run_id, token, priors, full_refresh, transport))

@@ -1,10 +1,11 @@
-"""What the GitHub source reads from and writes to the Parquet tables.
+"""What the GitHub source reads from the lake and stages for its commit.
 
-Write order per repository makes a crash safe for the incremental state:
-``pull_requests`` first, then ``api_requests``, ``github_pages`` (the
-ETags) and last ``github_syncs`` (the watermark). A crash in between leaves
-items without their ETags or watermark, which costs a re-fetch, never a
-page that answers 304 while its items were never stored.
+Each repository's outcome is staged as it finishes; the run commits them at
+its end in an order that keeps the incremental state safe
+(``ingest.storage.commit``): ``pull_requests`` first, then ``api_requests``,
+``github_pages`` (the ETags) and last ``github_syncs`` (the watermark). A
+crash in between leaves items without their ETags or watermark, which costs a
+re-fetch, never a page that answers 304 while its items were never stored.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ def load_states(data_dir: Path, repos: Sequence[str], state: str) -> dict[str, R
             f"""
             SELECT * FROM {storage.scan(data_dir, "github_pages")}
             WHERE list_contains(?, repo) AND state = ?
-            QUALIFY row_number() OVER (PARTITION BY repo, url ORDER BY fetched_at DESC) = 1
             """,
             [repo_list, state],
         )
@@ -80,11 +80,11 @@ def write_result(data_dir: Path, run_id: str, result: RepoResult) -> None:
     }
     for table, table_rows in rows.items():
         if table_rows:  # an unchanged repository (all 304) writes no empty parts
-            storage.write_part(data_dir, table, run_id, part, table_rows)
-    storage.write_part(data_dir, "github_syncs", run_id, part, [result.sync.as_row()])
+            storage.stage(data_dir, run_id, table, part, table_rows)
+    storage.stage(data_dir, run_id, "github_syncs", part, [result.sync.as_row()])
 
 
 def write_requests(data_dir: Path, run_id: str, part: str, requests: Sequence[ApiRequest]) -> None:
     """Requests that belong to no repository (the ``/rate_limit`` probe)."""
     if requests:
-        storage.write_part(data_dir, "api_requests", run_id, part, [r.as_row() for r in requests])
+        storage.stage(data_dir, run_id, "api_requests", part, [r.as_row() for r in requests])

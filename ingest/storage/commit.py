@@ -31,7 +31,18 @@ from ingest.storage.tables import SPECS
 log = logging.getLogger(__name__)
 
 STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts as abandoned
-_ORDER = {"state": 0, "history": 1}
+# Commit order within a run: rows first, then what says they are stored (ETags, the sync
+# watermark), so a crash between two commits costs a re-fetch, never a skipped row.
+_FIRST = ("s3_objects", "documents", "pull_requests")
+_LAST = ("github_pages", "github_syncs", "flow_runs", "task_timings")
+
+
+def _rank(table: str) -> tuple[int, int, str]:
+    if table in _FIRST:
+        return (0, _FIRST.index(table), table)
+    if table in _LAST:
+        return (2, _LAST.index(table), table)
+    return (1, 0, table)
 
 
 @dataclass(slots=True)
@@ -46,16 +57,14 @@ def _app_id(run_name: str, table: str) -> str:
     return f"ingest:{run_name}:{table}"
 
 
-def commit_run(data_dir: Path, run_id: str, *, last: tuple[str, ...] = ("task_timings",)) -> (
-    CommitReport
-):
-    """Commit every staged part of ``run_id`` (tables in ``last`` after the others)."""
+def commit_run(data_dir: Path, run_id: str, *, exclude: tuple[str, ...] = ()) -> CommitReport:
+    """Commit every staged part of ``run_id`` (but the tables in ``exclude``), rows before
+    the records that point at them."""
     started = time.perf_counter()
     report = CommitReport()
     run_name = staging.safe_name(run_id)
     tables = sorted(
-        staging.staged_tables(data_dir, run_id),
-        key=lambda t: (t in last, _ORDER[SPECS[t].kind], t),
+        (t for t in staging.staged_tables(data_dir, run_id) if t not in exclude), key=_rank
     )
     for table in tables:
         report.rows[table] = _commit_table(data_dir, run_id, run_name, table)
@@ -91,7 +100,9 @@ def _commit_table(data_dir: Path, run_id: str, run_name: str, table: str) -> int
     return rows.num_rows
 
 
-def recover(data_dir: Path, *, current_run: str = "", stale_after: float = STALE_AFTER) -> list[str]:
+def recover(
+    data_dir: Path, *, current_run: str = "", stale_after: float = STALE_AFTER
+) -> list[str]:
     """Commit the staging of runs that died; returns their run names.
 
     A run is dead when its heartbeat is older than ``stale_after`` seconds. Two

@@ -92,9 +92,7 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
         if field.name == "day" and spec.kind == "history":
             ts = rows.column(spec.day_from) if spec.day_from in rows.column_names else None
             columns.append(
-                pc.cast(ts, pa.date32())
-                if ts is not None
-                else pa.nulls(rows.num_rows, pa.date32())
+                pc.cast(ts, pa.date32()) if ts is not None else pa.nulls(rows.num_rows, pa.date32())
             )
         elif field.name in rows.column_names:
             columns.append(rows.column(field.name).cast(field.type))

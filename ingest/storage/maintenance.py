@@ -70,9 +70,7 @@ def maintain(
         files = len(dt.file_uris())
         if files > compact_min_files:
             if spec.kind == "state" and spec.sort:
-                metrics_c = dt.optimize.z_order(
-                    list(spec.sort), target_size=lake.TARGET_FILE_SIZE
-                )
+                metrics_c = dt.optimize.z_order(list(spec.sort), target_size=lake.TARGET_FILE_SIZE)
             else:
                 metrics_c = dt.optimize.compact(target_size=lake.TARGET_FILE_SIZE)
             report.compacted[table] = (

@@ -63,7 +63,9 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
             f'CAST(NULL AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
         )
         return f"SELECT {cols} WHERE false"
-    cols = ", ".join(f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True))
+    cols = ", ".join(
+        f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
+    )
     listing = ", ".join(_sql_str(f) for f in files)
     hive = "true" if spec.kind == "history" else "false"
     return (

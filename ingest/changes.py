@@ -1,0 +1,162 @@
+"""What changed in one listed key range, computed in the store, not in Python sets.
+
+For a chunk of the listing covering the key range ``(after, upto]`` (see
+``ingest.s3.chunks``), DuckDB joins the chunk's Arrow rows with the stored
+state of exactly that range (``s3_objects``, read from the Delta table's
+current files, with Parquet statistics skipping the files and row groups
+outside the range):
+
+* listed and not stored, or stored with another ETag or size, or whose file is
+  gone: **fetch**;
+* listed and stored unchanged: **unchanged** (no request; counted as skipped);
+  if text extraction is on and ``documents`` has no row for that ETag and the
+  current extractor version: **extract** only;
+* stored in the range, not deleted, matching the filters, and not listed:
+  **deleted** (an anti-join of the state with the listing).
+
+Memory is bounded by the chunk, whatever the bucket size; the cost is one
+range read per chunk.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import keys, storage
+
+_STORED = ("downloaded", "skipped")
+
+
+@dataclass(slots=True)
+class ChunkChanges:
+    """The chunk's objects split by what the run must do with them."""
+
+    fetch: pa.Table  # listing rows (+ prev_path)
+    extract: pa.Table  # listing rows of unchanged objects needing extraction (+ prev_path)
+    deleted: pa.Table  # state rows gone from the listing
+    unchanged: int
+
+
+def _bounds(after: str | None, upto: str | None, start: str | None, end: str | None, last: bool):
+    """SQL conditions on ``key`` for the chunk's range, and their parameters."""
+    conds: list[str] = []
+    params: list[str] = []
+    if after is not None:
+        conds.append("key > ?")
+        params.append(after)
+    elif start is not None:
+        conds.append("key >= ?")
+        params.append(start)
+    if not last:
+        if upto is None:
+            conds.append("false")
+        else:
+            conds.append("key <= ?")
+            params.append(upto)
+    elif end is not None:
+        conds.append("key < ?")
+        params.append(end)
+    return conds, params
+
+
+def diff_chunk(
+    data_dir: Path,
+    listing: pa.Table,
+    *,
+    bucket: str,
+    prefix: str,
+    after: str | None,
+    upto: str | None,
+    last: bool,
+    shard_start: str | None = None,
+    shard_end: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    full_refresh: bool = False,
+    extract_version: str | None = None,
+    state_sql: str | None = None,
+    documents_sql: str | None = None,
+) -> ChunkChanges:
+    """Split a filtered listing chunk into fetch / extract-only / deleted / unchanged.
+
+    ``state_sql`` and ``documents_sql`` (``storage.scan`` expressions) may be
+    passed in to reuse one resolution of the tables' files for many chunks.
+    """
+    state_sql = state_sql or storage.scan(data_dir, "s3_objects")
+    conds, params = _bounds(after, upto, shard_start, shard_end, last)
+    where = " AND ".join(["bucket = ?", "starts_with(key, ?)", *conds])
+    with duckdb.connect() as con:
+        con.register("listing", listing)
+        con.execute(
+            f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path
+                FROM {state_sql} WHERE {where}""",
+            [bucket, prefix, *params],
+        )
+        joined = con.execute(
+            """SELECT l.*, st.etag AS prev_etag, st.size AS prev_size,
+                      st.status AS prev_status, st.local_path AS prev_path
+               FROM listing l LEFT JOIN st USING (key)"""
+        ).fetch_arrow_table()
+        deleted = con.execute(
+            """SELECT st.key, st.etag, st.size, st.local_path FROM st
+               WHERE st.status <> 'deleted' AND st.key NOT IN (SELECT key FROM listing)"""
+        ).fetch_arrow_table()
+        unchanged_mask = _unchanged(joined, full_refresh)
+        fetch = joined.filter(pc.invert(unchanged_mask))
+        same = joined.filter(unchanged_mask)
+        extract = same.slice(0, 0)
+        if extract_version is not None and same.num_rows:
+            documents_sql = documents_sql or storage.scan(data_dir, "documents")
+            con.register("same", same)
+            extract = con.execute(
+                f"""SELECT s.* FROM same s LEFT JOIN (
+                        SELECT key, etag, extractor_version FROM {documents_sql}
+                        WHERE {where}) d USING (key)
+                    WHERE d.etag IS DISTINCT FROM s.etag
+                       OR d.extractor_version IS DISTINCT FROM ?""",
+                [bucket, prefix, *params, extract_version],
+            ).fetch_arrow_table()
+    if deleted.num_rows and (include or exclude):
+        mask = [
+            keys.matches_filters(keys.relative_key(k, prefix), include or [], exclude or [])
+            for k in deleted.column("key").to_pylist()
+        ]
+        deleted = deleted.filter(pa.array(mask, pa.bool_()))
+    return ChunkChanges(fetch, extract, deleted, same.num_rows)
+
+
+def _unchanged(joined: pa.Table, full_refresh: bool) -> pa.Array:
+    """Stored with the same ETag and size, and the file still there with that size."""
+    n = joined.num_rows
+    if full_refresh or n == 0:
+        return pa.array([False] * n, pa.bool_())
+    same = pc.and_(
+        pc.and_(
+            pc.equal(joined.column("etag"), joined.column("prev_etag")),
+            pc.equal(joined.column("size"), joined.column("prev_size")),
+        ),
+        pc.is_in(joined.column("prev_status"), pa.array(_STORED)),
+    )
+    same = pc.fill_null(same, False)
+    flags = same.to_pylist()
+    paths = joined.column("prev_path").to_pylist()
+    sizes = joined.column("size").to_pylist()
+    for i, ok in enumerate(flags):
+        if ok:
+            flags[i] = _file_has_size(paths[i], sizes[i])
+    return pa.array(flags, pa.bool_())
+
+
+def _file_has_size(path: str | None, size: int) -> bool:
+    if not path:
+        return False
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False

@@ -1,0 +1,132 @@
+"""One listing chunk, end to end: list it, find what changed, stage the deletions,
+and cut the changed objects into batches for the download tasks.
+
+The plain function under the ``list-objects`` task. What it returns is bounded
+by the chunk (a few thousand keys), whatever the bucket's size; the stored
+state is read per key range (``ingest.changes``), never loaded whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ingest import changes, storage
+from ingest.records import ChunkResult, ObjectBatch
+from ingest.s3 import chunks
+from ingest.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ListSpec:
+    """What a run lists and how: the same small value for every chunk and batch task."""
+
+    run_id: str
+    bucket: str
+    prefix: str = ""
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    full_refresh: bool = False
+    extract_version: str | None = None  # None: no text extraction
+
+
+_scans: dict[tuple[str, str, str], str] = {}
+_scans_lock = threading.Lock()
+
+
+def _scan(data_dir: Path, table: str, run_id: str) -> str:
+    """``storage.scan`` resolved once per run and table: the state is only written by
+    the run's commit at its end, so its files do not change under the run's chunks."""
+    key = (str(data_dir), table, run_id)
+    with _scans_lock:
+        sql = _scans.get(key)
+        if sql is None:
+            if len(_scans) > 64:
+                _scans.clear()
+            sql = _scans[key] = storage.scan(data_dir, table)
+        return sql
+
+
+def process_chunk(
+    client: Any, settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
+) -> ChunkResult:
+    """List the chunk at ``cursor`` and sort its objects by what the run must do."""
+    chunk = chunks.list_chunk(
+        client,
+        spec.bucket,
+        spec.prefix,
+        shard,
+        cursor,
+        max_pages=min(settings.s3_list_chunk_pages, 2**cursor.chunk),  # first batches early
+    )
+    listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
+    found = changes.diff_chunk(
+        settings.data_dir,
+        listed,
+        bucket=spec.bucket,
+        prefix=spec.prefix,
+        after=chunk.after,
+        upto=chunk.upto,
+        last=chunk.last,
+        shard_start=shard.start,
+        shard_end=shard.end,
+        include=spec.include,
+        exclude=spec.exclude,
+        full_refresh=spec.full_refresh,
+        extract_version=spec.extract_version,
+        state_sql=_scan(settings.data_dir, "s3_objects", spec.run_id),
+        documents_sql=_scan(settings.data_dir, "documents", spec.run_id)
+        if spec.extract_version
+        else None,
+    )
+    name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
+    result = ChunkResult(shard=shard.index, listed=listed.num_rows, next=chunk.next)
+    if found.unchanged:
+        result.counts["skipped"] = found.unchanged
+    if found.deleted.num_rows:
+        storage.stage(
+            settings.data_dir,
+            spec.run_id,
+            "s3_objects",
+            f"deleted-{name}",
+            deleted_rows(found.deleted, spec),
+        )
+        result.counts["deleted"] = found.deleted.num_rows
+    size = settings.s3_batch_size
+    result.fetch = [
+        ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
+        for i in range(0, found.fetch.num_rows, size)
+    ]
+    result.extract = [
+        ObjectBatch.from_table(f"{name}-x{i // size:04d}", found.extract.slice(i, size))
+        for i in range(0, found.extract.num_rows, size)
+    ]
+    return result
+
+
+def deleted_rows(deleted: pa.Table, spec: ListSpec) -> pa.Table:
+    """``s3_objects`` rows marking keys gone from the listing; their files are kept."""
+    n = deleted.num_rows
+    now = datetime.now(UTC)
+    return pa.table(
+        {
+            "bucket": pa.array([spec.bucket] * n, pa.string()),
+            "key": deleted.column("key"),
+            "etag": deleted.column("etag"),
+            "size": deleted.column("size"),
+            "last_modified": pa.nulls(n, pa.timestamp("us", tz="UTC")),
+            "local_path": deleted.column("local_path"),
+            "status": pa.array(["deleted"] * n, pa.string()),
+            "error": pa.nulls(n, pa.string()),
+            "attempts": pa.array([0] * n, pa.int32()),
+            "seconds": pa.array([0.0] * n, pa.float64()),
+            "run_id": pa.array([spec.run_id] * n, pa.string()),
+            "ingested_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+        },
+        schema=storage.SCHEMAS["s3_objects"],
+    )
