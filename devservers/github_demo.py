@@ -1,5 +1,5 @@
 """The GitHub part of ``ingest demo``: the ``github-pulls`` flow against a local
-GitHub-compatible server (``ingest.devgithub``) on loopback, no account needed.
+GitHub-compatible server (``devservers.github``) on loopback, no account needed.
 
 Three runs show the incremental path: a first full run, a re-run with nothing
 changed (every answer a 304, no budget spent), and a run after two pull
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
+from devservers.github import DevGitHub
 from ingest import storage
-from ingest.devgithub import DevGitHub
 from ingest.github.summary import headline
 
 DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}

@@ -14,9 +14,10 @@ from pathlib import Path
 import boto3
 import typer
 
-from ingest import samples, search, storage
-from ingest.devserver import DevServer
-from ingest.github.demo import run_github_demo
+from devservers import samples
+from devservers.github_demo import run_github_demo
+from devservers.s3 import DevServer
+from ingest import search, storage
 
 BUCKET = "demo-documents"
 PREFIX = "incoming/"
