@@ -258,7 +258,7 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     ``data_dir`` must be new: with the rows of an earlier round there, every object
     would be skipped as unchanged.
     """
-    from ingest.cli import prefect_env
+    from cli.main import prefect_env
 
     prefect_env()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

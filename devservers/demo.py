@@ -34,8 +34,8 @@ def seed(endpoint_url: str) -> int:
 
 def run(data_dir: Path) -> int:
     """Run the demo; returns the exit code."""
+    from cli.main import print_summary, print_table
     from flows.s3_ingest import s3_ingest
-    from ingest.cli import print_summary, print_table
 
     # moto accepts any credentials; these never reach AWS.
     os.environ.update(

@@ -21,8 +21,8 @@ DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
 
 def run_github_demo(data_dir: Path) -> None:
     """Run ``github-pulls`` three times against the local server and print the results."""
+    from cli.main import print_table
     from flows.github_pulls import github_pulls
-    from ingest.cli import print_table
 
     with DevGitHub(repos=DEMO_REPOS, latency_base_ms=80, latency_per_item_ms=8) as server:
         typer.echo(
