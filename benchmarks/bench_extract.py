@@ -53,7 +53,7 @@ BATCH = 100  # objects per batch task (the flow's s3_batch_size; 250 by default)
 
 def build_corpus(folder: Path, copies: int) -> list[Path]:
     """Fixture documents and generated ones, ``copies`` times under distinct names."""
-    from ingest import samples
+    from devservers import samples
     from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
 
     originals: dict[str, bytes] = {}
@@ -258,7 +258,7 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     ``data_dir`` must be new: with the rows of an earlier round there, every object
     would be skipped as unchanged.
     """
-    from ingest.cli import prefect_env
+    from cli.main import prefect_env
 
     prefect_env()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -302,8 +302,8 @@ def run_overlap(
     """Download + extract, one after the other or overlapped batch by batch (as the flow)."""
     import boto3
 
+    from devservers.s3 import DevServer
     from ingest import s3, sync
-    from ingest.devserver import DevServer
     from ingest.extract.batch import extract_batch, pool_config
     from ingest.extract.pool import shared_pool
 

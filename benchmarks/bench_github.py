@@ -2,7 +2,7 @@
 sequential paging as the popular clients do it (octokit's ``paginate``,
 PyGithub, dlt's REST client: one page after another, following ``next``).
 
-One GitHub-compatible server (``ingest.devgithub``) runs in its own process
+One GitHub-compatible server (``devservers.github``) runs in its own process
 on loopback per scenario, with GitHub's secondary limit at 100 requests in
 flight and a latency of ``base + per item`` per page (80 ms + 8 ms by
 default, which makes ``per_page=10`` answer ~5x faster than ``per_page=100``,
@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from ingest.devgithub import DevGitHub
+from devservers.github import DevGitHub
 from ingest.github.run import fetch_pulls
 from ingest.settings import Settings
 
@@ -262,13 +262,14 @@ def main(argv: list[str] | None = None) -> None:
         + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
         + "`.",
         "",
-        f"Server: `ingest.devgithub` in its own process on loopback, latency {args.base_ms:.0f} ms "
-        f"+ {args.item_ms:.0f} ms per item of a page, secondary limit above "
-        f"{GITHUB_IN_FLIGHT} requests in flight, 5,000 requests of budget. `ingest` runs with "
-        f"concurrency {args.concurrency}; its figures are the median of {args.repeats} runs "
-        "(the sequential baselines are latency-bound and run once). Requests, budget, "
-        "peak in flight and rate-limit answers are counted by the server; requests count the "
-        "304 answers (not the free `/rate_limit` call); budget is what GitHub charges.",
+        "Server: `devservers.github` in its own process on loopback, "
+        f"latency {args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item of a page, "
+        f"secondary limit above {GITHUB_IN_FLIGHT} requests in flight, 5,000 requests of "
+        f"budget. `ingest` runs with concurrency {args.concurrency}; its figures are the "
+        f"median of {args.repeats} runs (the sequential baselines are latency-bound and run "
+        "once). Requests, budget, peak in flight and rate-limit answers are counted by the "
+        "server; requests count the 304 answers (not the free `/rate_limit` call); budget is "
+        "what GitHub charges.",
         "",
         HEADER,
         *[row(r) for r in results],

@@ -724,7 +724,7 @@ def scratch(keep: bool) -> Iterator[Path]:
 
 
 def run(a: argparse.Namespace, contenders: Sequence[str], workdir: Path) -> int:
-    from ingest.devserver import DevServer
+    from devservers.s3 import DevServer
 
     prefix, few_prefix = a.prefix, "few/"
     specs = plan(prefix, a.objects, a.large)

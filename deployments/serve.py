@@ -40,7 +40,7 @@ SERVER_ENV = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
 }
-DEMO_PULL_REQUESTS = 120  # per demo repository without a count in ingest.github.demo
+DEMO_PULL_REQUESTS = 120  # per demo repository without a count in devservers.github_demo
 
 
 def prefect_exe() -> str:
@@ -219,10 +219,10 @@ class DemoServers:
         self.stack = ExitStack()
 
     def __enter__(self) -> DemoServers:
-        from ingest import samples
-        from ingest.devgithub import DevGitHub
-        from ingest.devserver import DevServer
-        from ingest.github.demo import DEMO_REPOS
+        from devservers import samples
+        from devservers.github import DevGitHub
+        from devservers.github_demo import DEMO_REPOS
+        from devservers.s3 import DevServer
 
         e = self.endpoints
         try:

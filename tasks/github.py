@@ -33,7 +33,12 @@ def resolve_token(settings: Settings, token_block: str | None) -> str | None:
     if token_block:
         from prefect.blocks.system import Secret
 
-        token = str(Secret.load(token_block).get())
+        block = Secret.load(token_block)
+        # load() is typed "block or coroutine" (Prefect dispatches on the calling context);
+        # this runs in synchronous code, so it gets the block.
+        if not isinstance(block, Secret):
+            raise TypeError(f"Secret.load returned {type(block).__name__}")
+        token = str(block.get())
     elif os.environ.get("GITHUB_TOKEN"):
         token = os.environ["GITHUB_TOKEN"]
     elif settings.github_token is not None:

@@ -39,6 +39,10 @@ def client_for(settings: Settings) -> Any:
         from prefect_aws import AwsCredentials
 
         block = AwsCredentials.load(settings.s3_credentials_block)
+        # load() is typed "block or coroutine" (Prefect dispatches on the calling context);
+        # this task is synchronous, so it gets the block.
+        if not isinstance(block, AwsCredentials):
+            raise TypeError(f"AwsCredentials.load returned {type(block).__name__}")
         credentials = {
             k: v
             for k, v in {

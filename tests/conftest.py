@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from ingest.devserver import DevServer
+from devservers.s3 import DevServer
 
 # Offline, quiet Prefect; fast task-run recording (see DESIGN.md).
 os.environ.update(

@@ -13,7 +13,7 @@ import threading
 import zlib
 from pathlib import Path
 
-from ingest import samples
+from devservers import samples
 from ingest.extract import extract_stored
 from ingest.extract.base import Extraction
 

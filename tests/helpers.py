@@ -39,7 +39,7 @@ def rows(data_dir: Path, sql: str) -> list[dict[str, Any]]:
 def run_cli(args: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
     """Start ``ingest ...`` in a child process (its own Python, like a user's shell)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ingest.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,

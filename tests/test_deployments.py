@@ -23,9 +23,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from deployments import project, serve
-from ingest import samples
-from ingest.devserver import free_port
-from ingest.github.demo import DEMO_REPOS
+from devservers import samples
+from devservers.github_demo import DEMO_REPOS
+from devservers.s3 import free_port
 from tests.helpers import rows
 
 pytestmark = pytest.mark.deployment

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from devservers import samples
 from flows.s3_ingest import s3_ingest
-from ingest import samples, search
+from ingest import search
 from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
 from tests.helpers import put_many, rows
 

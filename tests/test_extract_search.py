@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from cli.main import app
 from ingest import search, storage
-from ingest.cli import app
 from ingest.records import Document
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli.main import app
+from devservers.github import DevGitHub
 from flows.github_pulls import github_pulls
 from ingest import storage
-from ingest.cli import app
-from ingest.devgithub import DevGitHub
 from ingest.github.errors import BadCredentialsError, GitHubTerminalError
 
 pytestmark = pytest.mark.flow

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from devservers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
-from ingest.devserver import DevServer
 from ingest.keys import TMP_DIR_NAME
 from tests.helpers import body_for, files_under, put_many, rows, run_cli
 

@@ -13,7 +13,7 @@ separate process on loopback, with three additions that a plain
   keys, or cut their bodies mid-stream; and request counters at
   ``/_dev/stats`` so tests can check that a re-run made no GET.
 
-Run ``python -m ingest.devserver --port 5000`` or use ``DevServer`` as a
+Run ``python -m devservers.s3 --port 5000`` or use ``DevServer`` as a
 context manager. Needs the ``demo`` extra (moto[server]).
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.childserver import ChildServer, free_port
+from devservers.child import ChildServer, free_port
 
 __all__ = ["DevServer", "Fault", "Middleware", "free_port", "serve"]
 from urllib.parse import unquote
@@ -197,7 +197,7 @@ class DevServer(ChildServer):
             self.cmd = [
                 sys.executable,
                 "-m",
-                "ingest.devserver",
+                "devservers.s3",
                 "--port",
                 str(self.port),
                 "--latency-ms",

@@ -14,9 +14,10 @@ from pathlib import Path
 import boto3
 import typer
 
-from ingest import samples, search, storage
-from ingest.devserver import DevServer
-from ingest.github.demo import run_github_demo
+from devservers import samples
+from devservers.github_demo import run_github_demo
+from devservers.s3 import DevServer
+from ingest import search, storage
 
 BUCKET = "demo-documents"
 PREFIX = "incoming/"
@@ -33,8 +34,8 @@ def seed(endpoint_url: str) -> int:
 
 def run(data_dir: Path) -> int:
     """Run the demo; returns the exit code."""
+    from cli.main import print_summary, print_table
     from flows.s3_ingest import s3_ingest
-    from ingest.cli import print_summary, print_table
 
     # moto accepts any credentials; these never reach AWS.
     os.environ.update(

@@ -1,5 +1,5 @@
 """The GitHub part of ``ingest demo``: the ``github-pulls`` flow against a local
-GitHub-compatible server (``ingest.devgithub``) on loopback, no account needed.
+GitHub-compatible server (``devservers.github``) on loopback, no account needed.
 
 Three runs show the incremental path: a first full run, a re-run with nothing
 changed (every answer a 304, no budget spent), and a run after two pull
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
+from devservers.github import DevGitHub
 from ingest import storage
-from ingest.devgithub import DevGitHub
 from ingest.github.summary import headline
 
 DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
@@ -21,8 +21,8 @@ DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
 
 def run_github_demo(data_dir: Path) -> None:
     """Run ``github-pulls`` three times against the local server and print the results."""
+    from cli.main import print_table
     from flows.github_pulls import github_pulls
-    from ingest.cli import print_table
 
     with DevGitHub(repos=DEMO_REPOS, latency_base_ms=80, latency_per_item_ms=8) as server:
         typer.echo(

@@ -255,7 +255,7 @@ def demo_command(
     """Run the main job end to end on embedded defaults: a local S3-compatible
     server on loopback, generated sample documents, no account, no network."""
     prefect_env()
-    from ingest import demo
+    from devservers import demo
 
     raise typer.Exit(demo.run(data_dir))
 

@@ -25,7 +25,7 @@ Control endpoints for tests: ``GET /_dev/stats``, ``POST /_dev/reset``,
 (remaining, limit, reset_in) and ``POST /_dev/touch`` (update or add pull
 requests, which moves them to the top of the listing).
 
-Run ``python -m ingest.devgithub --repo octo/demo:480`` or use ``DevGitHub``
+Run ``python -m devservers.github --repo octo/demo:480`` or use ``DevGitHub``
 as a context manager (a child process on a free loopback port).
 """
 
@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from ingest.childserver import ChildServer
+from devservers.child import ChildServer
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ANONYMOUS = "anonymous"
@@ -419,7 +419,7 @@ class DevGitHub(ChildServer):
         self.cmd = [
             sys.executable,
             "-m",
-            "ingest.devgithub",
+            "devservers.github",
             "--port",
             str(self.port),
             "--config",
