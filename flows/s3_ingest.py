@@ -139,7 +139,7 @@ def s3_ingest(
                 chunk = listing.pop(shard.index).result()
                 if chunk.next is not None:
                     listing[shard.index] = list_objects.submit(settings, spec, shard, chunk.next)
-                summary.add_counts(chunk.counts)
+                summary.add_chunk(chunk)
                 for batch in chunk.fetch:
                     downloads.append(download_batch.submit(settings, spec, batch))
                     if extract:  # starts when its download ends: overlaps the later ones

@@ -88,6 +88,8 @@ def process_chunk(
     result = ChunkResult(shard=shard.index, listed=listed.num_rows, next=chunk.next)
     if found.unchanged:
         result.counts["skipped"] = found.unchanged
+        if spec.extract_version:
+            result.extract_unchanged = found.unchanged - found.extract.num_rows
     if found.deleted.num_rows:
         storage.stage(
             settings.data_dir,

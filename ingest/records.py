@@ -211,4 +211,5 @@ class ChunkResult:
     counts: dict[str, int] = field(default_factory=dict)
     fetch: list[ObjectBatch] = field(default_factory=list)
     extract: list[ObjectBatch] = field(default_factory=list)
+    extract_unchanged: int = 0  # unchanged objects whose text is already current
     next: object | None = None  # ingest.s3.chunks.Cursor, or None when the shard is done

@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 
 from ingest import storage
-from ingest.records import BatchSummary, ExtractSummary
+from ingest.records import BatchSummary, ChunkResult, ExtractSummary
 
 
 @dataclass(slots=True)
@@ -29,6 +29,14 @@ class RunSummary:
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
             self.counts[status] = self.counts.get(status, 0) + n
+
+    def add_chunk(self, chunk: ChunkResult) -> None:
+        """Add one listing chunk: skipped and deleted objects, texts already current."""
+        self.add_counts(chunk.counts)
+        if chunk.extract_unchanged:
+            self.extracted["unchanged"] = (
+                self.extracted.get("unchanged", 0) + chunk.extract_unchanged
+            )
 
     def add_batch(self, part: BatchSummary) -> None:
         """Add one download batch: counts, bytes and the first 20 failures."""

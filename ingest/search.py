@@ -2,9 +2,10 @@
 
 Engine: SQLite FTS5 from the Python standard library (BM25 ranking), over a
 side index ``DATA_DIR/search.sqlite`` built from the ``documents`` table; the
-index is never the source of truth and can be deleted and rebuilt. Why not DuckDB's ``fts`` extension: the Python wheel does not build
-it in and the machine cannot download it at run time; the registry package
-that ships it lags the installed DuckDB (1.5.5 against 1.5.6), and its
+index is never the source of truth and can be deleted and rebuilt. Why not
+DuckDB's ``fts`` extension: the Python wheel does not build it in and the
+machine cannot download it at run time; the registry package that ships it
+lags the installed DuckDB (1.5.5 against 1.5.6), and its
 tokenizer keeps only ``[a-z]`` by default, so Hangul would need our own
 tokenizing anyway. Measured on 100,000 documents: see
 ``benchmarks/extract.md``.

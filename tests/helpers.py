@@ -51,3 +51,11 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, **kw: Any) -> su
 
 def files_under(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def write_rows(data_dir: Path, table: str, run_id: str, part: str, rows: list[dict]) -> None:
+    """Stage ``rows`` as a run would and commit them to the lake."""
+    from ingest import storage
+
+    storage.stage(data_dir, run_id, table, part, rows)
+    storage.commit_run(data_dir, run_id)

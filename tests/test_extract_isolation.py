@@ -49,36 +49,3 @@ def test_memory_limit_turns_a_balloon_into_a_row(tmp_path: Path) -> None:
         assert outcome.status in ("error", "crashed")
         assert outcome.status == "crashed" or "MemoryError" in (outcome.error or "")
         assert pool.submit("os:getpid").result().status == "ok"
-
-
-def test_only_a_changed_etag_or_extractor_version_is_extracted_again(data_dir: Path) -> None:
-    from datetime import UTC, datetime
-
-    from ingest import storage
-    from ingest.extract import EXTRACTOR_VERSION
-    from ingest.extract.batch import load_extracted, select_changed
-    from ingest.records import Document
-
-    now = datetime.now(UTC)
-    rows = [
-        Document(
-            bucket="b",
-            key=k,
-            etag=e,
-            kind="txt",
-            status="ok",
-            extractor_version=v,
-            extracted_at=now,
-        ).as_row()
-        for k, e, v in [
-            ("same", "e1", EXTRACTOR_VERSION),
-            ("etag", "e1", EXTRACTOR_VERSION),
-            ("version", "e1", "0.0"),
-        ]
-    ]
-    storage.write_part(data_dir, "documents", "run1", "batch-000000", rows)
-    stored = [("same", "e1", "p"), ("etag", "e2", "p"), ("version", "e1", "p"), ("new", "e", "p")]
-    previous = load_extracted(data_dir, "b", [s[0] for s in stored])
-    assert set(previous) == {"same", "etag", "version"}
-    assert [s[0] for s in select_changed(stored, previous)] == ["etag", "version", "new"]
-    assert load_extracted(data_dir, "other-bucket", ["same"]) == {}

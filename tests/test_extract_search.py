@@ -8,8 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cli.main import app
-from ingest import search, storage
+from ingest import search
 from ingest.records import Document
+from tests.helpers import write_rows
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -31,7 +32,7 @@ def write_docs(
         ).as_row()
         for key, kind, text in docs
     ]
-    storage.write_part(data_dir, "documents", run_id, "batch-000000", rows)
+    write_rows(data_dir, "documents", run_id, "batch-000000", rows)
 
 
 def test_ranked_korean_and_kind_filter(data_dir: Path) -> None:

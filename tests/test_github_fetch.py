@@ -54,15 +54,21 @@ def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Settings:
 
 
 def run(settings: Settings, repos: list[str], run_id: str, **kw: Any) -> GitHubSummary:
-    return fetch_pulls(settings, repos, run_id=run_id, token=TOKEN, **kw)
+    summary = fetch_pulls(settings, repos, run_id=run_id, token=TOKEN, **kw)
+    storage.commit_run(settings.data_dir, run_id)  # as the flow's commit-run task does
+    return summary
 
 
 def sql(data_dir: Path, query: str) -> list[tuple[Any, ...]]:
-    storage.ensure_tables(data_dir)
-    tables = ("pull_requests", "api_requests", "github_syncs", "github_pages")
+    tables = {
+        "pull_requests": "pull_request_log",  # every stored row, across runs
+        "api_requests": "api_requests",
+        "github_syncs": "github_syncs",
+        "github_pages": "github_pages",
+    }
     with duckdb.connect() as con:
-        for t in tables:
-            con.execute(f"CREATE VIEW {t}_all AS SELECT * FROM {storage.scan(data_dir, t)}")
+        for t, source in tables.items():
+            con.execute(f"CREATE VIEW {t}_all AS SELECT * FROM {storage.scan(data_dir, source)}")
         return con.execute(query).fetchall()
 
 
@@ -256,6 +262,7 @@ def test_unknown_repository_is_a_clear_error_and_others_complete(
 def test_unauthenticated_runs_within_sixty_per_hour(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/small": 45}, token=None)
     summary = fetch_pulls(settings_for(server, data_dir), ["octo/small"], run_id="r1", token=None)
+    storage.commit_run(data_dir, "r1")
     assert summary.complete and numbers(data_dir, "octo/small") == list(range(1, 46))
     assert server.stats()["remaining"]["anonymous"] >= 6  # a tenth of 60 kept in reserve
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from ingest import history, nightly, storage
 from ingest.errors import BucketNotFoundError
 from ingest.records import TaskTiming
+from tests.helpers import write_rows
 
 
 def stage(name: str, wall: float) -> dict[str, object]:
@@ -41,7 +42,7 @@ def write_timing(data_dir: Path, run_id: str, task: str, start: datetime, second
         seconds=seconds,
         items=10,
     )
-    storage.write_part(data_dir, "task_timings", run_id, t.task_run_id, [t.as_row()])
+    write_rows(data_dir, "task_timings", run_id, t.task_run_id, [t.as_row()])
 
 
 def test_previous_run_is_the_latest_of_the_same_deployment(tmp_path: Path) -> None:
@@ -59,6 +60,7 @@ def test_previous_run_is_the_latest_of_the_same_deployment(tmp_path: Path) -> No
             ),
         )
         write_timing(tmp_path, run, "download-batch", t0 + timedelta(days=i), 1.0 + i)
+        storage.commit_run(tmp_path, run)
     prev = history.previous_run(
         tmp_path, flow_name="s3-ingest", deployment_id="d1", flow_run_id="d"
     )
@@ -67,6 +69,7 @@ def test_previous_run_is_the_latest_of_the_same_deployment(tmp_path: Path) -> No
     history.record_flow_run(
         tmp_path, history.FlowRunRecord(flow_run_id="c", flow_name="s3-ingest", state="failed")
     )
+    storage.commit_run(tmp_path, "c")
     assert storage.query(tmp_path, "SELECT count(*) FROM flow_runs WHERE flow_run_id = 'c'")[1] == [
         (1,)
     ]

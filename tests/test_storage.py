@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import storage
-from ingest.storage import commit, lake, staging
+from ingest.storage import lake, staging
 
 
 def obj_row(key: str, etag: str, status: str = "downloaded", when: datetime | None = None):

@@ -105,14 +105,19 @@ def recover(
 ) -> list[str]:
     """Commit the staging of runs that died; returns their run names.
 
-    A run is dead when its heartbeat is older than ``stale_after`` seconds. Two
+    A run is dead when its heartbeat is older than ``stale_after`` seconds, or
+    names a process of this host that is gone. Two
     runs recovering at once are safe: a lock file keeps the second away, and
     every commit step is idempotent anyway.
     """
     recovered: list[str] = []
     current = staging.safe_name(current_run) if current_run else ""
     for name in staging.runs(data_dir):
-        if name == current or staging.heartbeat_age(data_dir, name) < stale_after:
+        if name == current:
+            continue
+        if staging.heartbeat_age(data_dir, name) < stale_after and not staging.owner_gone(
+            data_dir, name
+        ):
             continue
         folder = data_dir / staging.STAGING_DIR / name
         lock = folder / ".recovering"

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -144,9 +145,28 @@ def heartbeat_age(data_dir: Path, run_name: str) -> float:
 
 
 def touch(data_dir: Path, run_id: str) -> None:
+    """Mark the run alive now; the file names its host and process."""
     folder = run_dir(data_dir, run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / HEARTBEAT).touch()
+    (folder / HEARTBEAT).write_text(f"{socket.gethostname()} {os.getpid()}")
+
+
+def owner_gone(data_dir: Path, run_name: str) -> bool:
+    """True when the run's heartbeat names a process of this host that no longer exists
+    (a run killed here is known dead at once, without waiting for its heartbeat to age)."""
+    try:
+        host, pid = (data_dir / STAGING_DIR / run_name / HEARTBEAT).read_text().split()
+    except (OSError, ValueError):
+        return False
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @contextmanager
