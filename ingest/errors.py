@@ -13,7 +13,7 @@
         └── DownloadError        retries exhausted (``retryable`` says whether
                                  a later run may succeed)
 
-Library errors (botocore) are translated at one boundary, ``ingest.s3.translate_errors``.
+Library errors (botocore) are translated at one boundary, ``ingest.s3.errors.translate_errors``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import keys
-from ingest.s3 import translate_errors
+from ingest.s3.errors import translate_errors
 
 _TS = pa.timestamp("us", tz="UTC")
 LISTING_SCHEMA = pa.schema(

@@ -1,0 +1,148 @@
+"""The boto3 S3 client, the shared request pool and the obstore store of a client.
+
+``make_client`` builds (and caches per process) the boto3 client used for listing;
+``object_store`` builds, from the same session and settings, the obstore ``S3Store``
+the GETs go through (``ingest.s3.get``); ``request_pool`` is the process-wide thread
+pool those GETs run on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.config import Config
+from obstore.auth.boto3 import Boto3CredentialProvider
+from obstore.store import S3Store
+
+from ingest.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+# Frozen credentials obstore reuses before asking the session again (botocore refreshes
+# temporary credentials 10-15 minutes before they expire, so 5 minutes stays inside that).
+CREDENTIALS_TTL = timedelta(minutes=5)
+OPEN_ENDED_TIMEOUT = timedelta(
+    hours=1
+)  # obstore's whole-request timeout (default 30 s); stalls are
+# caught by the read timeout (Settings.s3_read_timeout) instead.
+
+# id(client) -> (boto3 session, settings) of the clients make_client built (they are cached
+# for the life of the process, so an id is never reused for another client).
+_client_sources: dict[int, tuple[boto3.session.Session, Settings]] = {}
+_stores: dict[tuple[int, str], S3Store | None] = {}
+
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def make_client(settings: Settings, credentials: dict[str, str] | None = None) -> Any:
+    """A boto3 S3 client whose connection pool matches the request concurrency.
+
+    Clients are thread-safe and cached per process, so batch tasks running in
+    threads share one pool of keep-alive connections.
+    """
+    key = (
+        settings.s3_endpoint_url,
+        settings.s3_region,
+        settings.s3_concurrency,
+        settings.s3_max_attempts,
+        settings.s3_connect_timeout,
+        settings.s3_read_timeout,
+        tuple(sorted((credentials or {}).items())),
+    )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            config = Config(
+                max_pool_connections=settings.s3_concurrency + 4,
+                retries={"mode": "standard", "max_attempts": settings.s3_max_attempts},
+                connect_timeout=settings.s3_connect_timeout,
+                read_timeout=settings.s3_read_timeout,
+                tcp_keepalive=True,
+                s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
+            )
+            session = boto3.session.Session(**(credentials or {}))  # type: ignore[arg-type]
+            client = session.client(
+                "s3",
+                endpoint_url=settings.s3_endpoint_url,
+                region_name=settings.s3_region or session.region_name or "us-east-1",
+                config=config,
+            )
+            _clients[key] = client
+            _client_sources[id(client)] = (session, settings)
+        return client
+
+
+_executors: dict[int, ThreadPoolExecutor] = {}
+
+
+def request_pool(concurrency: int) -> ThreadPoolExecutor:
+    """The process-wide pool that bounds requests in flight, shared by all batches."""
+    with _clients_lock:
+        pool = _executors.get(concurrency)
+        if pool is None:
+            pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-get")
+            _executors[concurrency] = pool
+        return pool
+
+
+def object_store(client: Any, bucket: str) -> S3Store | None:
+    """The obstore ``S3Store`` of ``bucket`` for a client built by ``make_client``.
+
+    Same credentials (the boto3 session's chain, refreshed through
+    ``get_frozen_credentials``), endpoint, region and timeouts as the client; path-style
+    addressing for custom endpoints; as many pooled connections as the client; obstore's
+    own retries off (``ingest.s3.get._get_obstore`` retries, counting attempts). None for
+    a client built elsewhere or a configuration obstore cannot take: the GET then goes
+    through ``client.get_object``.
+    """
+    key = (id(client), bucket)
+    try:
+        return _stores[key]
+    except KeyError:
+        pass
+    with _clients_lock:
+        if key not in _stores:
+            _stores[key] = _new_store(client, bucket)
+        return _stores[key]
+
+
+def _new_store(client: Any, bucket: str) -> S3Store | None:
+    source = _client_sources.get(id(client))
+    if source is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
+        return None
+    session, settings = source
+    endpoint = settings.s3_endpoint_url
+    options: dict[str, Any] = {
+        "connect_timeout": timedelta(seconds=settings.s3_connect_timeout),
+        "read_timeout": timedelta(seconds=settings.s3_read_timeout),
+        "timeout": OPEN_ENDED_TIMEOUT,
+        "pool_max_idle_per_host": str(settings.s3_concurrency + 4),
+    }
+    if endpoint and urlsplit(endpoint).scheme == "http":
+        options["allow_http"] = True
+    config: dict[str, Any] = {"region": client.meta.region_name}
+    if endpoint:
+        config["endpoint"] = endpoint
+        config["virtual_hosted_style_request"] = False
+    try:
+        if session.get_credentials() is None:
+            return None  # no credentials: client.get_object raises the usual error
+        return S3Store(
+            bucket,
+            config=config,  # type: ignore[arg-type]
+            client_options=options,  # type: ignore[arg-type]
+            retry_config={"max_retries": 0},
+            credential_provider=Boto3CredentialProvider(session, ttl=CREDENTIALS_TTL),
+        )
+    except Exception as exc:  # an unusual configuration: let botocore handle it
+        log.warning("s3://%s: no obstore store (%s); GETs go through boto3", bucket, exc)
+        return None

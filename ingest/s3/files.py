@@ -1,0 +1,87 @@
+"""Local files of a download: temporary names, the sweep of leftovers, the integrity
+check and the atomic publication.
+
+Integrity is checked here, not by the HTTP client: size against the listing, MD5
+against single-part ETags (``_verify``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+from ingest.errors import IntegrityError, ItemError
+from ingest.keys import TMP_DIR_NAME
+from ingest.records import S3Object
+from ingest.s3.get import CHUNK
+
+
+def temp_path(root: Path) -> Path:
+    """A unique temporary name on the same filesystem as the destination.
+
+    The owner's pid is part of the name so that leftovers of a killed run can
+    be told from files a live run is still writing (``sweep_temp``).
+    """
+    tmp_dir = root / TMP_DIR_NAME
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    return tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}.part"
+
+
+def sweep_temp(root: Path) -> int:
+    """Remove temporary files left by runs whose process is gone."""
+    removed = 0
+    tmp_dir = root / TMP_DIR_NAME
+    if not tmp_dir.is_dir():
+        return 0
+    for path in tmp_dir.iterdir():
+        pid = path.name.split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _verify(obj: S3Object, tmp: Path, md5_hex: str | None, attempts: int) -> None:
+    size = tmp.stat().st_size
+    if size != obj.size:
+        raise IntegrityError(
+            f"size {size} differs from the listed {obj.size}", key=obj.key, attempts=attempts
+        )
+    if obj.etag and not obj.is_multipart and obj.size:
+        if md5_hex is None:
+            md5_hex = _file_md5(tmp)
+        if md5_hex != obj.etag.lower():
+            raise IntegrityError(
+                f"MD5 {md5_hex} differs from the ETag {obj.etag}", key=obj.key, attempts=attempts
+            )
+
+
+def _file_md5(path: Path) -> str:
+    md5 = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK * 4):
+            md5.update(chunk)
+    return md5.hexdigest()
+
+
+def _publish(tmp: Path, dest: Path) -> None:
+    """Atomically move a complete file to its final name."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, dest)
+    except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:
+        raise ItemError(
+            f"local path conflicts with another key (a file and a folder of the same name): {exc}"
+        ) from exc
