@@ -24,7 +24,7 @@ from ingest.github.records import GitHubSummary
 from ingest.github.sync import check_repo
 from ingest.settings import Settings
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
-from tasks.storage import commit_run, heartbeat, maintain_lake, prepare_storage
+from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 GITHUB_TABLES = (
@@ -117,7 +117,7 @@ def github_pulls(
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     run_id = str(flow_run.id or "local")
 
-    with heartbeat(settings, run_id):
+    with run_staging(settings, run_id):
         prepare_storage(settings, run_id)
         priors = load_sync_state(settings, repos, full_refresh)
         summary = fetch_pulls(settings, repos, priors, run_id, token_block, full_refresh)

@@ -34,7 +34,7 @@ from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
 from tasks.report import publish_summary
 from tasks.s3 import check_bucket, download_batch, list_objects, plan_listing
-from tasks.storage import commit_run, heartbeat, maintain_lake, prepare_storage
+from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 S3_TABLES = (
@@ -123,7 +123,7 @@ def s3_ingest(
         extract_version=EXTRACTOR_VERSION if extract else None,
     )
 
-    with heartbeat(settings, run_id):
+    with run_staging(settings, run_id):
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
         shards = plan_listing(settings, bucket, prefix)

@@ -202,6 +202,24 @@ class ObjectBatch:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Keys ``start <= key < end`` of the listing (None: unbounded)."""
+
+    index: int
+    start: str | None = None
+    end: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a shard's listing resumes: the continuation token and the last key listed."""
+
+    token: str | None = None
+    after: str | None = None
+    chunk: int = 0
+
+
 @dataclass(slots=True)
 class ChunkResult:
     """What one listing chunk found, returned to the flow (bounded by the chunk size)."""
@@ -212,4 +230,4 @@ class ChunkResult:
     fetch: list[ObjectBatch] = field(default_factory=list)
     extract: list[ObjectBatch] = field(default_factory=list)
     extract_unchanged: int = 0  # unchanged objects whose text is already current
-    next: object | None = None  # ingest.s3.chunks.Cursor, or None when the shard is done
+    next: Cursor | None = None  # None when the shard is done

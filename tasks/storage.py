@@ -79,7 +79,12 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
 
 
 @contextmanager
-def heartbeat(settings: Settings, run_id: str) -> Iterator[None]:
-    """Mark the run alive while the block runs, so no other run commits its staged rows."""
-    with storage.heartbeat(settings.data_dir, run_id):
-        yield
+def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
+    """The run's staging for the block: marked alive (no other run commits it), and on
+    the way out, whether the block succeeded or raised, whatever is still staged is
+    committed (a failed run keeps every row it fetched) and the folder removed."""
+    try:
+        with storage.heartbeat(settings.data_dir, run_id):
+            yield
+    finally:
+        storage.finish_run(settings.data_dir, run_id)

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import keys
+from ingest.records import Cursor, Shard
+from ingest.s3 import rawlist
 from ingest.s3.errors import translate_errors
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -34,24 +36,6 @@ LISTING_SCHEMA = pa.schema(
         ("last_modified", _TS),
     ]
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """Keys ``start <= key < end`` of the listing (None: unbounded)."""
-
-    index: int
-    start: str | None = None
-    end: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cursor:
-    """Where a shard's listing resumes: the continuation token and the last key listed."""
-
-    token: str | None = None
-    after: str | None = None
-    chunk: int = 0
 
 
 @dataclass(slots=True)
@@ -107,51 +91,78 @@ def list_chunk(
     *,
     max_pages: int,
 ) -> Chunk:
-    """List up to ``max_pages`` pages of ``shard`` from ``cursor``."""
-    names: list[str] = []
-    etags: list[str] = []
-    sizes: list[int] = []
-    modified: list[Any] = []
+    """List up to ``max_pages`` pages of ``shard`` from ``cursor``.
+
+    Pages go through the lean path (``rawlist``) when it answers, else botocore.
+    """
+    pages: list[pa.Table] = []
     token = cursor.token
     done = False
+    last_key: str | None = None
     start_after = cursor.after if cursor.after is not None else _before(shard.start)
-    with translate_errors(bucket):
-        for _ in range(max_pages):
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
-            if token:
-                kwargs["ContinuationToken"] = token
-            elif start_after:
-                kwargs["StartAfter"] = start_after
-            resp = client.list_objects_v2(**kwargs)
-            for item in resp.get("Contents", ()):
-                key = item["Key"]
-                if shard.end is not None and key.encode() >= shard.end.encode():
-                    done = True
-                    break
-                if shard.start is not None and key.encode() < shard.start.encode():
-                    continue
-                names.append(key)
-                etags.append(item.get("ETag", "").strip('"'))
-                sizes.append(int(item.get("Size", 0)))
-                modified.append(item["LastModified"])
-            token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
-            if done or not token:
+    raw = rawlist.lister_for(client, bucket)
+    end = shard.end.encode() if shard.end is not None else None
+    start = shard.start.encode() if shard.start is not None else None
+    for _ in range(max_pages):
+        page = raw.page(prefix, token, start_after) if raw is not None else None
+        if page is None:
+            page = _boto_page(client, bucket, prefix, token, start_after)
+        names = page.keys
+        cut_end = len(names)
+        if end is not None:
+            while cut_end and names[cut_end - 1].encode() >= end:
+                cut_end -= 1
+            if cut_end < len(names):
                 done = True
-                break
-    objects = pa.table(
+        cut_start = 0
+        if start is not None:
+            while cut_start < cut_end and names[cut_start].encode() < start:
+                cut_start += 1
+        if cut_end > cut_start:
+            last_key = names[cut_end - 1]
+            pages.append(_columns(bucket, page, cut_start, cut_end))
+        token = page.next_token
+        if done or not token:
+            done = True
+            break
+    objects = pa.concat_tables(pages) if pages else LISTING_SCHEMA.empty_table()
+    upto = None if done else (last_key if last_key is not None else cursor.after)
+    nxt = None if done else Cursor(token=token, after=upto, chunk=cursor.chunk + 1)
+    return Chunk(objects, cursor.after, upto, nxt)
+
+
+def _boto_page(
+    client: Any, bucket: str, prefix: str, token: str | None, start_after: str | None
+) -> rawlist.RawPage:
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
+    if token:
+        kwargs["ContinuationToken"] = token
+    elif start_after:
+        kwargs["StartAfter"] = start_after
+    with translate_errors(bucket):
+        resp = client.list_objects_v2(**kwargs)
+    page = rawlist.RawPage()
+    for item in resp.get("Contents", ()):
+        page.keys.append(item["Key"])
+        page.etags.append(item.get("ETag", "").strip('"'))
+        page.sizes.append(int(item.get("Size", 0)))
+        page.modified.append(item["LastModified"].isoformat())
+    page.next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+    return page
+
+
+def _columns(bucket: str, page: rawlist.RawPage, lo: int, hi: int) -> pa.Table:
+    n = hi - lo
+    return pa.table(
         {
-            "bucket": pa.array([bucket] * len(names), pa.string()),
-            "key": pa.array(names, pa.string()),
-            "etag": pa.array(etags, pa.string()),
-            "size": pa.array(sizes, pa.int64()),
-            "last_modified": pa.array(modified, _TS),
+            "bucket": pa.array([bucket] * n, pa.string()),
+            "key": pa.array(page.keys[lo:hi], pa.string()),
+            "etag": pa.array(page.etags[lo:hi], pa.string()),
+            "size": pa.array(page.sizes[lo:hi], pa.int64()),
+            "last_modified": pc.cast(pa.array(page.modified[lo:hi], pa.string()), _TS),
         },
         schema=LISTING_SCHEMA,
     )
-    after = cursor.after if cursor.after is not None else None
-    upto = None if done else (names[-1] if names else cursor.after)
-    nxt = None if done else Cursor(token=token, after=upto, chunk=cursor.chunk + 1)
-    return Chunk(objects, after, upto, nxt)
 
 
 def _before(start: str | None) -> str | None:

@@ -146,3 +146,9 @@ def _new_store(client: Any, bucket: str) -> S3Store | None:
     except Exception as exc:  # an unusual configuration: let botocore handle it
         log.warning("s3://%s: no obstore store (%s); GETs go through boto3", bucket, exc)
         return None
+
+
+def client_source(client: Any) -> tuple[boto3.session.Session, Settings] | None:
+    """The boto3 session and settings ``make_client`` built ``client`` from (None for a
+    client built elsewhere)."""
+    return _client_sources.get(id(client))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.storage import staging
 from ingest.storage.commit import CommitReport, commit_run, recover
 from ingest.storage.lake import append, data_files, merge, open_table
 from ingest.storage.maintenance import MaintenanceReport, maintain
@@ -33,6 +34,7 @@ __all__ = [
     "commit_run",
     "connect",
     "data_files",
+    "finish_run",
     "heartbeat",
     "maintain",
     "merge",
@@ -46,6 +48,14 @@ __all__ = [
     "scan",
     "stage",
 ]
+
+
+def finish_run(data_dir: Path, run_id: str) -> None:
+    """Commit what the run still has staged (a run that failed part-way), then remove its
+    staging folder. If the commit itself fails, the folder stays for the next run."""
+    commit_run(data_dir, run_id)
+    refresh_warehouse(data_dir)
+    staging.remove_run(data_dir, staging.safe_name(run_id))
 
 
 def prepare(data_dir: Path, *, current_run: str = "", stale_after: float = 300.0) -> list[str]:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from pathlib import Path
+
+from deltalake import DeltaTable
 
 from ingest.storage import lake
 from ingest.storage.tables import SPECS
@@ -62,9 +65,7 @@ def maintain(
             continue
         if spec.kind == "history" and retention_days > 0:
             cutoff = today - timedelta(days=retention_days)
-            metrics = lake.with_commit_retries(
-                lambda dt=dt, cutoff=cutoff: _delete_before(dt, cutoff), table
-            )
+            metrics = lake.with_commit_retries(partial(_delete_before, dt, cutoff), table)
             if metrics:
                 report.expired_files[table] = metrics
         files = len(dt.file_uris())
@@ -88,10 +89,7 @@ def maintain(
     return report
 
 
-def _delete_before(dt: object, cutoff: date) -> int:
-    from deltalake import DeltaTable
-
-    assert isinstance(dt, DeltaTable)
+def _delete_before(dt: DeltaTable, cutoff: date) -> int:
     dt.update_incremental()
     metrics = dt.delete(f"day < '{cutoff.isoformat()}'")
     return int(metrics.get("num_removed_files", 0))

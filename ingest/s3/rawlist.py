@@ -1,0 +1,155 @@
+"""ListObjectsV2 pages at a fraction of botocore's CPU, with botocore's signing.
+
+botocore turns a 1,000-key page into dictionaries through its generic shape
+walker: ~58 ms of CPU per page measured here, 2.9 s for 50,000 keys, more than
+the listing's own network time at 20 ms of latency. A nightly over millions of
+keys spends most of its listing there. This path signs the same request with
+botocore's public ``S3SigV4Auth`` and the client's session credentials (the
+standard chain or a credentials block, refreshed by botocore), sends it on a
+urllib3 pool, and reads the XML with ElementTree's C parser straight into
+columns: a few ms per page.
+
+Keys are asked URL-encoded (``encoding-type=url``), as the AWS CLI does, so any
+key, control characters included, survives the XML. Anything but a 200
+answer returns None and the caller asks botocore for that page, which retries,
+translates errors and handles redirects: this path only adds speed, never
+semantics. Why not obstore's listing (Rust, even less CPU): its path type
+rejects keys with ``..`` segments or control characters, and silently turns
+``folder/`` into ``folder``, so a listing could fail or lie.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import urllib3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+from ingest.s3.client import client_source
+
+log = logging.getLogger(__name__)
+
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+_PROBE = "ingest-list-probe"
+
+
+@dataclass(slots=True)
+class RawPage:
+    """One page as columns."""
+
+    keys: list[str] = field(default_factory=list)
+    etags: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)  # ISO 8601, parsed by Arrow
+    next_token: str | None = None
+
+
+class RawLister:
+    """Signed ListObjectsV2 requests for one bucket of one client."""
+
+    def __init__(self, base: str, credentials: Any, region: str, pool_size: int, timeout: float):
+        self.base = base
+        self.credentials = credentials
+        self.region = region
+        self.http = urllib3.PoolManager(
+            maxsize=pool_size, timeout=urllib3.Timeout(connect=timeout, read=timeout), retries=False
+        )
+
+    def page(
+        self, prefix: str, token: str | None, start_after: str | None, max_keys: int = 1000
+    ) -> RawPage | None:
+        """One page, or None when the answer is not a plain 200 (botocore takes over)."""
+        query = [("list-type", "2"), ("encoding-type", "url"), ("max-keys", str(max_keys))]
+        if prefix:
+            query.append(("prefix", prefix))
+        if token:
+            query.append(("continuation-token", token))
+        elif start_after:
+            query.append(("start-after", start_after))
+        url = self.base + "?" + "&".join(f"{k}={quote(v, safe='-_.~')}" for k, v in query)
+        request = AWSRequest(method="GET", url=url)
+        S3SigV4Auth(self.credentials.get_frozen_credentials(), "s3", self.region).add_auth(request)
+        prepared = request.prepare()
+        try:
+            response = self.http.request(
+                "GET", prepared.url, headers=dict(prepared.headers.items()), preload_content=True
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            log.debug("raw listing request failed (%s); botocore takes this page", exc)
+            return None
+        if response.status != 200:
+            return None
+        return parse_page(response.data)
+
+
+def parse_page(body: bytes) -> RawPage | None:
+    """Columns of a ListObjectsV2 XML answer (keys URL-decoded); None if it is not one."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return None
+    page = RawPage()
+    ns = _NS if root.tag.startswith(_NS) else ""
+    encoded = root.findtext(f"{ns}EncodingType") == "url"
+    tag_key, tag_etag, tag_size, tag_mod = (
+        f"{ns}Key",
+        f"{ns}ETag",
+        f"{ns}Size",
+        f"{ns}LastModified",
+    )
+    for item in root.iter(f"{ns}Contents"):
+        key = item.findtext(tag_key) or ""
+        page.keys.append(unquote(key) if encoded else key)
+        page.etags.append((item.findtext(tag_etag) or "").strip('"'))
+        page.sizes.append(int(item.findtext(tag_size) or 0))
+        page.modified.append(item.findtext(tag_mod) or "")
+    if (root.findtext(f"{ns}IsTruncated") or "").lower() == "true":
+        page.next_token = root.findtext(f"{ns}NextContinuationToken")
+        if not page.next_token:
+            return None  # truncated without a token: let botocore deal with it
+    return page
+
+
+_listers: dict[tuple[int, str], RawLister | None] = {}
+_lock = threading.Lock()
+
+
+def lister_for(client: Any, bucket: str) -> RawLister | None:
+    """The fast path for a client built by ``make_client``, or None (then botocore lists)."""
+    key = (id(client), bucket)
+    with _lock:
+        if key in _listers:
+            return _listers[key]
+        _listers[key] = _new_lister(client, bucket)
+        return _listers[key]
+
+
+def _new_lister(client: Any, bucket: str) -> RawLister | None:
+    source = client_source(client)
+    if source is None:
+        return None
+    session, settings = source
+    try:
+        credentials = session.get_credentials()
+        if credentials is None or client.meta.config.signature_version not in (None, "s3v4"):
+            return None
+        region = client.meta.region_name
+        url = client.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": _PROBE}, ExpiresIn=60
+        )
+        parts = urlsplit(url)
+        if not parts.path.endswith("/" + _PROBE):
+            return None
+        base = f"{parts.scheme}://{parts.netloc}{parts.path[: -len(_PROBE)]}"
+        return RawLister(
+            base, credentials, region, settings.s3_list_shards + 2, settings.s3_read_timeout
+        )
+    except Exception as exc:  # an unusual configuration: botocore lists
+        log.debug("s3://%s: no raw lister (%s)", bucket, exc)
+        return None
