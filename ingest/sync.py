@@ -12,7 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingest import keys, s3
+import pyarrow as pa
+
+from ingest import keys, s3, storage
 from ingest.errors import ItemError, TerminalError
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
@@ -106,3 +108,19 @@ def summarize(results: Iterable[ObjectResult]) -> BatchSummary:
         summary.add(r)
         summary.seconds += r.seconds
     return summary
+
+
+_COLUMNS = [f.name for f in storage.SCHEMAS["s3_objects"]]
+
+
+def results_table(results: Sequence[ObjectResult]) -> pa.Table:
+    """The ``s3_objects`` rows of a batch, built column by column (``dataclasses.asdict``
+    per object cost more than the rest of the row handling)."""
+    schema = storage.SCHEMAS["s3_objects"]
+    return pa.table(
+        {
+            name: pa.array([getattr(r, name) for r in results], schema.field(name).type)
+            for name in _COLUMNS
+        },
+        schema=schema,
+    )

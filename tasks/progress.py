@@ -10,6 +10,7 @@ Progress is decoration: an API error here is logged, never raised.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -28,8 +29,10 @@ class _Progress:
     done: int = 0
     objects: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
+    updated: float = 0.0
 
 
+MIN_INTERVAL = 1.0  # seconds between two updates of one progress artifact
 _lock = threading.Lock()
 _runs: dict[str, _Progress] = {}
 
@@ -40,6 +43,10 @@ def publish_progress(key: str, done: int, total: int, description: str) -> None:
     percent = 100.0 * done / total if total else 0.0
     with _lock:
         state = _runs.setdefault(f"{run_id}/{key}", _Progress())
+        now = time.monotonic()
+        if state.artifact_id is not None and done < total and now - state.updated < MIN_INTERVAL:
+            return  # at most one API call a second: a run of 4,000 batches makes 4,000 calls
+        state.updated = now
         try:
             if state.artifact_id is None:
                 artifact_id: Any = create_progress_artifact(

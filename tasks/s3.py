@@ -114,11 +114,7 @@ def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> Ba
             run_id=spec.run_id,
         )
         storage.stage(
-            settings.data_dir,
-            spec.run_id,
-            "s3_objects",
-            batch.name,
-            [r.as_row() for r in results],
+            settings.data_dir, spec.run_id, "s3_objects", batch.name, sync.results_table(results)
         )
         summary = sync.summarize(results)
         summary.name = batch.name

@@ -3,7 +3,6 @@ shared request pool (``BatchDownloader``), large ones as parallel byte ranges.""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -63,12 +62,16 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
         tmp = temp_path(root)
         md5 = hashlib.md5(usedforsecurity=False)
         made = 0  # requests of this pass
+        written = [0]
         try:
             with open(tmp, "wb") as f:
 
-                def write(offset: int, chunk: bytes, f: Any = f, md5: Any = md5) -> None:
+                def write(
+                    offset: int, chunk: bytes, f: Any = f, md5: Any = md5, n: Any = written
+                ) -> None:
                     f.write(chunk)
                     md5.update(chunk)
+                    n[0] += len(chunk)
 
                 if obj.size:
                     made = _stream(
@@ -80,7 +83,7 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
                         settings.s3_stream_retries,
                         get_attempts(settings),
                     )
-            _verify(obj, tmp, md5.hexdigest(), attempts + made)
+            _verify(obj, tmp, md5.hexdigest(), attempts + made, size=written[0])
             _publish(tmp, dest)
             return Fetched(attempts + made, time.perf_counter() - started)
         except IntegrityError as exc:
@@ -100,7 +103,11 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
 class BatchDownloader:
     """Download many objects on the shared request pool.
 
-    Small objects are one job each; an object of at least
+    Small objects are fetched by *lanes*: up to ``concurrency`` jobs on the pool
+    that each take the batch's next object until none is left, so the pool sees a
+    few dozen jobs per batch instead of one future, callback and condition per
+    object (a third of the client's Python time per small object before). An
+    object of at least
     ``s3_range_threshold`` bytes is split into range jobs written in place
     (``os.pwrite``) to one temporary file. Memory stays bounded by
     ``concurrency x CHUNK`` whatever the object sizes.
@@ -115,7 +122,7 @@ class BatchDownloader:
     def run(
         self, jobs: list[tuple[S3Object, Path]]
     ) -> Iterator[tuple[S3Object, Path, Fetched | BaseException]]:
-        """Yield ``(object, dest, Fetched or the error)`` as each object finishes."""
+        """Yield ``(object, dest, Fetched or the error)`` as lanes and ranged objects end."""
         done: list[tuple[S3Object, Path, Fetched | BaseException]] = []
         cond = threading.Condition()
         total = len(jobs)
@@ -125,14 +132,38 @@ class BatchDownloader:
                 done.append((obj, dest, outcome))
                 cond.notify()
 
+        small: list[tuple[S3Object, Path]] = []
         for obj, dest in jobs:
             if obj.size >= self.settings.s3_range_threshold:
                 self._submit_ranged(obj, dest, finish)
             else:
-                fut = self.pool.submit(
-                    fetch_small, self.client, obj, dest, self.root, self.settings
-                )
-                fut.add_done_callback(functools.partial(_deliver, finish, obj, dest))
+                small.append((obj, dest))
+        queue = iter(small)
+        take = threading.Lock()
+
+        def lane() -> None:
+            out: list[tuple[S3Object, Path, Fetched | BaseException]] = []
+            try:
+                while True:
+                    with take:
+                        job = next(queue, None)
+                    if job is None:
+                        return
+                    obj, dest = job
+                    try:
+                        outcome: Fetched | BaseException = fetch_small(
+                            self.client, obj, dest, self.root, self.settings
+                        )
+                    except BaseException as exc:
+                        outcome = exc
+                    out.append((obj, dest, outcome))
+            finally:
+                with cond:
+                    done.extend(out)
+                    cond.notify()
+
+        for _ in range(min(len(small), self.settings.s3_concurrency)):
+            self.pool.submit(lane)
         yielded = 0
         while yielded < total:
             with cond:
@@ -204,15 +235,6 @@ class BatchDownloader:
             if isinstance(exc, ItemError) and not exc.attempts:
                 exc.attempts = state.attempts
             return exc
-
-
-def _deliver(
-    finish: Callable[[S3Object, Path, Fetched | BaseException], None],
-    obj: S3Object,
-    dest: Path,
-    fut: Future[Any],
-) -> None:
-    finish(obj, dest, _outcome(fut))
 
 
 def _outcome(fut: Future[Any]) -> Any:

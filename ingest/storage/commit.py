@@ -67,7 +67,9 @@ def commit_run(data_dir: Path, run_id: str, *, exclude: tuple[str, ...] = ()) ->
         (t for t in staging.staged_tables(data_dir, run_id) if t not in exclude), key=_rank
     )
     for table in tables:
-        report.rows[table] = _commit_table(data_dir, run_id, run_name, table)
+        rows = _commit_table(data_dir, run_id, run_name, table)
+        if rows:
+            report.rows[table] = rows
     report.seconds = time.perf_counter() - started
     return report
 
