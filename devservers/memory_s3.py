@@ -47,7 +47,8 @@ Control endpoints (JSON, no latency): ``GET /_dev/stats`` (requests by kind:
 ``GET object``, ``HEAD object``, ``LIST`` ...), ``POST /_dev/reset``,
 ``POST /_dev/seed`` (``{"bucket", "count", "prefix", "size"}``: N generated
 objects in one call), ``POST /_dev/mutate`` (``{"bucket", "change", "delete",
-"add", "prefix", "seed"}``, percentages of the keys under the prefix),
+"add", "prefix", "seed", "return_keys"}``, percentages of the keys under the
+prefix),
 ``POST /_dev/drop`` (``{"bucket"}``), ``POST /_dev/latency`` (``{"ms"}``),
 ``GET /_dev/info`` (objects, bytes, memory of the server).
 
@@ -316,9 +317,17 @@ class Bucket:
         return {"seeded": len(new.keys), "seeded_bytes": total}
 
     def mutate(
-        self, prefix: str, change: float, delete: float, add: float, seed: int, now: int
-    ) -> dict[str, int]:
-        """Change, delete and add percentages of the keys under ``prefix``."""
+        self,
+        prefix: str,
+        change: float,
+        delete: float,
+        add: float,
+        seed: int,
+        now: int,
+        return_keys: bool = False,
+    ) -> dict[str, Any]:
+        """Change, delete and add percentages of the keys under ``prefix``; with
+        ``return_keys`` the changed, deleted and added keys too."""
         lo = bisect_left(self.keys, prefix)
         hi = bisect_left(self.keys, successor(prefix)) if prefix else len(self.keys)
         n = hi - lo
@@ -341,17 +350,24 @@ class Bucket:
             self.mtimes[i] = max(now, self.mtimes[i] + 1)
             self.md5s[16 * i : 16 * i + 16] = hashlib.md5(generated_body(pat, size)).digest()
             changed_bytes += size
+        keys = {
+            "changed_keys": [self.keys[i] for i in sorted(picks[:n_change])],
+            "deleted_keys": [self.keys[i] for i in sorted(picks[n_change:])],
+        }
         self.remove_many(picks[n_change:])
         self.seeded.setdefault(prefix, [PER_FOLDER, mean, 0])
         new, added_bytes = self._generate(prefix, n_add, now)
         self.insert_sorted(new)
-        return {
-            "changed": min(n_change, len(picks)),
-            "deleted": len(picks[n_change:]),
+        result: dict[str, Any] = {
+            "changed": len(keys["changed_keys"]),
+            "deleted": len(keys["deleted_keys"]),
             "added": len(new.keys),
             "changed_bytes": changed_bytes,
             "added_bytes": added_bytes,
         }
+        if return_keys:
+            result.update(keys, added_keys=new.keys)
+        return result
 
 
 # ---------------------------------------------------------------------------- S3 protocol
@@ -887,6 +903,7 @@ class S3App:
                 float(args.get("add", 0)),
                 int(args.get("seed", 0)),
                 now,
+                bool(args.get("return_keys", False)),
             )
             self._trim()
             return {**result, **self._totals(bucket), "seconds": time.perf_counter() - started}
@@ -1134,10 +1151,13 @@ class MemoryS3(ChildServer):
         add: float = 0,
         prefix: str = "",
         seed: int = 0,
+        return_keys: bool = False,
     ) -> dict[str, Any]:
-        """Change, delete and add percentages of the keys under ``prefix``."""
-        body = {"bucket": bucket, "prefix": prefix, "seed": seed}
-        body.update(change=change, delete=delete, add=add)
+        """Change, delete and add percentages of the keys under ``prefix`` (the same
+        ``seed``, the same keys); ``return_keys`` adds ``changed_keys``,
+        ``deleted_keys`` and ``added_keys``."""
+        body: dict[str, Any] = {"bucket": bucket, "prefix": prefix, "seed": seed}
+        body.update(change=change, delete=delete, add=add, return_keys=return_keys)
         return dict(self.admin("/_dev/mutate", body))
 
     def drop(self, bucket: str) -> None:
