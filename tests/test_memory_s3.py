@@ -157,13 +157,14 @@ def test_put_delete_and_bulk_mutation(server: MemoryS3, s3: Any) -> None:
     s3.create_bucket(Bucket="mutable")
     server.seed("mutable", 200)
     before = {o["Key"]: o for o in s3.list_objects_v2(Bucket="mutable", MaxKeys=1000)["Contents"]}
-    got = server.mutate("mutable", change=10, delete=5, add=2.5, seed=1)
+    got = server.mutate("mutable", change=10, delete=5, add=2.5, seed=1, return_keys=True)
     assert (got["changed"], got["deleted"], got["added"], got["objects"]) == (20, 10, 5, 195)
     after = {o["Key"]: o for o in s3.list_objects_v2(Bucket="mutable")["Contents"]}
     changed = [k for k in after if k in before and after[k]["ETag"] != before[k]["ETag"]]
-    assert len(changed) == 20
+    assert changed == got["changed_keys"]
+    assert sorted(set(before) - set(after)) == got["deleted_keys"]
+    assert sorted(set(after) - set(before)) == got["added_keys"]
     assert all(after[k]["LastModified"] > before[k]["LastModified"] for k in changed)
-    assert len(set(before) - set(after)) == 10 and len(set(after) - set(before)) == 5
     key = changed[0]
     body = s3.get_object(Bucket="mutable", Key=key, IfMatch=after[key]["ETag"])["Body"].read()
     assert f'"{hashlib.md5(body).hexdigest()}"' == after[key]["ETag"]
