@@ -826,7 +826,9 @@ class S3App:
         meta = [("Content-Type", headers["content-type"])] if "content-type" in headers else []
         meta += [(k, v) for k, v in headers.items() if k.startswith("x-amz-meta-")]
         etag = bucket.put(key, body, meta, int(time.time()))
-        return Reply(200, [("ETag", f'"{etag}"')])
+        # Checksums the client sent are echoed, as S3 does (not verified nor stored).
+        sums = [(k, v) for k, v in headers.items() if k.startswith("x-amz-checksum-")]
+        return Reply(200, [("ETag", f'"{etag}"'), *sums])
 
     def delete_objects(self, bucket: Bucket, body: bytes) -> Reply:
         try:
