@@ -491,7 +491,9 @@ class S3App:
         except S3Error as e:
             reply = self._error(e, bucket, key)
         except Exception as e:  # a bug here: answer as S3 does to a server fault
-            traceback.print_exc()
+            self.stats["internal errors"] += 1
+            if self.stats["internal errors"] <= 5:  # stderr may be a pipe nobody reads
+                traceback.print_exc()
             reply = self._error(S3Error(500, "InternalError", f"{type(e).__name__}"), bucket, key)
         if reply.status >= 300:
             self.stats[f"status {reply.status}"] += 1
