@@ -11,7 +11,7 @@ VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup demo serve test lint format bench-s3 bench-github bench-extract clean
+.PHONY: setup demo serve test lint format bench-s3 bench-github bench-extract bench-scale clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -53,6 +53,10 @@ bench-github: setup
 
 bench-extract: setup
 	$(VENV)/bin/python -m benchmarks.bench_extract
+
+# 50k/200k/1M objects, reruns and 30 nights (hours); ARGS="--sizes 2000 --nights 2" is a smoke run.
+bench-scale: setup
+	$(VENV)/bin/python -m benchmarks.bench_scale $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache
