@@ -1,6 +1,6 @@
 """An in-memory S3-compatible HTTP server for benchmarks at scale.
 
-moto's server (``ingest.devserver``) costs ~2.5 ms of CPU per GET and its
+moto's server (``devservers.s3``) costs ~2.5 ms of CPU per GET and its
 listings are O(n) per page, so past a few thousand objects a benchmark
 measures moto rather than its client. This server keeps, per bucket, the keys
 in a sorted list (``bisect`` finds a key or a page start in O(log n)) and the
@@ -82,7 +82,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote_plus, unquote
 from xml.etree import ElementTree
 
-from ingest.childserver import ChildServer, free_port
+from devservers.child import ChildServer, free_port
 
 __all__ = ["MemoryS3", "S3App", "free_port", "serve"]
 
