@@ -481,7 +481,8 @@ def run_search(work: Path, n_docs: int, parts: int) -> dict[str, Any]:
                     run_id=f"run{p:03d}",
                 ).as_row()
             )
-        storage.write_part(data_dir, "documents", f"run{p:03d}", "batch-000000", rows)
+        storage.stage(data_dir, f"run{p:03d}", "documents", "batch-000000", rows)
+        storage.commit_run(data_dir, f"run{p:03d}")
     build, indexed = timed(lambda: search.refresh_index(data_dir))
     noop, _ = timed(lambda: search.refresh_index(data_dir))
     # Queries with hits: the word in every document, the most frequent made-up word, two
@@ -511,7 +512,7 @@ def run_search(work: Path, n_docs: int, parts: int) -> dict[str, Any]:
                 times.append(t)
             lat[label] = times
             hits[label] = len(res)
-    glob = storage.table_glob(data_dir, "documents")
+    glob = storage.data_files(data_dir, "documents")
     scan_times = []
     with duckdb.connect() as con:
         for _ in range(3):

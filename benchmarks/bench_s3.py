@@ -433,16 +433,14 @@ def flow_info(output: str, data_dir: Path) -> dict[str, Any]:
     if not m:
         raise RuntimeError(f"no run summary in the output of ingest:\n{output[-3000:]}")
     run_id = m.group(1)
-    import duckdb
+    from ingest import storage
 
-    glob = str(data_dir.resolve() / "tables" / "task_timings" / "**" / "*.parquet")
-    sql = f"""
+    sql = """
         SELECT task_name, count(*), sum(items), sum(bytes), sum(seconds),
                epoch(max(ended_at)) - epoch(min(started_at))
-        FROM read_parquet('{glob.replace("'", "''")}', union_by_name = true)
+        FROM task_timings
         WHERE flow_run_id = ? GROUP BY task_name ORDER BY min(started_at)"""
-    with duckdb.connect() as con:
-        rows = con.execute(sql, [run_id]).fetchall()
+    rows = storage.query(data_dir, sql, [run_id])[1]
     stages = {
         r[0]: {"task_runs": r[1], "items": r[2], "bytes": r[3], "task_seconds": r[4], "wall": r[5]}
         for r in rows

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from prefect import Flow, flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
@@ -25,6 +26,7 @@ from ingest.nightly import ChildOutcome, advice, is_terminal
 from ingest.settings import Settings
 from tasks.nightly import publish_nightly_summary
 from tasks.progress import publish_progress
+from tasks.storage import run_staging
 
 
 class NightlyFailedError(IngestError):
@@ -132,20 +134,23 @@ def nightly(
         "data_dir": data_dir,
         "full_refresh": full_refresh,
     }
-    running = [run_s3_ingest.submit(s3_parameters)]
-    if repos:
-        running.append(run_github_pulls.submit(github_parameters))
-    outcomes: list[ChildOutcome] = []
-    for future in running:
-        outcomes.append(future.result())
-        publish_progress(
-            "nightly-progress",
-            len(outcomes),
-            len(running),
-            f"{len(outcomes)} of {len(running)} ingestions finished: "
-            + ", ".join(f"{o.flow_name} {o.state}" for o in outcomes),
-        )
-    publish_nightly_summary(settings, outcomes, time.perf_counter() - started)
+    # The children commit their own rows; this run stages the summary rows it records
+    # (the children's flow_runs rows under this parent) and commits them as it ends.
+    with run_staging(settings, str(flow_run.id or "local")):
+        running = [run_s3_ingest.submit(s3_parameters)]
+        if repos:
+            running.append(run_github_pulls.submit(github_parameters))
+        outcomes: list[ChildOutcome] = []
+        for future in running:
+            outcomes.append(future.result())
+            publish_progress(
+                "nightly-progress",
+                len(outcomes),
+                len(running),
+                f"{len(outcomes)} of {len(running)} ingestions finished: "
+                + ", ".join(f"{o.flow_name} {o.state}" for o in outcomes),
+            )
+        publish_nightly_summary(settings, outcomes, time.perf_counter() - started)
 
     failed = [o for o in outcomes if not o.ok]
     if failed:
