@@ -13,7 +13,7 @@ import sys
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
 import typer
 
@@ -62,6 +62,13 @@ def s3_command(
     extract: Annotated[
         bool, typer.Option(help="Extract the text of new and changed objects (documents).")
     ] = True,
+    listing: Annotated[
+        str, typer.Option(help="list (LIST calls) or inventory (an S3 Inventory report).")
+    ] = "list",
+    inventory: Annotated[
+        str | None,
+        typer.Option(help="With --listing inventory: s3://... of the report or its config."),
+    ] = None,
     list_shards: Annotated[
         int | None,
         typer.Option(
@@ -70,6 +77,8 @@ def s3_command(
     ] = None,
 ) -> None:
     """Run the s3-ingest flow once and print its summary."""
+    if listing not in ("list", "inventory"):
+        raise typer.BadParameter("use list or inventory", param_hint="--listing")
     settings = Settings()
     bucket = bucket or settings.s3_bucket
     if not bucket:
@@ -89,6 +98,8 @@ def s3_command(
         full_refresh=full_refresh,
         extract=extract,
         list_shards=list_shards,
+        listing=cast(Literal["list", "inventory"], listing),
+        inventory=inventory,
     )
     print_summary(summary)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from prefect import flow
 from prefect.futures import PrefectFuture
@@ -101,6 +101,17 @@ def s3_ingest(
             le=256,
         ),
     ] = None,
+    listing: Annotated[
+        Literal["list", "inventory"],
+        Field(description="Where the listing comes from: LIST calls, or an S3 Inventory report."),
+    ] = "list",
+    inventory: Annotated[
+        str | None,
+        Field(
+            description="With listing=inventory: s3://dest-bucket/prefix/source-bucket/config-id/ "
+            "(the newest report is used) or the s3://.../manifest.json of one report."
+        ),
+    ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
     settings = Settings()
@@ -121,24 +132,27 @@ def s3_ingest(
         exclude=list(settings.s3_exclude if exclude is None else exclude),
         full_refresh=full_refresh,
         extract_version=EXTRACTOR_VERSION if extract else None,
+        inventory=inventory if listing == "inventory" else None,
     )
+    if listing == "inventory" and not inventory:
+        raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
 
     with run_staging(settings, run_id):
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
-        shards = plan_listing(settings, bucket, prefix)
+        shards = plan_listing(settings, spec)
 
         summary = RunSummary(run_id=run_id)
         downloads: list[PrefectFuture[BatchSummary]] = []
         extracting: list[PrefectFuture[ExtractSummary]] = []
-        listing = {s.index: list_objects.submit(settings, spec, s, Cursor()) for s in shards}
-        while listing:  # shards in turn; each shard's chunks one after another
+        pending = {s.index: list_objects.submit(settings, spec, s, Cursor()) for s in shards}
+        while pending:  # shards in turn; each shard's chunks one after another
             for shard in shards:
-                if shard.index not in listing:
+                if shard.index not in pending:
                     continue
-                chunk = listing.pop(shard.index).result()
+                chunk = pending.pop(shard.index).result()
                 if chunk.next is not None:
-                    listing[shard.index] = list_objects.submit(settings, spec, shard, chunk.next)
+                    pending[shard.index] = list_objects.submit(settings, spec, shard, chunk.next)
                 summary.add_chunk(chunk)
                 for batch in chunk.fetch:
                     downloads.append(download_batch.submit(settings, spec, batch))

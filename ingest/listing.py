@@ -33,6 +33,27 @@ class ListSpec:
     exclude: list[str] = field(default_factory=list)
     full_refresh: bool = False
     extract_version: str | None = None  # None: no text extraction
+    inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
+
+
+def inventory_dir(data_dir: Path, run_id: str) -> Path:
+    """Where a run keeps its inventory listing (removed with the run's staging)."""
+    return storage.staging.run_dir(data_dir, run_id) / "_inventory"
+
+
+def plan(client: Any, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
+    """The shards of the run's listing: key ranges listed concurrently, or one shard over
+    the inventory report's rows, fetched and sorted here once."""
+    if spec.inventory:
+        chunks.load_inventory(
+            client,
+            spec.inventory,
+            spec.bucket,
+            spec.prefix,
+            inventory_dir(settings.data_dir, spec.run_id),
+        )
+        return [chunks.Shard(0)]
+    return chunks.plan_shards(client, spec.bucket, spec.prefix, settings.s3_list_shards)
 
 
 _scans: dict[tuple[str, str, str], str] = {}
@@ -56,14 +77,18 @@ def process_chunk(
     client: Any, settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
 ) -> ChunkResult:
     """List the chunk at ``cursor`` and sort its objects by what the run must do."""
-    chunk = chunks.list_chunk(
-        client,
-        spec.bucket,
-        spec.prefix,
-        shard,
-        cursor,
-        max_pages=min(settings.s3_list_chunk_pages, 2**cursor.chunk),  # first batches early
-    )
+    if spec.inventory:
+        listing = inventory_dir(settings.data_dir, spec.run_id) / "listing.parquet"
+        chunk = chunks.inventory_chunk(listing, cursor)
+    else:
+        chunk = chunks.list_chunk(
+            client,
+            spec.bucket,
+            spec.prefix,
+            shard,
+            cursor,
+            max_pages=min(settings.s3_list_chunk_pages, 2**cursor.chunk),  # first batches early
+        )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     found = changes.diff_chunk(
         settings.data_dir,

@@ -67,10 +67,11 @@ def check_bucket(settings: Settings, bucket: str) -> int:
 
 
 @task(name="plan-listing", cache_policy=NO_CACHE)
-def plan_listing(settings: Settings, bucket: str, prefix: str) -> list[chunks.Shard]:
-    """Split the listing into key-range shards listed concurrently (one by default)."""
+def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
+    """Split the listing into key-range shards listed concurrently (one by default), or
+    fetch and sort the S3 Inventory report that replaces LIST calls."""
     with timed(settings.data_dir, noun="shards") as t:
-        shards = chunks.plan_shards(client_for(settings), bucket, prefix, settings.s3_list_shards)
+        shards = listing.plan(client_for(settings), settings, spec)
         t.items = len(shards)
     return shards
 

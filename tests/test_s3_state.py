@@ -159,3 +159,31 @@ def test_old_data_folder_is_migrated_by_the_next_run(s3, s3_server, bucket, data
     assert after.counts == {"skipped": 10}  # the migrated state is used at once
     assert (data_dir / "tables.migrated").is_dir() and not (data_dir / "tables").exists()
     assert files_under(data_dir / "objects" / bucket) == objects
+
+
+def test_inventory_report_as_the_listing_source(s3, s3_server, bucket, data_dir) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from devservers.inventory import write_inventory
+
+    objects = {f"inv/{i:03d} file.txt": body_for(f"inv{i}") for i in range(120)}
+    put_many(s3, bucket, objects)
+    reports = f"{bucket}-inventory"
+    s3.create_bucket(Bucket=reports)
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    write_inventory(s3, bucket, reports, "inv", "daily", fmt="Parquet", files=3, when=day)
+    url = f"s3://{reports}/inv/{bucket}/daily/"
+    s3_server.reset_stats()
+    first = ingest(bucket, s3_server.url, data_dir, extract=False, listing="inventory", inventory=url)
+    assert first.counts == {"downloaded": 120}
+    assert s3_server.stats().get("LIST", 0) <= 2  # finding the newest report, not the bucket
+    assert files_under(data_dir / "objects" / bucket) == objects
+
+    s3.delete_object(Bucket=bucket, Key="inv/005 file.txt")
+    s3.put_object(Bucket=bucket, Key="inv/006 file.txt", Body=b"changed")
+    write_inventory(s3, bucket, reports, "inv", "daily", fmt="CSV", when=day + timedelta(days=1))
+    second = ingest(
+        bucket, s3_server.url, data_dir, extract=False, listing="inventory", inventory=url
+    )
+    assert second.counts == {"skipped": 118, "downloaded": 1, "deleted": 1}
+    assert not (data_dir / "staging").exists() or not any((data_dir / "staging").iterdir())

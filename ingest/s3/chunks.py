@@ -16,14 +16,16 @@ per key held beyond the page being parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ingest import keys
 from ingest.records import Cursor, Shard
-from ingest.s3 import rawlist
+from ingest.s3 import inventory, rawlist
 from ingest.s3.errors import translate_errors
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -187,3 +189,44 @@ def filter_listing(
         ]
         objects = objects.filter(pa.array(mask, pa.bool_()))
     return objects
+
+
+def load_inventory(
+    client: Any, url: str, bucket: str, prefix: str, work_dir: Path, *, batch_rows: int = 10_000
+) -> Path:
+    """Fetch an S3 Inventory report and write its rows for ``bucket``/``prefix``, sorted by
+    key, to one Parquet file of ``batch_rows``-row groups: the listing the chunks read."""
+    manifest = inventory.read_manifest(client, *_manifest_location(client, url))
+    if manifest.source_bucket and manifest.source_bucket != bucket:
+        raise inventory.InventoryError(
+            f"the inventory at {url} lists bucket {manifest.source_bucket!r}, not {bucket!r}"
+        )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    target = work_dir / "listing.parquet"
+    tmp = work_dir / ".listing.parquet.tmp"
+    with pq.ParquetWriter(tmp, LISTING_SCHEMA, compression="zstd") as writer:
+        for batch in inventory.iter_inventory(
+            client, manifest, prefix=prefix, work_dir=work_dir, batch_rows=batch_rows
+        ):
+            table = pa.Table.from_batches([batch]).cast(LISTING_SCHEMA)
+            writer.write_table(table, row_group_size=batch_rows)
+    tmp.replace(target)
+    return target
+
+
+def _manifest_location(client: Any, url: str) -> tuple[str, str]:
+    bucket, _ = inventory.parse_inventory_url(url)
+    return bucket, inventory.find_manifest(client, url)
+
+
+def inventory_chunk(listing: Path, cursor: Cursor) -> Chunk:
+    """The next row group of a sorted inventory listing (``load_inventory``) as a chunk."""
+    reader = pq.ParquetFile(listing)
+    group = int(cursor.token or 0)
+    if group >= reader.num_row_groups:
+        return Chunk(LISTING_SCHEMA.empty_table(), cursor.after, None, None)
+    objects = reader.read_row_group(group).cast(LISTING_SCHEMA)
+    last = group + 1 >= reader.num_row_groups
+    upto = None if last else objects.column("key")[-1].as_py()
+    nxt = None if last else Cursor(token=str(group + 1), after=upto, chunk=cursor.chunk + 1)
+    return Chunk(objects, cursor.after, upto, nxt)

@@ -64,7 +64,8 @@ import duckdb
 import pyarrow as pa
 
 from ingest.errors import TerminalError
-from ingest.s3 import CHUNK, STREAM_ERRORS, error_code, translate_errors
+from ingest.s3.errors import error_code, translate_errors
+from ingest.s3.get import CHUNK, STREAM_ERRORS
 
 log = logging.getLogger(__name__)
 
