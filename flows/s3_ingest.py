@@ -26,14 +26,14 @@ from flows.parameters import described
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
-from ingest.records import BatchSummary, ExtractSummary
+from ingest.records import BatchSummary, ChunkResult, ExtractSummary
 from ingest.report import RunSummary
 from ingest.s3.chunks import Cursor
 from ingest.settings import Settings
 from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
 from tasks.report import publish_summary
-from tasks.s3 import check_bucket, download_batch, list_objects, plan_listing
+from tasks.s3 import check_bucket, download_batch, find_changes, list_objects, plan_listing
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
@@ -145,26 +145,39 @@ def s3_ingest(
         summary = RunSummary(run_id=run_id)
         downloads: list[PrefectFuture[BatchSummary]] = []
         extracting: list[PrefectFuture[ExtractSummary]] = []
+        comparing: list[PrefectFuture[ChunkResult]] = []
+        handed = 0
+
+        def hand_out(chunk: ChunkResult) -> None:
+            summary.add_chunk(chunk)
+            for batch in chunk.fetch:
+                downloads.append(download_batch.submit(settings, spec, batch))
+                if extract:  # starts when its download ends: overlaps the later ones
+                    extracting.append(
+                        # ignore: Prefect resolves the future to its result at run time
+                        extract_batch.submit(  # type: ignore[call-overload]
+                            settings, bucket, run_id, downloads[-1]
+                        )
+                    )
+            for batch in chunk.extract:
+                extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
+
+        # Shards in turn, each shard's chunks one after another; a chunk is compared with
+        # the stored state while the next one is listed.
         pending = {s.index: list_objects.submit(settings, spec, s, Cursor()) for s in shards}
-        while pending:  # shards in turn; each shard's chunks one after another
+        while pending:
             for shard in shards:
                 if shard.index not in pending:
                     continue
-                chunk = pending.pop(shard.index).result()
-                if chunk.next is not None:
-                    pending[shard.index] = list_objects.submit(settings, spec, shard, chunk.next)
-                summary.add_chunk(chunk)
-                for batch in chunk.fetch:
-                    downloads.append(download_batch.submit(settings, spec, batch))
-                    if extract:  # starts when its download ends: overlaps the later ones
-                        extracting.append(
-                            # ignore: Prefect resolves the future to its result at run time
-                            extract_batch.submit(  # type: ignore[call-overload]
-                                settings, bucket, run_id, downloads[-1]
-                            )
-                        )
-                for batch in chunk.extract:
-                    extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
+                listed = pending.pop(shard.index).result()
+                if listed.next is not None:
+                    pending[shard.index] = list_objects.submit(settings, spec, shard, listed.next)
+                comparing.append(find_changes.submit(settings, spec, listed))
+                while handed < len(comparing) - 1:
+                    hand_out(comparing[handed].result())
+                    handed += 1
+        for compared in comparing[handed:]:
+            hand_out(compared.result())
 
         for fut in downloads:
             part = fut.result()

@@ -1,8 +1,12 @@
-"""One listing chunk, end to end: list it, find what changed, stage the deletions,
-and cut the changed objects into batches for the download tasks.
+"""Listing chunks and what changed in them: the plain functions under the
+``list-objects`` and ``find-changes`` tasks.
 
-The plain function under the ``list-objects`` task. What it returns is bounded
-by the chunk (a few thousand keys), whatever the bucket's size; the stored
+``list_part`` lists one chunk (a few pages, or a row group of an inventory
+report); ``find_changes`` compares it with the stored state, stages the
+deletions and cuts the changed objects into batches for the download tasks.
+Two tasks, so that the next chunk is listed while this one is compared: the
+listing, the part that waits on the network, never waits for the rest. What
+either returns is bounded by the chunk, whatever the bucket's size; the stored
 state is read per key range (``ingest.changes``), never loaded whole.
 """
 
@@ -15,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ingest import changes, storage
-from ingest.records import ChunkResult, ObjectBatch
+from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
 
@@ -73,10 +78,10 @@ def _scan(data_dir: Path, table: str, run_id: str) -> str:
         return sql
 
 
-def process_chunk(
+def list_part(
     client: Any, settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
-) -> ChunkResult:
-    """List the chunk at ``cursor`` and sort its objects by what the run must do."""
+) -> ListedChunk:
+    """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered."""
     if spec.inventory:
         listing = inventory_dir(settings.data_dir, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
@@ -90,14 +95,41 @@ def process_chunk(
             max_pages=min(settings.s3_list_chunk_pages, 2**cursor.chunk),  # first batches early
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
-    found = changes.diff_chunk(
-        settings.data_dir,
-        listed,
-        bucket=spec.bucket,
-        prefix=spec.prefix,
+    name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
+    path = listing_path(settings.data_dir, spec.run_id, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(listed, tmp, compression="zstd")
+    tmp.replace(path)
+    return ListedChunk(
+        shard=shard,
+        chunk=cursor.chunk,
+        name=name,
+        count=listed.num_rows,
         after=chunk.after,
         upto=chunk.upto,
-        last=chunk.last,
+        next=chunk.next,
+    )
+
+
+def listing_path(data_dir: Path, run_id: str, name: str) -> Path:
+    """A listed chunk in the run's staging (removed with it when the run ends)."""
+    return storage.staging.run_dir(data_dir, run_id) / "_listing" / f"{name}.parquet"
+
+
+def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
+    """Sort a listed chunk's objects by what the run must do: batches to fetch and to
+    extract, deletions (staged here), and counts."""
+    shard = listed.shard
+    objects = pq.read_table(listing_path(settings.data_dir, spec.run_id, listed.name))
+    found = changes.diff_chunk(
+        settings.data_dir,
+        objects,
+        bucket=spec.bucket,
+        prefix=spec.prefix,
+        after=listed.after,
+        upto=listed.upto,
+        last=listed.next is None,
         shard_start=shard.start,
         shard_end=shard.end,
         include=spec.include,
@@ -109,8 +141,8 @@ def process_chunk(
         if spec.extract_version
         else None,
     )
-    name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
-    result = ChunkResult(shard=shard.index, listed=listed.num_rows, next=chunk.next)
+    name = listed.name
+    result = ChunkResult(shard=shard.index, listed=objects.num_rows, next=listed.next)
     if found.unchanged:
         result.counts["skipped"] = found.unchanged
         if spec.extract_version:

@@ -221,6 +221,21 @@ class Cursor:
 
 
 @dataclass(slots=True)
+class ListedChunk:
+    """One listed chunk of a shard, handed from ``list-objects`` to ``find-changes``: a
+    reference to its rows (written to the run's staging as the listing streams) and the
+    key range ``(after, upto]`` it covers (to the shard's end when ``next`` is None)."""
+
+    shard: Shard
+    chunk: int
+    name: str  # the listing's part in the run's staging (``ingest.listing.listing_path``)
+    count: int
+    after: str | None
+    upto: str | None
+    next: Cursor | None
+
+
+@dataclass(slots=True)
 class ChunkResult:
     """What one listing chunk found, returned to the flow (bounded by the chunk size)."""
 

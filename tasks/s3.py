@@ -16,7 +16,7 @@ from prefect.tasks import exponential_backoff
 from ingest import listing, s3, storage, sync
 from ingest.errors import TerminalError
 from ingest.listing import ListSpec
-from ingest.records import BatchSummary, ChunkResult, ObjectBatch
+from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
 from tasks.timing import timed
@@ -86,11 +86,21 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
 )
 def list_objects(
     settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
-) -> ChunkResult:
-    """List one chunk of a shard, find what changed in its key range, stage the deletions,
-    and hand back the batches to fetch and to extract (references, not the bucket)."""
+) -> ListedChunk:
+    """List one chunk of a shard (a few pages); the next chunk is listed while this one is
+    compared with the stored state."""
     with timed(settings.data_dir, noun="keys") as t:
-        result = listing.process_chunk(client_for(settings), settings, spec, shard, cursor)
+        listed = listing.list_part(client_for(settings), settings, spec, shard, cursor)
+        t.items = listed.count
+    return listed
+
+
+@task(name="find-changes", cache_policy=NO_CACHE, retries=2, retry_condition_fn=_not_terminal)
+def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
+    """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
+    not the bucket), deletions staged, counts."""
+    with timed(settings.data_dir, noun="keys") as t:
+        result = listing.find_changes(settings, spec, listed)
         t.items = result.listed
     return result
 

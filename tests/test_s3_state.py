@@ -174,7 +174,9 @@ def test_inventory_report_as_the_listing_source(s3, s3_server, bucket, data_dir)
     write_inventory(s3, bucket, reports, "inv", "daily", fmt="Parquet", files=3, when=day)
     url = f"s3://{reports}/inv/{bucket}/daily/"
     s3_server.reset_stats()
-    first = ingest(bucket, s3_server.url, data_dir, extract=False, listing="inventory", inventory=url)
+    first = ingest(
+        bucket, s3_server.url, data_dir, extract=False, listing="inventory", inventory=url
+    )
     assert first.counts == {"downloaded": 120}
     assert s3_server.stats().get("LIST", 0) <= 2  # finding the newest report, not the bucket
     assert files_under(data_dir / "objects" / bucket) == objects
