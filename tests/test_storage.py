@@ -157,6 +157,8 @@ def test_retention_compaction_and_vacuum(tmp_path: Path) -> None:
     assert before == 120 and after == 1
     on_disk = list(lake.table_path(tmp_path, "s3_objects").glob("*.parquet"))
     assert len(on_disk) == 1  # vacuumed
+    log_dir = lake.table_path(tmp_path, "s3_objects") / "_delta_log"
+    assert list(log_dir.glob("*.checkpoint.parquet"))  # readers replay from a checkpoint
 
 
 def test_views_in_warehouse_file_and_scan_with_staged_rows(tmp_path: Path) -> None:

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 LAKE_DIR = "lake"
 COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to this often
 TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
+CHECKPOINT_EVERY = 10  # commits between two checkpoints written by maintenance
+# Log entries older than a week are dropped after a checkpoint (Delta's default keeps 30
+# days), so a table's log stays a few dozen files whatever its age; time travel reaches
+# back as far as vacuum keeps files (vacuum_retention_hours, a week by default).
+TABLE_CONFIG = {"delta.logRetentionDuration": "interval 7 days"}
 
 T = TypeVar("T")
 
@@ -69,6 +74,7 @@ def ensure_table(data_dir: Path, table: str) -> DeltaTable:
             partition_by=["day"] if spec.kind == "history" else None,
             mode="ignore",  # another process may create it at the same moment
             name=table,
+            configuration=TABLE_CONFIG,
         )
     except DeltaError:
         dt = open_table(data_dir, table)

@@ -8,6 +8,8 @@ Run by the nightly flows after their commit (``maintain``), and by hand with
 * **compaction**: a table with more than ``compact_min_files`` files is
   rewritten into few large ones (history tables per day partition; state tables
   ordered by their keys, so a key-range read touches few files);
+* **checkpoints**: every ``CHECKPOINT_EVERY`` commits, so that log entries past
+  the table's log retention (a week) are dropped;
 * **vacuum**: files that left the table more than ``vacuum_retention_hours``
   ago are deleted, with expired log entries; younger ones stay so that readers
   of an older version (a view in ``warehouse.duckdb``, time travel) keep working.
@@ -78,6 +80,7 @@ def maintain(
                 int(metrics_c.get("numFilesRemoved", 0)),
                 int(metrics_c.get("numFilesAdded", 0)),
             )
+        _checkpoint(dt, lake.table_path(data_dir, table) / "_delta_log")
         removed = dt.vacuum(
             retention_hours=vacuum_retention_hours,
             dry_run=False,
@@ -93,3 +96,13 @@ def _delete_before(dt: DeltaTable, cutoff: date) -> int:
     dt.update_incremental()
     metrics = dt.delete(f"day < '{cutoff.isoformat()}'")
     return int(metrics.get("num_removed_files", 0))
+
+
+def _checkpoint(dt: DeltaTable, log_dir: Path) -> None:
+    """Write a checkpoint when the log has grown by ``CHECKPOINT_EVERY`` commits since the
+    last one, so readers replay few log files and ``cleanup_metadata`` can drop old ones."""
+    dt.update_incremental()
+    checkpoints = sorted(log_dir.glob("*.checkpoint.parquet"))
+    last = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
+    if dt.version() - last >= lake.CHECKPOINT_EVERY:
+        dt.create_checkpoint()
