@@ -13,6 +13,7 @@ end, one commit per table.
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -145,8 +146,7 @@ def s3_ingest(
         summary = RunSummary(run_id=run_id)
         downloads: list[PrefectFuture[BatchSummary]] = []
         extracting: list[PrefectFuture[ExtractSummary]] = []
-        comparing: list[PrefectFuture[ChunkResult]] = []
-        handed = 0
+        comparing: deque[PrefectFuture[ChunkResult]] = deque()
 
         def hand_out(chunk: ChunkResult) -> None:
             summary.add_chunk(chunk)
@@ -173,11 +173,10 @@ def s3_ingest(
                 if listed.next is not None:
                     pending[shard.index] = list_objects.submit(settings, spec, shard, listed.next)
                 comparing.append(find_changes.submit(settings, spec, listed))
-                while handed < len(comparing) - 1:
-                    hand_out(comparing[handed].result())
-                    handed += 1
-        for compared in comparing[handed:]:
-            hand_out(compared.result())
+                while len(comparing) > 1:  # all but the newest (a chunk's result is let go
+                    hand_out(comparing.popleft().result())  # once its batches are out)
+        while comparing:
+            hand_out(comparing.popleft().result())
 
         for fut in downloads:
             part = fut.result()

@@ -29,21 +29,6 @@ class S3Object:
         return "-" in self.etag
 
 
-@dataclass(frozen=True, slots=True)
-class ManifestEntry:
-    """What an earlier run stored for a key."""
-
-    etag: str
-    size: int
-    local_path: str | None
-    status: ObjectStatus
-
-    @property
-    def stored(self) -> bool:
-        """True when the object's bytes are on disk from an earlier run."""
-        return self.status in ("downloaded", "skipped")
-
-
 @dataclass(slots=True)
 class ObjectResult:
     """One row of ``s3_objects``: what a run did with one object."""
@@ -96,19 +81,18 @@ class BatchSummary:
     counts: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    # (key, etag, local_path) of every object the batch downloaded: the input of later
-    # stages such as extraction (bounded by the batch size).
-    stored: list[tuple[str, str, str]] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # the first few
+    # The batch's rows are staged under this name: later stages (extraction) read what it
+    # downloaded from there, so the flow keeps a few numbers per batch, not its objects.
     name: str = ""
+
+    MAX_FAILURES = 20  # a run summary shows the first 20 failures of the run
 
     def add(self, result: ObjectResult) -> None:
         self.counts[result.status] = self.counts.get(result.status, 0) + 1
         if result.status == "downloaded":
             self.bytes += result.size or 0
-        if result.status == "downloaded" and result.local_path:
-            self.stored.append((result.key, result.etag or "", result.local_path))
-        if result.status == "failed":
+        if result.status == "failed" and len(self.failures) < self.MAX_FAILURES:
             self.failures.append((result.key, result.error or ""))
 
 

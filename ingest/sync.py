@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ingest import keys, s3, storage
 from ingest.errors import ItemError, TerminalError
@@ -124,3 +125,20 @@ def results_table(results: Sequence[ObjectResult]) -> pa.Table:
         },
         schema=schema,
     )
+
+
+def downloaded(data_dir: Path, run_id: str, batch: str) -> list[tuple[str, str, str]]:
+    """(key, etag, local path) of the objects a batch downloaded, from its staged rows."""
+    path = storage.staging.run_dir(data_dir, run_id) / "s3_objects" / f"{batch}.parquet"
+    try:
+        rows = pq.read_table(path, columns=["key", "etag", "local_path", "status"])
+    except FileNotFoundError:
+        return []
+    return [
+        (k, e or "", p)
+        for k, e, p, s in zip(
+            *(rows.column(c).to_pylist() for c in ("key", "etag", "local_path", "status")),
+            strict=True,
+        )
+        if s == "downloaded" and p
+    ]

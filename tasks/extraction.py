@@ -13,7 +13,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from ingest import storage
+from ingest import storage, sync
 from ingest.extract import batch
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
@@ -47,7 +47,8 @@ def extract_batch(
 ) -> ExtractSummary:
     """Extract what a download batch fetched; stage the rows as one part named by the
     batch (a retry overwrites instead of duplicating)."""
-    return _extract(settings, bucket, run_id, downloaded.name, downloaded.stored, extractor)
+    stored = sync.downloaded(settings.data_dir, run_id, downloaded.name)
+    return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
 
 @task(name="extract-stored", cache_policy=NO_CACHE)

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 DEFAULT_EXTRACTOR = "ingest.extract:extract_stored"
 OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
 
-Stored = tuple[str, str, str]  # (key, etag, local_path), as BatchSummary.stored
+Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
 
 
 def pool_config(settings: Settings) -> PoolConfig:
