@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import storage
-from ingest.storage import lake, staging
+from ingest.storage import commit, lake, staging
 
 
 def obj_row(key: str, etag: str, status: str = "downloaded", when: datetime | None = None):
@@ -207,3 +207,31 @@ def test_migration_of_the_old_layout(tmp_path: Path) -> None:
     assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
     storage.prepare(tmp_path)  # once only
     assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
+
+
+def test_a_large_commit_goes_in_slices_and_a_crash_between_them_is_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit, "SLICE_ROWS", 5)
+    for p in range(5):
+        rows = [obj_row(f"k{p}-{i}", "1") for i in range(3)]
+        storage.stage(tmp_path, "big", "s3_objects", f"p{p}", rows)
+    real = commit._commit_slice
+    calls = {"n": 0}
+
+    def dies_on_the_third(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("killed between two slices")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(commit, "_commit_slice", dies_on_the_third)
+    with pytest.raises(OSError):
+        storage.commit_run(tmp_path, "big")
+    assert q(tmp_path, "SELECT count(*) FROM s3_objects") == [(6,)]  # two slices of 3 rows
+    monkeypatch.setattr(commit, "_commit_slice", real)
+    assert storage.commit_run(tmp_path, "big").rows == {"s3_objects": 9}
+    assert q(tmp_path, "SELECT count(*), count(DISTINCT key) FROM s3_objects") == [(15, 15)]
+    assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(15,)]
+    versions = lake.open_table(tmp_path, "s3_objects").version()
+    assert versions == 5  # one MERGE per slice: 5 slices of one part each
