@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest import storage
-from ingest.storage import lake, staging
+from ingest.storage import commit, lake, staging
+from ingest.storage.tables import STATE_PARTS
 
 
 def obj_row(key: str, etag: str, status: str = "downloaded", when: datetime | None = None):
@@ -154,9 +155,12 @@ def test_retention_compaction_and_vacuum(tmp_path: Path) -> None:
     assert q(tmp_path, "SELECT count(*) FROM task_timings") == [(31,)]
     assert q(tmp_path, "SELECT count(*) FROM s3_objects") == [(120,)]
     after = len(storage.data_files(tmp_path, "s3_objects"))
-    assert before == 120 and after == 1
-    on_disk = list(lake.table_path(tmp_path, "s3_objects").glob("*.parquet"))
-    assert len(on_disk) == 1  # vacuumed
+    keys = [f"k{night}-{i}" for night in range(40) for i in range(3)]
+    parts = {p.as_py() for p in lake.part_of(pa.array(keys), STATE_PARTS)}
+    assert before == 120 and after == len(parts)  # one file per hash part
+    table_dir = lake.table_path(tmp_path, "s3_objects")
+    on_disk = [p for p in table_dir.rglob("*.parquet") if "_delta_log" not in p.parts]
+    assert len(on_disk) == after  # vacuumed
     log_dir = lake.table_path(tmp_path, "s3_objects") / "_delta_log"
     assert list(log_dir.glob("*.checkpoint.parquet"))  # readers replay from a checkpoint
 
@@ -207,3 +211,36 @@ def test_migration_of_the_old_layout(tmp_path: Path) -> None:
     assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
     storage.prepare(tmp_path)  # once only
     assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(3,)]
+
+
+def test_a_large_commit_goes_in_slices_and_a_crash_between_them_is_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit, "SLICE_ROWS", 5)
+    for p in range(5):
+        rows = [obj_row(f"k{p}-{i}", "1") for i in range(3)]
+        storage.stage(tmp_path, "big", "s3_objects", f"p{p}", rows)
+    real = commit._commit_slice
+    calls = {"n": 0}
+
+    def dies_on_the_third(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("killed between two slices")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(commit, "_commit_slice", dies_on_the_third)
+    with pytest.raises(OSError):
+        storage.commit_run(tmp_path, "big")
+    assert q(tmp_path, "SELECT count(*) FROM s3_objects") == [(6,)]  # two slices of 3 rows
+    monkeypatch.setattr(commit, "_commit_slice", real)
+    assert storage.commit_run(tmp_path, "big").rows == {"s3_objects": 9}
+    assert q(tmp_path, "SELECT count(*), count(DISTINCT key) FROM s3_objects") == [(15, 15)]
+    assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(15,)]
+    # One MERGE per hash part per slice (5 slices of one staged part each); the table was
+    # created by the first one (version 0).
+    merges = sum(
+        len({p.as_py() for p in lake.part_of(pa.array([f"k{s}-{i}" for i in range(3)]), 16)})
+        for s in range(5)
+    )
+    assert lake.open_table(tmp_path, "s3_objects").version() == merges

@@ -4,11 +4,13 @@ State tables are MERGEd (and their log tables appended with the same rows);
 history tables are appended. Every step can be replayed after a crash without
 duplicating a row:
 
-* before a table's parts are committed, their names and a version number are
-  written to ``<table>.commit`` in the run's staging folder;
-* an append carries that version as a Delta app transaction
-  (``ingest:<run>:<table>``), so the replay of an append that already
-  committed is skipped;
+* before a table's parts are committed, their names, grouped into slices of at
+  most ``SLICE_ROWS`` rows (memory stays bounded however much a run changed),
+  and a version number are written to ``<table>.commit`` in the run's staging
+  folder;
+* an append carries that version (plus the slice's index) as a Delta app
+  transaction (``ingest:<run>:<table>``), so the replay of an append that
+  already committed is skipped;
 * a MERGE replaces a row only with a newer one, so replaying it writes nothing;
 * the committed parts and the ``.commit`` file are removed last.
 
@@ -25,11 +27,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from ingest.storage import lake, staging
 from ingest.storage.tables import SPECS
 
 log = logging.getLogger(__name__)
 
+SLICE_ROWS = 100_000  # rows per commit: a first run over a million objects commits in slices
 STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts as abandoned
 # Commit order within a run: rows first, then what says they are stored (ETags, the sync
 # watermark), so a crash between two commits costs a re-fetch, never a skipped row.
@@ -79,26 +85,53 @@ def _commit_table(data_dir: Path, run_id: str, run_name: str, table: str) -> int
     manifest = folder / f"{table}.commit"
     if manifest.exists():  # a commit of these parts was interrupted: replay it
         pending = json.loads(manifest.read_text())
-        version, names = int(pending["version"]), list(pending["parts"])
+        version, slices = int(pending["version"]), [list(s) for s in pending["slices"]]
     else:
-        names = [p.name for p in staging.parts(data_dir, run_id, table)]
-        if not names:
+        paths = staging.parts(data_dir, run_id, table)
+        if not paths:
             return 0
         version = time.time_ns() // 1000
+        slices = _slices(paths)
         tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": version, "parts": names}))
+        tmp.write_text(json.dumps({"version": version, "slices": slices}))
         os.replace(tmp, manifest)
-    paths = [folder / table / n for n in names if (folder / table / n).exists()]
+    committed = 0
+    for i, names in enumerate(slices):
+        paths = [folder / table / n for n in names if (folder / table / n).exists()]
+        if paths:
+            committed += _commit_slice(data_dir, run_name, table, paths, version + i)
+            staging.remove_parts(paths)
+    manifest.unlink(missing_ok=True)
+    return committed
+
+
+def _slices(paths: list[Path]) -> list[list[str]]:
+    """Parts grouped into commits of at most ``SLICE_ROWS`` rows (one part may exceed it),
+    so that a run that changed a million objects commits in bounded memory."""
+    slices: list[list[str]] = [[]]
+    rows = 0
+    for path in paths:
+        try:
+            n = pq.read_metadata(path).num_rows
+        except (OSError, pa.ArrowException):
+            n = 0  # unreadable: read_parts sets it aside
+        if slices[-1] and rows + n > SLICE_ROWS:
+            slices.append([])
+            rows = 0
+        slices[-1].append(path.name)
+        rows += n
+    return slices
+
+
+def _commit_slice(data_dir: Path, run_name: str, table: str, paths: list[Path], txn: int) -> int:
     rows = staging.read_parts(paths, table)
     spec = SPECS[table]
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
         if spec.log:
-            lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), version))
+            lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), txn))
     else:
-        lake.append(data_dir, table, rows, txn=(_app_id(run_name, table), version))
-    staging.remove_parts(paths)
-    manifest.unlink(missing_ok=True)
+        lake.append(data_dir, table, rows, txn=(_app_id(run_name, table), txn))
     return rows.num_rows
 
 

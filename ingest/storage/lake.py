@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -71,7 +72,7 @@ def ensure_table(data_dir: Path, table: str) -> DeltaTable:
         return DeltaTable.create(
             str(path),
             schema=spec.schema,
-            partition_by=["day"] if spec.kind == "history" else None,
+            partition_by=spec.partition_by,
             mode="ignore",  # another process may create it at the same moment
             name=table,
             configuration=TABLE_CONFIG,
@@ -100,11 +101,19 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
             columns.append(
                 pc.cast(ts, pa.date32()) if ts is not None else pa.nulls(rows.num_rows, pa.date32())
             )
+        elif field.name == "part" and spec.parts:
+            columns.append(part_of(rows.column(spec.keys[-1]), spec.parts))
         elif field.name in rows.column_names:
             columns.append(rows.column(field.name).cast(field.type))
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def part_of(keys: pa.ChunkedArray | pa.Array, parts: int) -> pa.Array:
+    """The ``part`` of each key: CRC-32 of its UTF-8 bytes modulo ``parts`` (stable across
+    processes and versions, unlike Python's or DuckDB's hash)."""
+    return pa.array([zlib.crc32(k.encode()) % parts for k in keys.to_pylist()], pa.int32())
 
 
 def append(
@@ -132,7 +141,7 @@ def append(
             dt,
             data,
             mode="append",
-            partition_by=["day"] if spec.kind == "history" else None,
+            partition_by=spec.partition_by,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
             ),
@@ -143,11 +152,13 @@ def append(
 
 
 def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
-    """Upsert ``rows`` into a state table by its keys, in one commit.
+    """Upsert ``rows`` into a state table by its keys: one commit, or one per ``part``
+    of a partitioned table (each MERGE then reads and rewrites that part only).
 
     The newest row per key wins within ``rows``; a stored row is replaced only
     by a strictly newer one (``spec.newer``), so replaying the same rows is a
-    no-op that writes no version and no file. Returns delta-rs's merge metrics.
+    no-op that writes no version and no file. Returns delta-rs's merge metrics,
+    added up.
     """
     spec = SPECS[table]
     if rows.num_rows == 0:
@@ -156,17 +167,29 @@ def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
     dt = ensure_table(data_dir, table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
+    groups: list[tuple[str, pa.Table]] = [(on, data)]
+    if spec.parts:
+        column = data.column("part")
+        groups = [
+            (f"t.part = {p} AND {on}", data.filter(pc.equal(column, p)))
+            for p in sorted(set(column.to_pylist()))
+        ]
+    totals: dict[str, int] = {}
+    for predicate, source in groups:
 
-    def write() -> dict[str, int]:
-        dt.update_incremental()
-        return dict(
-            dt.merge(data, on, source_alias="s", target_alias="t")
-            .when_matched_update_all(predicate=newer)
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        def write(predicate: str = predicate, source: pa.Table = source) -> dict[str, int]:
+            dt.update_incremental()
+            return dict(
+                dt.merge(source, predicate, source_alias="s", target_alias="t")
+                .when_matched_update_all(predicate=newer)
+                .when_not_matched_insert_all()
+                .execute()
+            )
 
-    return with_commit_retries(write, table)
+        for key, value in with_commit_retries(write, table).items():
+            if isinstance(value, int):
+                totals[key] = totals.get(key, 0) + value
+    return totals
 
 
 def latest_per_key(spec: TableSpec, rows: pa.Table) -> pa.Table:

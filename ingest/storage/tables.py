@@ -182,6 +182,7 @@ SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text")
 SCHEMAS["pull_request_log"] = _without(SCHEMAS["pull_requests"], "body")
 
 Kind = Literal["state", "history"]
+STATE_PARTS = 16  # hash partitions of the per-object state tables (see TableSpec.parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,10 @@ class TableSpec:
         day_from: Timestamp column the ``day`` partition of a history table comes from.
         log: History table that also receives every row merged into this state table.
         sort: Columns compaction orders a state table by, so key-range reads skip files.
+        parts: For a large state table, the number of ``part`` partitions (a hash of the
+            key): a MERGE rewrites one part at a time, so its memory follows the part,
+            not the table (measured: a 1,000-row MERGE into a 1.2M-row table cost
+            +236 MB unpartitioned, +70 MB into one of 16 parts).
     """
 
     name: str
@@ -205,12 +210,21 @@ class TableSpec:
     day_from: str = ""
     log: str = ""
     sort: tuple[str, ...] = ()
+    parts: int = 0
+
+    @property
+    def partition_by(self) -> list[str] | None:
+        if self.kind == "history":
+            return ["day"]
+        return ["part"] if self.parts else None
 
     @property
     def schema(self) -> pa.Schema:
         schema = SCHEMAS[self.name]
         if self.kind == "history":
             schema = schema.append(pa.field("day", pa.date32()))
+        elif self.parts:
+            schema = schema.append(pa.field("part", pa.int32()))
         return schema
 
 
@@ -224,6 +238,7 @@ SPECS: dict[str, TableSpec] = {
             newer="ingested_at",
             log="s3_object_log",
             sort=("bucket", "key"),
+            parts=STATE_PARTS,
         ),
         TableSpec("s3_object_log", "history", day_from="ingested_at"),
         TableSpec(
@@ -233,6 +248,7 @@ SPECS: dict[str, TableSpec] = {
             newer="extracted_at",
             log="document_log",
             sort=("bucket", "key"),
+            parts=STATE_PARTS,
         ),
         TableSpec("document_log", "history", day_from="extracted_at"),
         TableSpec("task_timings", "history", day_from="started_at"),

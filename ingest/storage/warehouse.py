@@ -67,7 +67,7 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
         f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
     )
     listing = ", ".join(_sql_str(f) for f in files)
-    hive = "true" if spec.kind == "history" else "false"
+    hive = "true" if spec.partition_by else "false"
     return (
         f"SELECT {cols} FROM read_parquet([{listing}], "
         f"hive_partitioning = {hive}, union_by_name = true)"
