@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pyarrow as pa
 import pytest
-from ingest.devserver import DevServer
+from devservers.s3 import DevServer
 
 from devservers.inventory import InventoryRow, write_inventory
 from ingest.errors import BucketNotFoundError, TerminalError
