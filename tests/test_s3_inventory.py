@@ -16,9 +16,9 @@ from typing import Any
 import boto3
 import pyarrow as pa
 import pytest
-from devservers.s3 import DevServer
 
 from devservers.inventory import InventoryRow, write_inventory
+from devservers.s3 import DevServer
 from ingest.errors import BucketNotFoundError, TerminalError
 from ingest.s3 import list_objects
 from ingest.s3.inventory import (
