@@ -82,10 +82,11 @@ class Settings(BaseSettings):
         250, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
     )
     s3_list_shards: int = Field(
-        1,
+        4,
         ge=1,
         le=256,
-        description="Key-range shards listed concurrently (boundaries among the '/' prefixes).",
+        description="Key-range shards listed concurrently (boundaries among the '/' prefixes "
+        "below the prefix; a prefix with fewer folders gets fewer shards, a flat one 1).",
     )
     s3_list_chunk_pages: int = Field(
         10,
