@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from benchmarks.measure import wait_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(__file__).resolve().parent / ".work"
@@ -236,28 +237,12 @@ def run_child(cmd: Sequence[str], env: dict[str, str], log: Path) -> Child:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         hwm = [0.0]
-        done = threading.Event()
 
         def sample() -> None:
-            while not done.wait(0.02):
-                hwm[0] = max(hwm[0], _hwm_mb(proc.pid))
+            hwm[0] = max(hwm[0], _hwm_mb(proc.pid))
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        killer = threading.Timer(CHILD_TIMEOUT, proc.kill)
-        killer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            killer.cancel()
-            done.set()
-            sampler.join()
+        usage = wait_measured(proc, timeout=CHILD_TIMEOUT, sample=sample, every=0.02)
         wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
     return Child(
         wall=wall,
         cpu=usage.ru_utime + usage.ru_stime,

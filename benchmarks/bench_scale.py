@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_s3 import boto_client, child_env, ingest_options, s5cmd_binary
+from benchmarks.measure import wait_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -231,7 +232,6 @@ def run_child(
     log.parent.mkdir(parents=True, exist_ok=True)
     lines: list[tuple[float, str]] = []
     peak = [0.0]
-    done = threading.Event()
     with open(log, "wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(
@@ -250,28 +250,13 @@ def run_child(
                 out.write(raw)
 
         def sample() -> None:
-            while not done.wait(0.1):
-                peak[0] = max(peak[0], rss_mb(tree(proc.pid)))
+            peak[0] = max(peak[0], rss_mb(tree(proc.pid)))
 
         reader = threading.Thread(target=read, daemon=True)
-        sampler = threading.Thread(target=sample, daemon=True)
         if stream:
             reader.start()
-        sampler.start()
-        killer = threading.Timer(timeout, proc.kill)
-        killer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            killer.cancel()
-            done.set()
-            sampler.join()
+        usage = wait_measured(proc, timeout=timeout, sample=sample, every=0.1)
         wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
         if stream:
             reader.join(30)
             assert proc.stdout is not None
