@@ -24,18 +24,6 @@ from ingest.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def filter_page(
-    objects: Iterable[S3Object], prefix: str, include: Sequence[str], exclude: Sequence[str]
-) -> list[S3Object]:
-    """Drop folder markers and keys the include/exclude globs leave out."""
-    return [
-        o
-        for o in objects
-        if not keys.is_folder_marker(o.key)
-        and keys.matches_filters(keys.relative_key(o.key, prefix), include, exclude)
-    ]
-
-
 def download_batch(
     client: Any,
     settings: Settings,

@@ -27,6 +27,7 @@ from ingest import keys
 from ingest.records import Cursor, Shard
 from ingest.s3 import inventory, rawlist
 from ingest.s3.errors import translate_errors
+from ingest.s3.listing import list_page
 
 _TS = pa.timestamp("us", tz="UTC")
 LISTING_SCHEMA = pa.schema(
@@ -136,21 +137,15 @@ def list_chunk(
 def _boto_page(
     client: Any, bucket: str, prefix: str, token: str | None, start_after: str | None
 ) -> rawlist.RawPage:
-    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
-    if token:
-        kwargs["ContinuationToken"] = token
-    elif start_after:
-        kwargs["StartAfter"] = start_after
-    with translate_errors(bucket):
-        resp = client.list_objects_v2(**kwargs)
-    page = rawlist.RawPage()
-    for item in resp.get("Contents", ()):
-        page.keys.append(item["Key"])
-        page.etags.append(item.get("ETag", "").strip('"'))
-        page.sizes.append(int(item.get("Size", 0)))
-        page.modified.append(item["LastModified"].isoformat())
-    page.next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
-    return page
+    """The same page through botocore (retries, error translation, redirects)."""
+    listed = list_page(client, bucket, prefix, token, start_after)
+    return rawlist.RawPage(
+        keys=[o.key for o in listed.objects],
+        etags=[o.etag for o in listed.objects],
+        sizes=[o.size for o in listed.objects],
+        modified=[o.last_modified.isoformat() for o in listed.objects],
+        next_token=listed.next_token,
+    )
 
 
 def _columns(bucket: str, page: rawlist.RawPage, lo: int, hi: int) -> pa.Table:

@@ -33,12 +33,20 @@ def check_bucket(client: Any, bucket: str) -> None:
         client.list_objects_v2(Bucket=bucket, MaxKeys=1)
 
 
-def list_page(client: Any, bucket: str, prefix: str, token: str | None = None) -> ListPage:
-    """One ListObjectsV2 page. Pages are fetched one by one so that the
-    caller can start downloading the first while asking for the next."""
+def list_page(
+    client: Any,
+    bucket: str,
+    prefix: str,
+    token: str | None = None,
+    start_after: str | None = None,
+) -> ListPage:
+    """One ListObjectsV2 page (from ``token``, else after ``start_after``). Pages are
+    fetched one by one so that the caller can start on the first while asking for the next."""
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
     if token:
         kwargs["ContinuationToken"] = token
+    elif start_after:
+        kwargs["StartAfter"] = start_after
     with translate_errors(bucket):
         resp = client.list_objects_v2(**kwargs)
     objects = [

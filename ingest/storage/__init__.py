@@ -53,8 +53,8 @@ __all__ = [
 def finish_run(data_dir: Path, run_id: str) -> None:
     """Commit what the run still has staged (a run that failed part-way), then remove its
     staging folder. If the commit itself fails, the folder stays for the next run."""
-    commit_run(data_dir, run_id)
-    refresh_warehouse(data_dir)
+    if commit_run(data_dir, run_id).rows:  # a successful run has committed already
+        refresh_warehouse(data_dir)
     staging.remove_run(data_dir, staging.safe_name(run_id))
 
 
