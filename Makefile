@@ -10,6 +10,9 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Compile the dependencies' bytecode at install: a command then never compiles Prefect's
+# 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: setup demo serve test lint format bench-s3 bench-github bench-extract bench-scale clean
 

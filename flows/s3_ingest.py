@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from prefect import flow
-from prefect.futures import PrefectFuture
+from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
@@ -27,7 +27,7 @@ from flows.parameters import described
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
-from ingest.records import BatchSummary, ChunkResult, ExtractSummary
+from ingest.records import BatchSummary, ChunkResult, ExtractSummary, ListedChunk, Shard
 from ingest.report import RunSummary
 from ingest.s3.chunks import Cursor
 from ingest.settings import Settings
@@ -162,19 +162,21 @@ def s3_ingest(
             for batch in chunk.extract:
                 extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
 
-        # Shards in turn, each shard's chunks one after another; a chunk is compared with
-        # the stored state while the next one is listed.
-        pending = {s.index: list_objects.submit(settings, spec, s, Cursor()) for s in shards}
+        # Each shard's chunks one after another, the shards side by side (whichever
+        # chunk is listed first goes on first); a chunk is compared with the stored
+        # state while the next one is listed.
+        pending: dict[PrefectFuture[ListedChunk], Shard] = {
+            list_objects.submit(settings, spec, s, Cursor()): s for s in shards
+        }
         while pending:
-            for shard in shards:
-                if shard.index not in pending:
-                    continue
-                listed = pending.pop(shard.index).result()
-                if listed.next is not None:
-                    pending[shard.index] = list_objects.submit(settings, spec, shard, listed.next)
-                comparing.append(find_changes.submit(settings, spec, listed))
-                while len(comparing) > 1:  # all but the newest (a chunk's result is let go
-                    hand_out(comparing.popleft().result())  # once its batches are out)
+            done = next(as_completed(list(pending)))
+            shard = pending.pop(done)
+            listed = done.result()
+            if listed.next is not None:
+                pending[list_objects.submit(settings, spec, shard, listed.next)] = shard
+            comparing.append(find_changes.submit(settings, spec, listed))
+            while len(comparing) > 1:  # all but the newest (a chunk's result is let go
+                hand_out(comparing.popleft().result())  # once its batches are out)
         while comparing:
             hand_out(comparing.popleft().result())
 

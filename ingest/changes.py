@@ -21,6 +21,7 @@ range read per chunk.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def diff_chunk(
     state_sql = state_sql or storage.scan(data_dir, "s3_objects")
     conds, params = _bounds(after, upto, shard_start, shard_end, last)
     where = " AND ".join(["bucket = ?", "starts_with(key, ?)", *conds])
-    with duckdb.connect() as con:
+    with _cursor() as con:
         con.register("listing", listing)
         con.execute(
             f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path
@@ -129,6 +130,22 @@ def diff_chunk(
         ]
         deleted = deleted.filter(pa.array(mask, pa.bool_()))
     return ChunkChanges(fetch, extract, deleted, same.num_rows)
+
+
+_db: duckdb.DuckDBPyConnection | None = None
+_db_lock = threading.Lock()
+
+
+def _cursor() -> duckdb.DuckDBPyConnection:
+    """A connection of the process's one in-memory database (a cursor per call, so
+    threads never share one): the Parquet footers of the state's files are read once
+    per process and cached, not once per chunk."""
+    global _db
+    with _db_lock:
+        if _db is None:
+            _db = duckdb.connect()
+            _db.execute("SET parquet_metadata_cache = true")
+        return _db.cursor()
 
 
 def _unchanged(joined: pa.Table, full_refresh: bool) -> pa.Array:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.feather as feather
 
 from ingest import changes, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
@@ -92,14 +92,16 @@ def list_part(
             spec.prefix,
             shard,
             cursor,
-            max_pages=min(settings.s3_list_chunk_pages, 2**cursor.chunk),  # first batches early
+            max_pages=min(settings.s3_list_chunk_pages, 2 ** (cursor.chunk + 1)),  # 2, 4, 8 ...
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
     path = listing_path(settings.data_dir, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    pq.write_table(listed, tmp, compression="zstd")
+    # Arrow IPC, not Parquet: read back once by find-changes, then dropped with the
+    # staging; writing and reading it costs ~0.1 ms a page against ~2.5 ms as Parquet.
+    feather.write_feather(listed, tmp, compression="lz4")
     tmp.replace(path)
     return ListedChunk(
         shard=shard,
@@ -114,14 +116,14 @@ def list_part(
 
 def listing_path(data_dir: Path, run_id: str, name: str) -> Path:
     """A listed chunk in the run's staging (removed with it when the run ends)."""
-    return storage.staging.run_dir(data_dir, run_id) / "_listing" / f"{name}.parquet"
+    return storage.staging.run_dir(data_dir, run_id) / "_listing" / f"{name}.arrow"
 
 
 def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
     extract, deletions (staged here), and counts."""
     shard = listed.shard
-    objects = pq.read_table(listing_path(settings.data_dir, spec.run_id, listed.name))
+    objects = feather.read_table(listing_path(settings.data_dir, spec.run_id, listed.name))
     found = changes.diff_chunk(
         settings.data_dir,
         objects,
