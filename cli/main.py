@@ -35,6 +35,9 @@ _PREFECT_DEFAULTS = {
 def prefect_env() -> None:
     for k, v in _PREFECT_DEFAULTS.items():
         os.environ.setdefault(k, v)
+    from deployments.local_api import use_running_serve
+
+    use_running_serve()  # no temporary server per command while `ingest serve` runs
 
 
 DataDir = Annotated[

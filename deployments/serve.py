@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 import boto3
 
-from deployments import project
+from deployments import local_api, project
 
 # The task-run recorder batching measured in DESIGN.md (75-90 s of "database is
 # locked" after a large run with the defaults, 4-5 s with these), analytics off.
@@ -280,6 +280,7 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
             server = stack.enter_context(PrefectServer(port=port))
             api_url, ui_url = server.api_url, server.ui_url
         env["PREFECT_API_URL"] = api_url
+        stack.enter_context(local_api.advertise(api_url))  # `ingest` commands use it
         if demo:
             env.update(demo_credentials())
             os.environ.update(demo_credentials())

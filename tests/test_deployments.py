@@ -22,11 +22,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from deployments import project, serve
+from deployments import local_api, project, serve
 from devservers import samples
 from devservers.github_demo import DEMO_REPOS
 from devservers.s3 import free_port
-from tests.helpers import rows
+from tests.helpers import put_many, rows, run_cli
 
 pytestmark = pytest.mark.deployment
 
@@ -348,3 +348,40 @@ def poll(fetch: Any, deadline: float = 30.0) -> Any:
             return found
         time.sleep(0.25)  # polling the API, with a deadline
     raise AssertionError("nothing appeared before the deadline")
+
+
+def test_commands_use_a_running_serve_instead_of_a_temporary_server(
+    client: Any, served: Served, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """With no API configured, ``ingest s3`` runs against the API that a running
+    ``ingest serve`` advertises (its run is on that server), not a temporary one."""
+    put_many(s3, bucket, {f"k{i}.txt": b"x" * (i + 1) for i in range(3)})
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(home)
+    args = ["s3", "--bucket", bucket, "--endpoint-url", s3.meta.endpoint_url]
+    args += ["--data-dir", str(tmp_path / "data"), "--no-extract"]
+    saved = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = str(home)
+    try:
+        with local_api.advertise(served.api_url) as advert:
+            assert local_api.find() == served.api_url
+            proc = run_cli(args, env=env)
+            out, _ = proc.communicate(timeout=RUN_DEADLINE)
+        assert not advert.exists()  # removed when serving stops
+        # a file left by a process that is gone is ignored
+        advert.write_text(f'{{"api_url": "{served.api_url}", "pid": 999999999}}')
+        assert local_api.find() is None
+    finally:
+        if saved is None:
+            os.environ.pop("PREFECT_HOME", None)
+        else:
+            os.environ["PREFECT_HOME"] = saved
+    assert proc.returncode == 0, out
+    run_id = next(
+        line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("run ")
+    )
+    run = client.read_flow_run(UUID(run_id))
+    assert run.state.is_completed()
+    assert run.flow_id is not None
