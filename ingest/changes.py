@@ -29,7 +29,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import keys, storage
+from ingest import duck, keys, storage
 
 _STORED = ("downloaded", "skipped")
 
@@ -143,7 +143,7 @@ def _cursor() -> duckdb.DuckDBPyConnection:
     global _db
     with _db_lock:
         if _db is None:
-            _db = duckdb.connect()
+            _db = duck.connect()
             _db.execute("SET parquet_metadata_cache = true")
         return _db.cursor()
 

@@ -16,9 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import report, storage
+from ingest import duck, report, storage
 
 # A stage counts as slower or faster only beyond this share and this many seconds,
 # so the noise of a one-second stage does not read as a regression.
@@ -154,7 +152,7 @@ def comparison_markdown(
 
 def _all(data_dir: Path, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     del data_dir  # the SQL already names the files
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         cur = con.execute(sql, params)
         cols = [d[0] for d in cur.description or ()]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -6,9 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 from ingest.records import BatchSummary, ChunkResult, ExtractSummary
 
 
@@ -80,7 +78,7 @@ def stage_table(data_dir: Path, flow_run_id: str) -> list[dict[str, Any]]:
         WHERE flow_run_id = ?
         GROUP BY task_name ORDER BY min(started_at)
     """
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         cur = con.execute(sql, [flow_run_id])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -32,9 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 
 _CJK = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
@@ -119,7 +117,7 @@ def refresh_index(data_dir: Path, *, batch_rows: int = 2000) -> int:
             QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY extracted_at DESC) = 1
         """
         indexed = 0
-        with duckdb.connect() as dcon:
+        with duck.connect() as dcon:
             cur = dcon.execute(sql, [new])
             while rows := cur.fetchmany(batch_rows):
                 with con:

@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 from ingest.github.records import ApiRequest, PageRecord, RepoResult, RepoState
 
 
@@ -32,7 +30,7 @@ def load_states(data_dir: Path, repos: Sequence[str], state: str) -> dict[str, R
     if not repos:
         return states
     repo_list = list(repos)
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         pages = con.execute(
             f"""
             SELECT * FROM {storage.scan(data_dir, "github_pages")}

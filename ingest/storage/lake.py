@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from ingest import duck
 from ingest.storage.tables import SPECS, TableSpec
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def latest_per_key(spec: TableSpec, rows: pa.Table) -> pa.Table:
         return rows
     keys = ", ".join(f'"{k}"' for k in spec.keys)
     indexed = rows.append_column("__i", pa.array(range(rows.num_rows), pa.int64()))
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         con.register("rows_in", indexed)
         out = con.execute(
             f"""SELECT * EXCLUDE (__i) FROM rows_in QUALIFY row_number() OVER (

@@ -17,8 +17,7 @@ import os
 import time
 from pathlib import Path
 
-import duckdb
-
+from ingest import duck
 from ingest.storage import lake
 from ingest.storage.tables import SPECS
 
@@ -62,7 +61,7 @@ def migrate(data_dir: Path) -> dict[str, int]:
             ]
             if not files:
                 continue
-            with duckdb.connect() as con:
+            with duck.connect() as con:
                 rows = con.execute(
                     "SELECT * FROM read_parquet(?, union_by_name = true)", [files]
                 ).fetch_arrow_table()

@@ -30,6 +30,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ingest import duck
 from ingest.storage import lake
 from ingest.storage.tables import SPECS, TableSpec
 
@@ -44,7 +45,7 @@ def _sql_str(value: str) -> str:
 
 
 def _duck_types(schema: pa.Schema) -> list[str]:
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
 
 
@@ -87,7 +88,7 @@ def create_views(con: duckdb.DuckDBPyConnection, data_dir: Path, *, temp: bool) 
 
 def connect(data_dir: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per table at its current version."""
-    con = duckdb.connect()
+    con = duck.connect()
     create_views(con, data_dir, temp=True)
     return con
 
@@ -119,7 +120,7 @@ def refresh_warehouse(data_dir: Path, *, wait_seconds: float = 5.0) -> bool:
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            with duckdb.connect(str(db)) as con:
+            with duck.connect(str(db)) as con:
                 for name, body in bodies.items():
                     con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
             stamp.write_text(signature)
@@ -144,7 +145,6 @@ def scan(data_dir: Path, table: str, *, staged_run: str | None = None) -> str:
         listing = ", ".join(_sql_str(str(p)) for p in paths)
         day = f', CAST("{spec.day_from}" AS DATE) AS "day"' if spec.kind == "history" else ""
         body = (
-            f"SELECT * FROM ({body}) UNION ALL BY NAME "
-            f"SELECT *{day} FROM read_parquet([{listing}], union_by_name = true)"
+            f"SELECT * FROM ({body}) UNION ALL BY NAME SELECT *{day} FROM read_parquet([{listing}])"
         )
     return f"({body})"
