@@ -283,6 +283,40 @@ def parse_stages(lines: Sequence[str]) -> dict[str, float]:
     return stages
 
 
+FAKETIME_PATHS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1")
+
+
+def find_faketime() -> str | None:
+    """libfaketime (Debian package ``faketime``), if installed."""
+    import glob
+
+    for pattern in FAKETIME_PATHS:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def stamp(root: Path, since: float, offset: float, skip: Path | None = None) -> int:
+    """Move the modification time of the files written since ``since`` by ``offset``
+    seconds: on a simulated day, files get that day's time as they would on a real
+    one (the clock libfaketime gives a process does not reach the file system, and
+    Delta's log clean-up goes by the files' ages)."""
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        if skip is not None and Path(dirpath) == skip:
+            dirnames[:] = []
+            continue
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with suppress(OSError):
+                st = os.stat(path)
+                if st.st_mtime >= since - 1:
+                    os.utime(path, (st.st_atime + offset, st.st_mtime + offset))
+                    n += 1
+    return n
+
+
 def count_files(root: Path, skip: Path | None = None) -> int:
     """Files under ``root``, leaving out the folder ``skip``."""
     total = 0
@@ -357,9 +391,17 @@ class Bench:
         self.timeout = timeout
         self.runs: list[Run] = []
         self.mutations: list[dict[str, Any]] = []
+        self.faketime: str | None = None  # libfaketime, to run the nights a day apart
+        self.day = 0  # the simulated day of the next ingest run (0: the real clock)
 
     def measure(
-        self, size: int, phase: str, name: str, cmd: Sequence[str], stream: bool = False
+        self,
+        size: int,
+        phase: str,
+        name: str,
+        cmd: Sequence[str],
+        stream: bool = False,
+        env: dict[str, str] | None = None,
     ) -> tuple[Run, Child]:
         settle = wait_quiet(self.prefect.proc.pid) if self.prefect else 0.0
         self.s3.reset_stats()
@@ -367,7 +409,7 @@ class Bench:
         pf_cpu = tree_cpu(self.prefect.proc.pid) if self.prefect else None
         n = sum(1 for r in self.runs if r.size == size and r.phase == phase and r.name == name)
         log = self.workdir / "logs" / f"{size}-{phase.replace(' ', '_')}-{name}-{n}.log"
-        child = run_child(cmd, self.env, log, self.timeout, stream)
+        child = run_child(cmd, env or self.env, log, self.timeout, stream)
         stats = self.s3.stats()
         run = Run(
             size=size,
@@ -471,7 +513,13 @@ class Bench:
     def ingest(self, size: int, phase: str, name: str, bucket: str, data_dir: Path) -> Run:
         cmd = [*INGEST, "--bucket", bucket, "--endpoint-url", self.s3.url]
         cmd += ["--data-dir", str(data_dir), *ingest_options()]
-        run, child = self.measure(size, phase, name, cmd, stream=True)
+        env, since = self.env, time.time()
+        if self.faketime and self.day:
+            env = {**env, "LD_PRELOAD": self.faketime, "FAKETIME": f"+{self.day}d"}
+        run, child = self.measure(size, phase, name, cmd, stream=True, env=env)
+        if self.faketime and self.day:
+            stamp(data_dir, since, self.day * 86400.0, skip=data_dir / OBJECTS_SUBDIR)
+        run.extra["day"] = self.day
         objects = data_dir / OBJECTS_SUBDIR
         run.files = count_files(data_dir, skip=objects)
         run.files_total = count_files(data_dir)
@@ -528,6 +576,7 @@ def scale_runs(b: Bench, size: int, a: argparse.Namespace) -> None:
     changed_night(b, size, first, bucket, data, s5dir, seed=size * 1000)
     if size == a.nights_size and a.nights > 0:
         for night in range(1, a.nights + 1):
+            b.day = night if a.clock == "days" else 0
             mutation = b.s3.mutate(bucket, change=1, delete=0.5, add=0.5, seed=size * 1000 + night)
             b.mutations.append({"size": size, "night": night, **mutation})
             phase = f"night {night}"
@@ -535,7 +584,9 @@ def scale_runs(b: Bench, size: int, a: argparse.Namespace) -> None:
             run.extra["mutation"] = mutation
             b.s5cmd_copy(size, phase, "s5cmd-sync-night", "sync", bucket, s5dir, 0)
         after = f"after {a.nights} nights"
+        b.day = a.nights + 1 if a.clock == "days" else 0
         changed_night(b, size, after, bucket, data, s5dir, seed=size * 1000 + 999)
+        b.day = 0
     cleanup(b, bucket, base, a.keep)
 
 
@@ -819,7 +870,8 @@ def nights_table(runs: Sequence[Run]) -> str:
         sync = find(runs, r.size, r.phase, "s5cmd-sync-night")
         rows.append(
             (
-                r.phase.removeprefix("night "),
+                r.phase.removeprefix("night ")
+                + (f" (day +{r.extra['day']})" if r.extra.get("day") else ""),
                 f"{m.get('changed', '')}/{m.get('deleted', '')}/{m.get('added', '')}",
                 f"{m.get('objects', '')}",
                 f"{r.wall:.2f}",
@@ -872,7 +924,16 @@ def report(
         f"{'/'.join(f'{x:.1f}' for x in m['load_average_start'])} at the start, "
         f"{'/'.join(f'{x:.1f}' for x in m['load_average_end'])} at the end; "
         f"{a.object_size} B objects (+-25 %), {a.rtt_ms:g} ms per request; "
-        f"ingest options: {' '.join(ingest_options()) or '(none)'}; took {m['minutes']:.0f} min.",
+        f"ingest options: {' '.join(ingest_options()) or '(none)'}; took {m['minutes']:.0f} min"
+        + (
+            "; the nights run a simulated day apart (libfaketime; the files they write are "
+            "dated that day), so retention, vacuum and log clean-up act as over real nights."
+            if m.get("clock") == "days" and a.nights
+            else "; the nights run minutes apart at the real clock (time-based retention, "
+            "vacuum and log clean-up do not act)."
+            if a.nights
+            else "."
+        ),
         "",
         "### Targets",
         "",
@@ -1010,6 +1071,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rate-objects", type=int, default=20_000, help="--server-rate: objects to GET (LIST 10x)"
     )
     p.add_argument("--rounds", type=int, default=3, help="--server-rate: rounds (default 3)")
+    p.add_argument(
+        "--clock",
+        choices=("days", "real"),
+        default="days",
+        help="days: each simulated night runs a day after the previous one (libfaketime, "
+        "Debian package faketime), so that time-based retention, vacuum and log clean-up "
+        "act as over real nights; real: all nights at the real clock, minutes apart",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder")
     # internal: one worker in this process
     p.add_argument("--worker", choices=("list", "fetch"), help=argparse.SUPPRESS)
@@ -1079,6 +1148,16 @@ def run(a: argparse.Namespace, workdir: Path, command: str) -> int:
         print(f"prefect server up at {prefect.api_url} in {time.perf_counter() - t:.1f} s")
         env["PREFECT_API_URL"] = prefect.api_url
         bench = Bench(s3, prefect, env, workdir, a.timeout)
+        if a.nights and a.clock == "days":
+            bench.faketime = find_faketime()
+            if bench.faketime is None:
+                print(
+                    "libfaketime not found (apt install faketime): the nights run at the "
+                    "real clock, minutes apart",
+                    flush=True,
+                )
+                a.clock = "real"
+        info["clock"] = a.clock
         try:
             for size in a.sizes:
                 scale_runs(bench, size, a)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
@@ -144,14 +144,34 @@ def s3_ingest(
         shards = plan_listing(settings, spec)
 
         summary = RunSummary(run_id=run_id)
-        downloads: list[PrefectFuture[BatchSummary]] = []
-        extracting: list[PrefectFuture[ExtractSummary]] = []
+        downloads: deque[PrefectFuture[BatchSummary]] = deque()
+        extracting: deque[PrefectFuture[ExtractSummary]] = deque()
         comparing: deque[PrefectFuture[ChunkResult]] = deque()
+        submitted = 0
+        finished: set[PrefectFuture[Any]] = set()  # filled by the futures' done callbacks
+
+        def collect(wait: bool) -> None:
+            """Fold finished batches into the summary, oldest first, and let their futures
+            go: the flow holds the batches in flight, not every batch of the run."""
+            while downloads and (wait or downloads[0] in finished):
+                fut = downloads.popleft()
+                finished.discard(fut)
+                part = fut.result()
+                track_batch(part, batches=submitted)
+                summary.add_batch(part)
+            while extracting and (wait or extracting[0] in finished):
+                ext = extracting.popleft()
+                finished.discard(ext)
+                summary.add_extracted(ext.result())
 
         def hand_out(chunk: ChunkResult) -> None:
+            nonlocal submitted
             summary.add_chunk(chunk)
+            collect(wait=False)
             for batch in chunk.fetch:
+                submitted += 1
                 downloads.append(download_batch.submit(settings, spec, batch))
+                downloads[-1].add_done_callback(finished.add)
                 if extract:  # starts when its download ends: overlaps the later ones
                     extracting.append(
                         # ignore: Prefect resolves the future to its result at run time
@@ -159,8 +179,10 @@ def s3_ingest(
                             settings, bucket, run_id, downloads[-1]
                         )
                     )
+                    extracting[-1].add_done_callback(finished.add)
             for batch in chunk.extract:
                 extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
+                extracting[-1].add_done_callback(finished.add)
 
         # Each shard's chunks one after another, the shards side by side (whichever
         # chunk is listed first goes on first); a chunk is compared with the stored
@@ -180,12 +202,7 @@ def s3_ingest(
         while comparing:
             hand_out(comparing.popleft().result())
 
-        for fut in downloads:
-            part = fut.result()
-            track_batch(part, batches=len(downloads))
-            summary.add_batch(part)
-        for ext in extracting:
-            summary.add_extracted(ext.result())
+        collect(wait=True)
         maintain_lake(settings, list(S3_TABLES))
         summary.seconds = time.perf_counter() - started
         summary = publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}")

@@ -20,10 +20,12 @@ objects it fetched are not fetched again and none of its rows is lost.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +37,9 @@ from ingest.storage.tables import SPECS
 
 log = logging.getLogger(__name__)
 
-SLICE_ROWS = 100_000  # rows per commit: a first run over a million objects commits in slices
+# Rows per commit: a first run over a million objects commits in slices. Measured on
+# a first-run commit of 1M rows: +277 MB peak at 100,000 rows, +233 MB at 50,000.
+SLICE_ROWS = 50_000
 STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts as abandoned
 # Commit order within a run: rows first, then what says they are stored (ETags, the sync
 # watermark), so a crash between two commits costs a re-fetch, never a skipped row.
@@ -59,6 +63,14 @@ class CommitReport:
     seconds: float = 0.0
 
 
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; a no-op
+    elsewhere). After thousands of batches on dozens of threads, glibc keeps their freed
+    buffers in per-thread arenas; the commit's peak then comes on top of them."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def _app_id(run_name: str, table: str) -> str:
     return f"ingest:{run_name}:{table}"
 
@@ -67,6 +79,7 @@ def commit_run(data_dir: Path, run_id: str, *, exclude: tuple[str, ...] = ()) ->
     """Commit every staged part of ``run_id`` (but the tables in ``exclude``), rows before
     the records that point at them."""
     started = time.perf_counter()
+    release_free_memory()  # the run's downloads are done: their freed buffers go back first
     report = CommitReport()
     run_name = staging.safe_name(run_id)
     tables = sorted(
