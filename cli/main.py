@@ -275,6 +275,40 @@ def demo_command(
     raise typer.Exit(demo.run(data_dir))
 
 
+@app.command("alerts")
+def alerts_command(
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Write the automations here (for prefect automation create -f)."),
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option(help="Create them on the configured server (as ingest serve does).")
+    ] = False,
+) -> None:
+    """The alerts of automations.yaml for the configured Prefect server, with the id of the
+    INGEST_ALERT_BLOCK notification block and the INGEST_ALERT_* windows filled in."""
+    prefect_env()
+    from deployments import alerts
+
+    settings = Settings()
+    if not settings.alert_block:
+        typer.echo("error: set INGEST_ALERT_BLOCK to <block type slug>/<name>", err=True)
+        raise typer.Exit(2)
+    try:
+        if apply:
+            typer.echo(f"created: {', '.join(alerts.apply(settings))}")
+            return
+        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert_block), settings))
+    except alerts.AlertConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if output is None:
+        typer.echo(text)
+    else:
+        output.write_text(text + "\n", encoding="utf-8")
+        typer.echo(f"wrote {output}; now: prefect automation create --from-file {output}")
+
+
 @app.command("serve")
 def serve_command(
     demo: Annotated[

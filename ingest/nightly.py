@@ -9,6 +9,7 @@ from typing import Any
 from ingest.errors import TerminalError
 
 FAILURES_SHOWN = 10
+ENGINE_PREFIX = "Flow run encountered an exception: "
 
 
 @dataclass(slots=True)
@@ -32,6 +33,7 @@ class ChildOutcome:
 def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
+    message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
     if len(message) > 400:
         message = message[:399] + "…"
     what = f"{outcome.flow_name} failed: {message}"

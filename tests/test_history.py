@@ -87,7 +87,7 @@ def test_failed_child_advice_says_what_failed_and_what_to_do() -> None:
         message="Flow run encountered an exception: BucketNotFoundError: no bucket\n  'nope'",
     )
     text = nightly.advice(outcome, nightly.is_terminal(BucketNotFoundError("no bucket")))
-    assert text.startswith("s3-ingest failed: Flow run encountered an exception")
+    assert text.startswith("s3-ingest failed: BucketNotFoundError: no bucket")
     assert "\n" not in text and "'nope'" in text
     assert "What to do: fix the configuration" in text
     assert not nightly.is_terminal(ValueError("x"))
