@@ -63,7 +63,7 @@ class TooManyFailuresError(IngestError):
 )
 @described
 def s3_ingest(
-    bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=255)],
+    bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=63)],
     prefix: Annotated[str, Field(description="Only keys under this prefix.")] = "",
     endpoint_url: Annotated[
         str | None,
