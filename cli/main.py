@@ -231,6 +231,37 @@ def _cell(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@app.command("status")
+def status_command(
+    data_dir: DataDir = None,
+    nights: Annotated[
+        int, typer.Option("--nights", "-n", min=1, max=100, help="Nightly runs to list.")
+    ] = 7,
+) -> None:
+    """Freshness of each source (last success, rows changed, lag now) and the last nights'
+    outcomes, from the tables (no Prefect server needed)."""
+    from ingest import status
+
+    root = data_dir or Settings().data_dir
+    fresh = status.freshness_now(root)
+    typer.echo("Freshness")
+    print_table(
+        ["source", "reads", "last_success", "rows_changed", "lag", "last_night"],
+        [
+            (r["source"], r["target"], r["last_success"], r["rows_changed"], r["lag"], r["state"])
+            for r in fresh
+        ],
+    )
+    typer.echo("")
+    typer.echo(f"Last {nights} nights")
+    runs = status.last_nights(root, nights)
+    print_table(
+        ["started_at", "state", "seconds", "sources", "message"],
+        [(r["started_at"], r["state"], r["seconds"], r["sources"], r["message"]) for r in runs],
+        width=100,
+    )
+
+
 @app.command("search")
 def search_command(
     words: Annotated[str, typer.Argument(help="Words to find (all must match); Korean works.")],

@@ -53,12 +53,18 @@ class Night:
 
 
 def load(data_dir: Path, *, staged_run: str | None = None, nights: int = NIGHTS) -> list[Night]:
-    """The last ``nights`` rows of each source, oldest first (with what ``staged_run``,
-    the running nightly, has staged), each with its stage wall times."""
+    """The last ``nights`` rows of each source, oldest first (with the ``source_freshness``
+    rows ``staged_run``, the running nightly, has staged), each with its stage wall times."""
+    source = f"(SELECT * EXCLUDE (day) FROM {storage.scan(data_dir, 'source_nights')})"
+    # Tonight's rows are staged for source_freshness; its log gets them at the commit.
+    parts = storage.staging.parts(data_dir, staged_run, "source_freshness") if staged_run else []
+    if parts:
+        listing = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+        source = f"({source} UNION ALL BY NAME SELECT * FROM read_parquet([{listing}]))"
     sql = f"""
         SELECT * FROM (
             SELECT *, row_number() OVER (PARTITION BY source ORDER BY checked_at DESC) AS n
-            FROM {storage.scan(data_dir, "source_nights", staged_run=staged_run)}
+            FROM {source}
         ) WHERE n <= ? ORDER BY source, checked_at
     """
     with duckdb.connect() as con:
