@@ -110,9 +110,11 @@ def s3_command(
 
 def print_summary(summary: Any) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    from ingest.timing import human_bytes
+
     typer.echo(
         f"run {summary.run_id}: {summary.total} objects ({counts}), "
-        f"{summary.bytes / 1e6:.1f} MB in {summary.seconds:.2f} s"
+        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
     )
     if getattr(summary, "extracted", None):
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))

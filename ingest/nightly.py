@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.errors import TerminalError
+from ingest.report import failures_heading
 from ingest.timing import human_bytes
 
 FAILURES_SHOWN = 10
@@ -103,11 +104,6 @@ def headline(outcome: ChildOutcome) -> str:
     else:
         text = outcome.message or "no summary"
     return f"**{outcome.flow_name}** ({outcome.state}, {outcome.seconds:.2f} s): {text}"
-
-
-def failures_heading(shown: int, total: int) -> str:
-    """``Failures (3)``, or ``First 10 of 250 failures`` when not all are shown."""
-    return f"Failures ({total})" if shown >= total else f"First {shown} of {total} failures"
 
 
 def markdown(

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from ingest import chart, freshness, history, nightly, nights
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
+from tasks.progress import publish_progress
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -100,6 +101,13 @@ def publish_nightly_summary(
         create_table_artifact(
             key="nightly-stage-timing", table=stages, description="nightly: per-stage timing"
         )
+    publish_progress(  # the finished bar says how it ended, not only "100 %"
+        "nightly-progress",
+        len(outcomes),
+        len(outcomes),
+        f"Finished in {seconds:.1f} s: "
+        + ", ".join(f"{o.flow_name} {o.state} ({o.seconds:.1f} s)" for o in outcomes),
+    )
     create_markdown_artifact(
         key="nightly-summary",
         markdown=nightly.markdown(

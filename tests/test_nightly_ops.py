@@ -81,3 +81,42 @@ def test_nightly_summary_freshness_history_and_status(
     nights = out.split("Last 7 nights", 1)[1]
     assert "s3-ingest failed" in nights and "s3-ingest completed" in nights
     assert nights.index("s3-ingest failed") < nights.index("s3-ingest completed")  # newest first
+
+
+def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.s3_ingest import s3_ingest
+
+    fine = {f"in/ok-{i}.txt": b"fine" for i in range(20)}
+    put_many(s3, bucket, {"in/../escape.txt": b"evil"} | fine)  # one unsafe key: an error row
+    state = s3_ingest(
+        bucket=bucket,
+        prefix="in/",
+        endpoint_url=s3_server.url,
+        data_dir=str(data_dir),
+        extract=False,
+        return_state=True,
+    )
+    assert state.is_completed()
+    assert state.message.startswith("Completed with 1 of 21 objects failed"), state.message
+    assert state.result().counts == {"downloaded": 20, "failed": 1}
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        assert "failed-objects" in client.read_flow_run(run_id).tags
+    arts = artifacts(run_id)
+    summary = arts["run-summary"].data
+    assert "## Failures (1)" in summary and "First 1 of 1" not in summary
+    assert "20 objects" not in summary and "21 objects" in summary
+    assert arts["download-progress"].description.startswith("Finished: 21 objects")
+
+
+def test_nothing_to_extract_starts_no_worker_pool() -> None:
+    from ingest.extract import batch, pool
+    from ingest.settings import Settings
+
+    settings = Settings(extract_workers=7)  # a pool configuration no other test uses
+    assert batch.extract_batch(settings, "b", [], run_id="r") == []
+    assert batch.pool_config(settings) not in pool._shared  # no worker processes spawned
