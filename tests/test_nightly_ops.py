@@ -120,3 +120,13 @@ def test_nothing_to_extract_starts_no_worker_pool() -> None:
     settings = Settings(extract_workers=7)  # a pool configuration no other test uses
     assert batch.extract_batch(settings, "b", [], run_id="r") == []
     assert batch.pool_config(settings) not in pool._shared  # no worker processes spawned
+
+
+def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> None:
+    """What a run created without validation ("Validate parameters" unticked) ends with."""
+    from flows.s3_ingest import s3_ingest
+
+    state = s3_ingest(bucket="x", concurrency=0, data_dir=str(data_dir), return_state=True)
+    assert state.is_failed()
+    assert "bucket: String should have at least 3 characters" in state.message, state.message
+    assert "concurrency: Input should be greater than or equal to 1" in state.message
