@@ -16,9 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 
 TABLE = "source_freshness"
 
@@ -43,7 +41,7 @@ class SourceNight:
 
 def current(data_dir: Path) -> dict[str, dict[str, Any]]:
     """The stored ``source_freshness`` rows by source (what earlier nights committed)."""
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         cur = con.execute(f"SELECT * FROM {storage.scan(data_dir, TABLE)}")
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

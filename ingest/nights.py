@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 from ingest.timing import human_bytes
 
 NIGHTS = 14
@@ -67,7 +65,7 @@ def load(data_dir: Path, *, staged_run: str | None = None, nights: int = NIGHTS)
             FROM {source}
         ) WHERE n <= ? ORDER BY source, checked_at
     """
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         cur = con.execute(sql, [nights])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
@@ -104,7 +102,7 @@ def stage_walls(data_dir: Path, flow_run_ids: Sequence[str]) -> dict[str, dict[s
         GROUP BY flow_run_id, task_name
     """
     out: dict[str, dict[str, float]] = {}
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         for run_id, stage, wall in con.execute(sql, [list(flow_run_ids)]).fetchall():
             out.setdefault(run_id, {})[stage] = float(wall or 0)
     return out

@@ -6,9 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import freshness, storage
+from ingest import duck, freshness, storage
 
 
 def freshness_now(data_dir: Path, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -41,7 +39,7 @@ def last_nights(data_dir: Path, count: int = 7) -> list[dict[str, Any]]:
         WHERE n.flow_name = 'nightly'
         GROUP BY ALL ORDER BY n.started_at DESC LIMIT ?
     """
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         cur = con.execute(sql, [count])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
