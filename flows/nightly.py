@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from prefect import Flow, flow, tags, task
+from prefect import Flow, flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
@@ -45,15 +45,28 @@ def _run_seconds(flow_run_id: Any, fallback: float) -> float:
     return recorded or fallback
 
 
+def _tag_child(flow_run_id: Any) -> None:
+    """Give the finished child run the nightly's tags (and ``nightly``, ``nightly-child``),
+    so filtering the run list on ``nightly`` finds it. Set on the run afterwards, not with
+    ``prefect.tags()`` around the call: those tags would reach every task run too, and each
+    tagged task run asks the server for tag concurrency slots."""
+    try:
+        with get_client(sync_client=True) as client:
+            have = client.read_flow_run(flow_run_id).tags or []
+            wanted = sorted({*have, *(flow_run.tags or []), "nightly", "nightly-child"})
+            if wanted != sorted(have):
+                client.update_flow_run(flow_run_id, tags=wanted)
+    except Exception as exc:  # a signpost for the run list, not worth failing the night
+        get_run_logger().warning("tags not added to child run %s: %s", flow_run_id, exc)
+
+
 def _run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
     started = time.perf_counter()
-    # The child runs carry the nightly deployment's tags (and their own source's), so
-    # filtering the run list on `nightly` finds them too.
-    with tags(*(flow_run.tags or []), "nightly", "nightly-child"):
-        state: Any = child(**parameters, return_state=True)
+    state: Any = child(**parameters, return_state=True)
     result = state.result(raise_on_failure=False)
     error = result if isinstance(result, BaseException) else None
     run_id = state.state_details.flow_run_id
+    _tag_child(run_id)
     outcome = ChildOutcome(
         flow_name=child.name,
         flow_run_id=str(run_id),
