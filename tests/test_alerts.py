@@ -101,7 +101,27 @@ def alerting(
             url=receiver.url,
             json_data={"subject": "{{subject}}", "body": "{{body}}"},
         ).save(BLOCK, overwrite=True)
-        yield server, receiver, root
+        try:
+            yield server, receiver, root
+        finally:
+            drain_to(server)
+
+
+def drain_to(server: serve.PrefectServer) -> None:
+    """Send this process's queued logs and events to ``server`` while it still runs: left
+    queued, they would be retried against a stopped server when the session ends."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        for result in (APILogWorker.drain_all(), EventsWorker.drain_all()):
+            if inspect.isawaitable(result):
+                await result
+
+    run_coro_as_sync(drain())
 
 
 def test_failed_and_late_nightly_alert(
