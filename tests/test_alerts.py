@@ -109,7 +109,7 @@ def alerting(
 
 def drain_to(server: serve.PrefectServer) -> None:
     """Send this process's queued logs and events to ``server`` while it still runs: left
-    queued, they would be retried against a stopped server when the session ends."""
+    queued, they would be retried against a stopped server when the test run ends."""
     import inspect
 
     from prefect.events.worker import EventsWorker
