@@ -110,9 +110,11 @@ def s3_command(
 
 def print_summary(summary: Any) -> None:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    from ingest.timing import human_bytes
+
     typer.echo(
         f"run {summary.run_id}: {summary.total} objects ({counts}), "
-        f"{summary.bytes / 1e6:.1f} MB in {summary.seconds:.2f} s"
+        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
     )
     if getattr(summary, "extracted", None):
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
@@ -231,6 +233,37 @@ def _cell(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@app.command("status")
+def status_command(
+    data_dir: DataDir = None,
+    nights: Annotated[
+        int, typer.Option("--nights", "-n", min=1, max=100, help="Nightly runs to list.")
+    ] = 7,
+) -> None:
+    """Freshness of each source (last success, rows changed, lag now) and the last nights'
+    outcomes, from the tables (no Prefect server needed)."""
+    from ingest import status
+
+    root = data_dir or Settings().data_dir
+    fresh = status.freshness_now(root)
+    typer.echo("Freshness")
+    print_table(
+        ["source", "reads", "last_success", "rows_changed", "lag", "last_night"],
+        [
+            (r["source"], r["target"], r["last_success"], r["rows_changed"], r["lag"], r["state"])
+            for r in fresh
+        ],
+    )
+    typer.echo("")
+    typer.echo(f"Last {nights} nights")
+    runs = status.last_nights(root, nights)
+    print_table(
+        ["started_at", "state", "seconds", "sources", "message"],
+        [(r["started_at"], r["state"], r["seconds"], r["sources"], r["message"]) for r in runs],
+        width=100,
+    )
+
+
 @app.command("search")
 def search_command(
     words: Annotated[str, typer.Argument(help="Words to find (all must match); Korean works.")],
@@ -273,6 +306,40 @@ def demo_command(
     from devservers import demo
 
     raise typer.Exit(demo.run(data_dir))
+
+
+@app.command("alerts")
+def alerts_command(
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Write the automations here (for prefect automation create -f)."),
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option(help="Create them on the configured server (as ingest serve does).")
+    ] = False,
+) -> None:
+    """The alerts of automations.yaml for the configured Prefect server, with the id of the
+    INGEST_ALERT_BLOCK notification block and the INGEST_ALERT_* windows filled in."""
+    prefect_env()
+    from deployments import alerts
+
+    settings = Settings()
+    if not settings.alert_block:
+        typer.echo("error: set INGEST_ALERT_BLOCK to <block type slug>/<name>", err=True)
+        raise typer.Exit(2)
+    try:
+        if apply:
+            typer.echo(f"created: {', '.join(alerts.apply(settings))}")
+            return
+        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert_block), settings))
+    except alerts.AlertConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if output is None:
+        typer.echo(text)
+    else:
+        output.write_text(text + "\n", encoding="utf-8")
+        typer.echo(f"wrote {output}; now: prefect automation create --from-file {output}")
 
 
 @app.command("serve")

@@ -7,7 +7,13 @@
 3. With ``--demo``, start the local S3-compatible and GitHub-compatible servers
    on the ports of the nightly deployment's default parameters, and seed them.
 4. ``prefect deploy --all --no-prompt`` from the project folder.
-5. Start a worker per pool, and wait; Ctrl-C stops everything, in reverse order.
+5. Create the alerts of ``automations.yaml`` (Prefect automations) when
+   ``INGEST_ALERT_BLOCK`` names a notification block.
+6. Start a worker per pool, and wait; Ctrl-C stops everything, in reverse order.
+
+With ``--demo`` and no configured API, the local server keeps its database in
+its own Prefect home, ``<data folder>/prefect``, so the demo's dashboard holds
+the demo's runs only.
 
 The pieces (``PrefectServer``, ``DemoServers``, ``ensure_work_pools``,
 ``deploy_all``, ``Worker``) are also what the tests use.
@@ -30,7 +36,8 @@ from typing import Any, TextIO
 
 import boto3
 
-from deployments import local_api, project
+from deployments import alerts, local_api, project
+from ingest.settings import Settings
 
 # The task-run recorder batching measured in DESIGN.md (75-90 s of "database is
 # locked" after a large run with the defaults, 4-5 s with these), analytics off.
@@ -117,6 +124,8 @@ class PrefectServer:
         self.env.pop("PREFECT_API_URL", None)
         # The UI asks this address for the API; its default assumes port 4200.
         self.env["PREFECT_SERVER_UI_API_URL"] = self.api_url
+        # Links in alerts and artifacts (``flow_run|ui_url``) point at this UI.
+        self.env["PREFECT_UI_URL"] = self.ui_url
         if home is not None:
             self.env["PREFECT_HOME"] = str(home)
         self.log = log
@@ -255,6 +264,22 @@ class DemoServers:
         self.stack.close()
 
 
+def demo_home() -> Path:
+    """The Prefect home of ``ingest serve --demo``: ``<data folder>/prefect``."""
+    home = (Settings().data_dir / "prefect").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def create_alerts(api_url: str) -> list[str]:
+    """The automations of ``automations.yaml`` on the server at ``api_url`` (none without
+    ``INGEST_ALERT_BLOCK``)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        return alerts.apply(Settings())
+
+
 def demo_credentials() -> dict[str, str]:
     """The local S3 server accepts any key; these never reach AWS."""
     return {
@@ -276,11 +301,18 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
             wait_healthy(api_url, time.monotonic() + 30)
             ui_url = api_url.removesuffix("/api")
         else:
-            echo(f"Starting a local Prefect server on http://127.0.0.1:{port} (SQLite)")
-            server = stack.enter_context(PrefectServer(port=port))
+            # The demo's dashboard shows the demo's runs only: its own Prefect home (and
+            # SQLite database) under the data folder, not the shared ~/.prefect.
+            home = demo_home() if demo else None
+            where = f", Prefect home {home}" if home else ""
+            echo(f"Starting a local Prefect server on http://127.0.0.1:{port} (SQLite{where})")
+            server = stack.enter_context(PrefectServer(port=port, home=home))
             api_url, ui_url = server.api_url, server.ui_url
+            if home is not None:
+                env["PREFECT_HOME"] = str(home)
         env["PREFECT_API_URL"] = api_url
         stack.enter_context(local_api.advertise(api_url))  # `ingest` commands use it
+        env.setdefault("PREFECT_UI_URL", ui_url)
         if demo:
             env.update(demo_credentials())
             os.environ.update(demo_credentials())
@@ -294,6 +326,11 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
         deploy_all(env)
         names = [d["name"] for d in project.deployments(config)]
         echo(f"Deployed: {', '.join(names)}")
+        created = create_alerts(api_url)
+        if created:
+            echo(f"Alerts ({Settings().alert_block}): {', '.join(created)}")
+        else:
+            echo("Alerts: off (set INGEST_ALERT_BLOCK to a notification block to get them)")
         workers = [stack.enter_context(Worker(p, env)) for p in pools]
         echo(f"Worker started on {', '.join(pools)}. Open {ui_url} ; Ctrl-C stops everything.")
         yield {"api_url": api_url, "ui_url": ui_url, "workers": workers}

@@ -4,7 +4,8 @@ Prefect 3.9 builds a flow's parameter schema from the signature but drops a
 ``description`` given as ``Annotated[T, Field(description=...)]`` (bounds
 survive); it reads descriptions from the docstring's ``Args:`` section.
 ``described`` writes that section from the ``Field`` metadata, so each
-description is written once, beside its parameter.
+description is written once, beside its parameter, and says the field's bounds
+(the run form shows the description, not the schema's minimum and maximum).
 """
 
 from __future__ import annotations
@@ -19,14 +20,45 @@ from pydantic.fields import FieldInfo
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def bounds_text(field: FieldInfo, kind: Any = None) -> str:
+    """``Bounds: 1-512.`` or ``Length: 3-63 characters.`` from the field's constraints."""
+    found: dict[str, Any] = {}
+    for c in field.metadata:
+        for attr in ("ge", "gt", "le", "lt", "min_length", "max_length"):
+            value = getattr(c, attr, None)
+            if value is not None:
+                found[attr] = value
+    low = found.get("ge", found.get("gt"))
+    high = found.get("le", found.get("lt"))
+    if "min_length" in found or "max_length" in found:
+        lo, hi = found.get("min_length", 0), found.get("max_length")
+        what = "items" if typing.get_origin(kind) is list else "characters"
+        return f"Length: {lo}-{hi} {what}." if hi is not None else f"Length: at least {lo}."
+    if low is not None and high is not None:
+        return f"Bounds: {low}-{high}."
+    if low is not None:
+        return f"Bounds: at least {low}." if "ge" in found else f"Bounds: more than {low}."
+    if high is not None:
+        return f"Bounds: at most {high}."
+    return ""
+
+
+def form_text(text: str) -> str:
+    """The UI renders descriptions as markdown with HTML: ``<key>`` would vanish as a tag."""
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
 def described(fn: F) -> F:
-    """Append an ``Args:`` section built from the parameters' ``Field`` descriptions."""
+    """Append an ``Args:`` section built from the parameters' ``Field`` descriptions, each
+    followed by its bounds (the run form shows descriptions, not the schema's bounds)."""
     hints = typing.get_type_hints(fn, include_extras=True)
     lines = []
     for name in inspect.signature(fn).parameters:
         for meta in getattr(hints.get(name), "__metadata__", ()):
             if isinstance(meta, FieldInfo) and meta.description:
-                lines.append(f"    {name}: {meta.description}")
+                kind = typing.get_args(hints[name])[0]
+                text = " ".join(t for t in (meta.description, bounds_text(meta, kind)) if t)
+                lines.append(f"    {name}: {form_text(text)}")
     if lines:
         # A summary line first: inspect.getdoc would otherwise strip the Args indentation.
         doc = inspect.cleandoc(fn.__doc__ or f"The {fn.__name__} flow.")

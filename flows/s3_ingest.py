@@ -33,7 +33,7 @@ from ingest.s3.chunks import Cursor
 from ingest.settings import Settings
 from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
-from tasks.report import publish_summary
+from tasks.report import finish, publish_summary
 from tasks.s3 import check_bucket, download_batch, find_changes, list_objects, plan_listing
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
@@ -63,7 +63,7 @@ class TooManyFailuresError(IngestError):
 )
 @described
 def s3_ingest(
-    bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=255)],
+    bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=63)],
     prefix: Annotated[str, Field(description="Only keys under this prefix.")] = "",
     endpoint_url: Annotated[
         str | None,
@@ -215,4 +215,4 @@ def s3_ingest(
             f"{settings.max_failed_ratio:.0%}); see the run-summary artifact or "
             f"SELECT key, error FROM s3_objects WHERE status = 'failed' AND run_id = '{run_id}'"
         )
-    return summary
+    return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)

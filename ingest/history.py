@@ -10,7 +10,7 @@ same deployment" is one query over Parquet, with or without a Prefect server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,7 +99,12 @@ def stages_of(data_dir: Path, runs: Sequence[tuple[str, str]]) -> list[dict[str,
 def compare_stages(
     now: Sequence[dict[str, Any]], before: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Wall seconds per stage, now against before, with a verdict per stage."""
+    """Wall seconds per stage, now against before, with a verdict per stage.
+
+    ``change`` gives the absolute change and the relative one; a stage is
+    ``slower`` or ``faster`` only beyond both thresholds (``CHANGE_SECONDS`` and
+    ``CHANGE_SHARE``), else ``about the same``.
+    """
     previous = {s["stage"]: s for s in before}
     out: list[dict[str, Any]] = []
     for s in now:
@@ -116,27 +121,40 @@ def compare_stages(
                 verdict = "about the same"
             else:
                 verdict = "slower" if delta > 0 else "faster"
-            row.update(
-                previous_wall_seconds=round(was, 2),
-                change=f"{share:+.0%}" if share is not None else f"{delta:+.2f} s",
-                verdict=verdict,
-            )
+            change = f"{delta:+.2f} s"
+            if share is not None:
+                change += f" ({share:+.0%})"
+            row.update(previous_wall_seconds=round(was, 2), change=change, verdict=verdict)
         out.append(row)
     return out
 
 
+def when_text(row: dict[str, Any]) -> str:
+    """When a ``flow_runs`` row's run started (or ended, for a row without a start)."""
+    for column, word in (("started_at", "started"), ("ended_at", "ended")):
+        value = row.get(column)
+        if isinstance(value, datetime):
+            return f"{word} {value.astimezone(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+    return "time not recorded"
+
+
 def comparison_markdown(
-    comparison: Sequence[dict[str, Any]], previous: dict[str, Any] | None
+    comparison: Sequence[dict[str, Any]],
+    previous: dict[str, Any] | None,
+    *,
+    heading: str = "Compared with the previous run of this deployment",
+    link: Callable[[str], str] | None = None,
 ) -> str:
     """The "compared with the previous run" section of a run summary."""
-    lines = ["", "## Compared with the previous run of this deployment", ""]
+    link = link or (lambda run_id: f"`{run_id}`")
+    lines = ["", f"## {heading}", ""]
     if previous is None or not comparison:
-        return "\n".join([*lines, "No earlier run of this deployment to compare with."])
-    when = previous["started_at"]
-    when_text = when.strftime("%Y-%m-%d %H:%M UTC") if isinstance(when, datetime) else when
+        return "\n".join([*lines, "No earlier run to compare with."])
     lines += [
-        f"Previous run `{previous['flow_run_id']}` started {when_text} and took "
-        f"{previous['seconds']:.2f} s ({previous['state']}).",
+        f"Previous run {link(previous['flow_run_id'])} {when_text(previous)} and took "
+        f"{previous['seconds'] or 0:.2f} s ({previous['state']}). A stage reads slower or "
+        f"faster only when its wall time changed by at least {CHANGE_SECONDS:g} s and "
+        f"{CHANGE_SHARE:.0%}; smaller changes are about the same.",
         "",
         "| stage | wall s now | wall s before | change | verdict |",
         "|---|---:|---:|---:|---|",

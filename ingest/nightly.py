@@ -3,12 +3,16 @@ combined markdown summary, and the advice a failed run ends with."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.errors import TerminalError
+from ingest.report import failures_heading
+from ingest.timing import human_bytes
 
 FAILURES_SHOWN = 10
+ENGINE_PREFIX = "Flow run encountered an exception: "
 
 
 @dataclass(slots=True)
@@ -23,6 +27,27 @@ class ChildOutcome:
     error_type: str = ""
     summary: Any = None  # RunSummary or GitHubSummary when the child returned one
     failures: list[tuple[str, str]] = field(default_factory=list)
+    target: str = ""  # what the child reads: s3://bucket/prefix, the repositories
+
+    @property
+    def changed(self) -> int:
+        """Objects (downloaded or deleted) or pull requests this run changed."""
+        s = self.summary
+        if s is None:
+            return 0
+        if self.flow_name == "s3-ingest":
+            return int(s.counts.get("downloaded", 0) + s.counts.get("deleted", 0))
+        return int(getattr(s, "pulls", 0) or 0)
+
+    @property
+    def failed_items(self) -> int:
+        """Objects or pages that failed (the run itself may have completed)."""
+        s = self.summary
+        if s is None:
+            return 0
+        if self.flow_name == "s3-ingest":
+            return int(s.counts.get("failed", 0))
+        return int(getattr(s, "failed_pages", 0) or 0)
 
     @property
     def ok(self) -> bool:
@@ -32,6 +57,7 @@ class ChildOutcome:
 def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
+    message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
     if len(message) > 400:
         message = message[:399] + "…"
     what = f"{outcome.flow_name} failed: {message}"
@@ -67,7 +93,7 @@ def headline(outcome: ChildOutcome) -> str:
     s = outcome.summary
     if outcome.flow_name == "s3-ingest" and s is not None:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(s.counts.items())) or "nothing"
-        text = f"{s.total} objects ({counts}), {s.bytes / 1e6:.1f} MB"
+        text = f"{s.total} objects ({counts}), {human_bytes(s.bytes)} downloaded"
     elif outcome.flow_name == "github-pulls" and s is not None:
         text = (
             f"{s.pulls} pull requests from {len(s.repos)} repositories, {s.requests} requests "
@@ -81,42 +107,52 @@ def headline(outcome: ChildOutcome) -> str:
 
 
 def markdown(
-    outcomes: list[ChildOutcome], stages: list[dict[str, Any]], seconds: float, comparison: str
+    outcomes: list[ChildOutcome],
+    stages: list[dict[str, Any]],
+    seconds: float,
+    comparison: str,
+    *,
+    link: Callable[[str], str] | None = None,
+    sections: Sequence[str] = (),
 ) -> str:
-    """The nightly run's summary artifact."""
+    """The nightly run's summary artifact; ``link`` makes a run id a link to the run,
+    ``sections`` (freshness, the last nights) come after the failures."""
+    link = link or (lambda run_id: f"`{run_id}`")
     ok = sum(o.ok for o in outcomes)
     lines = [
         "# nightly ingestion",
         "",
         f"{ok} of {len(outcomes)} ingestions completed in {seconds:.2f} s (they ran at the "
-        "same time).",
+        "same time). Durations are each flow run's time in Running, as the Prefect UI shows.",
         "",
     ]
-    lines += [f"- {headline(o)}" for o in outcomes]
+    lines += [f"- {headline(o)}, run {link(o.flow_run_id)}" for o in outcomes]
     if stages:
         lines += [
             "",
             "## Stages",
             "",
-            "| stage | task runs | items | MB | wall s | items/s | MB/s | failed attempts |",
+            "| stage | task runs | items | bytes | wall s | items/s | MB/s | failed attempts |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s in stages:
             lines.append(
-                f"| {s['stage']} | {s['task_runs']} | {s['items']} | {s['bytes'] / 1e6:.2f} "
+                f"| {s['stage']} | {s['task_runs']} | {s['items']} | {human_bytes(s['bytes'])} "
                 f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
                 f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"
             )
     failures = [(o.flow_name, k, e) for o in outcomes for k, e in o.failures]
+    total = sum(max(o.failed_items, len(o.failures)) for o in outcomes)
     if failures:
+        shown = failures[:FAILURES_SHOWN]
         lines += [
             "",
-            f"## First {min(len(failures), FAILURES_SHOWN)} of {len(failures)} failures",
+            f"## {failures_heading(len(shown), total)}",
             "",
             "| flow | item | error |",
             "|---|---|---|",
         ]
-        lines += [
-            f"| {f} | `{k}` | {e.replace('|', '/')} |" for f, k, e in failures[:FAILURES_SHOWN]
-        ]
+        lines += [f"| {f} | `{k}` | {e.replace('|', '/')} |" for f, k, e in shown]
+    for section in sections:
+        lines += ["", section]
     return "\n".join(lines) + "\n" + comparison

@@ -8,6 +8,7 @@ from typing import Any
 
 from ingest import duck, storage
 from ingest.records import BatchSummary, ChunkResult, ExtractSummary
+from ingest.timing import human_bytes
 
 
 @dataclass(slots=True)
@@ -89,21 +90,41 @@ def stage_table(data_dir: Path, flow_run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
+def failures_heading(shown: int, total: int) -> str:
+    """``Failures (3)``, or ``First 20 of 250 failures`` when not all are shown."""
+    return f"Failures ({total})" if shown >= total else f"First {shown} of {total} failures"
+
+
+def failed_objects_message(summary: RunSummary) -> str:
+    """The state message of a run that completed with failed objects (empty without)."""
+    if not summary.failed:
+        return ""
+    looked_at = summary.total - summary.counts.get("deleted", 0)
+    return (
+        f"Completed with {summary.failed} of {looked_at} objects failed (under the "
+        "max_failed_ratio threshold); the next run retries them. See the run-summary artifact."
+    )
+
+
 def markdown(summary: RunSummary, title: str) -> str:
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary.counts.items())) or "nothing"
     lines = [
         f"# {title}",
         "",
-        f"**{summary.total} objects** ({counts}), {summary.bytes / 1e6:.1f} MB "
-        f"in {summary.seconds:.2f} s.",
+        f"**{summary.total} objects** ({counts}), {human_bytes(summary.bytes)} downloaded, "
+        f"{summary.seconds:.2f} s from the flow's start to this summary (the UI's duration "
+        "also counts the final commit).",
     ]
+    if summary.failed:
+        lines += ["", f"**{failed_objects_message(summary)}**"]
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
         lines += ["", f"**Text extraction**: {extracted}."]
     if summary.failures:
+        total = max(summary.failed, len(summary.failures))
         lines += [
             "",
-            f"## First {len(summary.failures)} failures",
+            f"## {failures_heading(len(summary.failures), total)}",
             "",
             "| key | error |",
             "|---|---|",

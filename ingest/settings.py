@@ -50,6 +50,24 @@ class Settings(BaseSettings):
         "by the next run (the run died).",
     )
 
+    # --- alerts (automations.yaml, created by `ingest serve`) -------------------
+    alert_block: str | None = Field(
+        None,
+        description="Prefect notification block the alerts go to, as <block type slug>/<name> "
+        "(custom-webhook/nightly-alerts, slack-webhook/..., email/...); empty: no alerts.",
+    )
+    alert_late_after: float = Field(
+        1800.0,
+        ge=10,
+        description="Seconds a Late nightly run may wait to start before the late alert "
+        "(Prefect's proactive triggers need at least 10).",
+    )
+    alert_stale_after: float = Field(
+        26 * 3600.0,
+        ge=10,
+        description="Seconds without a completed nightly run before the stale alert.",
+    )
+
     # --- S3 -----------------------------------------------------------------
     s3_bucket: str | None = Field(None, description="Bucket to ingest.")
     s3_prefix: str = Field("", description="Only keys under this prefix.")

@@ -23,6 +23,7 @@ from ingest.github.run import fetch_pulls as fetch_pulls_plain
 from ingest.github.summary import markdown
 from ingest.redact import register_secret
 from ingest.settings import Settings
+from tasks.history import compare_with_previous, record_current_run, run_link
 from tasks.timing import timed
 
 
@@ -100,7 +101,17 @@ def publish_summary(settings: Settings, summary: GitHubSummary, title: str) -> G
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
+    _, comparison = compare_with_previous(settings.data_dir, summary.stages)
+    record_current_run(
+        settings.data_dir,
+        seconds=summary.seconds,
+        items=summary.pulls,
+        failed=summary.failed_pages,
+        state="failed" if summary.errors else "completed",
+    )
     create_markdown_artifact(
-        key="run-summary", markdown=markdown(summary, title), description=title
+        key="run-summary",
+        markdown=markdown(summary, title, link=run_link) + "\n" + comparison,
+        description=title,
     )
     return summary

@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect import get_run_logger
 from prefect.runtime import deployment, flow_run
+from prefect.settings import PREFECT_UI_URL
 
 from ingest import history
 
@@ -79,7 +80,14 @@ def compare_with_previous(
 
     Returns the comparison rows and the markdown section for the run summary.
     """
-    previous = previous_of_current_run(data_dir)
+    ids = current_ids()
+    previous = previous_of_current_run(data_dir, ids)
+    if ids["parent_flow_run_id"]:
+        heading = f"Compared with the {ids['flow_name']} run of the previous nightly run"
+    elif ids["deployment_id"]:
+        heading = "Compared with the previous run of this deployment"
+    else:
+        heading = "Compared with the previous run started outside a deployment"
     rows: list[dict[str, Any]] = []
     if previous is not None:
         rows = history.compare_stages(
@@ -94,4 +102,14 @@ def compare_with_previous(
                     r["wall_seconds"],
                     r["previous_wall_seconds"],
                 )
-    return rows, history.comparison_markdown(rows, previous)
+    return rows, history.comparison_markdown(rows, previous, heading=heading, link=run_link)
+
+
+def run_link(flow_run_id: str) -> str:
+    """A markdown link to the flow run in the Prefect UI (``PREFECT_UI_URL``), or the
+    short id where there is no UI (a run without a server)."""
+    short = f"`{flow_run_id[:8]}`"
+    ui = PREFECT_UI_URL.value()
+    if not ui or not flow_run_id or flow_run_id == "local":
+        return short
+    return f"[{flow_run_id[:8]}]({str(ui).rstrip('/')}/runs/flow-run/{flow_run_id})"

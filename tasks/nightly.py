@@ -9,9 +9,10 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from ingest import history, nightly
+from ingest import chart, freshness, history, nightly, nights
 from ingest.settings import Settings
-from tasks.history import current_ids, previous_of_current_run, record_current_run
+from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
+from tasks.progress import publish_progress
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -43,6 +44,26 @@ def publish_nightly_summary(
             ),
             staged_by=ids["flow_run_id"],
         )
+    tonight = freshness.record(
+        data_dir,
+        [
+            freshness.SourceNight(
+                source=o.flow_name,
+                target=o.target,
+                state=o.state,
+                seconds=o.seconds,
+                rows_changed=o.changed,
+                failed=o.failed_items,
+                bytes=int(getattr(o.summary, "bytes", 0) or 0),
+                flow_run_id=o.flow_run_id,
+                nightly_run_id=ids["flow_run_id"],
+            )
+            for o in outcomes
+        ],
+        staged_by=ids["flow_run_id"],
+    )
+    last_nights = nights.load(data_dir, staged_run=ids["flow_run_id"])
+    chart_path = chart.write(data_dir, last_nights)
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
@@ -67,14 +88,35 @@ def publish_nightly_summary(
     for r in rows:
         if r["verdict"] in ("slower", "faster"):
             logger.info("%s: %s (%s)", r["stage"], r["verdict"], r["change"])
+    for n in last_nights:
+        if n.slow and n.nightly_run_id == ids["flow_run_id"]:
+            logger.warning("%s slow tonight: %s", n.source, nights.slow_note(n).replace("**", ""))
+    history_md = nights.markdown(last_nights, chart_path.resolve().as_uri(), run_link)
+    create_markdown_artifact(
+        key="nightly-history",
+        markdown=f"# The last {nights.NIGHTS} nights\n\n{history_md}",
+        description="nightly: the last nights per source, trend, slow nights, chart",
+    )
     if stages:
         create_table_artifact(
             key="nightly-stage-timing", table=stages, description="nightly: per-stage timing"
         )
+    publish_progress(  # the finished bar says how it ended, not only "100 %"
+        "nightly-progress",
+        len(outcomes),
+        len(outcomes),
+        f"Finished in {seconds:.1f} s: "
+        + ", ".join(f"{o.flow_name} {o.state} ({o.seconds:.1f} s)" for o in outcomes),
+    )
     create_markdown_artifact(
         key="nightly-summary",
         markdown=nightly.markdown(
-            outcomes, stages, seconds, history.comparison_markdown(rows, previous)
+            outcomes,
+            stages,
+            seconds,
+            history.comparison_markdown(rows, previous, link=run_link),
+            link=run_link,
+            sections=[freshness.markdown(tonight), history_md],
         ),
         description="nightly ingestion: both sources, per-stage timing, comparison",
     )

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
+from prefect.states import Completed
 
 from ingest import report
 from ingest.settings import Settings
+from ingest.timing import human_bytes
 from tasks.history import compare_with_previous, record_current_run
+from tasks.progress import publish_progress
+
+FAILED_OBJECTS_TAG = "failed-objects"
 
 
 @task(name="publish-summary", cache_policy=NO_CACHE)
@@ -46,4 +55,30 @@ def publish_summary(
         markdown=report.markdown(summary, title) + "\n" + comparison,
         description=title,
     )
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
+    publish_progress(  # the finished bar says what was done, not only "100 %"
+        "download-progress",
+        1,
+        1,
+        f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
+        f"downloaded in {summary.seconds:.1f} s",
+    )
     return summary
+
+
+def finish(summary: report.RunSummary) -> Any:
+    """What the flow returns: its summary, or, when objects failed (under the threshold), a
+    Completed state whose message says so, with the run tagged ``failed-objects``, so the
+    run stands out in the run list instead of reading as a plain green Completed."""
+    message = report.failed_objects_message(summary)
+    if not message:
+        return summary
+    try:
+        with get_client(sync_client=True) as client:
+            run_id = flow_run.id
+            tags = sorted({*(flow_run.tags or []), FAILED_OBJECTS_TAG})
+            if run_id:
+                client.update_flow_run(run_id, tags=tags)
+    except Exception as exc:  # the tag is a signpost; the state message still says it
+        get_run_logger().warning("tag %s not added: %s", FAILED_OBJECTS_TAG, exc)
+    return Completed(message=message, data=summary)

@@ -261,8 +261,15 @@ def test_nightly_run_from_the_api_completes(client: Any, served: Served) -> None
     again = wait_final(client, again.id)
     assert again.state.is_completed(), again.state
     summary = artifacts_of(client, again.id)["nightly-summary"].data
-    assert f"Previous run `{run.id}`" in summary
+    # The previous run is a link to its page in the UI.
+    assert f"Previous run [{str(run.id)[:8]}]({served.ui_url}/runs/flow-run/{run.id})" in summary
     assert "| s3-ingest: download-batch |" in summary
+    assert "## Freshness" in summary and "### s3-ingest: 2 nights" in summary
+    # The nightly summary, the child run and the UI give the child one duration.
+    s3_again = children_of(client, again.id)["s3-ingest"]
+    ui_seconds = s3_again.total_run_time.total_seconds()
+    assert f"**s3-ingest** (completed, {ui_seconds:.2f} s)" in summary
+    assert {"nightly", "nightly-child"} <= set(s3_again.tags)
 
 
 def test_failed_nightly_says_what_failed_and_what_to_do(client: Any, served: Served) -> None:

@@ -22,13 +22,20 @@ def test_compare_stages_says_slower_faster_or_the_same() -> None:
     )
     verdicts = {r["stage"]: (r["verdict"], r["change"]) for r in rows}
     assert verdicts == {
-        "list": ("slower", "+150%"),
-        "download": ("faster", "-75%"),
-        "extract": ("about the same", "+2%"),
+        "list": ("slower", "+6.00 s (+150%)"),
+        "download": ("faster", "-6.00 s (-75%)"),
+        "extract": ("about the same", "+0.10 s (+2%)"),
         "new": ("new stage", None),
     }
     text = history.comparison_markdown(rows, None)
     assert "No earlier run" in text
+    # A previous row without a start says when it ended, not "started None"; the
+    # thresholds behind the verdicts are stated.
+    ended = datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
+    previous = {"flow_run_id": "abc", "started_at": None, "ended_at": ended}
+    text = history.comparison_markdown(rows, {**previous, "seconds": 9.6, "state": "completed"})
+    assert "ended 2026-11-30 17:00 UTC and took 9.60 s" in text and "None" not in text
+    assert "at least 0.5 s and 20%" in text
 
 
 def write_timing(data_dir: Path, run_id: str, task: str, start: datetime, seconds: float) -> None:
@@ -87,7 +94,7 @@ def test_failed_child_advice_says_what_failed_and_what_to_do() -> None:
         message="Flow run encountered an exception: BucketNotFoundError: no bucket\n  'nope'",
     )
     text = nightly.advice(outcome, nightly.is_terminal(BucketNotFoundError("no bucket")))
-    assert text.startswith("s3-ingest failed: Flow run encountered an exception")
+    assert text.startswith("s3-ingest failed: BucketNotFoundError: no bucket")
     assert "\n" not in text and "'nope'" in text
     assert "What to do: fix the configuration" in text
     assert not nightly.is_terminal(ValueError("x"))

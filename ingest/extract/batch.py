@@ -62,9 +62,12 @@ def extract_batch(
 ) -> list[Document]:
     """One ``documents`` row per stored object, whatever happens to its parser.
 
-    ``pool`` defaults to the process's shared warm pool. Timeouts and crashed
-    workers become rows (``timeout``, ``failed``); the pool replaces the worker.
+    ``pool`` defaults to the process's shared warm pool, started only when a
+    document needs it. Timeouts and crashed workers become rows (``timeout``,
+    ``failed``); the pool replaces the worker.
     """
+    if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
+        return []
     pool = pool or shared_pool(pool_config(settings))
     futures = [
         pool.submit(

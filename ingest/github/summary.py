@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ingest.github.records import GitHubSummary
 
 
@@ -20,8 +22,21 @@ def headline(summary: GitHubSummary) -> str:
     return text
 
 
-def markdown(summary: GitHubSummary, title: str) -> str:
-    lines = [f"# {title}", "", headline(summary).replace("\n", "  \n"), ""]
+TERMS = (
+    "*requests*: HTTP calls made this run; *not modified*: requests answered 304 from a "
+    "stored ETag (nothing new, and free of the rate-limit budget); *budget spent*: requests "
+    "counted against the hourly rate limit; *per_page*: pull requests asked for per page "
+    "(1-100, chosen from the budget unless set); *max in flight*: the most requests open at "
+    "once; *failed pages*: pages that still failed after their retries."
+)
+
+
+def markdown(summary: GitHubSummary, title: str, link: Callable[[str], str] | None = None) -> str:
+    """The run-summary artifact; ``link`` makes the run id a link to the run."""
+    text = headline(summary).replace("\n", "  \n")
+    if link is not None:
+        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
+    lines = [f"# {title}", "", text, "", TERMS, ""]
     lines += [
         "| repo | complete | pull requests | requests | not modified | failed pages | note |",
         "|---|---|---|---|---|---|---|",

@@ -4,7 +4,7 @@ Two kinds, both Delta Lake tables (see ``ingest.storage.lake``):
 
 * **state** tables hold the current truth, one row per key (``s3_objects`` per
   bucket and key, ``documents``, ``pull_requests``, ``github_pages``,
-  ``flow_runs``). A run MERGEs its rows in by key; a row replaces the stored
+  ``flow_runs``, ``source_freshness``). A run MERGEs its rows in by key; a row replaces the stored
   one only when it is newer (``newer``), so replaying a commit changes nothing,
   and a night with nothing new writes nothing.
 * **history** tables are append-only logs (``s3_object_log``, ``task_timings``,
@@ -95,6 +95,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("message", pa.string()),
         ]
     ),
+    # Each source of the nightly (ingest.freshness): its last successful sync and its lag,
+    # one row per source, written by every nightly run (and logged, one row per night).
+    "source_freshness": pa.schema(
+        [
+            ("source", pa.string()),  # the child flow: s3-ingest, github-pulls
+            ("target", pa.string()),  # what it reads: s3://bucket/prefix, owner/name, ...
+            ("last_success", _TS),
+            ("rows_changed", pa.int64()),  # objects or pull requests changed, last success
+            ("lag_seconds", pa.float64()),  # checked_at - last_success
+            ("state", pa.string()),  # this night's outcome
+            ("seconds", pa.float64()),
+            ("failed", pa.int64()),
+            ("bytes", pa.int64()),
+            ("flow_run_id", pa.string()),
+            ("nightly_run_id", pa.string()),
+            ("checked_at", _TS),
+        ]
+    ),
     # GitHub source (ingest.github): one part per run and repository.
     "pull_requests": pa.schema(
         [
@@ -180,6 +198,7 @@ def _without(schema: pa.Schema, *names: str) -> pa.Schema:
 SCHEMAS["s3_object_log"] = SCHEMAS["s3_objects"]
 SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text")
 SCHEMAS["pull_request_log"] = _without(SCHEMAS["pull_requests"], "body")
+SCHEMAS["source_nights"] = SCHEMAS["source_freshness"]
 
 Kind = Literal["state", "history"]
 STATE_PARTS = 16  # hash partitions of the per-object state tables (see TableSpec.parts)
@@ -265,5 +284,13 @@ SPECS: dict[str, TableSpec] = {
         TableSpec("api_requests", "history", day_from="requested_at"),
         TableSpec("github_pages", "state", keys=("repo", "state", "url"), newer="fetched_at"),
         TableSpec("github_syncs", "history", day_from="started_at"),
+        TableSpec(
+            "source_freshness",
+            "state",
+            keys=("source",),
+            newer="checked_at",
+            log="source_nights",
+        ),
+        TableSpec("source_nights", "history", day_from="checked_at"),
     )
 }

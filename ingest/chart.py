@@ -1,0 +1,87 @@
+"""A small SVG bar chart of the nights' durations, one bar per source and night.
+
+Hand-written SVG (a few dozen elements) rather than a plotting library: the
+chart is simple and the project has no plotting dependency. Each bar carries
+its figures as ``data-*`` attributes and a ``<title>`` (the tooltip), and a
+slow night's bar has the class ``slow``, so what is drawn can be checked
+against the data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+from ingest.nights import Night
+
+WIDTH, HEIGHT = 720, 300
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 48
+COLOURS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4")
+SLOW_COLOUR = "#c00000"
+
+
+def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)") -> str:
+    """The chart as SVG text."""
+    sources = list(dict.fromkeys(n.source for n in nights))
+    days = sorted({n.night for n in nights})
+    top = max((n.seconds for n in nights), default=0.0) or 1.0
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    slot = plot_w / max(len(days), 1)
+    bar = slot * 0.8 / max(len(sources), 1)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{LEFT}" y="16" font-size="13">{escape(title)}</text>',
+        f'<line x1="{LEFT}" y1="{TOP + plot_h}" x2="{WIDTH - RIGHT}" y2="{TOP + plot_h}" '
+        'stroke="#333"/>',
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + plot_h}" stroke="#333"/>',
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{top:.1f}</text>',
+        f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end">0</text>',
+    ]
+    for i, day in enumerate(days):
+        x = LEFT + i * slot + slot / 2
+        parts.append(
+            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">{day[5:]}</text>'
+        )
+    for n in nights:
+        s = sources.index(n.source)
+        h = plot_h * n.seconds / top
+        x = LEFT + days.index(n.night) * slot + slot * 0.1 + s * bar
+        colour = SLOW_COLOUR if n.slow else COLOURS[s % len(COLOURS)]
+        tip = f"{n.source} {n.night}: {n.seconds:.2f} s, {n.state}"
+        if n.slow and n.grown_stage:
+            tip += f", slow ({n.grown_stage} grew)"
+        parts.append(
+            f'<rect class="{"bar slow" if n.slow else "bar"}" x="{x:.1f}" '
+            f'y="{TOP + plot_h - h:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{colour}" '
+            f"data-source={quoteattr(n.source)} data-night={quoteattr(n.night)} "
+            f'data-seconds="{n.seconds:.3f}"><title>{escape(tip)}</title></rect>'
+        )
+    for s, source in enumerate(sources):  # legend
+        x = LEFT + 10 + s * 150
+        parts.append(
+            f'<rect x="{x}" y="{HEIGHT - 16}" width="10" height="10" '
+            f'fill="{COLOURS[s % len(COLOURS)]}"/>'
+            f'<text x="{x + 14}" y="{HEIGHT - 7}">{escape(source)}</text>'
+        )
+    parts.append(
+        f'<rect x="{LEFT + 10 + len(sources) * 150}" y="{HEIGHT - 16}" width="10" height="10" '
+        f'fill="{SLOW_COLOUR}"/><text x="{LEFT + 24 + len(sources) * 150}" '
+        f'y="{HEIGHT - 7}">slow night</text>'
+    )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def write(data_dir: Path, nights: Sequence[Night], name: str = "nightly-durations.svg") -> Path:
+    """Write the chart under ``data_dir/reports`` (beside the lake), atomically."""
+    folder = data_dir / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(svg(nights), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,105 @@
+"""Freshness of each source of the nightly: when it last synced successfully, how
+much that changed, and how far behind it is now.
+
+Every nightly run stages one ``source_freshness`` row per source (the child
+flow that reads it: ``s3-ingest``, ``github-pulls``); the row replaces the
+stored one, and the same row is appended to ``source_nights``, which is the
+night-by-night history the nightly summary and ``ingest status`` read. A source
+that failed tonight keeps its last success (and the rows that success changed),
+so its lag grows night after night until it syncs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ingest import duck, storage
+
+TABLE = "source_freshness"
+
+
+@dataclass(slots=True)
+class SourceNight:
+    """One source in one nightly run: a ``source_freshness`` / ``source_nights`` row."""
+
+    source: str
+    target: str
+    state: str
+    seconds: float = 0.0
+    rows_changed: int = 0
+    failed: int = 0
+    bytes: int = 0
+    flow_run_id: str = ""
+    nightly_run_id: str = ""
+    last_success: datetime | None = None
+    lag_seconds: float | None = None
+    checked_at: datetime | None = None
+
+
+def current(data_dir: Path) -> dict[str, dict[str, Any]]:
+    """The stored ``source_freshness`` rows by source (what earlier nights committed)."""
+    with duck.connect() as con:
+        cur = con.execute(f"SELECT * FROM {storage.scan(data_dir, TABLE)}")
+        cols = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    return {r["source"]: r for r in rows}
+
+
+def settle(night: SourceNight, stored: dict[str, Any] | None, now: datetime) -> SourceNight:
+    """Fill in last success and lag: tonight's when it completed, else the stored one's."""
+    night.checked_at = now
+    if night.state == "completed":
+        night.last_success = now
+    elif stored is not None and stored.get("last_success") is not None:
+        night.last_success = stored["last_success"]
+        night.rows_changed = int(stored.get("rows_changed") or 0)
+    else:
+        night.last_success = None
+        night.rows_changed = 0
+    if night.last_success is not None:
+        night.lag_seconds = round((now - night.last_success).total_seconds(), 3)
+    return night
+
+
+def record(data_dir: Path, nights: list[SourceNight], *, staged_by: str) -> list[SourceNight]:
+    """Settle and stage tonight's rows (committed with the nightly run); returns them."""
+    stored = current(data_dir)
+    now = datetime.now(UTC)
+    settled = [settle(n, stored.get(n.source), now) for n in nights]
+    if settled:
+        storage.stage(data_dir, staged_by, TABLE, "source-freshness", [asdict(n) for n in settled])
+    return settled
+
+
+def lag_text(seconds: float | None) -> str:
+    """``3 h 12 min``, ``45 s``; ``never`` for a source that never synced."""
+    if seconds is None:
+        return "never synced"
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def markdown(nights: list[SourceNight]) -> str:
+    """The freshness section of the nightly summary."""
+    lines = [
+        "## Freshness",
+        "",
+        "| source | reads | last success | rows changed then | lag | tonight |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for n in nights:
+        when = n.last_success.strftime("%Y-%m-%d %H:%M UTC") if n.last_success else "never"
+        lines.append(
+            f"| {n.source} | {n.target} | {when} | {n.rows_changed} "
+            f"| {lag_text(n.lag_seconds)} | {n.state} |"
+        )
+    return "\n".join(lines)

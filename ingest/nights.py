@@ -1,0 +1,202 @@
+"""The last nights at a glance: per source, the last 14 nights (duration, rows
+changed, failures, bytes), the trend, and the nights that were much slower than
+the ones before them, with the stage that grew.
+
+The nights come from ``source_nights`` (one row per source per nightly run, see
+``ingest.freshness``); the stages of a night come from ``task_timings`` of that
+night's child flow run. A night is flagged when it took more than ``SLOW_FACTOR``
+times the median of the nights before it (at least ``MIN_PREVIOUS`` of them);
+the stage named is the one whose wall time grew most over its own median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest import duck, storage
+from ingest.timing import human_bytes
+
+NIGHTS = 14
+SLOW_FACTOR = 2.0
+MIN_PREVIOUS = 3
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(slots=True)
+class Night:
+    """One source in one night, with its comparison to the nights before."""
+
+    source: str
+    night: str  # the nightly run's day, YYYY-MM-DD (UTC)
+    state: str
+    seconds: float
+    rows_changed: int
+    failed: int
+    bytes: int
+    flow_run_id: str
+    nightly_run_id: str
+    median_before: float | None = None
+    slow: bool = False
+    grown_stage: str = ""
+    grown_by: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.seconds / self.median_before if self.median_before else None
+
+
+def load(data_dir: Path, *, staged_run: str | None = None, nights: int = NIGHTS) -> list[Night]:
+    """The last ``nights`` rows of each source, oldest first (with the ``source_freshness``
+    rows ``staged_run``, the running nightly, has staged), each with its stage wall times."""
+    source = f"(SELECT * EXCLUDE (day) FROM {storage.scan(data_dir, 'source_nights')})"
+    # Tonight's rows are staged for source_freshness; its log gets them at the commit.
+    parts = storage.staging.parts(data_dir, staged_run, "source_freshness") if staged_run else []
+    if parts:
+        listing = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+        source = f"({source} UNION ALL BY NAME SELECT * FROM read_parquet([{listing}]))"
+    sql = f"""
+        SELECT * FROM (
+            SELECT *, row_number() OVER (PARTITION BY source ORDER BY checked_at DESC) AS n
+            FROM {source}
+        ) WHERE n <= ? ORDER BY source, checked_at
+    """
+    with duck.connect() as con:
+        cur = con.execute(sql, [nights])
+        cols = [d[0] for d in cur.description or ()]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    out = [
+        Night(
+            source=r["source"],
+            night=r["checked_at"].strftime("%Y-%m-%d"),
+            state=r["state"],
+            seconds=float(r["seconds"] or 0),
+            # A failed night changed nothing; the row keeps the last success's count.
+            rows_changed=int(r["rows_changed"] or 0) if r["state"] == "completed" else 0,
+            failed=int(r["failed"] or 0),
+            bytes=int(r["bytes"] or 0),
+            flow_run_id=r["flow_run_id"] or "",
+            nightly_run_id=r["nightly_run_id"] or "",
+        )
+        for r in rows
+    ]
+    stages = stage_walls(data_dir, [n.flow_run_id for n in out if n.flow_run_id])
+    for n in out:
+        n.stages = stages.get(n.flow_run_id, {})
+    return flag_slow(out)
+
+
+def stage_walls(data_dir: Path, flow_run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Wall seconds (first start to last end) per stage of each flow run."""
+    if not flow_run_ids:
+        return {}
+    sql = f"""
+        SELECT flow_run_id, task_name,
+               epoch(max(ended_at)) - epoch(min(started_at)) AS wall
+        FROM {storage.scan(data_dir, "task_timings")}
+        WHERE flow_run_id IN (SELECT unnest(?))
+        GROUP BY flow_run_id, task_name
+    """
+    out: dict[str, dict[str, float]] = {}
+    with duck.connect() as con:
+        for run_id, stage, wall in con.execute(sql, [list(flow_run_ids)]).fetchall():
+            out.setdefault(run_id, {})[stage] = float(wall or 0)
+    return out
+
+
+def flag_slow(nights: list[Night]) -> list[Night]:
+    """Mark the nights slower than ``SLOW_FACTOR`` x the median of the earlier nights of
+    the same source, and name the stage that grew most."""
+    by_source: dict[str, list[Night]] = {}
+    for n in nights:
+        before = by_source.setdefault(n.source, [])
+        if len(before) >= MIN_PREVIOUS:
+            n.median_before = statistics.median(b.seconds for b in before)
+            if n.median_before > 0 and n.seconds > SLOW_FACTOR * n.median_before:
+                n.slow = True
+                n.grown_stage, n.grown_by = grown_stage(n, before)
+        before.append(n)
+    return nights
+
+
+def grown_stage(night: Night, before: Sequence[Night]) -> tuple[str, float]:
+    """The stage whose wall time grew most over its median in ``before`` (0 where absent)."""
+    best, growth = "", 0.0
+    for stage, wall in night.stages.items():
+        usual = statistics.median(b.stages.get(stage, 0.0) for b in before)
+        if wall - usual > growth:
+            best, growth = stage, wall - usual
+    return best, growth
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """``▁▃█▂``: one character per value, scaled to the largest."""
+    top = max(values, default=0) or 1
+    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1)))] for v in values)
+
+
+def trend(values: Sequence[float]) -> str:
+    """Rising, falling or steady: the last three nights' median against the three before."""
+    if len(values) < 4:
+        return "too few nights for a trend"
+    recent = statistics.median(values[-3:])
+    earlier = statistics.median(values[-6:-3])
+    if not earlier:
+        return "steady"
+    change = recent / earlier - 1
+    if abs(change) < 0.2:
+        return f"steady ({change:+.0%}, last 3 nights against the 3 before)"
+    word = "rising" if change > 0 else "falling"
+    return f"{word} ({change:+.0%}, last 3 nights against the 3 before)"
+
+
+def slow_note(n: Night) -> str:
+    """``2.6x the median of the 5 nights before (3.1 s); grew: download-batch +7.9 s``."""
+    text = f"{n.ratio:.1f}x the median of the nights before ({n.median_before:.1f} s)"
+    if n.grown_stage:
+        usual = n.stages[n.grown_stage] - n.grown_by
+        text += (
+            f"; the stage that grew: **{n.grown_stage}** ({usual:.1f} s -> "
+            f"{n.stages[n.grown_stage]:.1f} s, +{n.grown_by:.1f} s)"
+        )
+    return text
+
+
+def markdown(nights: list[Night], chart: str = "", run_link: Any = None) -> str:
+    """The "last nights" section: per source a table of its nights, newest last.
+
+    ``run_link(flow_run_id)`` turns a run id into a markdown link (plain id without it).
+    """
+    link = run_link or (lambda run_id: f"`{run_id[:8]}`")
+    lines = ["## Last nights", ""]
+    if not nights:
+        return "\n".join([*lines, "No nights recorded yet."])
+    if chart:
+        lines += [f"Durations over the nights, as a chart: [{Path(chart).name}]({chart})", ""]
+    sources = list(dict.fromkeys(n.source for n in nights))
+    for source in sources:
+        mine = [n for n in nights if n.source == source]
+        durations = [n.seconds for n in mine]
+        lines += [
+            f"### {source}: {len(mine)} nights {sparkline(durations)}",
+            "",
+            f"Duration trend: {trend(durations)}. A night more than {SLOW_FACTOR:g}x the "
+            f"median of the nights before it (at least {MIN_PREVIOUS}) is flagged.",
+            "",
+            "| night | run | state | duration s | vs median before | changed | failures "
+            "| bytes | flag |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for n in mine:
+            vs = f"{n.ratio:.2f}x" if n.ratio is not None else ""
+            flag = f"slow: {slow_note(n)}" if n.slow else ""
+            lines.append(
+                f"| {n.night} | {link(n.flow_run_id)} | {n.state} | {n.seconds:.2f} | {vs} "
+                f"| {n.rows_changed} | {n.failed} | {human_bytes(n.bytes)} | {flag} |"
+            )
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""Real nightly runs (Prefect test server, the S3 server on loopback): the summary
+carries freshness and the last nights, the chart is written, child runs carry the
+nightly's tags, and ``ingest status`` prints freshness and the nights' outcomes."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.nightly import nightly
+from tests.helpers import put_many, run_cli
+
+pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
+
+
+def artifacts(flow_run_id: Any) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key: a for a in found}
+
+
+def children(flow_run_id: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+            )
+        )
+
+
+def test_nightly_summary_freshness_history_and_status(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    put_many(s3, bucket, {f"in/doc-{i}.txt": f"document {i}".encode() for i in range(3)})
+    params = {
+        "bucket": bucket,
+        "prefix": "in/",
+        "repos": [],
+        "endpoint_url": s3_server.url,
+        "data_dir": str(data_dir),
+    }
+    ok = nightly(**params, return_state=True)
+    assert ok.is_completed(), ok
+    ok_id = ok.state_details.flow_run_id
+    [child] = children(ok_id)
+    assert {"nightly", "nightly-child"} <= set(child.tags)  # filtering on nightly finds it
+
+    failed = nightly(**{**params, "bucket": "no-such-bucket-here"}, return_state=True)
+    assert failed.is_failed()
+    failed_id = failed.state_details.flow_run_id
+
+    arts = artifacts(failed_id)
+    summary = arts["nightly-summary"].data
+    assert "## Freshness" in summary and "## Last nights" in summary
+    fresh = [line for line in summary.splitlines() if line.startswith("| s3-ingest |")]
+    # Tonight failed: the row keeps the first night's success and its 3 changed objects.
+    assert len(fresh) == 1 and "| 3 |" in fresh[0] and fresh[0].endswith("| failed |")
+    assert "### s3-ingest: 2 nights" in arts["nightly-history"].data, arts["nightly-history"].data
+    chart = data_dir / "reports" / "nightly-durations.svg"
+    bars = [r for r in ET.parse(chart).getroot().iter() if "bar" in (r.get("class") or "")]
+    assert len(bars) == 2
+
+    proc = run_cli(["status", "--data-dir", str(data_dir)])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    [row] = [line for line in out.splitlines() if line.startswith("s3-ingest ")]
+    assert (
+        "s3://no-such-bucket-here/in/" in row and " 3 " in row and row.rstrip().endswith("failed")
+    )
+    nights = out.split("Last 7 nights", 1)[1]
+    assert "s3-ingest failed" in nights and "s3-ingest completed" in nights
+    assert nights.index("s3-ingest failed") < nights.index("s3-ingest completed")  # newest first
+
+
+def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.s3_ingest import s3_ingest
+
+    fine = {f"in/ok-{i}.txt": b"fine" for i in range(20)}
+    put_many(s3, bucket, {"in/../escape.txt": b"evil"} | fine)  # one unsafe key: an error row
+    state = s3_ingest(
+        bucket=bucket,
+        prefix="in/",
+        endpoint_url=s3_server.url,
+        data_dir=str(data_dir),
+        extract=False,
+        return_state=True,
+    )
+    assert state.is_completed()
+    assert state.message.startswith("Completed with 1 of 21 objects failed"), state.message
+    assert state.result().counts == {"downloaded": 20, "failed": 1}
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        assert "failed-objects" in client.read_flow_run(run_id).tags
+    arts = artifacts(run_id)
+    summary = arts["run-summary"].data
+    assert "## Failures (1)" in summary and "First 1 of 1" not in summary
+    assert "20 objects" not in summary and "21 objects" in summary
+    assert arts["download-progress"].description.startswith("Finished: 21 objects")
+
+
+def test_nothing_to_extract_starts_no_worker_pool() -> None:
+    from ingest.extract import batch, pool
+    from ingest.settings import Settings
+
+    settings = Settings(extract_workers=7)  # a pool configuration no other test uses
+    assert batch.extract_batch(settings, "b", [], run_id="r") == []
+    assert batch.pool_config(settings) not in pool._shared  # no worker processes spawned
+
+
+def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> None:
+    """What a run created without validation ("Validate parameters" unticked) ends with."""
+    from flows.s3_ingest import s3_ingest
+
+    state = s3_ingest(bucket="x", concurrency=0, data_dir=str(data_dir), return_state=True)
+    assert state.is_failed()
+    assert "bucket: String should have at least 3 characters" in state.message, state.message
+    assert "concurrency: Input should be greater than or equal to 1" in state.message
