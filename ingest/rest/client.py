@@ -70,7 +70,6 @@ def make_http(
     base_url: str,
     *,
     headers: Mapping[str, str],
-    params: Mapping[str, str] | None = None,
     concurrency: int,
     timeout: float,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -80,7 +79,6 @@ def make_http(
         base_url=base_url,
         verify=ssl_context(),
         headers=dict(headers),
-        params=dict(params or {}),
         timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         transport=transport,
@@ -136,6 +134,7 @@ class RestClient:
     window: AdaptiveWindow | None = None
     auth_hint: str = "check the credentials"
     who: str = "these credentials"  # what a 404 may not be visible to
+    auth_params: dict[str, str] = field(default_factory=dict)  # a credential in the query
     requests: list[ApiRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -250,11 +249,15 @@ class RestClient:
             admitted = True
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            ticket.sent_with = self.in_flight
             sent.sent_at = datetime.now(UTC)
             start = time.perf_counter()
             try:
+                target = httpx.URL(url)
+                if self.auth_params:  # merged here: httpx's client params replace a query
+                    target = target.copy_merge_params(self.auth_params)
                 response = await self.http.get(
-                    url, params=params, headers={"If-None-Match": etag} if etag else None
+                    target, params=params, headers={"If-None-Match": etag} if etag else None
                 )
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 sent.error = exc

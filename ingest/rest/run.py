@@ -365,7 +365,6 @@ def make_client(
     http = make_http(
         base_url or source.client.base_url,
         headers={"Accept": "application/json", **source.client.headers, **creds.headers},
-        params=creds.params,
         concurrency=concurrency,
         timeout=settings.rest_timeout,
         transport=transport,
@@ -392,6 +391,7 @@ def make_client(
         run_id=run_id,
         window=window,
         auth_hint=creds.hint,
+        auth_params=creds.params,
     )
 
 

@@ -39,12 +39,16 @@ from typing import Literal
 Outcome = Literal["ok", "limit", "timeout", "error"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
-    """A sent request: the decrease epoch and the requests in flight when it went out."""
+    """A request admitted by the window: the decrease epoch when it was admitted, and the
+    requests on the wire (this one included) when it was actually sent. A request may
+    wait between the two (a ``Retry-After`` pause), so only the second counts what the
+    server saw."""
 
     epoch: int
     in_flight: int
+    sent_with: int = 0
 
 
 class AdaptiveWindow:
@@ -106,6 +110,10 @@ class AdaptiveWindow:
             return Ticket(self.epoch, self.in_flight)
 
     async def release(self, ticket: Ticket, outcome: Outcome, seconds: float = 0.0) -> None:
+        """Account for an answer; ``ticket.sent_with`` should hold the requests on the
+        wire when it was sent (else the count at admission stands in)."""
+        if not ticket.sent_with:
+            ticket.sent_with = ticket.in_flight
         async with self._cond:
             self.in_flight -= 1
             if self.adaptive:
@@ -116,8 +124,12 @@ class AdaptiveWindow:
             self._cond.notify_all()
 
     def _grow(self, ticket: Ticket, seconds: float) -> None:
-        if self.ceiling is not None and ticket.in_flight > self.ceiling:
-            self.ceiling = ticket.in_flight  # a probe above the ceiling went through
+        if (
+            self.ceiling is not None
+            and ticket.epoch == self.epoch
+            and ticket.sent_with > self.ceiling
+        ):
+            self.ceiling = ticket.sent_with  # a probe above the ceiling went through
             self.ssthresh = float(self.ceiling)
         if seconds > 0:
             self._samples += 1
@@ -131,7 +143,7 @@ class AdaptiveWindow:
                 return
             if ratio > self.latency_factor:
                 return  # queueing starts: hold
-        if ticket.in_flight < self.size - 1:
+        if ticket.sent_with < self.size - 1:
             return  # the window was not used: growing it would be a guess
         if self.ceiling is not None and self.cwnd >= self.ceiling:
             self._clean_at_ceiling += 1
@@ -146,14 +158,14 @@ class AdaptiveWindow:
     def _shrink(self, ticket: Ticket, *, limit: bool) -> None:
         if limit:
             self.limit_answers += 1
-            accepted = max(1, ticket.in_flight - 1)
+            accepted = max(1, ticket.sent_with - 1)
             if self.ceiling is not None and accepted >= self.ceiling:
                 self._probe_wait *= 2  # a failed probe: wait longer before the next
             self.ceiling = accepted if self.ceiling is None else min(self.ceiling, accepted)
             self._clean_at_ceiling = 0
         if ticket.epoch != self.epoch:
             return  # the same burst as the last decrease
-        self._decrease(float(ticket.in_flight))
+        self._decrease(float(ticket.sent_with))
 
     def _decrease(self, basis: float) -> None:
         self.epoch += 1
