@@ -173,7 +173,8 @@ class SourceRun:
             if start is not None:
                 params[inc.start_param] = start
         spec = ep.paginator
-        sized = spec is not None and spec.type in ("cursor", "header_cursor", "json_link")
+        # page_number and offset carry the size themselves; the others through a parameter
+        sized = spec is not None and spec.type not in ("page_number", "offset")
         if sized and spec is not None and spec.page_size_param and listing.page_size:
             params[spec.page_size_param] = listing.page_size
         query = urlencode({k: _param(v) for k, v in params.items()})
