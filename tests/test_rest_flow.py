@@ -87,11 +87,11 @@ def test_malformed_page_fails_the_run_after_storing_the_rest(
 ) -> None:
     monkeypatch.setenv("TICKETS_API_KEY", KEY)
     faults = [{"kind": "repeat_cursor", "match": "/projects/2/tickets", "times": 99}]
-    with DevRest(
+    server = DevRest(
         api_key=KEY, paginator="cursor", projects=3, tickets_per_project=60, faults=faults
-    ) as srv:
-        with pytest.raises(RestTerminalError, match="the cursor repeats"):
-            rest_ingest(source="sources/tickets.yaml", base_url=srv.url, data_dir=str(data_dir))
+    )
+    with server as srv, pytest.raises(RestTerminalError, match="the cursor repeats"):
+        rest_ingest(source="sources/tickets.yaml", base_url=srv.url, data_dir=str(data_dir))
     _, rows = storage.query(
         data_dir, "SELECT parent_key, count(*) FROM tickets__tickets GROUP BY 1 ORDER BY 1"
     )

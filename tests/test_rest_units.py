@@ -126,7 +126,7 @@ def test_a_valid_source_resolves_defaults_and_parents() -> None:
         ),
         (
             ("  base_url:", "  headers: {Authorization: x}\n  base_url:"),
-            ":3: client.headers: Value error",
+            ":3: client.headers: header 'Authorization' carries a credential",
         ),
     ],
 )
