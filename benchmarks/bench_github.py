@@ -39,8 +39,9 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
 * ``fixed-N``        ``ingest github``'s fetch with the window fixed at N
                      (``http_adaptive=False``) for N in C/2, C, 2C and 32: the best
                      of them is the fixed-concurrency client tuned for that server;
-* ``adaptive``       the same fetch with the adaptive window (up to 100 in flight),
-                     fresh data folder: it starts at 4 and has to find C;
+* ``adaptive``       the same fetch with its defaults: the adaptive window (up to
+                     ``github_concurrency``, 32, in flight), fresh data folder: it starts
+                     at 4 and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
 """
@@ -304,17 +305,9 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                 results.append(r)
                 print(row(r), flush=True)
             with tempfile.TemporaryDirectory() as tmp:
-                first = measure(
-                    server,
-                    scenario,
-                    "adaptive",
-                    lambda d=Path(tmp): fetch(d, github_concurrency=100),
-                )
+                first = measure(server, scenario, "adaptive", lambda d=Path(tmp): fetch(d))
                 warm = measure(
-                    server,
-                    scenario,
-                    "adaptive-warm",
-                    lambda d=Path(tmp): fetch(d, full=True, github_concurrency=100),
+                    server, scenario, "adaptive-warm", lambda d=Path(tmp): fetch(d, full=True)
                 )
             for r in (first, warm):
                 results.append(r)
