@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ingest import storage
+from ingest import duck, storage
 from ingest.rest.records import ApiRequest, HostWindow
 
 
@@ -41,7 +39,7 @@ def part_name(resource: str, parent_key: str) -> str:
 def load_state(data_dir: Path, source: str, tables: dict[str, str]) -> SourceState:
     """Watermarks of the last complete listings, and stored rows per listing."""
     state = SourceState()
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         rows = con.execute(
             f"""
             SELECT resource, coalesce(parent_key, ''), arg_max(watermark, ended_at)
@@ -67,7 +65,7 @@ def stored_records(data_dir: Path, table: str) -> list[tuple[str, Any]]:
     """(key, record) of every stored row of a resource table (a child's parents)."""
     if storage.open_table(data_dir, table) is None:
         return []
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         rows = con.execute(f"SELECT key, data FROM {storage.scan(data_dir, table)}").fetchall()
     return [(key, json.loads(data)) for key, data in rows if data]
 
@@ -76,7 +74,7 @@ def load_window(data_dir: Path, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
     if storage.open_table(data_dir, "api_windows") is None:
         return None
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         row = con.execute(
             f"""SELECT window_size, ceiling FROM {storage.scan(data_dir, "api_windows")}
                 WHERE host = ? ORDER BY updated_at DESC LIMIT 1""",
