@@ -51,8 +51,8 @@ def run_rest_demo(data_dir: Path) -> None:
         DevRest(
             api_key=DEMO_KEY,
             paginator="cursor",
-            projects=6,
-            tickets_per_project=400,
+            projects=12,
+            tickets_per_project=200,
             max_in_flight=8,
             limit_retry_after=0.5,
             latency_ms=40,
@@ -60,8 +60,8 @@ def run_rest_demo(data_dir: Path) -> None:
         ) as api,
     ):
         typer.echo(
-            f"\nTicket API on {api.url}: 6 projects of 400 tickets, a cursor in the body, "
-            "an API key, at most 8 requests in flight (not announced)"
+            f"\nTicket API on {api.url}: 12 projects of 200 tickets, a cursor in the body, "
+            "an API key, at most 8 requests in flight (not announced; 12 listings want more)"
         )
         for label in ("first run", "second run (3 tickets changed)"):
             if label.startswith("second"):
