@@ -179,6 +179,46 @@ def github_command(
         )
 
 
+@app.command("rest")
+def rest_command(
+    source: Annotated[str, typer.Argument(help="Source file (YAML), e.g. sources/tickets.yaml.")],
+    base_url: Annotated[
+        str | None, typer.Option(help="API root instead of the file's client.base_url.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, max=256, help="Most requests in flight [the file's concurrency]."),
+    ] = None,
+    data_dir: DataDir = None,
+    full_refresh: Annotated[bool, typer.Option(help="Ignore stored watermarks.")] = False,
+) -> None:
+    """Run the rest-ingest flow once for a declared source and print its summary."""
+    from ingest.rest.errors import RestTerminalError
+    from ingest.rest.summary import headline
+
+    prefect_env()
+    from flows.rest_ingest import rest_ingest
+
+    try:
+        summary = rest_ingest(
+            source=source,
+            base_url=base_url,
+            concurrency=concurrency,
+            data_dir=str(data_dir) if data_dir else None,
+            full_refresh=full_refresh,
+        )
+    except RestTerminalError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(headline(summary))
+    for r in summary.resources:
+        note = "complete" if r["complete"] else f"incomplete: {r['note']}"
+        typer.echo(
+            f"  {r['resource']} -> {r['table']}: {r['records']} records, "
+            f"{r['listings']} listings, {r['requests']} requests, {note}"
+        )
+
+
 @app.command("query")
 def query_command(
     sql: Annotated[str, typer.Argument(help="SQL over s3_objects, s3_object_log, task_timings.")],

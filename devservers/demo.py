@@ -3,7 +3,9 @@
 Starts the stock ``moto_server`` on a free loopback port, seeds a bucket with
 generated sample documents, runs the ``s3-ingest`` flow twice (the second
 run shows the incremental path: nothing changed, no GET), prints the summary
-and a sample query, and stops the server.
+and a sample query, and stops the server. Then the ``github-pulls`` flow
+(``devservers.github_demo``) and the ``rest-ingest`` flow over the two example
+source files of ``sources/`` (``devservers.rest_demo``), each on a local server.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import typer
 
 from devservers import samples
 from devservers.github_demo import run_github_demo
+from devservers.rest_demo import run_rest_demo
 from devservers.s3 import DevServer
 from ingest import search, storage
 
@@ -51,6 +54,7 @@ def run(data_dir: Path) -> int:
             )
             print_summary(summary)
     run_github_demo(data_dir)
+    run_rest_demo(data_dir)
     sql = "SELECT key, status, size, error FROM s3_objects ORDER BY key"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
     print_table(*storage.query(data_dir, sql))

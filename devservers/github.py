@@ -1,8 +1,8 @@
 """A GitHub-compatible REST server for the demo, the tests and the benchmarks.
 
 It serves ``GET /repos/{owner}/{repo}/pulls`` (and the same listing at
-``/repositories/{id}/pulls``, the form GitHub puts in ``Link`` headers) and
-``GET /rate_limit`` the way api.github.com does:
+``/repositories/{id}/pulls``, the form GitHub puts in ``Link`` headers),
+``GET /orgs/{org}/repos`` and ``GET /rate_limit`` the way api.github.com does:
 
 * ``Link`` headers in GitHub's exact format (``<url>; rel="prev", <url>;
   rel="next", <url>; rel="last", <url>; rel="first"``), ``per_page``
@@ -320,6 +320,46 @@ def build_app(config: Config) -> Any:
             body, status_code=200, headers=headers, media_type="application/json; charset=utf-8"
         )
 
+    async def org_repos(request: Request) -> Response:
+        """``GET /orgs/{org}/repos``: the repositories of an owner, paged like every listing."""
+        who = identify(request)
+        if isinstance(who, Response):
+            return who
+        state.stats["requests"] += 1
+        org = request.path_params["org"]
+        b = state.budget(who)
+        if b.remaining <= 0:
+            state.stats["primary_limited"] += 1
+            return JSONResponse(
+                {"message": "API rate limit exceeded"}, status_code=403, headers=rate_headers(who)
+            )
+        b.remaining -= 1
+        state.stats["counted"] += 1
+        names = sorted(r for r in state.pulls if r.split("/")[0] == org)
+        items = [
+            {
+                "id": state.ids[r],
+                "name": r.split("/")[1],
+                "full_name": r,
+                "owner": {"login": org},
+                "updated_at": max((p["updated_at"] for p in state.pulls[r]), default=_iso(T0)),
+            }
+            for r in names
+        ]
+        q = request.query_params
+        per_page = min(100, max(1, int(q.get("per_page", 30) or 30)))
+        page = max(1, int(q.get("page", 1) or 1))
+        last = max(1, -(-len(items) // per_page))
+        headers = rate_headers(who)
+        base = str(request.base_url).rstrip("/")
+        kept = [(k, v) for k, v in q.multi_items() if k != "page"]
+        if page < last:
+            nxt = f"{base}/orgs/{org}/repos?{urlencode([*kept, ('page', str(page + 1))])}"
+            end = f"{base}/orgs/{org}/repos?{urlencode([*kept, ('page', str(last))])}"
+            headers["link"] = f'<{nxt}>; rel="next", <{end}>; rel="last"'
+        await asyncio.sleep(config.latency_base_ms / 1000)
+        return JSONResponse(items[(page - 1) * per_page : page * per_page], headers=headers)
+
     async def stats(request: Request) -> Response:
         return JSONResponse(
             {
@@ -362,6 +402,7 @@ def build_app(config: Config) -> Any:
             Route("/rate_limit", rate_limit),
             Route("/repos/{owner}/{name}/pulls", pulls_by_name),
             Route("/repositories/{id:int}/pulls", pulls_by_id),
+            Route("/orgs/{org}/repos", org_repos),
             Route("/_dev/stats", stats),
             Route("/_dev/reset", reset, methods=["POST"]),
             Route("/_dev/config", configure, methods=["POST"]),

@@ -259,6 +259,42 @@ class Settings(BaseSettings):
         0.008, ge=0, description="Assumed seconds per item of a page (automatic per_page model)."
     )
 
+    # --- Every REST client (GitHub and declared sources) -------------------------
+    http_adaptive: bool = Field(
+        True,
+        description="Find how many requests each host allows in flight (like TCP congestion "
+        "control) instead of sending the configured concurrency at once.",
+    )
+    http_initial_window: int = Field(
+        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
+    )
+
+    # --- Declared REST sources (ingest rest) ------------------------------------
+    rest_timeout: float = Field(
+        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
+    )
+    rest_max_attempts: int = Field(
+        5, ge=1, le=20, description="Attempts per request on 5xx, timeouts, bodies not JSON."
+    )
+    rest_retry_base: float = Field(
+        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
+    )
+    rest_retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
+    rest_limit_retries: int = Field(
+        8, ge=0, le=50, description="Limit answers (429 ...) one request may take before failing."
+    )
+    rest_budget_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of an announced budget that page_size: auto may plan to spend.",
+    )
+    rest_expected_rows: int = Field(
+        500,
+        ge=1,
+        description="Rows assumed per listing before a run stored some (page_size: auto).",
+    )
+
     @property
     def warehouse_path(self) -> Path:
         """The DuckDB database file people open."""

@@ -20,18 +20,16 @@ from ingest.github.errors import (
     RateLimitStop,
     RepoNotFoundError,
 )
-from ingest.github.paging import (
+from ingest.github.sync import choose_per_page, estimate_seconds
+from ingest.rest.engine import Page, walk
+from ingest.rest.paging import (
     BodyCursorPaginator,
     LinkHeaderPaginator,
     OffsetPaginator,
-    Page,
     PageNumberPaginator,
-    client_fetch,
-    fetch_pages,
     parse_link_header,
 )
-from ingest.github.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
-from ingest.github.sync import choose_per_page, estimate_seconds
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
 
 # A Link header exactly as api.github.com sends it for page 3 of 10.
 _U = "https://api.github.com/repositories/1300192/pulls?state=all&per_page=10"
@@ -46,11 +44,32 @@ def flatten(paginator: Any, pages: list[Page]) -> list[Any]:
 
 
 def collect(paginator: Any, handler: Any, url: str = "https://api.test/items") -> list[Page]:
+    """Every page of a listing through the one paging loop, in page order; at most three
+    requests in flight (what the client's window does in production)."""
+
     async def go() -> list[Page]:
+        pages: list[Page] = []
+        limit = asyncio.Semaphore(3)
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return [
-                p async for p in fetch_pages(client_fetch(client), url, paginator, concurrency=3)
-            ]
+
+            async def fetch(u: str, page_no: int) -> Page:
+                async with limit:
+                    response = await client.get(u)
+                response.raise_for_status()
+                data = response.json()
+                page = Page(
+                    str(response.request.url),
+                    response.headers,
+                    data,
+                    page_no,
+                    paginator.items(data),
+                )
+                pages.append(page)
+                return page
+
+            done = await walk(fetch, paginator.first_url(url), paginator)
+            assert done.complete
+        return sorted(pages, key=lambda p: p.page_no)
 
     return asyncio.run(go())
 
@@ -262,7 +281,7 @@ def test_client_terminal_statuses(
 
     gh = answer_client(handler)
     with pytest.raises(error) as info:
-        asyncio.run(gh.get("repos/o/r/pulls", repo="o/r"))
+        asyncio.run(gh.get("repos/o/r/pulls", label="o/r"))
     assert calls == 1  # terminal: never retried
     assert str(status) in str(info.value)
 

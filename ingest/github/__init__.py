@@ -1,15 +1,13 @@
-"""GitHub pull requests, paged concurrently, rate-limit-aware and incremental.
+"""GitHub pull requests, paged concurrently, rate-limit-aware and incremental: one
+configuration of the REST paging engine (``ingest.rest``) plus what is GitHub's own
+(its rate-limit headers and ``/rate_limit``, ETags, the ``updated_at`` watermark).
 
 Modules, one concern each:
 
-* ``paging``     paging strategies (Link header, page number, offset, body cursor)
-                 and the generic paging loop
-* ``ratelimit``  the rate-limit governor (primary budget, reserve, secondary limits)
-                 and the retry policy for 5xx and timeouts
-* ``client``     the one HTTP boundary: shared ``httpx.AsyncClient``, global in-flight
-                 limit, status handling, request rows, sanitised URLs
-* ``sync``       one repository's incremental sync (ETags, watermark) and many at once;
-                 the automatic ``per_page``
+* ``client``     GitHub's headers over the shared REST client (``ingest.rest.client``:
+                 adaptive window, rate-limit governor, retries, request rows)
+* ``sync``       one repository's incremental sync (ETags, watermark) through the one
+                 paging loop (``ingest.rest.engine``), and many repositories at once
 * ``store``      stored ETags and watermarks in, rows out (Parquet parts)
 * ``run``        one run for many repositories (the function under the Prefect task)
 * ``records``, ``errors``

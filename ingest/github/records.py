@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ingest.rest.records import ApiRequest as ApiRequest  # re-exported: a GitHub row too
+
 PullState = Literal["open", "closed", "all"]
 
 
@@ -63,28 +65,6 @@ class PullRequest:
             fetched_at=fetched_at,
             run_id=run_id,
         )
-
-    def as_row(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(slots=True)
-class ApiRequest:
-    """One row of ``api_requests``: one HTTP request (one attempt), sanitised."""
-
-    run_id: str
-    repo: str
-    url: str
-    status: int | None
-    seconds: float
-    bytes: int
-    from_cache: bool
-    rate_remaining: int | None
-    rate_limit: int | None
-    rate_resource: str | None
-    attempt: int
-    error: str | None
-    requested_at: datetime
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,6 +162,9 @@ class GitHubSummary:
     stopped: str | None = None
     per_page: int = 0
     max_in_flight: int = 0
+    window: int = 0  # requests in flight the host allowed at the end (remembered)
+    ceiling: int | None = None  # the most the host accepted, when it refused more
+    limit_answers: int = 0
     seconds: float = 0.0
     errors: list[tuple[str, str]] = field(default_factory=list)
     stages: list[dict[str, Any]] = field(default_factory=list)

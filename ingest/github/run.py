@@ -4,16 +4,14 @@ under the ``fetch-pulls`` task, also used by the CLI tests and the benchmark."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import httpx
 
 from ingest.github import store
-from ingest.github.client import GitHubClient, make_http_client
-from ingest.github.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.github.client import AUTH_HINT, GitHubClient, make_http_client
 from ingest.github.records import GitHubSummary, RepoResult, RepoState
 from ingest.github.sync import (
     PER_PAGE_MAX,
@@ -24,32 +22,12 @@ from ingest.github.sync import (
     summarize_result,
     sync_repos,
 )
+from ingest.rest import store as rest_store
+from ingest.rest.aio import run_async
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.records import HostWindow
+from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
-
-T = TypeVar("T")
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, even inside a running loop
-    (then on a short-lived thread with its own loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="github-sync")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 def governor_for(settings: Settings) -> RateLimitGovernor:
@@ -86,7 +64,24 @@ def fetch_pulls(
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     if priors is None:
         priors = store.load_states(settings.data_dir, repos, settings.github_state)
-    return run_async(_fetch(settings, repos, run_id, token, priors, full_refresh, transport))
+    remembered = rest_store.load_window(settings.data_dir, host_of(settings.github_base_url))
+    return run_async(
+        _fetch(settings, repos, run_id, token, priors, full_refresh, transport, remembered)
+    )
+
+
+def host_of(url: str) -> str:
+    return httpx.URL(url).netloc.decode()
+
+
+def window_for(settings: Settings, remembered: tuple[int, int | None] | None) -> AdaptiveWindow:
+    """The in-flight window: where the host's last run ended, else a safe start."""
+    return AdaptiveWindow(
+        initial=remembered[0] if remembered else settings.http_initial_window,
+        maximum=settings.github_concurrency,
+        ceiling=remembered[1] if remembered else None,
+        adaptive=settings.http_adaptive,
+    )
 
 
 async def _fetch(
@@ -97,8 +92,10 @@ async def _fetch(
     priors: dict[str, RepoState],
     full_refresh: bool,
     transport: httpx.AsyncBaseTransport | None,
+    remembered: tuple[int, int | None] | None = None,
 ) -> GitHubSummary:
     started = time.perf_counter()
+    window = window_for(settings, remembered)
     governor = governor_for(settings)
     summary = GitHubSummary(run_id=run_id)
     http = make_http_client(
@@ -116,6 +113,9 @@ async def _fetch(
             concurrency=settings.github_concurrency,
             secondary_retries=settings.github_secondary_retries,
             run_id=run_id,
+            window=window,
+            auth_hint=AUTH_HINT,
+            who="this token (private repositories need a token with access)",
         )
         results: list[RepoResult] = []
         try:
@@ -135,7 +135,7 @@ async def _fetch(
                     budget = max(1, int(above * settings.github_budget_share))
                 auto = choose_per_page(
                     [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
-                    concurrency=settings.github_concurrency,
+                    concurrency=window.ceiling or settings.github_concurrency,
                     budget=budget,
                     base_s=settings.github_latency_base,
                     per_item_s=settings.github_latency_per_item,
@@ -160,6 +160,23 @@ async def _fetch(
             store.write_requests(
                 settings.data_dir, run_id, "rate-limit", [r for r in gh.requests if not r.repo]
             )
+            size, ceiling = window.remembered()
+            if settings.http_adaptive:
+                rest_store.write_run(
+                    settings.data_dir,
+                    run_id,
+                    "github",
+                    [],
+                    HostWindow(
+                        host=host_of(settings.github_base_url),
+                        window_size=size,
+                        ceiling=ceiling,
+                        limit_answers=window.limit_answers,
+                        requests=len(gh.requests),
+                        run_id=run_id,
+                        updated_at=datetime.now(UTC),
+                    ),
+                )
     summary.repos = [summarize_result(r) for r in results]
     summary.pulls = sum(len(r.pulls) for r in results)
     summary.requests = len(gh.requests)
@@ -173,5 +190,7 @@ async def _fetch(
     summary.stopped = "; ".join(sorted(stops)) or None
     summary.errors = [(r.repo, r.error) for r in results if r.error]
     summary.max_in_flight = gh.max_in_flight
+    summary.window, summary.ceiling = window.remembered()
+    summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
     summary.seconds = time.perf_counter() - started
     return summary

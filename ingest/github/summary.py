@@ -13,8 +13,12 @@ def headline(summary: GitHubSummary) -> str:
         f"run {summary.run_id}: {summary.pulls} pull requests from {len(summary.repos)} "
         f"repositories, {summary.requests} requests ({summary.not_modified} not modified), "
         f"budget spent {summary.budget_spent}, per_page {summary.per_page}, "
-        f"max in flight {summary.max_in_flight}, {summary.seconds:.2f} s"
+        f"max in flight {summary.max_in_flight} (window {summary.window}"
+        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
+        f"{summary.seconds:.2f} s"
     )
+    if summary.limit_answers:
+        text += f", {summary.limit_answers} limit answers"
     if summary.failed_pages:
         text += f", {summary.failed_pages} failed pages"
     if summary.stopped:

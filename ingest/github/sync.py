@@ -11,7 +11,9 @@ in-flight limit):
    one, in waves that double (1, 2, 4 ... up to the in-flight limit) until a
    page holds items older than the watermark: the list is sorted by
    ``updated`` descending and the pulls endpoint has no ``since`` filter.
-   Without ``rel="last"`` the sync follows ``rel="next"``.
+   Without ``rel="last"`` the sync follows ``rel="next"``. This is the paging
+   loop of every REST source (``ingest.rest.engine.walk``); what is GitHub's
+   own is in ``_RepoSync.fetch`` (ETags, the watermark, pull-request rows).
 3. Every stored page ETag is sent back, so pages unchanged since a run that
    stopped early answer 304 for free when the next run resumes.
 
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -39,18 +40,19 @@ from typing import Any
 
 import httpx
 
-from ingest.errors import TerminalError
-from ingest.github.client import Answer, GitHubClient, safe_url
-from ingest.github.errors import BadCredentialsError, GitHubTerminalError, PageError, RateLimitStop
-from ingest.github.paging import LinkHeaderPaginator, Paginator
+from ingest.github.client import GitHubClient, safe_url
+from ingest.github.errors import BadCredentialsError, GitHubTerminalError, PageError
 from ingest.github.records import PageRecord, PullRequest, RepoResult, RepoState, SyncRecord
 from ingest.redact import redact
+from ingest.rest.engine import Page, walk
+from ingest.rest.paging import LinkHeaderPaginator, Paginator
+from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
+from ingest.rest.sizing import choose_per_page as choose_per_page
+from ingest.rest.sizing import estimate_seconds as estimate_seconds
 
 log = logging.getLogger(__name__)
 
 REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-PER_PAGE_MAX = 100  # GitHub caps per_page at 100
-PER_PAGE_MIN = 10  # below this the request count grows faster than latency shrinks
 
 
 def check_repo(repo: str) -> str:
@@ -62,51 +64,6 @@ def check_repo(repo: str) -> str:
 def pulls_url(repo: str, state: str, per_page: int) -> str:
     """The first page's URL, relative to the client's base URL."""
     return f"repos/{repo}/pulls?state={state}&sort=updated&direction=desc&per_page={per_page}"
-
-
-# --------------------------------------------------------------------------- per_page
-
-
-def estimate_seconds(
-    per_page: int, expected: Sequence[int], concurrency: int, base_s: float, per_item_s: float
-) -> float:
-    """Wall time of a run by a simple model: every repository's first page in
-    parallel, then the rest in waves of ``concurrency``; a page takes
-    ``base_s + per_item_s * per_page``."""
-    firsts = len(expected)
-    rest = sum(max(0, math.ceil(n / per_page) - 1) for n in expected)
-    waves = math.ceil(firsts / concurrency) + math.ceil(rest / concurrency)
-    return waves * (base_s + per_item_s * per_page)
-
-
-def choose_per_page(
-    expected: Sequence[int],
-    *,
-    concurrency: int,
-    budget: int | None,
-    base_s: float,
-    per_item_s: float,
-) -> int:
-    """The page size when none is given: the fastest by ``estimate_seconds`` among
-    those whose request count fits ``budget``; larger pages when within 10 % of the
-    fastest (fewer requests for the same time). When nothing fits, 100 (the fewest
-    requests), and the governor stops cleanly at the reserve.
-
-    ``expected`` is the number of pull requests expected per repository (stored
-    counts from earlier runs, or an assumption); ``budget`` the requests this run
-    may spend (None: unlimited).
-    """
-    expected = [max(1, n) for n in expected] or [1]
-    fits = [
-        p
-        for p in range(PER_PAGE_MIN, PER_PAGE_MAX + 1)
-        if budget is None or sum(math.ceil(n / p) for n in expected) <= budget
-    ]
-    if not fits:
-        return PER_PAGE_MAX
-    times = {p: estimate_seconds(p, expected, concurrency, base_s, per_item_s) for p in fits}
-    best = min(times.values())
-    return max(p for p in fits if times[p] <= best * 1.1)
 
 
 # --------------------------------------------------------------------------- one repository
@@ -139,22 +96,22 @@ class _RepoSync:
         self.page_count = self.not_modified = self.failed = self.duplicates = 0
         self.started = datetime.now(UTC)
 
-    async def fetch(
-        self, url: str, page_no: int
-    ) -> tuple[Answer, datetime | None, httpx.Headers, Any]:
-        """One page; returns the answer, its oldest ``updated_at`` and the headers/body the
-        paginator reads (for a 304, the stored ``Link`` header stands in)."""
+    async def fetch(self, url: str, page_no: int) -> Page:
+        """One page, for the paging loop: its items become pull requests and a page record;
+        ``stop`` when it reaches the watermark, or when page 1 is unchanged since a
+        complete sync (for a 304, the stored ``Link`` header stands in)."""
         prior = self.stored.get(safe_url(self.gh.http.base_url.join(url)))
-        answer = await self.gh.get(url, repo=self.repo, etag=prior.etag if prior else None)
+        answer = await self.gh.get(url, label=self.repo, etag=prior.etag if prior else None)
         self.page_count += 1
         if answer.not_modified:
             self.not_modified += 1
             headers = answer.headers
             if prior is not None and "link" not in headers and prior.link:
                 headers = httpx.Headers({**headers, "link": prior.link})
-            newest = prior.newest_updated_at if prior else None
-            self._see(newest)
-            return answer, prior.oldest_updated_at if prior else None, headers, []
+            self._see(prior.newest_updated_at if prior else None)
+            oldest = prior.oldest_updated_at if prior else None
+            stop = (page_no == 1 and self.trust_304) or self.crossed(oldest)
+            return Page(answer.url, headers, None, page_no, not_modified=True, stop=stop)
         items = self.paginator.items(answer.data)
         now = datetime.now(UTC)
         stamps: list[datetime] = []
@@ -185,7 +142,9 @@ class _RepoSync:
                 fetched_at=now,
             )
         )
-        return answer, oldest, answer.headers, answer.data
+        return Page(
+            answer.url, answer.headers, answer.data, page_no, items, stop=self.crossed(oldest)
+        )
 
     def _see(self, stamp: datetime | None) -> None:
         if stamp is not None and (self.newest is None or stamp > self.newest):
@@ -197,64 +156,16 @@ class _RepoSync:
     async def run(self) -> tuple[bool, str | None]:
         """Page the listing; returns (complete, why it stopped early)."""
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
-        answer, oldest, headers, data = await self.fetch(first, 1)
-        if answer.not_modified and self.trust_304:
-            return True, None  # nothing changed since a complete sync
-        if self.crossed(oldest) or (not answer.not_modified and not self.paginator.items(data)):
-            return True, None
-        page_url = answer.url
-        planned = self.paginator.planned_urls(page_url, headers, data)
-        if not planned:
-            return await self._follow(page_url, headers, data)
-        wave = len(planned) if self.watermark is None else 1
-        i = 0
-        while i < len(planned):
-            batch = planned[i : i + wave]
-            results = await asyncio.gather(
-                *(self.fetch(u, i + k + 2) for k, u in enumerate(batch)), return_exceptions=True
-            )
-            i += len(batch)
-            stop, crossed = self._settle(results)
-            if stop:
-                return False, stop
-            if crossed:
-                return self.failed == 0, None
-            wave = min(wave * 2, self.opts.concurrency)
-        return self.failed == 0, None
-
-    async def _follow(self, url: str, headers: httpx.Headers, data: Any) -> tuple[bool, str | None]:
-        page_no = 1
-        while (nxt := self.paginator.next_url(url, headers, data)) is not None:
-            page_no += 1
-            try:
-                answer, oldest, headers, data = await self.fetch(nxt, page_no)
-            except PageError as exc:
-                self.failed += 1
-                return False, f"page failed: {exc}"
-            except RateLimitStop as exc:
-                return False, str(exc)
-            if self.crossed(oldest):
-                break
-            url = answer.url
-        return self.failed == 0, None
-
-    def _settle(self, results: Sequence[Any]) -> tuple[str | None, bool]:
-        """Count a wave's outcomes; returns (stop reason, crossed the watermark)."""
-        stop: str | None = None
-        crossed = False
-        for result in results:
-            if isinstance(result, TerminalError):
-                raise result
-            if isinstance(result, RateLimitStop):
-                stop = str(result)
-            elif isinstance(result, PageError):
-                self.failed += 1
-                log.warning("%s: %s", self.repo, result)
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                crossed = crossed or self.crossed(result[1])
-        return stop, crossed
+        done = await walk(
+            self.fetch,
+            first,
+            self.paginator,
+            incremental=self.watermark is not None,
+            max_wave=self.opts.concurrency,
+            label=self.repo,
+        )
+        self.failed += done.failed
+        return done.complete, done.stop_reason
 
     def result(self, complete: bool, stop: str | None) -> RepoResult:
         if self.duplicates:
@@ -310,11 +221,6 @@ async def sync_repo(
         result = sync.result(False, str(exc))
         result.error, result.error_kind = str(exc), type(exc).__name__
         return result
-    except RateLimitStop as exc:
-        complete, stop = False, str(exc)
-    except PageError as exc:  # page 1 failed after its retries
-        sync.failed += 1
-        complete, stop = False, f"page failed: {exc}"
     return sync.result(complete, stop)
 
 

@@ -44,7 +44,7 @@ STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts
 # Commit order within a run: rows first, then what says they are stored (ETags, the sync
 # watermark), so a crash between two commits costs a re-fetch, never a skipped row.
 _FIRST = ("s3_objects", "documents", "pull_requests")
-_LAST = ("github_pages", "github_syncs", "flow_runs", "task_timings")
+_LAST = ("github_pages", "github_syncs", "rest_syncs", "api_windows", "flow_runs", "task_timings")
 
 
 def _rank(table: str) -> tuple[int, int, str]:

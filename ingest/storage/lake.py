@@ -29,7 +29,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from ingest import duck
-from ingest.storage.tables import SPECS, TableSpec
+from ingest.storage.tables import SPECS, TableSpec, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +221,15 @@ def with_commit_retries(write: Callable[[], T], table: str) -> T:
     raise AssertionError("unreachable")
 
 
+def table_names(data_dir: Path) -> list[str]:
+    """Every table the project knows, plus the REST resource tables found in the lake."""
+    names = [t for t in SPECS if not is_resource_table(t)]
+    folder = data_dir / LAKE_DIR
+    if folder.is_dir():
+        names += sorted(p.name for p in folder.iterdir() if is_resource_table(p.name))
+    return names
+
+
 def tables_present(data_dir: Path) -> Sequence[str]:
     """Names of the tables that exist in the lake."""
-    return [t for t in SPECS if (table_path(data_dir, t) / "_delta_log").is_dir()]
+    return [t for t in table_names(data_dir) if (table_path(data_dir, t) / "_delta_log").is_dir()]

@@ -187,7 +187,76 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("ended_at", _TS),
         ]
     ),
+    # REST sources (ingest.rest): what each host allowed in flight, and each listing's sync.
+    "api_windows": pa.schema(
+        [
+            ("host", pa.string()),
+            ("window_size", pa.int32()),
+            ("ceiling", pa.int32()),
+            ("limit_answers", pa.int64()),
+            ("requests", pa.int64()),
+            ("run_id", pa.string()),
+            ("updated_at", _TS),
+        ]
+    ),
+    "rest_syncs": pa.schema(
+        [
+            ("source", pa.string()),
+            ("resource", pa.string()),
+            ("parent_key", pa.string()),
+            ("watermark", pa.string()),
+            ("complete", pa.bool_()),
+            ("stop_reason", pa.string()),
+            ("pages", pa.int32()),
+            ("requests", pa.int32()),
+            ("items", pa.int64()),
+            ("failed_pages", pa.int32()),
+            ("page_size", pa.int32()),
+            ("run_id", pa.string()),
+            ("started_at", _TS),
+            ("ended_at", _TS),
+        ]
+    ),
 }
+
+# One table per resource of a declared REST source, named ``<source>__<resource>``: the
+# record as JSON in ``data``, its primary key (for a child resource, prefixed with its
+# parent's) in ``key``, and the incremental cursor's value in ``cursor``.
+RESOURCE_SEPARATOR = "__"
+RESOURCE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("parent_key", pa.string()),
+        ("source", pa.string()),
+        ("resource", pa.string()),
+        ("cursor", pa.string()),
+        ("data", pa.string()),
+        ("run_id", pa.string()),
+        ("fetched_at", _TS),
+    ]
+)
+
+
+def is_resource_table(name: str) -> bool:
+    """``tickets__comments`` is the table of resource ``comments`` of source ``tickets``."""
+    source, sep, resource = name.partition(RESOURCE_SEPARATOR)
+    return bool(sep and source and resource)
+
+
+class _Schemas(dict[str, pa.Schema]):
+    """The fixed schemas, plus the one schema of every resource table."""
+
+    def __missing__(self, name: str) -> pa.Schema:
+        if not is_resource_table(name):
+            raise KeyError(name)
+        self[name] = RESOURCE_SCHEMA
+        return RESOURCE_SCHEMA
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and is_resource_table(name))
+
+
+SCHEMAS = _Schemas(SCHEMAS)
 
 
 def _without(schema: pa.Schema, *names: str) -> pa.Schema:
@@ -247,8 +316,22 @@ class TableSpec:
         return schema
 
 
-SPECS: dict[str, TableSpec] = {
-    s.name: s
+class _Specs(dict[str, TableSpec]):
+    """The fixed tables, plus a state table per REST resource, made on first use."""
+
+    def __missing__(self, name: str) -> TableSpec:
+        if not is_resource_table(name):
+            raise KeyError(name)
+        spec = TableSpec(name, "state", keys=("key",), newer="fetched_at", sort=("key",))
+        self[name] = spec
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and is_resource_table(name))
+
+
+SPECS: dict[str, TableSpec] = _Specs(
+    (s.name, s)
     for s in (
         TableSpec(
             "s3_objects",
@@ -292,5 +375,7 @@ SPECS: dict[str, TableSpec] = {
             log="source_nights",
         ),
         TableSpec("source_nights", "history", day_from="checked_at"),
+        TableSpec("api_windows", "state", keys=("host",), newer="updated_at"),
+        TableSpec("rest_syncs", "history", day_from="started_at"),
     )
-}
+)

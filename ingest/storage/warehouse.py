@@ -77,7 +77,10 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
 
 def views(data_dir: Path) -> dict[str, str]:
     """View name -> ``SELECT`` for every table, at the tables' current versions."""
-    return {name: view_sql(spec, lake.data_files(data_dir, name)) for name, spec in SPECS.items()}
+    return {
+        name: view_sql(SPECS[name], lake.data_files(data_dir, name))
+        for name in lake.table_names(data_dir)
+    }
 
 
 def create_views(con: duckdb.DuckDBPyConnection, data_dir: Path, *, temp: bool) -> None:

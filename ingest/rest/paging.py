@@ -1,4 +1,4 @@
-"""Paging strategies and the generic paging loop.
+"""Paging strategies: how one API says where the next page is.
 
 A strategy reads one response (URL, headers, decoded body) and answers two
 questions:
@@ -10,18 +10,17 @@ questions:
   total count in the body). Empty when the API does not say.
 
 GitHub's ``Link`` header is one strategy (``LinkHeaderPaginator``); page
-numbers, offsets and body cursors are others. A new API style is a new
-class here, not a fork of the loop (``fetch_pages``, and the GitHub sync in
-``ingest.github.sync``, which adds ETags and a watermark on top).
+numbers, offsets, cursors in the body or in a header, and a next URL in the
+body are others. A new API style is a new class here, not a fork of the
+loop: there is one paging loop, ``ingest.rest.engine.walk``, which every
+source uses (the GitHub sync adds ETags and a watermark through its fetch).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -56,6 +55,17 @@ def dig(data: Any, path: str | None) -> Any:
             return None
         data = data.get(part)
     return data
+
+
+def _count(value: Any) -> int | None:
+    """A count from a body field or a header: an int, or a string of digits."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
 
 
 class Paginator(ABC):
@@ -125,11 +135,13 @@ class PageNumberPaginator(Paginator):
         page_size: int = 100,
         first_page: int = 1,
         total_pages_path: str | None = None,
+        total_pages_header: str | None = None,
         items_path: str | None = None,
     ) -> None:
         self.page_param, self.size_param = page_param, size_param
         self.page_size, self.first_page = page_size, first_page
         self.total_pages_path, self.items_path = total_pages_path, items_path
+        self.total_pages_header = total_pages_header
 
     def first_url(self, url: str) -> str:
         url = set_param(url, self.size_param, self.page_size)
@@ -139,12 +151,14 @@ class PageNumberPaginator(Paginator):
         value = get_param(url, self.page_param)
         return int(value) if value and value.isdigit() else self.first_page
 
-    def _total(self, data: Any) -> int | None:
+    def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
         total = dig(data, self.total_pages_path) if self.total_pages_path else None
-        return int(total) if isinstance(total, int | str) and str(total).isdigit() else None
+        if total is None and self.total_pages_header:
+            total = headers.get(self.total_pages_header)
+        return _count(total)
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        page, total = self._page(url), self._total(data)
+        page, total = self._page(url), self._total(data, headers)
         if total is not None:
             last = total + self.first_page - 1
             return set_param(url, self.page_param, page + 1) if page < last else None
@@ -155,7 +169,7 @@ class PageNumberPaginator(Paginator):
         )
 
     def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
-        total = self._total(data)
+        total = self._total(data, headers)
         if total is None:
             return []
         last = total + self.first_page - 1
@@ -172,10 +186,12 @@ class OffsetPaginator(Paginator):
         limit_param: str = "limit",
         limit: int = 100,
         total_path: str | None = "total",
+        total_header: str | None = None,
         items_path: str | None = None,
     ) -> None:
         self.offset_param, self.limit_param, self.limit = offset_param, limit_param, limit
         self.total_path, self.items_path = total_path, items_path
+        self.total_header = total_header
 
     def first_url(self, url: str) -> str:
         return set_param(set_param(url, self.limit_param, self.limit), self.offset_param, 0)
@@ -184,12 +200,15 @@ class OffsetPaginator(Paginator):
         value = get_param(url, self.offset_param)
         return int(value) if value and value.isdigit() else 0
 
-    def _total(self, data: Any) -> int | None:
+    def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
         total = dig(data, self.total_path) if self.total_path else None
-        return int(total) if isinstance(total, int | str) and str(total).isdigit() else None
+        if total is None and self.total_header:
+            total = headers.get(self.total_header)
+        return _count(total)
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        offset, total, n = self._offset(url), self._total(data), len(self.items(data))
+        offset, total = self._offset(url), self._total(data, headers)
+        n = len(self.items(data))
         if (
             n == 0
             or (total is not None and offset + n >= total)
@@ -199,7 +218,7 @@ class OffsetPaginator(Paginator):
         return set_param(url, self.offset_param, offset + n)
 
     def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
-        total = self._total(data)
+        total = self._total(data, headers)
         if total is None:
             return []
         start = self._offset(url) + self.limit
@@ -228,53 +247,31 @@ class BodyCursorPaginator(Paginator):
         return set_param(url, self.cursor_param, cursor) if cursor else None
 
 
-@dataclass(slots=True)
-class Page:
-    """One fetched page: where it came from, its headers and decoded body."""
+class HeaderCursorPaginator(Paginator):
+    """An opaque cursor in a response header (``X-Next-Cursor: abc``), sent back as a
+    query parameter. Sequential, like every cursor."""
 
-    url: str
-    headers: Mapping[str, str]
-    data: Any
+    def __init__(
+        self,
+        *,
+        cursor_header: str = "x-next-cursor",
+        cursor_param: str = "cursor",
+        items_path: str | None = None,
+    ) -> None:
+        self.cursor_header, self.cursor_param = cursor_header, cursor_param
+        self.items_path = items_path
 
-
-Fetch = Callable[[str], Awaitable[Page]]
-
-
-async def fetch_pages(
-    fetch: Fetch, url: str, paginator: Paginator, *, concurrency: int = 8
-) -> AsyncIterator[Page]:
-    """Every page of a listing: the first, then the planned pages concurrently
-    (at most ``concurrency`` in flight, yielded in page order), else following
-    ``next_url`` one page at a time. ``fetch`` does the HTTP (and its retries)."""
-    page = await fetch(paginator.first_url(url))
-    yield page
-    planned = paginator.planned_urls(page.url, page.headers, page.data)
-    if planned:
-        limit = asyncio.Semaphore(concurrency)
-
-        async def one(u: str) -> Page:
-            async with limit:
-                return await fetch(u)
-
-        tasks = [asyncio.ensure_future(one(u)) for u in planned]
-        try:
-            for task in tasks:
-                yield await task
-        finally:
-            for task in tasks:
-                task.cancel()
-        return
-    while (nxt := paginator.next_url(page.url, page.headers, page.data)) is not None:
-        page = await fetch(nxt)
-        yield page
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        cursor = headers.get(self.cursor_header)
+        return set_param(url, self.cursor_param, cursor) if cursor else None
 
 
-def client_fetch(client: httpx.AsyncClient) -> Fetch:
-    """A plain ``fetch`` for ``fetch_pages``: GET, raise on 4xx/5xx, decode JSON."""
+class JsonLinkPaginator(Paginator):
+    """The next page's URL in the body (``{"next": "https://..."}``)."""
 
-    async def fetch(url: str) -> Page:
-        response = await client.get(url)
-        response.raise_for_status()
-        return Page(url=str(response.request.url), headers=response.headers, data=response.json())
+    def __init__(self, *, next_url_path: str = "next", items_path: str | None = None) -> None:
+        self.next_url_path, self.items_path = next_url_path, items_path
 
-    return fetch
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        nxt = dig(data, self.next_url_path)
+        return str(httpx.URL(url).join(nxt)) if isinstance(nxt, str) and nxt else None

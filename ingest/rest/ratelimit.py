@@ -1,6 +1,7 @@
-"""GitHub's rate-limit protocol, and the one retry policy for 5xx and timeouts.
+"""Rate-limit protocols (GitHub's ``x-ratelimit-*``, the IETF ``RateLimit-*`` fields),
+and the one retry policy for 5xx and timeouts.
 
-Retry layers, one per failure kind (see ``ingest.github.client``):
+Retry layers, one per failure kind (see ``ingest.rest.client``):
 
 1. ``RateLimitGovernor`` gates every request on the primary budget read from
    ``x-ratelimit-*`` headers: a request is sent only while ``remaining``
@@ -10,8 +11,8 @@ Retry layers, one per failure kind (see ``ingest.github.client``):
    raises ``RateLimitStop`` and the run stops cleanly. Secondary limits
    (403/429 with ``Retry-After``, or without it) pause *all* requests:
    ``Retry-After`` seconds, else ``secondary_backoff`` doubling per
-   consecutive hit; and they halve the requests allowed in flight for the
-   rest of the run (GitHub's secondary limits punish concurrency).
+   consecutive hit. How many requests may be in flight afterwards is the
+   adaptive window's business (``ingest.rest.window``), not the governor's.
 2. ``RetryPolicy`` retries 5xx answers, timeouts and broken connections of
    one request: capped exponential backoff with full jitter.
 3. Prefect task retries are not used for paging: a page that fails after
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ingest.github.errors import RateLimitStop
+from ingest.rest.errors import RateLimitStop
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,29 @@ class Budget:
         return self.reset - now
 
 
-def parse_budget(headers: Mapping[str, str]) -> tuple[str, Budget] | None:
-    """The ``x-ratelimit-*`` headers of a response, or None when absent."""
-    try:
-        remaining = int(headers["x-ratelimit-remaining"])
-        limit = int(headers.get("x-ratelimit-limit", remaining))
-        used = int(headers.get("x-ratelimit-used", max(0, limit - remaining)))
-        reset = float(headers.get("x-ratelimit-reset", 0))
-    except (KeyError, ValueError):
-        return None
-    return headers.get("x-ratelimit-resource", "core"), Budget(limit, remaining, used, reset)
+def parse_budget(
+    headers: Mapping[str, str], now: Callable[[], float] = time.time
+) -> tuple[str, Budget] | None:
+    """The budget a response announces, or None when it announces none.
+
+    Reads GitHub's ``x-ratelimit-limit/-remaining/-used/-reset/-resource`` (reset
+    in epoch seconds) and the IETF draft's ``ratelimit-limit/-remaining/-reset``
+    (reset in seconds from now); a reset below 10^9 is read as seconds from now
+    whichever the prefix, as many APIs send it so.
+    """
+    for prefix in ("x-ratelimit-", "ratelimit-"):
+        try:
+            remaining = int(headers[prefix + "remaining"])
+            limit_text = str(headers.get(prefix + "limit", remaining))
+            limit = int(limit_text.split(",")[0].split(";")[0])
+            used = int(headers.get(prefix + "used", max(0, limit - remaining)))
+            reset = float(headers.get(prefix + "reset", 0))
+        except (KeyError, ValueError):
+            continue
+        if 0 < reset < 1e9:
+            reset = float(round(now() + reset))
+        return headers.get(prefix + "resource", "core"), Budget(limit, remaining, used, reset)
+    return None
 
 
 class RateLimitGovernor:
@@ -115,7 +129,6 @@ class RateLimitGovernor:
         self.pending = 0
         self.paused_until = 0.0  # time.monotonic()
         self.secondary_hits = 0
-        self.cap: int | None = None  # in-flight cap after a secondary limit (None: no cap)
         self._strikes = 0
         self._cond = asyncio.Condition()
         # figures for the run summary and the tests
@@ -138,9 +151,6 @@ class RateLimitGovernor:
                 if pause > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._cond.wait(), timeout=pause)
-                    continue
-                if self.cap is not None and self.pending >= self.cap:
-                    await self._cond.wait()
                     continue
                 if self.unlimited:
                     break
@@ -183,7 +193,7 @@ class RateLimitGovernor:
             self._cond.notify_all()
 
     def observe(self, headers: Mapping[str, str]) -> None:
-        parsed = parse_budget(headers)
+        parsed = parse_budget(headers, self.clock)
         if parsed is None:
             if self.budget is None:  # answers without a budget: rate limiting is disabled
                 self.unlimited = True
@@ -202,12 +212,12 @@ class RateLimitGovernor:
         if self.min_remaining is None or seen.remaining < self.min_remaining:
             self.min_remaining = seen.remaining
 
-    async def secondary_limit(self, retry_after: float | None, in_flight: int) -> float:
-        """Pause every request after a secondary limit and halve the in-flight cap;
-        returns the pause in seconds.
+    async def secondary_limit(self, retry_after: float | None) -> float:
+        """Pause every request after a secondary limit for exactly ``Retry-After``
+        seconds (else the doubling backoff); returns the pause in seconds.
 
         Answers to requests that were in flight together are one burst: only
-        the first one escalates the backoff and lowers the cap.
+        the first one escalates the backoff.
         """
         async with self._cond:
             self.secondary_hits += 1
@@ -219,15 +229,10 @@ class RateLimitGovernor:
             else:
                 pause = self.secondary_backoff * 2**self._strikes
                 self._strikes += 1
-            self.cap = max(1, min(self.cap or in_flight, in_flight) // 2)
             self.paused_until = now + pause
             self.waited_seconds += pause
             self._cond.notify_all()
-        log.warning(
-            "secondary rate limit; pausing all requests for %.1f s, then at most %d in flight",
-            pause,
-            self.cap,
-        )
+        log.warning("rate limit answer; pausing all requests for %.2f s", pause)
         return pause
 
     def succeeded(self) -> None:

@@ -1,0 +1,18 @@
+"""Any paginated REST API, declared not coded, at a speed that adapts to the server.
+
+Modules, one concern each:
+
+* ``source``     the declarative source file (YAML, pydantic schema, errors with lines)
+* ``auth``       credentials from a Prefect Secret block or an environment variable
+* ``paging``     paging strategies (Link header, page number, offset, cursor in the body
+                 or a header, next URL in the body)
+* ``engine``     the one paging loop (planned pages concurrently, cursors in sequence,
+                 repeating cursors refused)
+* ``window``     the adaptive in-flight window (AIMD, like TCP congestion control)
+* ``ratelimit``  rate-limit headers, the budget governor, the retry policy
+* ``client``     the one HTTP boundary (window, governor, retries, request rows)
+* ``sizing``     budget-aware page sizes
+* ``run``        one run of a declared source (parents, children, incremental state)
+* ``store``      state in, rows out (Delta tables via ``ingest.storage``)
+* ``summary``, ``records``, ``errors``, ``aio``
+"""

@@ -1,0 +1,356 @@
+"""HTTP for every REST source (GitHub included): one shared ``httpx.AsyncClient``, the
+adaptive in-flight window, the rate-limit governor and the retry policy, in one place.
+
+``RestClient.get`` is the single boundary where httpx errors and HTTP statuses
+become the project's errors (``ingest.rest.errors``):
+
+* 200 and 304 are answers; every request, including each retry, becomes an
+  ``ApiRequest`` row (sanitised URL, status, seconds, bytes, from_cache,
+  remaining budget).
+* 401 -> ``AuthError``; 404 -> ``NotFoundError``; 403/429 with a spent budget
+  (``remaining: 0``, no ``Retry-After``) -> wait for the reset or stop
+  (governor); other 403/429 with ``Retry-After``, a "rate limit" message, or
+  any 429 -> a limit answer: the window shrinks, every request pauses exactly
+  ``Retry-After`` seconds, the request is retried; other 4xx -> ``RequestError``.
+* 5xx, timeouts, broken connections and bodies that are not JSON ->
+  ``RetryPolicy``; after the last attempt ``PageError`` (``MalformedPageError``
+  for a body that never parsed, ``EndpointError`` when the host never answered).
+
+Credentials travel only in headers or the query; they are registered with
+``ingest.redact`` and every URL and message passes ``safe_url``/``redact``
+before it is logged or stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from ingest.errors import EndpointError
+from ingest.redact import redact
+from ingest.rest.errors import (
+    AuthError,
+    MalformedPageError,
+    NotFoundError,
+    PageError,
+    RequestError,
+)
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
+from ingest.rest.records import ApiRequest
+from ingest.rest.window import AdaptiveWindow, Outcome
+
+log = logging.getLogger(__name__)
+
+# The primary limit answers with this many consecutive 403/429s at most before a
+# request gives up (each one makes the governor wait for the reset or stop).
+_MAX_PRIMARY_HITS = 3
+
+
+def safe_url(url: str | httpx.URL) -> str:
+    """A URL fit for logs and tables: no userinfo, no secret query parameters."""
+    return redact(str(url))
+
+
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """httpx's default context (certifi's CA bundle), built once per process (~50 ms)."""
+    return httpx.create_ssl_context()
+
+
+def make_http(
+    base_url: str,
+    *,
+    headers: Mapping[str, str],
+    concurrency: int,
+    timeout: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """The one shared client of a source: keep-alive pool sized to the largest window."""
+    return httpx.AsyncClient(
+        base_url=base_url,
+        verify=ssl_context(),
+        headers=dict(headers),
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        transport=transport,
+        follow_redirects=True,
+        trust_env=False,
+    )
+
+
+@dataclass(slots=True)
+class Answer:
+    """A successful answer: 200 with its decoded body, or 304 (``data`` is None)."""
+
+    url: str
+    status: int
+    headers: httpx.Headers
+    data: Any
+    attempts: int
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+    @property
+    def etag(self) -> str | None:
+        return self.headers.get("etag")
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One attempt's outcome, as ``RestClient._send`` saw it."""
+
+    in_flight: int
+    window: int
+    response: httpx.Response | None = None
+    error: BaseException | None = None
+    bad_json: ValueError | None = None
+    data: Any = None
+    outcome: Outcome = "error"
+    seconds: float = 0.0
+    sent_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass
+class RestClient:
+    """Sends the requests of a run to one host, within its window and its budget."""
+
+    http: httpx.AsyncClient
+    governor: RateLimitGovernor
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    concurrency: int = 32
+    secondary_retries: int = 5
+    run_id: str = ""
+    window: AdaptiveWindow | None = None
+    auth_hint: str = "check the credentials"
+    who: str = "these credentials"  # what a 404 may not be visible to
+    auth_params: dict[str, str] = field(default_factory=dict)  # a credential in the query
+    requests: list[ApiRequest] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window is None:
+            self.window = AdaptiveWindow(maximum=self.concurrency)
+
+    @property
+    def host(self) -> str:
+        return self.http.base_url.netloc.decode()
+
+    async def get(
+        self,
+        url: str,
+        *,
+        label: str = "",
+        etag: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Answer:
+        """GET ``url`` (absolute, or relative to the base URL) with retries; see the module doc."""
+        failures = secondary = primary = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            sent = await self._send(url, etag, params)
+            response = sent.response
+            target = safe_url(response.request.url if response is not None else url)
+            error = sent.bad_json or sent.error
+            self._log_request(label, target, sent, attempt, error)
+            if response is None or sent.bad_json is not None:
+                failures += 1
+                if failures >= self.retry.max_attempts:
+                    if sent.bad_json is not None:
+                        raise MalformedPageError(
+                            f"{target}: the answer is not JSON after {failures} attempts "
+                            f"({sent.bad_json})",
+                            url=target,
+                            attempts=attempt,
+                        )
+                    if isinstance(error, httpx.ConnectError):
+                        raise EndpointError(
+                            f"{target}: cannot connect after {failures} attempts "
+                            f"({error}); check base_url and the network"
+                        )
+                    raise PageError(
+                        f"{target}: {error} after {failures} attempts", url=target, attempts=attempt
+                    )
+                await self._wait(self.retry.delay(failures), target, f"{error}")
+                continue
+            headers, status = response.headers, response.status_code
+            if status in (200, 304):
+                self.governor.succeeded()
+                return Answer(target, status, headers, sent.data, attempt)
+            message = _message(response)
+            if status in (403, 429):
+                if _budget_spent(headers):
+                    primary += 1
+                    self.governor.primary_exhausted()
+                    if primary > _MAX_PRIMARY_HITS:
+                        raise PageError(
+                            f"{target}: primary rate limit persists", url=target, attempts=attempt
+                        )
+                    continue  # the governor waits for the reset, or stops the run
+                if sent.outcome == "limit":
+                    secondary += 1
+                    if secondary > self.secondary_retries:
+                        raise PageError(
+                            f"{target}: rate limited after {secondary} pauses",
+                            url=target,
+                            attempts=attempt,
+                        )
+                    await self.governor.secondary_limit(_retry_after(headers))
+                    continue
+            if status == 401:
+                raise AuthError(
+                    f"{target}: 401 {message or 'Unauthorized'}: the credentials were rejected; "
+                    f"{self.auth_hint}",
+                    url=target,
+                    status=status,
+                )
+            if status == 404:
+                raise NotFoundError(
+                    f"{target}: 404 {label or 'resource'} not found, or not visible to {self.who}",
+                    url=target,
+                    status=status,
+                )
+            if status >= 500:
+                failures += 1
+                if failures >= self.retry.max_attempts:
+                    raise PageError(
+                        f"{target}: HTTP {status} after {failures} attempts",
+                        url=target,
+                        attempts=attempt,
+                    )
+                await self._wait(self.retry.delay(failures), target, f"HTTP {status}")
+                continue
+            raise RequestError(
+                f"{target}: HTTP {status} {message}".strip(), url=target, status=status
+            )
+
+    async def _send(self, url: str, etag: str | None, params: Mapping[str, Any] | None) -> _Sent:
+        """One attempt, inside the window and the budget."""
+        window = self.window
+        assert window is not None
+        ticket = await window.acquire()
+        sent = _Sent(in_flight=ticket.in_flight, window=window.size)
+        start = time.perf_counter()
+        admitted = False
+        try:
+            await self.governor.acquire()
+            admitted = True
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            ticket.sent_with = self.in_flight
+            sent.sent_at = datetime.now(UTC)
+            start = time.perf_counter()
+            try:
+                target = httpx.URL(url)
+                if self.auth_params:  # merged here: httpx's client params replace a query
+                    target = target.copy_merge_params(self.auth_params)
+                response = await self.http.get(
+                    target, params=params, headers={"If-None-Match": etag} if etag else None
+                )
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                sent.error = exc
+                sent.outcome = "timeout" if isinstance(exc, httpx.TimeoutException) else "error"
+                return sent
+            finally:
+                self.in_flight -= 1
+                sent.seconds = time.perf_counter() - start
+            sent.response = response
+            if response.status_code == 200 and response.content:
+                try:
+                    sent.data = response.json()
+                except ValueError as exc:
+                    sent.bad_json = exc
+            sent.outcome = _outcome(response)
+            return sent
+        finally:
+            await window.release(ticket, sent.outcome, sent.seconds)
+            if admitted:
+                await self.governor.release(
+                    sent.response.headers if sent.response is not None else None
+                )
+
+    def _log_request(
+        self, label: str, url: str, sent: _Sent, attempt: int, error: BaseException | None
+    ) -> None:
+        response = sent.response
+        budget = parse_budget(response.headers) if response is not None else None
+        status = response.status_code if response is not None else None
+        err = None
+        if error is not None:
+            err = redact(f"{type(error).__name__}: {error}")[:300]
+        elif response is not None and status not in (200, 304):
+            err = redact(f"HTTP {status} {_message(response)}")[:300]
+        self.requests.append(
+            ApiRequest(
+                run_id=self.run_id,
+                repo=label,
+                url=url,
+                status=status,
+                seconds=round(sent.seconds, 6),
+                bytes=len(response.content) if response is not None else 0,
+                from_cache=status == 304,
+                rate_remaining=budget[1].remaining if budget else None,
+                rate_limit=budget[1].limit if budget else None,
+                rate_resource=budget[0] if budget else None,
+                attempt=attempt,
+                error=err,
+                requested_at=sent.sent_at,
+            )
+        )
+
+    async def _wait(self, seconds: float, url: str, why: str) -> None:
+        log.info("retrying %s in %.2f s after %s", url, seconds, redact(why))
+        await asyncio.sleep(seconds)
+
+
+def _budget_spent(headers: Mapping[str, str]) -> bool:
+    """A 403/429 that says the primary budget is spent (not a concurrency limit)."""
+    parsed = parse_budget(headers)
+    return parsed is not None and parsed[1].remaining <= 0 and "retry-after" not in headers
+
+
+def _outcome(response: httpx.Response) -> Outcome:
+    """What an answer says about the window: clean, a limit answer, or neither."""
+    status = response.status_code
+    if status in (200, 304):
+        return "ok"
+    if status in (403, 429) and not _budget_spent(response.headers):
+        if status == 429 or "retry-after" in response.headers:
+            return "limit"
+        if "rate limit" in _message(response).lower():
+            return "limit"
+    return "error"
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _message(response: httpx.Response | None) -> str:
+    """The API's ``{"message": ...}`` (or ``error``), sanitised."""
+    if response is None:
+        return ""
+    try:
+        data = response.json()
+    except ValueError:
+        return ""
+    message = None
+    if isinstance(data, dict):
+        message = data.get("message") or data.get("error")
+    return redact(str(message)) if message else ""

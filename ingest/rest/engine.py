@@ -1,0 +1,175 @@
+"""The one paging loop of every REST source (GitHub included).
+
+``walk`` pages one listing with a ``Paginator`` (``ingest.rest.paging``) and a
+``fetch`` that does the HTTP and reads the page (the source's: ETags, record
+extraction, watermark checks live there, not here):
+
+1. the first page; when it says how many pages there are (``rel="last"``, a
+   total in the body or a header), the rest are requested concurrently —
+   all at once on a full listing, or in waves that double (1, 2, 4 ... up to
+   ``max_wave``) on an incremental one, until a page reaches known ground
+   (``Page.stop``: items older than the watermark, an unchanged page);
+2. otherwise it follows ``next_url`` one page at a time (cursors cannot be
+   planned), refusing a URL it has already fetched (a cursor that repeats
+   would loop forever) and stopping at ``max_pages``.
+
+How many requests are in flight is the client's window (``ingest.rest.window``),
+shared by every listing of a run, so ``walk`` may ask for many pages at once.
+
+Outcomes: a page that fails after its retries (``PageError``) is counted and the
+listing is incomplete; a malformed page (``MalformedPageError``) or a spent
+budget (``RateLimitStop``) stops the listing with the reason; terminal errors
+(401, 404, other 4xx) are raised to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.errors import TerminalError
+from ingest.redact import redact
+from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
+from ingest.rest.paging import Paginator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Page:
+    """One fetched page, as the source's ``fetch`` read it."""
+
+    url: str  # absolute URL of the request (what the paginator reads parameters from)
+    headers: Mapping[str, str]
+    data: Any
+    page_no: int
+    items: list[Any] = field(default_factory=list)
+    not_modified: bool = False
+    stop: bool = False  # reached known ground: no page after this one is needed
+
+
+Fetch = Callable[[str, int], Awaitable[Page]]
+
+
+@dataclass(slots=True)
+class Walk:
+    """How one listing went."""
+
+    pages: int = 0
+    failed: int = 0
+    stop_reason: str | None = None
+    malformed: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.failed == 0 and self.stop_reason is None
+
+
+async def walk(
+    fetch: Fetch,
+    first_url: str,
+    paginator: Paginator,
+    *,
+    incremental: bool = False,
+    max_wave: int = 64,
+    max_pages: int = 100_000,
+    label: str = "",
+) -> Walk:
+    """Page one listing to its end (or to known ground); see the module doc."""
+    result = Walk()
+    try:
+        first = await fetch(first_url, 1)
+    except RateLimitStop as exc:
+        result.stop_reason = str(exc)
+        return result
+    except PageError as exc:
+        result.failed += 1
+        result.malformed = isinstance(exc, MalformedPageError)
+        result.stop_reason = f"page failed: {exc}"
+        return result
+    result.pages = 1
+    if first.stop or (not first.not_modified and not first.items):
+        return result
+    planned = paginator.planned_urls(first.url, first.headers, first.data)
+    if planned:
+        await _planned(fetch, planned[: max_pages - 1], result, incremental, max_wave, label)
+    else:
+        await _follow(fetch, first, paginator, result, max_pages, label)
+    return result
+
+
+async def _planned(
+    fetch: Fetch, planned: list[str], result: Walk, incremental: bool, max_wave: int, label: str
+) -> None:
+    """The pages the first one announced: all at once, or in doubling waves."""
+    wave = 1 if incremental else len(planned)
+    i = 0
+    while i < len(planned):
+        batch = planned[i : i + wave]
+        outcomes = await asyncio.gather(
+            *(fetch(u, i + k + 2) for k, u in enumerate(batch)), return_exceptions=True
+        )
+        i += len(batch)
+        if _settle(outcomes, result, label):
+            return
+        wave = min(wave * 2, max(1, max_wave))
+
+
+async def _follow(
+    fetch: Fetch, page: Page, paginator: Paginator, result: Walk, max_pages: int, label: str
+) -> None:
+    """One page after another, as each names the next."""
+    seen = {page.url}
+    while (nxt := paginator.next_url(page.url, page.headers, page.data)) is not None:
+        if nxt in seen:
+            result.failed += 1
+            result.malformed = True
+            result.stop_reason = redact(
+                f"page {page.page_no} of {label or 'the listing'} points back to a page already "
+                f"fetched ({nxt}): the cursor repeats, so paging stopped instead of looping"
+            )
+            return
+        if result.pages >= max_pages:
+            result.stop_reason = f"stopped at max_pages={max_pages}"
+            return
+        seen.add(nxt)
+        outcomes = await asyncio.gather(fetch(nxt, page.page_no + 1), return_exceptions=True)
+        if _settle(outcomes, result, label):
+            return
+        last = outcomes[0]
+        if not isinstance(last, Page):  # failed after its retries: the rest is unknown
+            result.stop_reason = result.stop_reason or f"page failed: {last}"
+            return
+        if not last.not_modified and not last.items:
+            return
+        page = last
+
+
+def _settle(outcomes: Sequence[Any], result: Walk, label: str) -> bool:
+    """Count a wave's outcomes; True when the listing is to stop here."""
+    stop = False
+    for outcome in outcomes:
+        if isinstance(outcome, TerminalError):
+            raise outcome
+        if isinstance(outcome, RateLimitStop):
+            result.stop_reason = str(outcome)
+            stop = True
+        elif isinstance(outcome, MalformedPageError):
+            result.failed += 1
+            result.malformed = True
+            result.stop_reason = f"page failed: {outcome}"
+            stop = True
+        elif isinstance(outcome, PageError):
+            result.failed += 1
+            log.warning("%s: %s", label, outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            result.pages += 1
+            stop = stop or outcome.stop
+    if result.failed and result.stop_reason is None and not stop:
+        return False
+    return stop

@@ -1,0 +1,543 @@
+"""One run of a declared REST source: every resource, parents before children, each
+listing paged by the one paging loop (``ingest.rest.engine.walk``) through one
+client per source (one host, one adaptive window, one rate-limit governor).
+
+For each resource, in the order declared:
+
+* a resource without a parent is one listing; a child (``{resources.P.F}`` in
+  its path or parameters) is one listing per parent record: those fetched in
+  this run and those stored by earlier runs, all concurrently (the window
+  decides how many requests are in flight);
+* a page's records are read at ``data_selector``; a page without them, a
+  record without its primary key, or a cursor that repeats stops that
+  listing with a clear error (``MalformedPageError``), never a loop;
+* with ``incremental``, the watermark of the listing's last complete sync is
+  sent as ``start_param``, or, for a listing sorted newest first
+  (``row_order: desc``), paging stops at the first page older than it; the
+  watermark advances only when the listing completes;
+* rows are staged per listing into the resource's table, upserted by key at
+  the run's commit.
+
+The window the host allowed is remembered (``api_windows``) for the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+
+from ingest.errors import TerminalError
+from ingest.redact import redact
+from ingest.rest import store
+from ingest.rest.aio import run_async
+from ingest.rest.auth import SecretLoader, credentials
+from ingest.rest.client import RestClient, make_http
+from ingest.rest.engine import Page, walk
+from ingest.rest.errors import AuthError, MalformedPageError
+from ingest.rest.paging import dig
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.records import HostWindow, RestSummary
+from ingest.rest.sizing import choose_per_page
+from ingest.rest.source import PLACEHOLDER, Resource, Source, make_paginator
+from ingest.rest.window import AdaptiveWindow
+from ingest.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 100
+
+
+@dataclass
+class Listing:
+    """One listing of one resource (for a child: of one parent record)."""
+
+    resource: Resource
+    table: str
+    parent_key: str = ""
+    parent: dict[str, Any] | None = None
+    path: str = ""
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: list[tuple[str, Any]] = field(default_factory=list)  # (key, record) for children
+    pages: int = 0
+    requests: int = 0
+    failed: int = 0
+    complete: bool = False
+    stop_reason: str | None = None
+    error: str | None = None
+    watermark: Any = None
+    newest: Any = None
+    page_size: int = 0
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def cursor_order(value: Any) -> tuple[int, Any]:
+    """Cursor values compare as numbers when they are numbers, else as strings."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value)
+    return (1, str(value))
+
+
+def record_key(record: dict[str, Any], keys: list[str]) -> str | None:
+    values = [dig(record, k) for k in keys]
+    if any(v is None for v in values):
+        return None
+    return "/".join(str(v) for v in values)
+
+
+def fill_placeholders(text: str, parent: dict[str, Any] | None, *, quote_it: bool) -> str:
+    def value(match: Any) -> str:
+        found = dig(parent, match.group(2)) if parent is not None else None
+        if found is None:
+            raise KeyError(match.group(2))
+        return quote(str(found), safe="") if quote_it else str(found)
+
+    return PLACEHOLDER.sub(value, text)
+
+
+class SourceRun:
+    """The state of one run of one source."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: Source,
+        client: RestClient,
+        state: store.SourceState,
+        *,
+        run_id: str,
+        full_refresh: bool,
+    ) -> None:
+        self.settings, self.source, self.client = settings, source, client
+        self.state, self.run_id, self.full_refresh = state, run_id, full_refresh
+        self.listings: dict[str, list[Listing]] = {}
+
+    # ------------------------------------------------------------------ resources
+
+    async def run(self) -> None:
+        for declared in self.source.resources:
+            resource = self.source.resolved(declared)
+            table = self.source.table(resource)
+            parent = resource.parent
+            if parent is None:
+                listings = [Listing(resource, table)]
+            else:
+                listings = self._children(resource, table, parent[0])
+            self.listings[resource.name] = listings
+            await asyncio.gather(*(self._list(x) for x in listings))
+
+    def _children(self, resource: Resource, table: str, parent_name: str) -> list[Listing]:
+        """One listing per parent record: fetched now, or stored by an earlier run."""
+        parents: dict[str, Any] = {}
+        parent_resource = next(r for r in self.source.resources if r.name == parent_name)
+        parent_table = self.source.table(parent_resource)
+        for key, record in store.stored_records(self.settings.data_dir, parent_table):
+            parents[key] = record
+        for listing in self.listings.get(parent_name, []):
+            parents.update(dict(listing.records))
+        out = []
+        for key, record in sorted(parents.items()):
+            path = self._path(resource, record)
+            out.append(Listing(resource, table, parent_key=key, parent=record, path=path))
+        return out
+
+    def _path(self, resource: Resource, parent: dict[str, Any] | None) -> str:
+        assert resource.endpoint.path is not None
+        try:
+            return fill_placeholders(resource.endpoint.path, parent, quote_it=True)
+        except KeyError as exc:
+            return f"!missing:{exc.args[0]}"
+
+    def _first_url(self, listing: Listing) -> str:
+        ep = listing.resource.endpoint
+        parent = listing.parent
+        path = listing.path or self._path(listing.resource, None)
+        params: dict[str, Any] = {}
+        for name, value in ep.params.items():
+            params[name] = (
+                fill_placeholders(value, parent, quote_it=False)
+                if isinstance(value, str)
+                else value
+            )
+        inc = ep.incremental
+        if inc is not None and inc.start_param:
+            start = listing.watermark if listing.watermark is not None else inc.initial_value
+            if start is not None:
+                params[inc.start_param] = start
+        spec = ep.paginator
+        # page_number and offset carry the size themselves; the others through a parameter
+        sized = spec is not None and spec.type not in ("page_number", "offset")
+        if sized and spec is not None and spec.page_size_param and listing.page_size:
+            params[spec.page_size_param] = listing.page_size
+        query = urlencode({k: _param(v) for k, v in params.items()})
+        return f"{path}?{query}" if query else path
+
+    # ------------------------------------------------------------------ one listing
+
+    async def _list(self, listing: Listing) -> None:
+        resource = listing.resource
+        ep = resource.endpoint
+        label = f"{self.source.name}/{resource.name}"
+        inc = ep.incremental
+        if inc is not None and not self.full_refresh:
+            stored = self.state.watermarks.get((resource.name, listing.parent_key))
+            listing.watermark = json.loads(stored) if stored is not None else None
+        listing.page_size = self._page_size(resource)
+        if listing.path.startswith("!missing:"):
+            listing.error = (
+                f"{label}: parent {listing.parent_key} has no field "
+                f"{listing.path.removeprefix('!missing:')!r} for the path"
+            )
+            return
+        paginator = make_paginator(ep.paginator, ep.data_selector, listing.page_size)
+        first = paginator.first_url(self._first_url(listing))
+        desc = inc is not None and inc.row_order == "desc" and listing.watermark is not None
+
+        async def fetch(url: str, page_no: int) -> Page:
+            answer = await self.client.get(url, label=label)
+            listing.requests += answer.attempts
+            return self._read(listing, answer.url, answer.headers, answer.data, page_no, desc)
+
+        try:
+            done = await walk(
+                fetch,
+                first,
+                paginator,
+                incremental=desc,
+                max_wave=self.client.concurrency,
+                max_pages=resource.max_pages,
+                label=label,
+            )
+        except AuthError:
+            raise
+        except TerminalError as exc:
+            listing.error = str(exc)
+            return
+        listing.pages, listing.failed = done.pages, done.failed
+        listing.complete, listing.stop_reason = done.complete, done.stop_reason
+        if done.malformed:
+            listing.error = done.stop_reason
+
+    def _read(
+        self,
+        listing: Listing,
+        url: str,
+        headers: httpx.Headers,
+        data: Any,
+        page_no: int,
+        desc: bool,
+    ) -> Page:
+        """A page's records as rows; raises ``MalformedPageError`` for a page that lies."""
+        resource = listing.resource
+        selector = resource.endpoint.data_selector
+        found = dig(data, selector) if selector else data
+        if not isinstance(found, list):
+            what = (
+                f"no list at data_selector {selector!r}"
+                if selector
+                else "an object, not a list of records (set endpoint.data_selector)"
+            )
+            held = ", ".join(sorted(data)[:8]) if isinstance(data, dict) else type(data).__name__
+            raise MalformedPageError(
+                f"{url}: page {page_no} of {resource.name} has {what}; it holds: {held}", url=url
+            )
+        keys = resource.keys
+        inc = resource.endpoint.incremental
+        now = datetime.now(UTC)
+        oldest: Any = None
+        for i, record in enumerate(found):
+            if not isinstance(record, dict):
+                raise MalformedPageError(
+                    f"{url}: record {i} of page {page_no} is a {type(record).__name__}, "
+                    "not an object",
+                    url=url,
+                )
+            own = record_key(record, keys) if keys else None
+            if keys and own is None:
+                raise MalformedPageError(
+                    f"{url}: record {i} of page {page_no} has no primary key {'/'.join(keys)!r}",
+                    url=url,
+                )
+            if own is None:
+                own = json.dumps(record, sort_keys=True)
+            key = f"{listing.parent_key}/{own}" if listing.parent_key else own
+            cursor = dig(record, inc.cursor_path) if inc is not None else None
+            if cursor is not None:
+                if listing.newest is None or cursor_order(cursor) > cursor_order(listing.newest):
+                    listing.newest = cursor
+                if oldest is None or cursor_order(cursor) < cursor_order(oldest):
+                    oldest = cursor
+            listing.rows[key] = {
+                "key": key,
+                "parent_key": listing.parent_key or None,
+                "source": self.source.name,
+                "resource": resource.name,
+                "cursor": None if cursor is None else str(cursor),
+                "data": json.dumps(record, separators=(",", ":"), default=str),
+                "run_id": self.run_id,
+                "fetched_at": now,
+            }
+            listing.records.append((key, record))
+        stop = (
+            desc and oldest is not None and cursor_order(oldest) < cursor_order(listing.watermark)
+        )
+        return Page(url, headers, data, page_no, list(found), stop=stop)
+
+    def _page_size(self, resource: Resource) -> int:
+        """The declared page size; for ``auto``, the fastest whose requests fit the budget."""
+        spec = resource.endpoint.paginator
+        declared = spec.page_size if spec else None
+        if spec is not None and spec.type == "offset" and spec.limit:
+            declared = spec.limit
+        if declared != "auto":
+            return int(declared or DEFAULT_PAGE_SIZE)
+        governor = self.client.governor
+        budget = None
+        if governor.budget is not None and not governor.unlimited:
+            above = max(0, governor.budget.remaining - governor.effective_reserve)
+            budget = max(1, int(above * self.settings.rest_budget_share))
+        parents = max(1, len(self.listings.get(resource.name, [])) or 1)
+        rows = self.state.listing_rows.get(resource.name) or self.settings.rest_expected_rows
+        window = self.client.window
+        return choose_per_page(
+            [rows] * parents,
+            concurrency=window.size if window else self.client.concurrency,
+            budget=budget,
+            base_s=self.settings.github_latency_base,
+            per_item_s=self.settings.github_latency_per_item,
+        )
+
+    # ------------------------------------------------------------------ results
+
+    def sync_row(self, listing: Listing) -> dict[str, Any]:
+        watermark = listing.watermark
+        if (
+            listing.complete
+            and listing.newest is not None
+            and (watermark is None or cursor_order(listing.newest) > cursor_order(watermark))
+        ):
+            watermark = listing.newest
+        return {
+            "source": self.source.name,
+            "resource": listing.resource.name,
+            "parent_key": listing.parent_key or None,
+            "watermark": None if watermark is None else json.dumps(watermark),
+            "complete": listing.complete and listing.error is None,
+            "stop_reason": redact(listing.error or listing.stop_reason or "") or None,
+            "pages": listing.pages,
+            "requests": listing.requests,
+            "items": len(listing.rows),
+            "failed_pages": listing.failed,
+            "page_size": listing.page_size,
+            "run_id": self.run_id,
+            "started_at": listing.started,
+            "ended_at": datetime.now(UTC),
+        }
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def make_client(
+    settings: Settings,
+    source: Source,
+    *,
+    run_id: str,
+    base_url: str | None,
+    load_block: SecretLoader | None,
+    remembered: tuple[int, int | None] | None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> RestClient:
+    """The source's client: its credentials, window (from what the host allowed last
+    time), governor and retry policy."""
+    creds = credentials(source.client.auth, load_block)
+    concurrency = source.client.concurrency
+    http = make_http(
+        base_url or source.client.base_url,
+        headers={"Accept": "application/json", **source.client.headers, **creds.headers},
+        concurrency=concurrency,
+        timeout=settings.rest_timeout,
+        transport=transport,
+    )
+    window = AdaptiveWindow(
+        initial=remembered[0] if remembered else settings.http_initial_window,
+        maximum=concurrency,
+        ceiling=remembered[1] if remembered else None,
+        adaptive=settings.http_adaptive,
+    )
+    limits = source.client.rate_limit
+    return RestClient(
+        http,
+        RateLimitGovernor(
+            reserve=limits.reserve, max_wait=limits.max_wait, secondary_backoff=limits.backoff
+        ),
+        RetryPolicy(
+            max_attempts=settings.rest_max_attempts,
+            base=settings.rest_retry_base,
+            cap=settings.rest_retry_cap,
+        ),
+        concurrency=concurrency,
+        secondary_retries=settings.rest_limit_retries,
+        run_id=run_id,
+        window=window,
+        auth_hint=creds.hint,
+        auth_params=creds.params,
+    )
+
+
+def host_of(url: str) -> str:
+    return httpx.URL(url).netloc.decode()
+
+
+def fetch_source(
+    settings: Settings,
+    source: Source,
+    *,
+    run_id: str,
+    base_url: str | None = None,
+    load_block: SecretLoader | None = None,
+    full_refresh: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+    on_listing: Callable[[str, str, list[dict[str, Any]], dict[str, Any]], None] | None = None,
+) -> RestSummary:
+    """Page every resource of ``source`` and stage its rows; returns the run's summary.
+
+    Raises ``AuthError`` when the credentials are missing or rejected; every other
+    outcome is in the summary (per resource: complete, or why it stopped).
+    """
+    tables = {r.name: source.table(r) for r in source.resources}
+    state = (
+        store.SourceState()
+        if full_refresh
+        else store.load_state(settings.data_dir, source.name, tables)
+    )
+    host = host_of(base_url or source.client.base_url)
+    remembered = store.load_window(settings.data_dir, host)
+    return run_async(
+        _fetch(
+            settings,
+            source,
+            state,
+            run_id,
+            base_url,
+            load_block,
+            full_refresh,
+            remembered,
+            transport,
+            host,
+        )
+    )
+
+
+async def _fetch(
+    settings: Settings,
+    source: Source,
+    state: store.SourceState,
+    run_id: str,
+    base_url: str | None,
+    load_block: SecretLoader | None,
+    full_refresh: bool,
+    remembered: tuple[int, int | None] | None,
+    transport: httpx.AsyncBaseTransport | None,
+    host: str,
+) -> RestSummary:
+    started = time.perf_counter()
+    client = make_client(
+        settings,
+        source,
+        run_id=run_id,
+        base_url=base_url,
+        load_block=load_block,
+        remembered=remembered,
+        transport=transport,
+    )
+    runner = SourceRun(settings, source, client, state, run_id=run_id, full_refresh=full_refresh)
+    try:
+        async with client.http:
+            await runner.run()
+    finally:
+        for listings in runner.listings.values():
+            for listing in listings:
+                part = store.part_name(listing.resource.name, listing.parent_key)
+                await asyncio.to_thread(
+                    store.write_listing,
+                    settings.data_dir,
+                    run_id,
+                    listing.table,
+                    part,
+                    list(listing.rows.values()),
+                    runner.sync_row(listing),
+                )
+        window = client.window
+        assert window is not None
+        size, ceiling = window.remembered()
+        store.write_run(
+            settings.data_dir,
+            run_id,
+            f"rest-{source.name}",
+            client.requests,
+            HostWindow(
+                host=host,
+                window_size=size,
+                ceiling=ceiling,
+                limit_answers=window.limit_answers,
+                requests=len(client.requests),
+                run_id=run_id,
+                updated_at=datetime.now(UTC),
+            )
+            if settings.http_adaptive
+            else None,
+        )
+    return summarize(runner, client, time.perf_counter() - started)
+
+
+def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSummary:
+    window = client.window
+    assert window is not None
+    summary = RestSummary(run_id=runner.run_id, source=runner.source.name)
+    for name, listings in runner.listings.items():
+        errors = [x.error for x in listings if x.error]
+        stops = sorted({x.stop_reason for x in listings if x.stop_reason and not x.error})
+        summary.resources.append(
+            {
+                "resource": name,
+                "table": listings[0].table if listings else "",
+                "listings": len(listings),
+                "complete": all(x.complete and not x.error for x in listings),
+                "records": sum(len(x.rows) for x in listings),
+                "pages": sum(x.pages for x in listings),
+                "requests": sum(x.requests for x in listings),
+                "failed_pages": sum(x.failed for x in listings),
+                "page_size": max((x.page_size for x in listings), default=0),
+                "note": redact((errors[0] if errors else "; ".join(stops))[:300]) or None,
+            }
+        )
+        summary.errors += [(name, e) for e in errors]
+    summary.records = sum(r["records"] for r in summary.resources)
+    summary.requests = len(client.requests)
+    summary.limit_answers = sum(
+        1 for r in client.requests if r.status in (403, 429) and r.error is not None
+    )
+    summary.failed_pages = sum(r["failed_pages"] for r in summary.resources)
+    summary.window, summary.ceiling = window.remembered()
+    summary.max_in_flight = client.max_in_flight
+    reasons = {
+        x.stop_reason
+        for listings in runner.listings.values()
+        for x in listings
+        if x.stop_reason and not x.error
+    }
+    summary.stopped = "; ".join(sorted(reasons))[:500] or None
+    summary.seconds = seconds
+    return summary

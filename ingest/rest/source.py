@@ -1,0 +1,404 @@
+"""The declarative source file: a REST API described, not coded.
+
+The shape follows dlt's REST API source (``client``, ``resource_defaults``,
+``resources`` with an ``endpoint`` each), so its users feel at home::
+
+    name: tickets
+    client:
+      base_url: https://api.example.com/v1/
+      auth: {type: api_key, name: X-API-Key, location: header, env: TICKETS_API_KEY}
+      paginator: {type: cursor, cursor_path: next_cursor, cursor_param: cursor}
+    resource_defaults:
+      primary_key: id
+      endpoint: {data_selector: data, params: {limit: 50}}
+    resources:
+      - name: projects
+        endpoint: {path: projects}
+      - name: tickets                       # a child: one listing per project
+        endpoint:
+          path: projects/{resources.projects.id}/tickets
+          incremental: {cursor_path: updated_at, start_param: since}
+
+Differences, on purpose:
+
+* credentials are never written in the file: ``auth`` names a Prefect
+  ``Secret`` block (``secret:``) or an environment variable (``env:``);
+  a literal ``token``/``password``/``api_key`` is refused;
+* ``client.concurrency`` is the most requests in flight, not a fixed number:
+  the client finds what the host allows (``ingest.rest.window``);
+* ``page_size: auto`` lets the page size follow the budget the API announces;
+* errors name the file and line (``load_source``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ingest.rest.errors import SourceError
+from ingest.rest.paging import (
+    BodyCursorPaginator,
+    HeaderCursorPaginator,
+    JsonLinkPaginator,
+    LinkHeaderPaginator,
+    OffsetPaginator,
+    PageNumberPaginator,
+    Paginator,
+)
+
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+PLACEHOLDER = re.compile(r"\{resources\.([A-Za-z0-9_]+)\.([A-Za-z0-9_.]+)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(_Strict):
+    """Where a credential comes from: a Prefect Secret block, else an environment variable."""
+
+    secret: str | None = Field(None, description="Name of a Prefect Secret block.")
+    env: str | None = Field(None, description="Name of an environment variable.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literals(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for literal in ("token", "password", "api_key", "key", "value"):
+                if literal in data:
+                    raise ValueError(
+                        f"'{literal}' would put a credential in the file; name a Prefect Secret "
+                        "block with 'secret:' or an environment variable with 'env:'"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if not self.secret and not self.env:
+            raise ValueError("give 'secret:' (a Prefect Secret block) or 'env:' (a variable)")
+        return self
+
+
+class BearerAuth(SecretRef):
+    type: Literal["bearer"]
+
+
+class ApiKeyAuth(SecretRef):
+    type: Literal["api_key"]
+    name: str = Field("Authorization", description="Header or query parameter name.")
+    location: Literal["header", "query"] = "header"
+
+
+class BasicAuth(SecretRef):
+    """HTTP basic: the user name is not a secret; the password comes from secret/env."""
+
+    type: Literal["http_basic"]
+    username: str
+
+
+_AUTH_TYPES = ("bearer", "api_key", "http_basic")
+Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type")]
+
+
+class PaginatorSpec(_Strict):
+    """dlt's paginator types and options (those that apply to each type)."""
+
+    type: Literal[
+        "header_link",
+        "page_number",
+        "offset",
+        "cursor",
+        "header_cursor",
+        "json_link",
+        "single_page",
+    ]
+    # page_number
+    page_param: str = "page"
+    base_page: int = 1
+    total_path: str | None = None  # page_number: total pages; offset: total items
+    total_header: str | None = None  # the same in a response header
+    # page_number and offset: the page size, and the parameter that carries it
+    page_size: int | Literal["auto"] | None = None
+    page_size_param: str | None = None
+    # offset
+    offset_param: str = "offset"
+    limit_param: str = "limit"
+    limit: int | None = None
+    # cursor / header_cursor / json_link
+    cursor_path: str = "next_cursor"
+    cursor_param: str = "cursor"
+    cursor_key: str = "x-next-cursor"
+    next_url_path: str = "next"
+
+    @field_validator("page_size", "limit")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if isinstance(v, int) and not 1 <= v <= 10_000:
+            raise ValueError("must be between 1 and 10000")
+        return v
+
+
+class Incremental(_Strict):
+    """The incremental cursor: a field of each record whose largest value is kept
+    (the watermark) once a listing completes."""
+
+    cursor_path: str = Field(description="Field of the record, e.g. updated_at.")
+    start_param: str | None = Field(
+        None, description="Query parameter the watermark is sent as (e.g. since)."
+    )
+    initial_value: str | int | None = None
+    row_order: Literal["asc", "desc"] | None = Field(
+        None,
+        description="desc: the listing is sorted newest first, so paging stops at the "
+        "first page older than the watermark (for APIs without a since parameter).",
+    )
+
+
+class Endpoint(_Strict):
+    path: str | None = None
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    data_selector: str | None = Field(
+        None, description="JSON path of the records in a page (dots); empty: the page itself."
+    )
+    paginator: PaginatorSpec | None = None
+    incremental: Incremental | None = None
+
+
+class Resource(_Strict):
+    name: str
+    table_name: str | None = None
+    primary_key: str | list[str] | None = None
+    endpoint: Endpoint = Field(default_factory=Endpoint)
+    max_pages: int = Field(100_000, ge=1)
+
+    @field_validator("name", "table_name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not NAME.match(v):
+            raise ValueError("use lower-case letters, digits and _ (a table name)")
+        return v
+
+    @property
+    def keys(self) -> list[str]:
+        pk = self.primary_key
+        return [pk] if isinstance(pk, str) else list(pk or [])
+
+    @property
+    def parent(self) -> tuple[str, str] | None:
+        """(parent resource, field) named by a ``{resources.NAME.FIELD}`` placeholder."""
+        texts = [self.endpoint.path or "", *(str(v) for v in self.endpoint.params.values())]
+        for text in texts:
+            found = PLACEHOLDER.search(text)
+            if found:
+                return found.group(1), found.group(2)
+        return None
+
+
+class ResourceDefaults(_Strict):
+    primary_key: str | list[str] | None = None
+    endpoint: Endpoint = Field(default_factory=Endpoint)
+
+
+class RateLimit(_Strict):
+    reserve: int = Field(0, ge=0, description="Requests of an announced budget never spent.")
+    max_wait: float = Field(
+        900.0, ge=0, description="Longest wait for a spent budget to reset, in seconds."
+    )
+    backoff: float = Field(
+        1.0, ge=0, description="First pause after a limit answer without Retry-After."
+    )
+
+
+class Client(_Strict):
+    base_url: str
+    auth: Auth | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    paginator: PaginatorSpec | None = None
+    concurrency: int = Field(32, ge=1, le=256, description="Most requests in flight.")
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if name.lower() in ("authorization", "x-api-key", "api-key", "cookie"):
+                raise ValueError(f"header {name!r} carries a credential; declare it under auth")
+        return v
+
+
+class Source(_Strict):
+    """A whole source file."""
+
+    name: str
+    client: Client
+    resource_defaults: ResourceDefaults = Field(default_factory=ResourceDefaults)
+    resources: list[Resource] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v) or "__" in v:
+            raise ValueError("use lower-case letters, digits and single _ (a table prefix)")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Source:
+        seen: set[str] = set()
+        for i, r in enumerate(self.resources):
+            if r.name in seen:
+                raise ValueError(f"resources.{i}: resource {r.name!r} is declared twice")
+            parent = r.parent
+            if parent is not None and parent[0] not in seen:
+                raise ValueError(
+                    f"resources.{i}: {r.name!r} refers to resource {parent[0]!r}, "
+                    "which must be declared before it"
+                )
+            seen.add(r.name)
+            if not self.resolved(r).endpoint.path:
+                raise ValueError(f"resources.{i}: {r.name!r} has no endpoint.path")
+        return self
+
+    def resolved(self, r: Resource) -> Resource:
+        """The resource with the defaults filled in (the resource's own values win)."""
+        d = self.resource_defaults
+        ep, dep = r.endpoint, d.endpoint
+        endpoint = Endpoint(
+            path=ep.path or dep.path,
+            params={**dep.params, **ep.params},
+            data_selector=ep.data_selector if ep.data_selector is not None else dep.data_selector,
+            paginator=ep.paginator or dep.paginator or self.client.paginator,
+            incremental=ep.incremental or dep.incremental,
+        )
+        return r.model_copy(
+            update={
+                "primary_key": r.primary_key if r.primary_key is not None else d.primary_key,
+                "endpoint": endpoint,
+            }
+        )
+
+    def table(self, r: Resource) -> str:
+        return f"{self.name}__{r.table_name or r.name}"
+
+
+def make_paginator(
+    spec: PaginatorSpec | None, data_selector: str | None, page_size: int
+) -> Paginator:
+    """The paging strategy a spec names (``header_link`` when none is declared)."""
+    kind = spec.type if spec else "header_link"
+    if spec is None or kind == "header_link":
+        return LinkHeaderPaginator(page_param=spec.page_param if spec else "page")
+    if kind == "page_number":
+        return PageNumberPaginator(
+            page_param=spec.page_param,
+            size_param=spec.page_size_param or "per_page",
+            page_size=page_size,
+            first_page=spec.base_page,
+            total_pages_path=spec.total_path,
+            total_pages_header=spec.total_header,
+            items_path=data_selector,
+        )
+    if kind == "offset":
+        return OffsetPaginator(
+            offset_param=spec.offset_param,
+            limit_param=spec.page_size_param or spec.limit_param,
+            limit=page_size,
+            total_path=spec.total_path,
+            total_header=spec.total_header,
+            items_path=data_selector,
+        )
+    if kind == "cursor":
+        return BodyCursorPaginator(
+            cursor_path=spec.cursor_path, cursor_param=spec.cursor_param, items_path=data_selector
+        )
+    if kind == "header_cursor":
+        return HeaderCursorPaginator(
+            cursor_header=spec.cursor_key, cursor_param=spec.cursor_param, items_path=data_selector
+        )
+    if kind == "json_link":
+        return JsonLinkPaginator(next_url_path=spec.next_url_path, items_path=data_selector)
+    return SinglePage(items_path=data_selector)
+
+
+class SinglePage(Paginator):
+    """One page, no paging."""
+
+    def __init__(self, items_path: str | None = None) -> None:
+        self.items_path = items_path
+
+    def next_url(self, url: str, headers: Any, data: Any) -> str | None:
+        return None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A safe loader; the composed node tree keeps each value's line for error messages."""
+
+
+def load_source(path: str | Path) -> Source:
+    """Read and validate a source file (YAML; JSON is YAML too).
+
+    Raises ``SourceError`` naming the file, the line and the field for every problem.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read the source file ({exc.strerror})") from exc
+    return parse_source(text, str(path))
+
+
+def parse_source(text: str, name: str = "<source>") -> Source:
+    try:
+        node = yaml.compose(text, Loader=_LineLoader)
+        data = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark is not None else name
+        raise SourceError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if not isinstance(data, dict):
+        raise SourceError(f"{name}:1: a source file is a mapping (name, client, resources)")
+    try:
+        return Source.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = [
+                p
+                for p in err["loc"]
+                if not (isinstance(p, str) and (p[:1].isupper() or p in _AUTH_TYPES))
+            ]
+            msg = err["msg"].removeprefix("Value error, ")
+            if not loc and msg.startswith("resources."):  # a whole-source check naming its place
+                head, _, msg = msg.partition(": ")
+                loc = [int(p) if p.isdigit() else p for p in head.split(".")]
+            line = _line_of(node, loc)
+            field = ".".join(str(p) for p in loc) or "(file)"
+            lines.append(f"{name}:{line}: {field}: {msg}")
+        raise SourceError("invalid source file:\n  " + "\n  ".join(lines)) from exc
+
+
+def _line_of(node: yaml.Node | None, loc: list[Any]) -> int:
+    """The 1-based line of the deepest node of ``loc`` that exists."""
+    line = (node.start_mark.line + 1) if node is not None else 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == part:
+                    line, node = key.start_mark.line + 1, value
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line

@@ -1,0 +1,108 @@
+"""What the REST sources read from the lake before a run and stage for its commit.
+
+Per run: every resource listing's rows go to the resource's table
+(``<source>__<resource>``, one part per listing), its outcome to ``rest_syncs``
+(the watermark, advanced only by a complete listing), the requests to
+``api_requests`` and what each host allowed in flight to ``api_windows``. The
+run commits them at its end in that order (``ingest.storage.commit``): rows
+first, so a crash costs a re-fetch, never a watermark past rows not stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest import duck, storage
+from ingest.rest.records import ApiRequest, HostWindow
+
+
+@dataclass(slots=True)
+class SourceState:
+    """What earlier runs stored for one source."""
+
+    watermarks: dict[tuple[str, str], str] = field(default_factory=dict)  # (resource, parent)
+    listing_rows: dict[str, int] = field(default_factory=dict)  # rows per listing, by resource
+
+
+def part_name(resource: str, parent_key: str) -> str:
+    """One part per run and listing; a parent's key is hashed (it may be long or odd)."""
+    if not parent_key:
+        return resource
+    return f"{resource}-{hashlib.sha1(parent_key.encode()).hexdigest()[:16]}"
+
+
+def load_state(data_dir: Path, source: str, tables: dict[str, str]) -> SourceState:
+    """Watermarks of the last complete listings, and stored rows per listing."""
+    state = SourceState()
+    with duck.connect() as con:
+        rows = con.execute(
+            f"""
+            SELECT resource, coalesce(parent_key, ''), arg_max(watermark, ended_at)
+            FROM {storage.scan(data_dir, "rest_syncs")}
+            WHERE source = ? AND complete AND watermark IS NOT NULL
+            GROUP BY ALL
+            """,
+            [source],
+        ).fetchall()
+        for resource, parent, watermark in rows:
+            state.watermarks[(resource, parent)] = watermark
+        for resource, table in tables.items():
+            if storage.open_table(data_dir, table) is None:
+                continue
+            n, parents = con.execute(
+                f"SELECT count(*), count(DISTINCT parent_key) FROM {storage.scan(data_dir, table)}"
+            ).fetchone() or (0, 0)
+            state.listing_rows[resource] = int(n) // max(1, int(parents))
+    return state
+
+
+def stored_records(data_dir: Path, table: str) -> list[tuple[str, Any]]:
+    """(key, record) of every stored row of a resource table (a child's parents)."""
+    if storage.open_table(data_dir, table) is None:
+        return []
+    with duck.connect() as con:
+        rows = con.execute(f"SELECT key, data FROM {storage.scan(data_dir, table)}").fetchall()
+    return [(key, json.loads(data)) for key, data in rows if data]
+
+
+def load_window(data_dir: Path, host: str) -> tuple[int, int | None] | None:
+    """(window, ceiling) a host allowed in the last run that talked to it."""
+    if storage.open_table(data_dir, "api_windows") is None:
+        return None
+    with duck.connect() as con:
+        row = con.execute(
+            f"""SELECT window_size, ceiling FROM {storage.scan(data_dir, "api_windows")}
+                WHERE host = ? ORDER BY updated_at DESC LIMIT 1""",
+            [host],
+        ).fetchone()
+    return (int(row[0]), int(row[1]) if row[1] is not None else None) if row else None
+
+
+def write_listing(
+    data_dir: Path,
+    run_id: str,
+    table: str,
+    part: str,
+    rows: Sequence[dict[str, Any]],
+    sync: dict[str, Any],
+) -> None:
+    storage.stage(data_dir, run_id, table, part, rows)
+    storage.stage(data_dir, run_id, "rest_syncs", f"{table}-{part}", [sync])
+
+
+def write_run(
+    data_dir: Path,
+    run_id: str,
+    part: str,
+    requests: Sequence[ApiRequest],
+    window: HostWindow | None,
+) -> None:
+    if requests:
+        storage.stage(data_dir, run_id, "api_requests", part, [r.as_row() for r in requests])
+    if window is not None:
+        storage.stage(data_dir, run_id, "api_windows", part, [window.as_row()])

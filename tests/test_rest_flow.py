@@ -1,0 +1,114 @@
+"""The rest-ingest flow and ``ingest rest``: real Prefect flow runs (session harness)
+over the example source files against the local REST and GitHub-compatible servers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect.blocks.system import Secret
+from typer.testing import CliRunner
+
+from cli.main import app
+from devservers.github import DevGitHub
+from devservers.rest import DevRest
+from flows.rest_ingest import rest_ingest
+from ingest import storage
+from ingest.rest.errors import AuthError, RestTerminalError, SourceError
+
+pytestmark = pytest.mark.flow
+
+KEY = "flow-api-key-0123456789"  # fake
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[DevRest]:
+    with DevRest(api_key=KEY, paginator="cursor", projects=3, tickets_per_project=60) as srv:
+        yield srv
+
+
+def test_tickets_example_runs_then_reruns_incrementally(
+    prefect_harness: None, api: DevRest, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+    first = rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
+    assert first.complete and first.records == 3 + 180
+    api.touch(3, [1])
+    second = rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
+    got = {r["resource"]: r["records"] for r in second.resources}
+    assert got == {"projects": 3, "tickets": 1 + 1 + 2}  # since is inclusive: newest + changed
+    _, rows = storage.query(data_dir, "SELECT count(*), count(DISTINCT key) FROM tickets__tickets")
+    assert rows == [(180, 180)]
+    _, rows = storage.query(
+        data_dir, "SELECT count(*) FROM api_requests WHERE repo = 'tickets/tickets'"
+    )
+    assert rows[0][0] > 0  # timing rows like every source's
+    _, stages = storage.query(
+        data_dir, "SELECT DISTINCT task_name FROM task_timings WHERE task_name LIKE 'fetch-rest%'"
+    )
+    assert stages == [("fetch-rest-source",)]
+
+
+def test_credential_from_a_secret_block(
+    prefect_harness: None, api: DevRest, data_dir: Path, tmp_path: Path
+) -> None:
+    Secret(value=KEY).save("tickets-key-test", overwrite=True)
+    text = Path("sources/tickets.yaml").read_text()
+    text = text.replace("env: TICKETS_API_KEY", "secret: tickets-key-test")
+    source = tmp_path / "tickets.yaml"
+    source.write_text(text)
+    summary = rest_ingest(source=str(source), base_url=api.url, data_dir=str(data_dir))
+    assert summary.complete and summary.records == 183
+
+
+def test_bad_source_file_and_bad_key_fail_clearly(
+    prefect_harness: None,
+    api: DevRest,
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nclient:\n  base_url: http://x/\n  concurency: 3\nresources: []\n")
+    with pytest.raises(SourceError) as info:
+        rest_ingest(source=str(bad), data_dir=str(data_dir))
+    assert f"{bad}:4: client.concurency: Extra inputs are not permitted" in str(info.value)
+    assert f"{bad}:5: resources:" in str(info.value)
+    monkeypatch.setenv("TICKETS_API_KEY", "wrong-key-0123456789")
+    with pytest.raises(AuthError, match="401") as err:
+        rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
+    assert "wrong-key-0123456789" not in str(err.value)
+
+
+def test_malformed_page_fails_the_run_after_storing_the_rest(
+    prefect_harness: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+    faults = [{"kind": "repeat_cursor", "match": "/projects/2/tickets", "times": 99}]
+    server = DevRest(
+        api_key=KEY, paginator="cursor", projects=3, tickets_per_project=60, faults=faults
+    )
+    with server as srv, pytest.raises(RestTerminalError, match="the cursor repeats"):
+        rest_ingest(source="sources/tickets.yaml", base_url=srv.url, data_dir=str(data_dir))
+    _, rows = storage.query(
+        data_dir, "SELECT parent_key, count(*) FROM tickets__tickets GROUP BY 1 ORDER BY 1"
+    )
+    assert rows == [("1", 60), ("2", 50), ("3", 60)]  # the first page of 2 is kept
+
+
+def test_cli_rest_command_runs_the_github_example(
+    prefect_harness: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "ghp_" + "RestCliTokenValue0123456789abcdefABC"  # fake
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    with DevGitHub(repos={"octo/engine": 230, "octo/docs": 40}, token=token) as gh:
+        args = ["rest", "sources/github_pulls.yaml", "--base-url", gh.url]
+        result = CliRunner().invoke(app, [*args, "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "pulls -> github__pulls: 270 records, 2 listings" in result.output
+    assert token not in result.output
+    _, rows = storage.query(data_dir, "SELECT data FROM github__pulls")
+    numbers = sorted(json.loads(d)["number"] for (d,) in rows)
+    assert numbers == sorted([*range(1, 231), *range(1, 41)])

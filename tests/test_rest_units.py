@@ -1,0 +1,147 @@
+"""Unit tests of the REST engine's pure parts: the adaptive window (AIMD), the source
+file's schema and its line-numbered errors, rate-limit header dialects. No server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ingest.rest.errors import SourceError
+from ingest.rest.ratelimit import parse_budget
+from ingest.rest.source import parse_source
+from ingest.rest.window import AdaptiveWindow, Ticket
+
+
+def answer(window: AdaptiveWindow, outcome: str, sent_with: int, epoch: int | None = None) -> None:
+    """One answer to a request that went out with ``sent_with`` on the wire."""
+
+    async def go() -> None:
+        ticket = await window.acquire()
+        ticket.sent_with = sent_with
+        if epoch is not None:
+            ticket.epoch = epoch
+        await window.release(ticket, outcome, 0.1)  # type: ignore[arg-type]
+
+    asyncio.run(go())
+
+
+def test_window_slow_start_grows_by_one_per_clean_answer_when_used() -> None:
+    w = AdaptiveWindow(initial=4, maximum=64)
+    for _ in range(4):
+        answer(w, "ok", sent_with=w.size)
+    assert w.size == 8  # one round trip: doubled
+    answer(w, "ok", sent_with=1)  # the window was not used: no growth on a guess
+    assert w.size == 8
+
+
+def test_window_shrinks_once_per_burst_and_remembers_the_ceiling() -> None:
+    w = AdaptiveWindow(initial=16, maximum=64)
+    answer(w, "limit", sent_with=13, epoch=0)
+    assert w.ceiling == 12 and w.size == int(13 * 0.85)
+    size = w.size
+    answer(w, "limit", sent_with=14, epoch=0)  # same burst: no second decrease
+    assert w.size == size and w.decreases == 1 and w.limit_answers == 2
+    for _ in range(50):
+        answer(w, "ok", sent_with=w.size)
+    assert w.size == 12  # back up to the ceiling, and held there
+    assert w.remembered() == (12, 12)
+
+
+def test_window_probes_above_the_ceiling_only_after_clean_round_trips() -> None:
+    w = AdaptiveWindow(initial=8, maximum=64, ceiling=8, probe_after=4)
+    held = 0
+    while w.size == 8 and held < 1000:
+        answer(w, "ok", sent_with=8)
+        held += 1
+    assert held >= 4 * 8  # four round trips at the ceiling first
+    answer(w, "ok", sent_with=9)  # the probe went through: the ceiling rises
+    assert w.ceiling == 9
+
+
+def test_window_fixed_when_not_adaptive() -> None:
+    w = AdaptiveWindow(initial=4, maximum=20, adaptive=False)
+    answer(w, "limit", sent_with=20)
+    assert w.size == 20 and w.ceiling is None
+
+
+def test_window_starts_from_what_the_host_allowed_last_time() -> None:
+    w = AdaptiveWindow(initial=6, maximum=64, ceiling=6)
+    assert w.size == 6 and w.ssthresh == 6
+
+
+def test_parse_budget_reads_both_header_dialects() -> None:
+    gh = parse_budget(
+        {"x-ratelimit-remaining": "7", "x-ratelimit-limit": "60", "x-ratelimit-reset": "1900000000"}
+    )
+    assert gh is not None and gh[1].remaining == 7 and gh[1].reset == 1900000000
+    ietf = parse_budget(
+        {"ratelimit-remaining": "3", "ratelimit-limit": "10", "ratelimit-reset": "30"},
+        now=lambda: 1000.0,
+    )
+    assert ietf is not None and ietf[1].limit == 10 and ietf[1].reset == 1030.0
+    assert parse_budget({"content-type": "application/json"}) is None
+
+
+SOURCE = """\
+name: tracker
+client:
+  base_url: https://api.example.com/
+  auth:
+    type: bearer
+    env: TRACKER_TOKEN
+  paginator: {type: offset, limit: 50, total_path: total}
+resource_defaults:
+  primary_key: id
+resources:
+  - name: projects
+    endpoint: {path: projects, data_selector: data}
+  - name: tickets
+    endpoint:
+      path: projects/{resources.projects.id}/tickets
+      incremental: {cursor_path: updated_at, start_param: since}
+"""
+
+
+def test_a_valid_source_resolves_defaults_and_parents() -> None:
+    source = parse_source(SOURCE)
+    tickets = source.resolved(source.resources[1])
+    assert tickets.parent == ("projects", "id") and tickets.keys == ["id"]
+    assert tickets.endpoint.paginator is not None and tickets.endpoint.paginator.limit == 50
+    assert source.table(tickets) == "tracker__tickets"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ("env: TRACKER_TOKEN", "token: abc123"),
+            ":4: client.auth: 'token' would put a credential",
+        ),
+        (("type: offset", "type: offst"), ":7: client.paginator.type: Input should be"),
+        (("  - name: projects", "  - name: Projects"), ":11: resources.0.name: use lower-case"),
+        (
+            ("{resources.projects.id}", "{resources.nope.id}"),
+            ":13: resources.1: 'tickets' refers to resource 'nope'",
+        ),
+        (
+            ("  base_url:", "  headers: {Authorization: x}\n  base_url:"),
+            ":3: client.headers: header 'Authorization' carries a credential",
+        ),
+    ],
+)
+def test_source_errors_name_the_line(change: tuple[str, str], expected: str) -> None:
+    with pytest.raises(SourceError) as info:
+        parse_source(SOURCE.replace(*change), "tracker.yaml")
+    assert f"tracker.yaml{expected}" in str(info.value)
+
+
+def test_not_yaml_names_the_line() -> None:
+    with pytest.raises(
+        SourceError, match=r"tracker.yaml:3: not valid YAML: expected .,. or .\]., but got .:."
+    ):
+        parse_source("name: t\nclient: [a\n  b: c\n", "tracker.yaml")
+
+
+def test_ticket_default_counts_admission() -> None:
+    assert Ticket(0, 3).sent_with == 0
