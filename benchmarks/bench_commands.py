@@ -61,7 +61,7 @@ PULLS = 100
 REPO = "octo/fixed-cost"
 TOKEN = "bench-token-not-a-secret"
 RUN_SECONDS = re.compile(r"^run \S+: .* in ([\d.]+) s$", re.M)
-GITHUB_SECONDS = re.compile(r" in ([\d.]+) s\b")
+GITHUB_SECONDS = re.compile(r"^run \S+: \d+ pull requests .*\), ([\d.]+) s", re.M)
 BEGIN = "Beginning flow run"
 TARGET_OVER_IMPORT = 1.0
 

@@ -303,6 +303,7 @@ def stamp(root: Path, since: float, offset: float, skip: Path | None = None) -> 
     one (the clock libfaketime gives a process does not reach the file system, and
     Delta's log clean-up goes by the files' ages)."""
     n = 0
+    until = time.time() + 1  # files of earlier simulated days are dated later than now
     for dirpath, dirnames, filenames in os.walk(root):
         if skip is not None and Path(dirpath) == skip:
             dirnames[:] = []
@@ -311,7 +312,7 @@ def stamp(root: Path, since: float, offset: float, skip: Path | None = None) -> 
             path = os.path.join(dirpath, name)
             with suppress(OSError):
                 st = os.stat(path)
-                if st.st_mtime >= since - 1:
+                if since - 1 <= st.st_mtime <= until:
                     os.utime(path, (st.st_atime + offset, st.st_mtime + offset))
                     n += 1
     return n

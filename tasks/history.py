@@ -17,9 +17,23 @@ from prefect.settings import PREFECT_UI_URL
 
 from ingest import history
 
+_ids: dict[str, dict[str, str]] = {}
+
 
 def current_ids() -> dict[str, str]:
-    """flow_run_id, flow_name, deployment_id and parent_flow_run_id of the running flow."""
+    """flow_run_id, flow_name, deployment_id and parent_flow_run_id of the running flow
+    (asked once per run: outside a deployment, each of Prefect's runtime lookups of the
+    deployment and the parent is an API call)."""
+    run_id = str(flow_run.id or "local")
+    if run_id != "local" and run_id in _ids:
+        return dict(_ids[run_id])
+    ids = _lookup_ids()
+    if run_id != "local":
+        _ids[run_id] = dict(ids)
+    return ids
+
+
+def _lookup_ids() -> dict[str, str]:
     try:
         parent = str(flow_run.parent_flow_run_id or "")
     except Exception:  # no API (a plain function call in a unit test)

@@ -68,7 +68,7 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
     storage.stage(settings.data_dir, run_id, "task_timings", "commit-run", [timing.as_row()])
     last = storage.commit_run(settings.data_dir, run_id)
     report.rows.update(last.rows)
-    storage.refresh_warehouse(settings.data_dir)
+    storage.refresh_warehouse(settings.data_dir, tables=report.rows)
     get_run_logger().info(
         "commit-run %s rows in %.2f s: %s",
         sum(report.rows.values()),

@@ -53,8 +53,9 @@ __all__ = [
 def finish_run(data_dir: Path, run_id: str) -> None:
     """Commit what the run still has staged (a run that failed part-way), then remove its
     staging folder. If the commit itself fails, the folder stays for the next run."""
-    if commit_run(data_dir, run_id).rows:  # a successful run has committed already
-        refresh_warehouse(data_dir)
+    committed = commit_run(data_dir, run_id).rows  # a successful run has committed already
+    if committed:
+        refresh_warehouse(data_dir, tables=committed)
     staging.remove_run(data_dir, staging.safe_name(run_id))
 
 
@@ -66,4 +67,7 @@ def prepare(data_dir: Path, *, current_run: str = "", stale_after: float = 300.0
     data_dir.mkdir(parents=True, exist_ok=True)
     if needs_migration(data_dir):
         migrate(data_dir)
-    return recover(data_dir, current_run=current_run, stale_after=stale_after)
+    recovered = recover(data_dir, current_run=current_run, stale_after=stale_after)
+    if recovered:  # their tables may be ones this run does not write
+        refresh_warehouse(data_dir)
+    return recovered

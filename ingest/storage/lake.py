@@ -37,6 +37,9 @@ LAKE_DIR = "lake"
 COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to this often
 TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
 CHECKPOINT_EVERY = 10  # commits between two checkpoints written by maintenance
+# Stored rows one MERGE of a partitioned state table reads at most (whole parts): with
+# 16 parts, a table of up to this many rows takes one commit per run, not sixteen.
+MERGE_TARGET_ROWS = 60_000
 # Log entries older than a week are dropped after a checkpoint (Delta's default keeps 30
 # days), so a table's log stays a few dozen files whatever its age; time travel reaches
 # back as far as vacuum keeps files (vacuum_retention_hours, a week by default).
@@ -171,8 +174,11 @@ def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
     if spec.parts:
         column = data.column("part")
         groups = [
-            (f"t.part = {p} AND {on}", data.filter(pc.equal(column, p)))
-            for p in sorted(set(column.to_pylist()))
+            (
+                f"t.part IN ({', '.join(map(str, parts))}) AND {on}",
+                data.filter(pc.is_in(column, pa.array(parts, column.type))),
+            )
+            for parts in part_groups(dt, sorted(set(column.to_pylist())))
         ]
     totals: dict[str, int] = {}
     for predicate, source in groups:
@@ -190,6 +196,32 @@ def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
             if isinstance(value, int):
                 totals[key] = totals.get(key, 0) + value
     return totals
+
+
+def part_groups(dt: DeltaTable, parts: Sequence[int]) -> list[list[int]]:
+    """``parts`` in groups holding at most ``MERGE_TARGET_ROWS`` stored rows each (a part
+    bigger than that alone): one MERGE, so one commit, per group. A small table is one
+    commit a run; a large one is merged a few parts at a time, because delta-rs holds the
+    rows a MERGE reads in memory."""
+    stored: dict[int, int] = {}
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows and "partition.part" in actions.column_names:
+        for part, n in zip(
+            actions.column("partition.part").to_pylist(),
+            actions.column("num_records").to_pylist(),
+            strict=True,
+        ):
+            stored[int(part)] = stored.get(int(part), 0) + int(n or 0)
+    groups: list[list[int]] = []
+    rows = 0
+    for part in parts:
+        n = stored.get(part, 0)
+        if not groups or (groups[-1] and rows + n > MERGE_TARGET_ROWS):
+            groups.append([])
+            rows = 0
+        groups[-1].append(part)
+        rows += n
+    return groups
 
 
 def latest_per_key(spec: TableSpec, rows: pa.Table) -> pa.Table:

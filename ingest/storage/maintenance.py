@@ -27,6 +27,7 @@ from deltalake import DeltaTable
 
 from ingest.storage import lake
 from ingest.storage.tables import SPECS
+from ingest.storage.warehouse import refresh_warehouse
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,9 @@ def maintain(
         if removed:
             report.vacuumed[table] = len(removed)
         dt.cleanup_metadata()
+    rewritten = set(report.expired_files) | set(report.compacted)
+    if rewritten:  # their views must list the new files before vacuum takes the old ones
+        refresh_warehouse(data_dir, tables=rewritten)
     return report
 
 

@@ -106,27 +106,44 @@ def query(
         return columns, cur.fetchall()
 
 
-def refresh_warehouse(data_dir: Path, *, wait_seconds: float = 5.0) -> bool:
-    """Make ``warehouse.duckdb`` hold views over the tables' current versions.
+def refresh_warehouse(
+    data_dir: Path, *, tables: Iterable[str] | None = None, wait_seconds: float = 5.0
+) -> bool:
+    """Make ``warehouse.duckdb`` hold views over the tables' current versions (with
+    ``tables``, over those only: the ones a run just wrote; opening every table of the
+    lake to list its files costs ~20 ms a table, the longest step of a small run's end).
 
     Returns True when the views are current. Another process holding the file
     (someone in the ``duckdb`` CLI, which opens read-write by default) is waited
     for a few seconds, then left alone.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    bodies = views(data_dir)
-    signature = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
     db = data_dir / WAREHOUSE
     stamp = data_dir / _STAMP
-    if db.exists() and stamp.exists() and stamp.read_text() == signature:
-        return True
+    if tables is None or not db.exists():
+        bodies = views(data_dir)
+        signature: str | None = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
+        if db.exists() and stamp.exists() and stamp.read_text() == signature:
+            return True
+    else:
+        present = set(lake.table_names(data_dir))
+        bodies = {
+            name: view_sql(SPECS[name], lake.data_files(data_dir, name))
+            for name in sorted(set(tables) & present)
+        }
+        signature = None  # the stamp covers all views: it no longer holds
+        if not bodies:
+            return True
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
             with duck.connect(str(db)) as con:
                 for name, body in bodies.items():
                     con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
-            stamp.write_text(signature)
+            if signature is None:
+                stamp.unlink(missing_ok=True)
+            else:
+                stamp.write_text(signature)
             return True
         except duckdb.IOException as exc:  # held by another process
             if time.monotonic() > deadline:
