@@ -414,7 +414,9 @@ def ingest_options() -> tuple[str, ...]:
 
 def flow_info(output: str, data_dir: Path) -> dict[str, Any]:
     """Run id, flow seconds and per-stage timing (from ``task_timings``) of one run."""
-    m = re.search(r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B) in ([\d.]+) s", output, re.M)
+    m = re.search(
+        r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B) in ([\d.]+) s", output, re.M
+    )
     if not m:
         raise RuntimeError(f"no run summary in the output of ingest:\n{output[-3000:]}")
     run_id = m.group(1)

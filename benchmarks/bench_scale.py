@@ -70,7 +70,9 @@ OBJECTS_SUBDIR = "objects"  # the flow's default download folder: DIR/objects/<b
 FETCH_THREADS = 64  # the flow's default concurrency (INGEST_S3_CONCURRENCY)
 PAGE = 4096
 
-SUMMARY_RE = re.compile(r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B) in ([\d.]+) s", re.M)
+SUMMARY_RE = re.compile(
+    r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B) in ([\d.]+) s", re.M
+)
 FLOW_BEGIN = "Beginning flow run"
 REQUEST_KIND = re.compile(r"^(GET|HEAD|PUT|POST|DELETE) (object|bucket|service)$")
 
