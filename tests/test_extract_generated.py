@@ -45,6 +45,27 @@ def test_dxf_blocks_attributes_dimensions(codepage: str | None) -> None:
     assert text.count("GRID-CELL") == 1  # block text once, however often it is inserted
 
 
+@pytest.mark.parametrize("version", ["R2007", "R2018"])
+def test_dxf_of_autocad_2007_and_later_is_utf8_whatever_its_codepage(version: str) -> None:
+    """From AC1021 on a DXF is UTF-8; a $DWGCODEPAGE of ANSI_949 (or ezdxf's ANSI_1252)
+    must not turn its Hangul into mojibake."""
+    import io
+
+    import ezdxf
+
+    doc = ezdxf.new(version)
+    doc.modelspace().add_text(f"{KOREAN} R-TEXT")
+    out = io.StringIO()
+    doc.write(out)
+    data = out.getvalue().encode("utf-8")
+    data = data.replace(b"ANSI_1252", b"ANSI_949")  # a Korean installation's header
+    assert b"ANSI_949" in data and KOREAN.encode("utf-8") in data
+    result = extract_document(data, "plan.dxf")
+    assert (result.kind, result.status) == ("dxf", "ok"), result.error
+    assert f"{KOREAN} R-TEXT" in result.text
+    assert result.metadata["encoding"] == "utf-8"
+
+
 def test_truncated_dxf_is_trimmed_and_recovered() -> None:
     data = drawing()
     cut = data[: int(len(data) * 0.8)]

@@ -14,8 +14,10 @@ Model space comes first, then each paper space layout in tab order (title
 blocks live there). A block's own text is written once per drawing, however
 often it is inserted; each insert's attribute values are written.
 
-``\\U+XXXX`` escapes are decoded; ``$DWGCODEPAGE`` is honoured (ezdxf
-decodes pre-R2007 drawings with it; CP949 drawings come back as Hangul).
+``\\U+XXXX`` escapes are decoded; ``$DWGCODEPAGE`` is honoured for drawings
+before AutoCAD 2007 (CP949 drawings come back as Hangul); from AutoCAD 2007 on
+(``$ACADVER`` AC1021 and above) a DXF file is UTF-8 whatever ``$DWGCODEPAGE``
+says, as the DXF reference and ezdxf's own loader have it.
 A damaged file is read in ezdxf's recover mode; a truncated one is trimmed
 to its last complete tag pair and closed before recovering. DWG (the binary
 AutoCAD format) is detected elsewhere and reported as unsupported.
@@ -32,6 +34,7 @@ from ingest.extract.base import ExtractError, Extraction, clean_text
 
 _UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
 _MAX_DEPTH = 16
+UTF8_FROM = "AC1021"  # $ACADVER of AutoCAD 2007: DXF files are UTF-8 from this release on
 
 
 def decode_dxf_escapes(text: str) -> str:
@@ -98,9 +101,11 @@ def _read_normal(data: bytes) -> Any:
         from ezdxf.document import Drawing
 
         return Drawing.load(binary_tags_loader(data, errors="surrogateescape"))
-    # The header says which code page the rest is in ($ACADVER, $DWGCODEPAGE).
+    # The header says which code page the rest is in: UTF-8 from AC1021 (AutoCAD 2007) on,
+    # whatever $DWGCODEPAGE says; before that, the code page $DWGCODEPAGE names.
     info = dxf_info(io.StringIO(data[: 256 * 1024].decode("cp1252", errors="replace")))
-    text = data.decode(info.encoding, errors="surrogateescape")
+    encoding = "utf-8" if info.version >= UTF8_FROM else info.encoding
+    text = data.decode(encoding, errors="surrogateescape")
     return ezdxf.read(io.StringIO(text))
 
 
@@ -234,7 +239,7 @@ def extract_dxf(source: bytes | Path) -> Extraction:
     metadata: dict[str, Any] = {
         "dxf_version": doc.dxfversion,
         "release": _release(doc.dxfversion),
-        "encoding": doc.encoding,
+        "encoding": "utf-8" if doc.dxfversion >= UTF8_FROM else doc.encoding,
         "layouts": layouts,
         "entities": dict(sorted(walker.counts.items())),
     }
