@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 _QUERY_SECRET = re.compile(
     r"(?i)((?:^|[?&;\s])(?:access_token|token|api_key|apikey|key|secret|password|sig|signature|"
@@ -14,17 +15,24 @@ _TOKENS = re.compile(
 )
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]+@")
 
-_extra: set[str] = set()
+# Registered secrets, longest first (a secret containing another is masked whole). Replaced,
+# never changed in place, under the lock: ``redact`` in any thread reads one snapshot while
+# another thread registers a token.
+_extra: tuple[str, ...] = ()
+_lock = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
     """Remember a secret value (a token from settings) so it is always masked."""
+    global _extra
     if value and len(value) >= 6:
-        _extra.add(value)
+        with _lock:
+            if value not in _extra:
+                _extra = tuple(sorted((*_extra, value), key=len, reverse=True))
 
 
 def redact(text: str) -> str:
-    """Mask tokens, signatures, credentials in URLs and registered secrets."""
+    """Mask tokens, signatures, credentials in URLs and registered secrets (thread-safe)."""
     for secret in _extra:
         text = text.replace(secret, "***")
     text = _QUERY_SECRET.sub(r"\1***", text)

@@ -72,3 +72,46 @@ def test_redact_masks_tokens_signatures_and_registered_secrets() -> None:
     for secret in ("abc&", "ghp_0123456789", "user:pw", "deadbeef", "s3cr3t-value-123"):
         assert secret not in out
     assert "page=2" in out
+
+
+def test_redact_while_another_thread_registers_secrets() -> None:
+    """``redact`` may run in one thread while another registers a token (a GitHub sync
+    starting beside a download): no "set changed size during iteration", every secret
+    registered before the call is masked."""
+    import sys
+    import threading
+
+    first = [f"early-secret-{i:05d}" for i in range(2000)]
+    for s in first:
+        register_secret(s)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def grow() -> None:
+        i = 0
+        while not stop.is_set():
+            register_secret(f"late-secret-{i:07d}")
+            i += 1
+
+    def read() -> None:
+        try:
+            for _ in range(200):
+                assert redact(f"x {first[-1]} y") == "x *** y"
+        except BaseException as exc:  # the failure is reported by the main thread
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        writer = threading.Thread(target=grow)
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        writer.start()
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        stop.set()
+        writer.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
