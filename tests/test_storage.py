@@ -5,6 +5,7 @@ migration of the old Parquet-folder layout."""
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -263,3 +264,83 @@ def test_a_merge_reads_a_bounded_number_of_stored_rows(
     assert q(tmp_path, "SELECT count(*), count(DISTINCT key), min(etag) FROM s3_objects") == [
         (40, 40, "2")
     ]
+
+    # One MERGE per hash part per slice (5 slices of one staged part each); the table was
+    # created by the first one (version 0).
+    merges = sum(
+        len({p.as_py() for p in lake.part_of(pa.array([f"k{s}-{i}" for i in range(3)]), 16)})
+        for s in range(5)
+    )
+    assert lake.open_table(tmp_path, "s3_objects").version() == merges
+
+
+def test_temporary_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path) -> None:
+    """A killed writer leaves temporary files in a table's folder and log (ours, delta-rs's
+    commit files, the object store's upload files) and in staging: maintenance and the next
+    run's preparation delete the old ones, keep a young one (a writer at work), and every
+    row stays readable."""
+    storage.stage(tmp_path, "r1", "s3_objects", "p", [obj_row("k", "1")])
+    storage.commit_run(tmp_path, "r1")
+    table_dir = lake.table_path(tmp_path, "s3_objects")
+    part_dir = next(p for p in table_dir.iterdir() if p.name.startswith("part="))
+    old = time.time() - 2 * 3600
+    dead = [
+        part_dir / ".part-00001-dead.parquet.tmp",
+        part_dir / "part-00001-dead.zstd.parquet#1",
+        table_dir / "_delta_log" / "_commit_0123abcd.json.tmp",
+        tmp_path / "staging" / "r2" / "s3_objects" / ".batch-1.abc.tmp",
+    ]
+    young = part_dir / "part-00002-live.zstd.parquet#1"
+    for path in [*dead, young]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"PAR1 half written")
+    for path in dead:
+        os.utime(path, (old, old))
+    staging.touch(tmp_path, "r2")  # r2 is alive: recovery leaves its folder in place
+
+    storage.prepare(tmp_path, current_run="r3")
+    report = storage.maintain(
+        tmp_path, retention_days=0, compact_min_files=100, vacuum_retention_hours=168
+    )
+    assert [p for p in dead if p.exists()] == []
+    assert young.exists()
+    assert report.swept == {"s3_objects": 3}
+    assert q(tmp_path, "SELECT key FROM s3_objects") == [("k",)]
+
+
+def test_renames_are_synced_file_before_and_folder_after(tmp_path: Path, monkeypatch) -> None:
+    """A staged part and a downloaded object reach the disk before their final name does,
+    and the name after (a power loss must not leave a renamed but empty file). The real
+    calls run; the order of the system calls is recorded."""
+    from ingest.s3 import files
+
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        calls.append(("replace", str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+
+    part = storage.stage(tmp_path, "r1", "s3_objects", "p", [obj_row("k", "1")])
+    assert part is not None
+    tmp_name = next(c[1] for c in calls if c[0] == "fsync")
+    assert calls == [
+        ("fsync", tmp_name),
+        ("replace", str(part)),
+        ("fsync", str(part.parent)),
+    ] and tmp_name.endswith(".tmp")
+
+    calls.clear()
+    tmp = tmp_path / "object.part"
+    tmp.write_bytes(b"body")
+    dest = tmp_path / "objects" / "a" / "b.pdf"
+    files._publish(tmp, dest)
+    assert calls == [("fsync", str(tmp)), ("replace", str(dest)), ("fsync", str(dest.parent))]
+    assert dest.read_bytes() == b"body"

@@ -16,6 +16,7 @@ from pathlib import Path
 from ingest.errors import IntegrityError, ItemError
 from ingest.keys import TMP_DIR_NAME
 from ingest.records import S3Object
+from ingest.storage import durable
 from ingest.s3.get import CHUNK
 
 # Folders this process made or found (one mkdir per folder, not per object: at ~10 us a
@@ -96,15 +97,17 @@ def _file_md5(path: Path) -> str:
 
 
 def _publish(tmp: Path, dest: Path) -> None:
-    """Atomically move a complete file to its final name."""
+    """Atomically move a complete file to its final name; its bytes are synced to the disk
+    before the rename and the name after it, so a power loss never leaves a renamed but
+    empty file that a later run would take for the stored object."""
     try:
         ensure_dir(dest.parent)
         try:
-            os.replace(tmp, dest)
+            durable.replace(tmp, dest)
         except FileNotFoundError:  # the folder went away under the run: make it again
             _made_dirs.discard(str(dest.parent))
             ensure_dir(dest.parent)
-            os.replace(tmp, dest)
+            durable.replace(tmp, dest)
     except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:
         raise ItemError(
             f"local path conflicts with another key (a file and a folder of the same name): {exc}"

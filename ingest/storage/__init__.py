@@ -19,7 +19,7 @@ from pathlib import Path
 from ingest.storage import staging
 from ingest.storage.commit import CommitReport, commit_run, recover
 from ingest.storage.lake import append, data_files, merge, open_table
-from ingest.storage.maintenance import MaintenanceReport, maintain
+from ingest.storage.maintenance import MaintenanceReport, maintain, sweep_temporary
 from ingest.storage.migrate import migrate, needs_migration
 from ingest.storage.staging import heartbeat, stage
 from ingest.storage.tables import SCHEMAS, SPECS
@@ -47,6 +47,7 @@ __all__ = [
     "refresh_warehouse",
     "scan",
     "stage",
+    "sweep_temporary",
 ]
 
 
@@ -70,4 +71,6 @@ def prepare(data_dir: Path, *, current_run: str = "", stale_after: float = 300.0
     recovered = recover(data_dir, current_run=current_run, stale_after=stale_after)
     if recovered:  # their tables may be ones this run does not write
         refresh_warehouse(data_dir)
+    # Parts a live run was writing when it was killed, in folders recovery left in place.
+    sweep_temporary(data_dir / staging.STAGING_DIR)
     return recovered

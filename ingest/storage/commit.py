@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.storage import lake, staging
+from ingest.storage import durable, lake, staging
 from ingest.storage.tables import SPECS
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def _commit_table(data_dir: Path, run_id: str, run_name: str, table: str) -> int
         slices = _slices(paths)
         tmp = manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps({"version": version, "slices": slices}))
-        os.replace(tmp, manifest)
+        durable.replace(tmp, manifest)
     committed = 0
     for i, names in enumerate(slices):
         paths = [folder / table / n for n in names if (folder / table / n).exists()]

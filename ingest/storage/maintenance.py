@@ -13,11 +13,20 @@ Run by the nightly flows after their commit (``maintain``), and by hand with
 * **vacuum**: files that left the table more than ``vacuum_retention_hours``
   ago are deleted, with expired log entries; younger ones stay so that readers
   of an older version (a view in ``warehouse.duckdb``, time travel) keep working.
+  It runs in full mode, so a data file a killed writer left outside the log is
+  deleted too once it is that old;
+* **sweep**: temporary files a killed writer left in a table's folder or log
+  (``*.tmp``, the object store's ``<name>#<n>`` upload files, delta-rs's
+  ``_commit_<uuid>.json.tmp``) and in the staging area are deleted once older
+  than ``SWEEP_AFTER``; younger ones may belong to a writer still at work. A
+  vacuum skips them (hidden or not Parquet), so nothing else ever would.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
@@ -31,6 +40,10 @@ from ingest.storage.warehouse import refresh_warehouse
 
 log = logging.getLogger(__name__)
 
+SWEEP_AFTER = 3600.0  # seconds: a temporary file this old belongs to a writer that died
+# Temporary names: ours and delta-rs's (``*.tmp``), the object store's upload files (``#n``).
+_TEMPORARY = re.compile(r"(\.tmp|#\d+)$")
+
 
 @dataclass(slots=True)
 class MaintenanceReport:
@@ -39,6 +52,7 @@ class MaintenanceReport:
     expired_files: dict[str, int] = field(default_factory=dict)
     compacted: dict[str, tuple[int, int]] = field(default_factory=dict)  # files removed, added
     vacuumed: dict[str, int] = field(default_factory=dict)
+    swept: dict[str, int] = field(default_factory=dict)  # temporary files left by dead writers
 
     @property
     def changed(self) -> int:
@@ -46,6 +60,7 @@ class MaintenanceReport:
             sum(self.expired_files.values())
             + sum(r for r, _ in self.compacted.values())
             + sum(self.vacuumed.values())
+            + sum(self.swept.values())
         )
 
 
@@ -86,14 +101,41 @@ def maintain(
             retention_hours=vacuum_retention_hours,
             dry_run=False,
             enforce_retention_duration=False,
+            # Files outside the log too, but only past the sweep's age: a younger one may be
+            # a concurrent writer's file that its commit is about to add.
+            full=vacuum_retention_hours * 3600 >= SWEEP_AFTER,
         )
         if removed:
             report.vacuumed[table] = len(removed)
         dt.cleanup_metadata()
+        swept = sweep_temporary(lake.table_path(data_dir, table))
+        if swept:
+            report.swept[table] = swept
     rewritten = set(report.expired_files) | set(report.compacted)
     if rewritten:  # their views must list the new files before vacuum takes the old ones
         refresh_warehouse(data_dir, tables=rewritten)
     return report
+
+
+def sweep_temporary(folder: Path, *, older_than: float = SWEEP_AFTER) -> int:
+    """Delete the temporary files under ``folder`` older than ``older_than`` seconds;
+    returns how many. Only temporary names are touched: never a data file or a log entry."""
+    if not folder.is_dir():
+        return 0
+    cutoff = time.time() - older_than
+    removed = 0
+    for path in folder.rglob("*"):
+        if not _TEMPORARY.search(path.name):
+            continue
+        try:
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:  # its writer finished or another sweep got there first
+            continue
+    if removed:
+        log.info("%s: removed %d temporary files left by writers that died", folder, removed)
+    return removed
 
 
 def _delete_before(dt: DeltaTable, cutoff: date) -> int:

@@ -5,7 +5,8 @@ batch, named by the batch so that a retried task overwrites its part instead of
 adding one), and the run commits them to the lake at its end
 (``ingest.storage.commit``): one commit per table per run, whatever the number
 of batches. A part is written under a hidden temporary name and renamed when
-complete, so a part that exists is whole.
+complete (synced before and after the rename, ``ingest.storage.durable``), so a
+part that exists is whole, even after a power loss.
 
 A running run touches ``heartbeat`` every few seconds; the staging folder of a
 run whose heartbeat is older than ``stale_after`` belongs to a run that died
@@ -31,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest.storage import durable
 from ingest.storage.tables import SCHEMAS
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ def stage(
     tmp = folder / f".{safe_name(part)}.{uuid.uuid4().hex}.tmp"
     try:
         pq.write_table(batch, tmp, compression="zstd")
-        os.replace(tmp, final)
+        durable.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
     return final
