@@ -2,8 +2,8 @@
 built from the shared REST client (``ingest.rest.client``), whose window, governor
 and retry policy every REST source uses.
 
-The token travels only in the ``Authorization`` header and is registered with
-``ingest.redact``.
+The token travels only in the ``Authorization`` header, only to the API's own
+host (``ingest.rest.client.OriginAuth``), and is registered with ``ingest.redact``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ def make_http_client(
         "X-GitHub-Api-Version": API_VERSION,
         "User-Agent": f"nightly-ingest/{__version__}",
     }
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
     return _make_http(
-        base_url, headers=headers, concurrency=concurrency, timeout=timeout, transport=transport
+        base_url,
+        headers=headers,
+        concurrency=concurrency,
+        timeout=timeout,
+        transport=transport,
+        # to the API's host only, never to another host a Link header names
+        credentials={"Authorization": f"Bearer {token}"} if token else None,
     )

@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -61,9 +62,15 @@ def safe_url(url: str | httpx.URL) -> str:
 
 
 @functools.cache
+def _ssl_context(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    del cafile, capath  # the cache key: httpx reads the same variables
+    return httpx.create_ssl_context(trust_env=True)
+
+
 def ssl_context() -> ssl.SSLContext:
-    """httpx's default context (certifi's CA bundle), built once per process (~50 ms)."""
-    return httpx.create_ssl_context()
+    """httpx's default context: certifi's CA bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``
+    when set (a private certificate authority); built once per process and bundle (~50 ms)."""
+    return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 
 
 def make_http(
@@ -73,18 +80,58 @@ def make_http(
     concurrency: int,
     timeout: float,
     transport: httpx.AsyncBaseTransport | None = None,
+    credentials: Mapping[str, str] | None = None,
 ) -> httpx.AsyncClient:
-    """The one shared client of a source: keep-alive pool sized to the largest window."""
+    """The one shared client of a source: keep-alive pool sized to the largest window.
+
+    ``credentials`` (headers such as ``Authorization``) go to the base URL's origin only
+    (``OriginAuth``): a ``Link`` header or a redirect naming another host gets the request
+    without them. Proxies (``HTTPS_PROXY``, ``NO_PROXY`` ...) and the CA bundle
+    (``SSL_CERT_FILE``) come from the environment, as GitHub Enterprise users need.
+    """
     return httpx.AsyncClient(
         base_url=base_url,
+        auth=OriginAuth(credentials, base_url) if credentials else None,
         verify=ssl_context(),
         headers=dict(headers),
         timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         transport=transport,
         follow_redirects=True,
-        trust_env=False,
+        trust_env=True,  # HTTPS_PROXY, NO_PROXY, ...
     )
+
+
+class OriginAuth(httpx.Auth):
+    """Credential headers on requests to the base URL's origin (scheme, host, port) only."""
+
+    def __init__(self, headers: Mapping[str, str], base_url: str) -> None:
+        self._headers = dict(headers)
+        self._origin = origin(httpx.URL(base_url))
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if origin(request.url) == self._origin:
+            request.headers.update(self._headers)
+        else:
+            for name in self._headers:
+                request.headers.pop(name, None)
+            log.warning(
+                "%s is not on the API's host: sent without the credentials", safe_url(request.url)
+            )
+        yield request
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host.lower(), url.port or default
+
+
+def _untrusted_certificate(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @dataclass(slots=True)
@@ -167,6 +214,11 @@ class RestClient:
             self._log_request(label, target, sent, attempt, error)
             if response is None or sent.bad_json is not None:
                 failures += 1
+                if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
+                    raise EndpointError(
+                        f"{target}: the server's TLS certificate is not trusted ({sent.error}); "
+                        "for a private certificate authority set SSL_CERT_FILE to its CA bundle"
+                    )
                 if failures >= self.retry.max_attempts:
                     if sent.bad_json is not None:
                         raise MalformedPageError(
@@ -254,7 +306,10 @@ class RestClient:
             start = time.perf_counter()
             try:
                 target = httpx.URL(url)
-                if self.auth_params:  # merged here: httpx's client params replace a query
+                # merged here (httpx's client params replace a query), and only for the
+                # API's own host: a Link header naming another host gets no credential
+                own = target.is_relative_url or origin(target) == origin(self.http.base_url)
+                if self.auth_params and own:
                     target = target.copy_merge_params(self.auth_params)
                 response = await self.http.get(
                     target, params=params, headers={"If-None-Match": etag} if etag else None

@@ -365,10 +365,11 @@ def make_client(
     concurrency = source.client.concurrency
     http = make_http(
         base_url or source.client.base_url,
-        headers={"Accept": "application/json", **source.client.headers, **creds.headers},
+        headers={"Accept": "application/json", **source.client.headers},
         concurrency=concurrency,
         timeout=settings.rest_timeout,
         transport=transport,
+        credentials=creds.headers,
     )
     window = AdaptiveWindow(
         initial=remembered[0] if remembered else settings.http_initial_window,
