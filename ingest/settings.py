@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     )
     s3_connect_timeout: float = Field(10.0, gt=0, description="Seconds to open a connection.")
     s3_read_timeout: float = Field(60.0, gt=0, description="Seconds without a byte read.")
+    s3_request_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one GET may take in all, a backstop behind the read timeout (one "
+        "request moves at most s3_range_threshold bytes: 16 MiB in 10 minutes is 27 KB/s).",
+    )
     s3_credentials_block: str | None = Field(
         None, description="Name of a Prefect AwsCredentials block; None uses the AWS chain."
     )

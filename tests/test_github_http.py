@@ -5,8 +5,6 @@ standard environment variables (GitHub Enterprise users need both)."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import json
 import ssl
 import threading
@@ -18,6 +16,7 @@ import pytest
 
 from ingest.github.client import GitHubClient, make_http_client
 from ingest.github.ratelimit import RateLimitGovernor
+from tests.scripted_server import tls_server_context
 
 TOKEN = "ghp_" + "HttpTestToken0123456789abcdefABCDEF"  # fake, built so no scanner flags it
 
@@ -108,43 +107,6 @@ def test_https_proxy_from_the_environment(
     assert headers.get("Authorization") == f"Bearer {TOKEN}"
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (a private CA as far as the client knows)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ghe.test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "ca.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 def test_ssl_cert_file_from_the_environment(
     servers: list[Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,14 +114,12 @@ def test_ssl_cert_file_from_the_environment(
     what to do, accepted once SSL_CERT_FILE names the CA's bundle."""
     from ingest.errors import EndpointError
 
-    cert_file, key_file = _certificate(tmp_path)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
+    ca_file, context = tls_server_context(tmp_path)
     api = Server("127.0.0.1", context)
     servers.append(api)
     with pytest.raises(EndpointError, match="CERTIFICATE_VERIFY_FAILED.*set SSL_CERT_FILE"):
         asyncio.run(get_all(api.url, ["/rate_limit"]))
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
     assert asyncio.run(get_all(api.url, ["/rate_limit"])) == [200]
     [(_, path, headers)] = api.seen
     assert path == "/rate_limit" and headers.get("Authorization") == f"Bearer {TOKEN}"

@@ -9,6 +9,7 @@ pool those GETs run on.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -28,10 +29,6 @@ log = logging.getLogger(__name__)
 # Frozen credentials obstore reuses before asking the session again (botocore refreshes
 # temporary credentials 10-15 minutes before they expire, so 5 minutes stays inside that).
 CREDENTIALS_TTL = timedelta(minutes=5)
-OPEN_ENDED_TIMEOUT = timedelta(
-    hours=1
-)  # obstore's whole-request timeout (default 30 s); stalls are
-# caught by the read timeout (Settings.s3_read_timeout) instead.
 
 # id(client) -> (boto3 session, settings) of the clients make_client built (they are cached
 # for the life of the process, so an id is never reused for another client).
@@ -56,6 +53,8 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
         settings.s3_max_attempts,
         settings.s3_connect_timeout,
         settings.s3_read_timeout,
+        settings.s3_request_timeout,
+        os.environ.get("AWS_CA_BUNDLE"),
         tuple(sorted((credentials or {}).items())),
     )
     with _clients_lock:
@@ -124,11 +123,18 @@ def _new_store(client: Any, bucket: str) -> S3Store | None:
     options: dict[str, Any] = {
         "connect_timeout": timedelta(seconds=settings.s3_connect_timeout),
         "read_timeout": timedelta(seconds=settings.s3_read_timeout),
-        "timeout": OPEN_ENDED_TIMEOUT,
+        # What limits a GET is the read timeout: no byte for that long (headers or body) fails
+        # the request, which is then retried or resumed. The whole-request timeout is only a
+        # backstop, sized so that one request (at most s3_range_threshold bytes) on a slow but
+        # live link is not cut.
+        "timeout": timedelta(seconds=settings.s3_request_timeout),
         "pool_max_idle_per_host": str(settings.s3_concurrency + 4),
     }
     if endpoint and urlsplit(endpoint).scheme == "http":
         options["allow_http"] = True
+    bundle = ca_bundle(session)
+    if bundle:  # AWS_CA_BUNDLE or the profile's ca_bundle: botocore trusts it, so must obstore
+        options["root_certificate"] = bundle
     config: dict[str, Any] = {"region": client.meta.region_name}
     if endpoint:
         config["endpoint"] = endpoint
@@ -146,6 +152,16 @@ def _new_store(client: Any, bucket: str) -> S3Store | None:
     except Exception as exc:  # an unusual configuration: let botocore handle it
         log.warning("s3://%s: no obstore store (%s); GETs go through boto3", bucket, exc)
         return None
+
+
+def ca_bundle(session: boto3.session.Session) -> str | None:
+    """The PEM text of the CA bundle botocore uses for this session (``AWS_CA_BUNDLE`` or
+    ``ca_bundle`` of the profile), None when it uses the default trust store."""
+    path = session._session.get_config_variable("ca_bundle")
+    if not path:
+        return None
+    with open(path, encoding="ascii") as f:
+        return f.read()
 
 
 def client_source(client: Any) -> tuple[boto3.session.Session, Settings] | None:

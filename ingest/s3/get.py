@@ -17,10 +17,19 @@ GET (~0.55-0.6 ms).
 The first two retry layers (see ``ingest.s3``) live here: ``_get_obstore`` retries
 each request, ``_stream`` resumes a body broken mid-transfer.
 
-obstore reports a refused answer as text; ``_failure`` reads the HTTP status and
-the S3 error code from it. Answers the GET path does not handle itself (a
-redirect, a 400 without an error code), keys obstore's path type cannot name,
-and clients not built by ``make_client`` go through ``client.get_object``.
+A failed GET is classified by obstore's exception types first (``_classify``):
+``PreconditionError`` (412: the object changed), ``FileNotFoundError`` (404),
+``PermissionDeniedError`` (403), ``UnauthenticatedError`` (401). obstore raises
+``GenericError`` both for other non-2xx answers and for transport failures, and
+exposes no status attribute (pyo3-object_store's ``error.rs`` formats the
+``object_store`` error into the message); so for it the HTTP status is read from
+the status line object_store reports ("status code: 503 ..."), and a transport
+failure is object_store's ``HTTP error`` variant. Retried here: 5xx, 429, S3's
+throttling codes and transport failures. Anything else obstore raises, and
+answers the GET path does not handle itself (a redirect, a 400 without an error
+code), go once through ``client.get_object``, whose botocore retries and error
+codes then decide; keys obstore's path type cannot name and clients not built by
+``make_client`` go there too.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import botocore.exceptions as bce
 import obstore
@@ -85,19 +94,46 @@ _RETRY_CODES = frozenset(
         "ServiceUnavailable",
     }
 )
-# obstore reports an HTTP answer it did not accept as text: the status and the S3 error body.
+# obstore's GenericError carries an answer's status only in object_store's message.
 _STATUS_RE = re.compile(r"status code: (\d{3})")
 _CODE_RE = re.compile(r"<Code>([^<]{1,128})</Code>")
+# object_store's HttpError (connect, send, body, timeout) is displayed as "HTTP error: ...".
+_TRANSPORT = "HTTP error:"
+_FINAL_TYPES: dict[type[BaseException], tuple[int, str]] = {
+    FileNotFoundError: (404, "NoSuchKey"),
+    obstore_exc.NotFoundError: (404, "NoSuchKey"),
+    obstore_exc.PermissionDeniedError: (403, "AccessDenied"),
+    obstore_exc.UnauthenticatedError: (401, "Unauthenticated"),
+}
+
+Verdict = Literal["retry", "final", "fallback"]
 BACKOFF_BASE = 1.0  # seconds: full jitter over min(cap, base x 2^(attempt-1)), as botocore
 BACKOFF_CAP = 20.0
 
 
-def _failure(exc: BaseException) -> tuple[int | None, str]:
-    """HTTP status (None for a transport error) and S3 error code of a failed obstore GET."""
+def _classify(exc: BaseException) -> tuple[Verdict, int | None, str]:
+    """What to do with a failed obstore GET, with the HTTP status and S3 error code:
+    ``retry`` (5xx, 429, throttling, transport), ``final`` (an error answer naming its
+    S3 code: an error row, not worth another request), ``fallback`` (let
+    ``client.get_object`` make the request: a redirect, a 400 without a code, or an
+    error obstore has no type for)."""
     text = str(exc)
-    status = _STATUS_RE.search(text)
-    code = _CODE_RE.search(text)
-    return (int(status.group(1)) if status else None), (code.group(1) if code else "")
+    found = _CODE_RE.search(text)
+    code = found.group(1) if found else ""
+    for kind, (status, default_code) in _FINAL_TYPES.items():
+        if isinstance(exc, kind):
+            return "final", status, code or default_code
+    if not isinstance(exc, obstore_exc.GenericError):
+        return "fallback", None, ""
+    line = _STATUS_RE.search(text)
+    if line is None:
+        return ("retry" if _TRANSPORT in text else "fallback"), None, ""
+    status = int(line.group(1))
+    if status >= 500 or status == 429 or code in _RETRY_CODES:
+        return "retry", status, code
+    if 400 <= status < 500 and code:
+        return "final", status, code
+    return "fallback", status, code
 
 
 def _backoff(attempt: int) -> float:
@@ -132,19 +168,26 @@ def _get_obstore(
             log.debug("s3://%s/%s: %s; using boto3", obj.bucket, obj.key, exc)
             return attempt - 1
         except Exception as exc:
-            status, code = _failure(exc)
-            retryable = status is None or status >= 500 or status == 429 or code in _RETRY_CODES
-            if retryable and attempt < max_attempts:
+            verdict, status, code = _classify(exc)
+            if verdict == "retry" and attempt < max_attempts:
                 time.sleep(_backoff(attempt))
                 continue
-            if retryable or (400 < status < 500 and code):  # type: ignore[operator]
-                raise DownloadError(
-                    f"GET failed: {code or status or _first_line(exc)}",
-                    key=obj.key,
-                    attempts=attempt,
-                    retryable=code not in _FINAL_GET_CODES,
-                ) from exc
-            return attempt
+            if verdict == "fallback":
+                log.info(
+                    "s3://%s/%s: %s from obstore (%s); asking boto3",
+                    obj.bucket,
+                    obj.key,
+                    type(exc).__name__,
+                    _first_line(exc),
+                )
+                return attempt
+            answer = " ".join(str(x) for x in (status, code) if x)
+            raise DownloadError(
+                f"GET failed: {answer or _first_line(exc)}",
+                key=obj.key,
+                attempts=attempt,
+                retryable=verdict == "retry",
+            ) from exc
 
 
 def _first_line(exc: BaseException) -> str:
