@@ -1,14 +1,22 @@
 """S3 tasks: check the bucket, plan and list chunks of the listing, download a batch.
 
-Task retries are the third retry layer (see ``ingest.s3``): they re-run a
-whole batch after failures that no object row can hold. They never retry a
-TerminalError, which needs a person to fix configuration.
+One retry layer per failure kind (see ``ingest.s3`` and the README): S3 requests
+are retried by botocore (listing) and ``ingest.s3.get`` (GETs), so a task never
+retries them again on top (``_whole_task_retry``: a listing page would cost up to
+24 requests). A batch's staged Parquet part that cannot be written is written
+again by itself (``stage_rows``), never by re-running the batch's downloads.
+Nothing retries a TerminalError, which needs a person to fix configuration.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+import botocore.exceptions as bce
+import obstore.exceptions as obstore_exc
+import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
@@ -22,14 +30,40 @@ from ingest.settings import Settings
 from tasks.timing import timed
 
 
-def _not_terminal(_task: Any, _run: Any, state: Any) -> bool:
+log = logging.getLogger(__name__)
+
+# Failures a lower layer has retried already: botocore's and the GET path's request retries.
+_RETRIED_BELOW: tuple[type[BaseException], ...] = (
+    bce.BotoCoreError,
+    bce.ClientError,
+    obstore_exc.BaseError,
+)
+STAGE_RETRY_DELAYS = (1.0, 5.0)  # a batch's rows that cannot be written: written again
+
+
+def _whole_task_retry(_task: Any, _run: Any, state: Any) -> bool:
+    """Retry the task only for failures no lower layer retried and a person need not fix."""
     try:
         state.result()
-    except TerminalError:
+    except (TerminalError, *_RETRIED_BELOW):
         return False
     except BaseException:
         return True
     return True
+
+
+def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.Table) -> None:
+    """Stage a batch's rows, writing again after a failure (disk full, an I/O error) instead
+    of letting a task retry fetch the batch again."""
+    for delay in (*STAGE_RETRY_DELAYS, None):
+        try:
+            storage.stage(settings.data_dir, run_id, table, part, rows)
+            return
+        except OSError as exc:
+            if delay is None:
+                raise
+            log.warning("%s rows of %s not written (%s); again in %.0f s", table, part, exc, delay)
+            time.sleep(delay)
 
 
 def client_for(settings: Settings) -> Any:
@@ -82,7 +116,7 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     retries=3,
     retry_delay_seconds=exponential_backoff(backoff_factor=2),
     retry_jitter_factor=0.5,
-    retry_condition_fn=_not_terminal,
+    retry_condition_fn=_whole_task_retry,
 )
 def list_objects(
     settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
@@ -95,7 +129,7 @@ def list_objects(
     return listed
 
 
-@task(name="find-changes", cache_policy=NO_CACHE, retries=2, retry_condition_fn=_not_terminal)
+@task(name="find-changes", cache_policy=NO_CACHE, retries=2, retry_condition_fn=_whole_task_retry)
 def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
     """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
     not the bucket), deletions staged, counts."""
@@ -105,17 +139,12 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     return result
 
 
-@task(
-    name="download-batch",
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=5),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=_not_terminal,
-)
+@task(name="download-batch", cache_policy=NO_CACHE)
 def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> BatchSummary:
-    """Download a batch and stage its rows as one part (named by the batch, so a retry
-    overwrites instead of duplicating)."""
+    """Download a batch and stage its rows as one part (named by the batch).
+
+    No task retries: a per-object failure is a row (its requests were retried below), and
+    rows that cannot be written are written again alone (``stage_rows``)."""
     with timed(settings.data_dir) as t:
         results = sync.download_batch(
             client_for(settings),
@@ -124,9 +153,7 @@ def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> Ba
             prefix=spec.prefix,
             run_id=spec.run_id,
         )
-        storage.stage(
-            settings.data_dir, spec.run_id, "s3_objects", batch.name, sync.results_table(results)
-        )
+        stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
         summary.name = batch.name
         t.items = len(results)

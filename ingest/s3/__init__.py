@@ -28,12 +28,12 @@ Retry layers, one per failure kind:
    read timeout) is resumed in ``get._stream`` with a ``Range`` request from the
    last byte written, up to ``Settings.s3_stream_retries`` times
    (``get.STREAM_ERRORS``).
-3. Prefect retries a whole batch task (``tasks/s3.py``) with exponential
-   backoff and jitter, for failures that no object row can hold (disk full,
-   the batch's Parquet file cannot be written).
+3. A batch's rows that cannot be written are written again alone
+   (``tasks.s3.stage_rows``); Prefect task retries never re-run S3 requests that
+   botocore or layer 1 retried, and a batch is never downloaded again by them.
 
 So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
-requests per batch attempt.
+requests in a run.
 """
 
 from ingest.s3.client import make_client, object_store, request_pool
