@@ -1,0 +1,39 @@
+"""The library's log lines (``ingest.*``) in the Prefect UI, stored with their run.
+
+The library logs with the standard ``logging`` module and knows nothing of Prefect
+(tests/test_layout.py). Its per-object failures, rate-limit waits and parser
+crashes belong in the run's logs, so the ``ingest`` logger gets Prefect's API log
+handler, as ``PREFECT_LOGGING_EXTRA_LOGGERS=ingest`` would do, but without
+depending on the worker's environment. Lines logged outside any flow or task run
+(a thread of the shared request pool, a plain script) stay on the console instead
+of raising Prefect's "without a flow run id" warning.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prefect.context import FlowRunContext, TaskRunContext
+from prefect.logging.handlers import APILogHandler
+
+LIBRARY_LOGGER = "ingest"
+
+
+class RunLogHandler(APILogHandler):
+    """Prefect's API log handler, for records emitted inside a flow or task run only."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "flow_run_id", None) is None and not (
+            FlowRunContext.get() or TaskRunContext.get()
+        ):
+            return
+        super().emit(record)
+
+
+def send_library_logs(level: int = logging.INFO) -> None:
+    """Attach the handler to the ``ingest`` logger once per process; INFO and above."""
+    logger = logging.getLogger(LIBRARY_LOGGER)
+    if not any(isinstance(h, RunLogHandler) for h in logger.handlers):
+        logger.addHandler(RunLogHandler())
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)

@@ -1,0 +1,83 @@
+"""The library's log lines reach the Prefect UI: stored by the API with their flow run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.logging.handlers import APILogHandler
+
+import flows  # noqa: F401  (attaches the handler, as every process running a flow does)
+from ingest.listing import ListSpec
+from ingest.records import ObjectBatch
+from ingest.settings import Settings
+from tasks.s3 import download_batch
+
+pytestmark = pytest.mark.flow
+
+
+async def stored_logs(flow_run_id: Any) -> list[tuple[str, int, str]]:
+    async with get_client() as client:
+        logs = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return [(log.name, log.level, log.message) for log in logs]
+
+
+def test_per_object_failures_are_stored_with_the_run(
+    prefect_harness: None, s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    """An object deleted between listing and GET is a failed row; the library's warning
+    about it is among the run's logs in the API, under its ``ingest.*`` logger name."""
+    s3.put_object(Bucket=bucket, Key="kept.txt", Body=b"kept")
+    s3.put_object(Bucket=bucket, Key="gone.txt", Body=b"gone")
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    s3.delete_object(Bucket=bucket, Key="gone.txt")
+    batch = ObjectBatch.from_table(
+        "batch-0",
+        pa.Table.from_pylist(
+            [
+                {
+                    "bucket": bucket,
+                    "key": o["Key"],
+                    "etag": o["ETag"].strip('"'),
+                    "size": o["Size"],
+                    "last_modified": o["LastModified"].astimezone(UTC),
+                }
+                for o in listed
+            ]
+        ),
+    )
+    settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url, s3_max_attempts=1)
+
+    @flow
+    def downloading() -> Any:
+        logging.getLogger("ingest.test").info("outside a task, inside the flow")
+        return download_batch(settings, ListSpec(run_id="logs", bucket=bucket), batch)
+
+    state = downloading(return_state=True)
+    summary = state.result()
+    assert summary.counts == {"downloaded": 1, "failed": 1}
+    APILogHandler().flush()  # blocks until the queued records are sent
+    logs = asyncio.run(stored_logs(state.state_details.flow_run_id))
+    failures = [(n, lvl, m) for n, lvl, m in logs if "gone.txt failed" in m]
+    assert len(failures) == 1, logs
+    name, level, message = failures[0]
+    assert name == "ingest.sync" and level == logging.WARNING
+    assert "NoSuchKey" in message or "404" in message
+    assert ("ingest.test", logging.INFO, "outside a task, inside the flow") in logs
+
+
+def test_lines_outside_any_run_stay_local(caplog: pytest.LogCaptureFixture) -> None:
+    """A library line with no run (a plain script, a pool thread) is not an error."""
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("ingest.test").warning("no run here")
+    assert "without a flow run id" not in caplog.text
