@@ -23,6 +23,7 @@ from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
 from ingest.github.sync import check_repo
 from ingest.settings import Settings
+from tasks import limits
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
@@ -42,6 +43,7 @@ class TooManyFailedPagesError(GitHubTerminalError):
 
 @flow(
     name="github-pulls",
+    timeout_seconds=limits.FLOW_SECONDS,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
     validate_parameters=True,

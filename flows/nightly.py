@@ -25,6 +25,7 @@ from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome, advice, is_terminal
 from ingest.settings import Settings
+from tasks import limits
 from tasks.nightly import publish_nightly_summary
 from tasks.progress import publish_progress
 from tasks.storage import run_staging
@@ -101,6 +102,7 @@ def run_github_pulls(parameters: dict[str, Any]) -> ChildOutcome:
 
 @flow(
     name="nightly",
+    timeout_seconds=limits.FLOW_SECONDS,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits

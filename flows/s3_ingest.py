@@ -31,6 +31,7 @@ from ingest.records import BatchSummary, ChunkResult, ExtractSummary, ListedChun
 from ingest.report import RunSummary
 from ingest.s3.chunks import Cursor
 from ingest.settings import Settings
+from tasks import limits
 from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
 from tasks.report import finish, publish_summary
@@ -54,6 +55,7 @@ class TooManyFailuresError(IngestError):
 
 @flow(
     name="s3-ingest",
+    timeout_seconds=limits.FLOW_SECONDS,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits

@@ -43,6 +43,19 @@ class Settings(BaseSettings):
         ge=0,
         description="Hours a file stays after it left its table (readers of older versions).",
     )
+    flow_timeout: float = Field(
+        6 * 3600.0,
+        gt=0,
+        description="Seconds a flow run (s3-ingest, github-pulls, nightly) may take before "
+        "Prefect ends it as TimedOut; its staged rows are committed. Read when the flows are "
+        "imported (the worker's start).",
+    )
+    task_timeout: float = Field(
+        2 * 3600.0,
+        gt=0,
+        description="Seconds one task run the flows submit (a listing chunk, a download or "
+        "extraction batch) may take. Read when the flows are imported (the worker's start).",
+    )
     staging_stale_after: float = Field(
         300.0,
         gt=0,

@@ -49,7 +49,12 @@ def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceR
     return report
 
 
-@task(name="commit-run", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10])
+@task(
+    name="commit-run",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=[2, 10],
+)
 def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
     """Commit the run's staged rows (one commit per table), then refresh warehouse.duckdb."""
     started = datetime.now(UTC)
@@ -68,7 +73,14 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
     storage.stage(settings.data_dir, run_id, "task_timings", "commit-run", [timing.as_row()])
     last = storage.commit_run(settings.data_dir, run_id)
     report.rows.update(last.rows)
-    storage.refresh_warehouse(settings.data_dir, tables=report.rows)
+    if not storage.refresh_warehouse(settings.data_dir, tables=report.rows):
+        report.warehouse_refreshed = False
+        get_run_logger().warning(
+            "warehouse.duckdb not refreshed: another process holds it open read-write (the "
+            "duckdb CLI opens files read-write unless started with -readonly). Every row is "
+            "stored in the lake and `ingest query` answers from it now; close that session "
+            "and the next run brings the file's views up to date."
+        )
     get_run_logger().info(
         "commit-run %s rows in %.2f s: %s",
         sum(report.rows.values()),

@@ -22,6 +22,7 @@ class Answer:
     body: bytes = b""
     code: str = ""  # S3 error code of an error answer (empty: no XML body)
     stall: float = 0.0  # seconds of silence after half the body
+    delay: float = 0.0  # seconds of silence before the answer
 
 
 class ScriptedServer:
@@ -48,6 +49,8 @@ class ScriptedServer:
                         f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{answer.code}</Code>"
                         "<Message>scripted</Message></Error>"
                     ).encode()
+                if answer.delay and outer.stop.wait(answer.delay):
+                    return
                 self.send_response(answer.status)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("ETag", '"scripted"')

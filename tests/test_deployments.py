@@ -167,6 +167,11 @@ def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> No
         assert schedule.schedule.cron == declared["cron"]
         assert schedule.schedule.timezone == declared["timezone"]
         assert schedule.active == declared["active"]
+        # one run at a time: an overlapping night waits instead of doing the work twice
+        assert d.global_concurrency_limit is not None
+        assert d.global_concurrency_limit.limit == entry["concurrency_limit"]["limit"] == 1
+        assert d.concurrency_options is not None
+        assert d.concurrency_options.collision_strategy == "ENQUEUE"
     pool = client.read_work_pool(project.work_pools(served.config)[0])
     assert pool.type == "process"
 

@@ -102,7 +102,7 @@ def test_https_proxy_from_the_environment(
     monkeypatch.setenv("NO_PROXY", "")
     statuses = asyncio.run(get_all("http://ghe.example.invalid/api/v3", ["/repos/o/r/pulls"]))
     assert statuses == [200]
-    [(line, path, headers)] = proxy.seen
+    [(line, _, headers)] = proxy.seen
     assert line.startswith("GET http://ghe.example.invalid/api/v3/repos/o/r/pulls ")
     assert headers.get("Authorization") == f"Bearer {TOKEN}"
 
@@ -117,7 +117,7 @@ def test_ssl_cert_file_from_the_environment(
     ca_file, context = tls_server_context(tmp_path)
     api = Server("127.0.0.1", context)
     servers.append(api)
-    with pytest.raises(EndpointError, match="CERTIFICATE_VERIFY_FAILED.*set SSL_CERT_FILE"):
+    with pytest.raises(EndpointError, match=r"CERTIFICATE_VERIFY_FAILED.*set SSL_CERT_FILE"):
         asyncio.run(get_all(api.url, ["/rate_limit"]))
     monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
     assert asyncio.run(get_all(api.url, ["/rate_limit"])) == [200]

@@ -61,6 +61,7 @@ class CommitReport:
 
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    warehouse_refreshed: bool = True  # False: warehouse.duckdb was held by another process
 
 
 def release_free_memory() -> None:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 WAREHOUSE = "warehouse.duckdb"
 _STAMP = ".warehouse-views"
+_OWED = ".warehouse-owed"
 
 
 def _sql_str(value: str) -> str:
@@ -120,7 +121,8 @@ def refresh_warehouse(
     data_dir.mkdir(parents=True, exist_ok=True)
     db = data_dir / WAREHOUSE
     stamp = data_dir / _STAMP
-    if tables is None or not db.exists():
+    owed = data_dir / _OWED  # an earlier refresh found the file busy: all views are owed
+    if tables is None or not db.exists() or owed.exists():
         bodies = views(data_dir)
         signature: str | None = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
         if db.exists() and stamp.exists() and stamp.read_text() == signature:
@@ -144,10 +146,12 @@ def refresh_warehouse(
                 stamp.unlink(missing_ok=True)
             else:
                 stamp.write_text(signature)
+            owed.unlink(missing_ok=True)
             return True
         except duckdb.IOException as exc:  # held by another process
             if time.monotonic() > deadline:
                 log.warning("warehouse.duckdb is busy, views not refreshed: %s", exc)
+                owed.touch()  # the next refresh rebuilds every view, not only its tables
                 return False
             time.sleep(0.2)
 
