@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.feather as feather
 
@@ -158,6 +159,11 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
             deleted_rows(found.deleted, spec),
         )
         result.counts["deleted"] = found.deleted.num_rows
+        gone = deleted_documents(
+            _scan(settings.data_dir, "documents", spec.run_id), found.deleted, spec
+        )
+        if gone.num_rows:
+            storage.stage(settings.data_dir, spec.run_id, "documents", f"deleted-{name}", gone)
     size = settings.s3_batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
@@ -168,6 +174,22 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         for i in range(0, found.extract.num_rows, size)
     ]
     return result
+
+
+def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> pa.Table:
+    """``documents`` rows marking the extracted documents of deleted objects ``deleted``:
+    their text goes (search drops them; ``document_log`` keeps what they said), their kind
+    and etag stay. Objects never extracted get no row."""
+    with duckdb.connect() as con:
+        con.register("gone", deleted.select(["key"]))
+        rows = con.execute(
+            f"""SELECT bucket, key, etag, kind, 'deleted' AS status, ? AS run_id,
+                       ? AS extracted_at, extractor_version
+                FROM {documents_sql} d
+                WHERE bucket = ? AND status <> 'deleted' AND key IN (SELECT key FROM gone)""",
+            [spec.run_id, datetime.now(UTC), spec.bucket],
+        ).fetch_arrow_table()
+    return pa.Table.from_pylist(rows.to_pylist(), schema=storage.SCHEMAS["documents"])
 
 
 def deleted_rows(deleted: pa.Table, spec: ListSpec) -> pa.Table:

@@ -96,7 +96,9 @@ class BatchSummary:
             self.failures.append((result.key, result.error or ""))
 
 
-DocumentStatus = Literal["ok", "empty", "encrypted", "unsupported", "failed", "timeout"]
+DocumentStatus = Literal[
+    "ok", "empty", "encrypted", "unsupported", "failed", "timeout", "deleted"
+]  # deleted: the object is gone from the bucket (its text is dropped)
 
 
 @dataclass(slots=True)

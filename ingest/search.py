@@ -17,6 +17,10 @@ CJKAnalyzer does: ``평면도`` becomes ``평면 면도``, and a query for
 ``도면`` finds ``도면을``. Other words are indexed as words (case and
 diacritics folded by FTS5's ``unicode61`` tokenizer).
 
+Documents of objects deleted from the bucket are marked ``deleted`` in
+``documents`` (with no text) by the run that sees them gone, and leave the index
+with that row; search never returns them.
+
 The index is refreshed incrementally before each search: the files of the
 table's current Delta version that it has not seen are read (files are never
 changed in place; a MERGE writes new ones), and for each (bucket, key) only
@@ -182,6 +186,7 @@ def search(
         sql = (
             "SELECT d.bucket, d.key, d.kind, bm25(doc_fts) AS score, d.text "
             "FROM doc_fts JOIN docs d ON d.id = doc_fts.rowid WHERE doc_fts MATCH ? "
+            "AND d.status <> 'deleted' "
         )
         params: list[Any] = [query]
         if kind:

@@ -50,12 +50,6 @@ class Settings(BaseSettings):
         "Prefect ends it as TimedOut; its staged rows are committed. Read when the flows are "
         "imported (the worker's start).",
     )
-    task_timeout: float = Field(
-        2 * 3600.0,
-        gt=0,
-        description="Seconds one task run the flows submit (a listing chunk, a download or "
-        "extraction batch) may take. Read when the flows are imported (the worker's start).",
-    )
     staging_stale_after: float = Field(
         300.0,
         gt=0,

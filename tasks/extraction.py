@@ -17,7 +17,6 @@ from ingest import storage, sync
 from ingest.extract import batch
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
-from tasks import limits
 from tasks.timing import timed
 
 
@@ -38,7 +37,7 @@ def _extract(
     return summary
 
 
-@task(name="extract-batch", timeout_seconds=limits.TASK_SECONDS, cache_policy=NO_CACHE)
+@task(name="extract-batch", cache_policy=NO_CACHE)
 def extract_batch(
     settings: Settings,
     bucket: str,
@@ -52,7 +51,7 @@ def extract_batch(
     return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
 
-@task(name="extract-stored", timeout_seconds=limits.TASK_SECONDS, cache_policy=NO_CACHE)
+@task(name="extract-stored", cache_policy=NO_CACHE)
 def extract_stored(
     settings: Settings,
     bucket: str,

@@ -27,7 +27,6 @@ from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
-from tasks import limits
 from tasks.timing import timed
 
 log = logging.getLogger(__name__)
@@ -112,7 +111,6 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
 
 @task(
     name="list-objects",
-    timeout_seconds=limits.TASK_SECONDS,
     cache_policy=NO_CACHE,
     retries=3,
     retry_delay_seconds=exponential_backoff(backoff_factor=2),
@@ -132,7 +130,6 @@ def list_objects(
 
 @task(
     name="find-changes",
-    timeout_seconds=limits.TASK_SECONDS,
     cache_policy=NO_CACHE,
     retries=2,
     retry_condition_fn=_whole_task_retry,
@@ -146,7 +143,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     return result
 
 
-@task(name="download-batch", timeout_seconds=limits.TASK_SECONDS, cache_policy=NO_CACHE)
+@task(name="download-batch", cache_policy=NO_CACHE)
 def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> BatchSummary:
     """Download a batch and stage its rows as one part (named by the batch).
 

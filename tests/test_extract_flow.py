@@ -70,3 +70,34 @@ def test_flow_writes_documents_and_skips_unchanged(s3, s3_server, bucket, data_d
 
     third = s3_ingest(prefix="in/", extract=False, **kw)
     assert third.extracted == {}
+
+
+def test_documents_of_deleted_objects_are_marked_and_leave_search(
+    s3, s3_server, bucket, data_dir: Path
+) -> None:
+    """An object deleted from the bucket: the next run marks its document ``deleted`` (no
+    text) and search stops returning it; the other document is untouched; the log keeps
+    what the document said."""
+    put_many(s3, bucket, {"a.txt": "배관 도면 alpha".encode(), "b.txt": "배관 계통 beta".encode()})
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    s3_ingest(**kw)
+    assert sorted(h.key for h in search.search(data_dir, "배관")) == ["a.txt", "b.txt"]
+
+    s3.delete_object(Bucket=bucket, Key="a.txt")
+    second = s3_ingest(**kw)
+    assert second.counts == {"deleted": 1, "skipped": 1}
+    docs = {r["key"]: r for r in rows(data_dir, "SELECT key, status, text, kind FROM documents")}
+    assert docs["a.txt"]["status"] == "deleted" and docs["a.txt"]["text"] is None, (
+        docs,
+        rows(data_dir, "SELECT key, status, run_id, extracted_at FROM document_log"),
+    )
+    assert docs["a.txt"]["kind"] == "txt"
+    assert docs["b.txt"]["status"] == "ok" and "beta" in docs["b.txt"]["text"]
+    assert [h.key for h in search.search(data_dir, "배관")] == ["b.txt"]
+    assert search.search(data_dir, "alpha") == []
+    logged = rows(data_dir, "SELECT status FROM document_log WHERE key = 'a.txt' ORDER BY 1")
+    assert [r["status"] for r in logged] == ["deleted", "ok"]
+
+    third = s3_ingest(**kw)  # nothing more to mark
+    assert third.counts == {"skipped": 1}
+    assert rows(data_dir, "SELECT count(*) n FROM document_log WHERE key = 'a.txt'")[0]["n"] == 2
