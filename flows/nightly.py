@@ -10,6 +10,7 @@ afterwards with what failed and what to do in its state message.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,6 +63,7 @@ def _tag_child(flow_run_id: Any) -> None:
 
 
 def _run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
+    started_at = datetime.now(UTC)
     started = time.perf_counter()
     state: Any = child(**parameters, return_state=True)
     result = state.result(raise_on_failure=False)
@@ -77,6 +79,7 @@ def _run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -
         error_type=type(error).__name__ if error else "",
         summary=None if error else result,
         target=target,
+        started_at=started_at,
     )
     if outcome.summary is not None:
         outcome.failures = list(

@@ -11,7 +11,7 @@ same deployment" is one query over Parquet, with or without a Prefect server.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,9 @@ class FlowRunRecord:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     seconds: float = 0.0
-    items: int = 0
-    bytes: int = 0
-    failed: int = 0
+    items: int | None = 0  # None: not known (a run that failed before it counted)
+    bytes: int | None = 0
+    failed: int | None = 0
     state: str = "completed"
     message: str | None = None
 
@@ -61,6 +61,46 @@ def record_flow_run(data_dir: Path, record: FlowRunRecord, *, staged_by: str = "
     return path
 
 
+def flow_run(data_dir: Path, flow_run_id: str) -> dict[str, Any] | None:
+    """The committed ``flow_runs`` row of ``flow_run_id``, if any."""
+    sql = f"SELECT * FROM {storage.scan(data_dir, 'flow_runs')} WHERE flow_run_id = ?"
+    return _first(data_dir, sql, [flow_run_id])
+
+
+def record_child_run(
+    data_dir: Path,
+    observed: FlowRunRecord,
+    *,
+    staged_by: str,
+) -> FlowRunRecord:
+    """Stage the row of a child flow run as its parent saw it end, without losing what the
+    child recorded itself.
+
+    A child that got as far as recording its own row (``s3-ingest`` does, before it
+    commits) knows its start, counts and failures better than its parent: those are kept,
+    and the parent adds what only it knows (itself as parent, its deployment, the state
+    the child finally ended in). A child that failed before recording anything gets the
+    parent's observation: its start and duration, and counts only where it returned them
+    (unknown counts stay NULL, not zero).
+    """
+    own = flow_run(data_dir, observed.flow_run_id)
+    record = observed
+    if own is not None:
+        names = {f.name for f in fields(FlowRunRecord)}
+        record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        record.parent_flow_run_id = record.parent_flow_run_id or observed.parent_flow_run_id
+        record.deployment_id = record.deployment_id or observed.deployment_id
+        if observed.state != "completed":  # the child ended failed after recording itself
+            record.state = observed.state
+            record.message = observed.message or record.message
+        # Replaces the child's row only as a newer one: the child ended after it recorded.
+        ended, seen = record.ended_at, observed.ended_at or datetime.now(UTC)
+        newer = ended is None or seen > ended
+        record.ended_at = seen if newer else ended + timedelta(microseconds=1)
+    record_flow_run(data_dir, record, staged_by=staged_by)
+    return record
+
+
 def previous_run(
     data_dir: Path, *, flow_name: str, deployment_id: str, flow_run_id: str
 ) -> dict[str, Any] | None:
@@ -68,7 +108,8 @@ def previous_run(
     sql = f"""
         SELECT * FROM {storage.scan(data_dir, "flow_runs")}
         WHERE flow_name = ? AND coalesce(deployment_id, '') = ? AND flow_run_id <> ?
-        ORDER BY started_at DESC LIMIT 1
+          AND started_at IS NOT NULL
+        ORDER BY started_at DESC, ended_at DESC LIMIT 1
     """
     return _first(data_dir, sql, [flow_name, deployment_id, flow_run_id])
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from ingest.errors import TerminalError
 from ingest.report import failures_heading
 from ingest.timing import human_bytes
+from ingest.history import FlowRunRecord
 
 FAILURES_SHOWN = 10
 ENGINE_PREFIX = "Flow run encountered an exception: "
@@ -48,10 +50,39 @@ class ChildOutcome:
         if self.flow_name == "s3-ingest":
             return int(s.counts.get("failed", 0))
         return int(getattr(s, "failed_pages", 0) or 0)
+    started_at: datetime | None = None  # when the parent started it (wall clock, UTC)
 
     @property
     def ok(self) -> bool:
         return self.state == "completed"
+
+
+def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
+    """The child's ``flow_runs`` row as its parent saw it: start and duration, and counts
+    only from a summary it returned (None when unknown: a failed child counted nothing
+    the parent can see, which is not the same as zero)."""
+    s = outcome.summary
+    items = bytes_ = failed = None
+    if s is not None:
+        if outcome.flow_name == "s3-ingest":
+            items, bytes_, failed = s.total, s.bytes, s.failed
+        else:
+            items, bytes_, failed = s.pulls, 0, s.failed_pages
+    started = outcome.started_at
+    return FlowRunRecord(
+        flow_run_id=outcome.flow_run_id,
+        flow_name=outcome.flow_name,
+        deployment_id=deployment_id,
+        parent_flow_run_id=parent,
+        started_at=started,
+        ended_at=started + timedelta(seconds=outcome.seconds) if started else None,
+        seconds=outcome.seconds,
+        items=items,
+        bytes=bytes_,
+        failed=failed,
+        state=outcome.state,
+        message=outcome.message or None,
+    )
 
 
 def advice(outcome: ChildOutcome, terminal: bool) -> str:

@@ -25,23 +25,10 @@ def publish_nightly_summary(
     """
     data_dir = settings.data_dir
     ids = current_ids()
-    for o in outcomes:  # the children's rows with their final state (github-pulls writes none)
-        s = o.summary
-        items = getattr(s, "total", None) if o.flow_name == "s3-ingest" else getattr(s, "pulls", 0)
-        history.record_flow_run(
+    for o in outcomes:  # the children's rows, without losing what a child recorded itself
+        history.record_child_run(
             data_dir,
-            history.FlowRunRecord(
-                flow_run_id=o.flow_run_id,
-                flow_name=o.flow_name,
-                deployment_id=ids["deployment_id"],
-                parent_flow_run_id=ids["flow_run_id"],
-                seconds=o.seconds,
-                items=int(items or 0),
-                bytes=int(getattr(s, "bytes", 0) or 0),
-                failed=len(o.failures),
-                state=o.state,
-                message=o.message or None,
-            ),
+            nightly.observed_record(o, ids["flow_run_id"], ids["deployment_id"]),
             staged_by=ids["flow_run_id"],
         )
     tonight = freshness.record(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
+
 from ingest import history, nightly, storage
 from ingest.errors import BucketNotFoundError
 from ingest.records import TaskTiming
@@ -98,3 +100,92 @@ def test_failed_child_advice_says_what_failed_and_what_to_do() -> None:
     assert "\n" not in text and "'nope'" in text
     assert "What to do: fix the configuration" in text
     assert not nightly.is_terminal(ValueError("x"))
+
+
+def test_nightly_keeps_what_a_child_recorded_and_fills_in_what_it_did_not(
+    tmp_path: Path,
+) -> None:
+    """A child that recorded its own row (start, counts, failures) and then failed keeps
+    them when the nightly records how it ended; a child that failed before recording gets
+    its real start and unknown (NULL) counts, not zeros; the previous night's children are
+    found by parent and in order."""
+    t0 = datetime(2026, 3, 1, 17, 0, tzinfo=UTC)
+    # s3-ingest records itself (a run with too many failures), commits, then raises.
+    history.record_flow_run(
+        tmp_path,
+        history.FlowRunRecord(
+            flow_run_id="s3-child",
+            flow_name="s3-ingest",
+            deployment_id="dep",
+            parent_flow_run_id="night-2",
+            started_at=t0,
+            ended_at=t0 + timedelta(seconds=50),
+            seconds=50.0,
+            items=10,
+            bytes=1000,
+            failed=4,
+            state="failed",
+        ),
+    )
+    storage.commit_run(tmp_path, "s3-child")
+    failed_s3 = nightly.ChildOutcome(
+        flow_name="s3-ingest",
+        flow_run_id="s3-child",
+        state="failed",
+        message="s3-ingest failed: 4 of 10 objects failed. What to do: ...",
+        seconds=52.0,
+        error_type="TooManyFailuresError",
+        started_at=t0 - timedelta(seconds=1),
+    )
+    early_github = nightly.ChildOutcome(
+        flow_name="github-pulls",
+        flow_run_id="gh-child",
+        state="failed",
+        message="github-pulls failed: bad credentials",
+        seconds=3.0,
+        started_at=t0,
+    )
+    for outcome in (failed_s3, early_github):
+        history.record_child_run(
+            tmp_path, nightly.observed_record(outcome, "night-2", "dep"), staged_by="night-2"
+        )
+    storage.commit_run(tmp_path, "night-2")
+    rows = {r["flow_run_id"]: r for r in history.child_runs(tmp_path, "night-2")}
+    s3_row, gh_row = rows["s3-child"], rows["gh-child"]
+    assert (s3_row["items"], s3_row["bytes"], s3_row["failed"]) == (10, 1000, 4)
+    assert s3_row["started_at"] == t0 and s3_row["seconds"] == 50.0
+    assert s3_row["state"] == "failed" and "4 of 10 objects failed" in s3_row["message"]
+    assert (gh_row["items"], gh_row["bytes"], gh_row["failed"]) == (None, None, None)
+    assert gh_row["started_at"] == t0 and gh_row["state"] == "failed"
+
+    # An earlier night, and a row an older version wrote without a start: the previous
+    # night is the latest that started before, never the row without a start.
+    history.record_flow_run(
+        tmp_path,
+        history.FlowRunRecord(
+            flow_run_id="night-1",
+            flow_name="nightly",
+            deployment_id="dep",
+            started_at=t0 - timedelta(days=1),
+            ended_at=t0 - timedelta(days=1) + timedelta(seconds=60),
+            seconds=60.0,
+        ),
+    )
+    storage.commit_run(tmp_path, "night-1")
+    old_row = {
+        "flow_run_id": "night-0",
+        "flow_name": "nightly",
+        "deployment_id": "dep",
+        "started_at": None,
+        "ended_at": t0 - timedelta(hours=20),
+    }
+    write_rows(tmp_path, "flow_runs", "night-0", "old", [old_row])
+    with duckdb.connect() as con:
+        assert con.execute(
+            f"SELECT count(*) FROM {storage.scan(tmp_path, 'flow_runs')} "
+            "WHERE flow_run_id = 'night-0' AND started_at IS NULL"
+        ).fetchall() == [(1,)]
+    prev = history.previous_run(
+        tmp_path, flow_name="nightly", deployment_id="dep", flow_run_id="night-2"
+    )
+    assert prev is not None and prev["flow_run_id"] == "night-1"
