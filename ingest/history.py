@@ -95,8 +95,10 @@ def record_child_run(
             record.message = observed.message or record.message
         # Replaces the child's row only as a newer one: the child ended after it recorded.
         ended, seen = record.ended_at, observed.ended_at or datetime.now(UTC)
-        newer = ended is None or seen > ended
-        record.ended_at = seen if newer else ended + timedelta(microseconds=1)
+        if ended is None or seen > ended:
+            record.ended_at = seen
+        else:
+            record.ended_at = ended + timedelta(microseconds=1)
     record_flow_run(data_dir, record, staged_by=staged_by)
     return record
 

@@ -44,10 +44,10 @@ def _whole_task_retry(_task: Any, _run: Any, state: Any) -> bool:
     """Retry the task only for failures no lower layer retried and a person need not fix."""
     try:
         state.result()
-    except (TerminalError, *_RETRIED_BELOW):
+    except TerminalError:
         return False
-    except BaseException:
-        return True
+    except BaseException as exc:
+        return not isinstance(exc, _RETRIED_BELOW)
     return True
 
 
