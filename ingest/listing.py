@@ -18,11 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ingest import changes, storage
+from ingest import changes, duck, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
@@ -180,7 +179,7 @@ def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> 
     """``documents`` rows marking the extracted documents of deleted objects ``deleted``:
     their text goes (search drops them; ``document_log`` keeps what they said), their kind
     and etag stay. Objects never extracted get no row."""
-    with duckdb.connect() as con:
+    with duck.connect() as con:
         con.register("gone", deleted.select(["key"]))
         rows = con.execute(
             f"""SELECT bucket, key, etag, kind, 'deleted' AS status, ? AS run_id,
