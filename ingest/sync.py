@@ -20,6 +20,7 @@ from ingest.errors import ItemError, TerminalError
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.settings import Settings
+from ingest.storage import durable
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ def download_batch(
             results.append(
                 row(obj, local_path=None, status="failed", error=message, attempts=attempts)
             )
+    if any(r.status == "downloaded" for r in results):
+        # The files reach the disk before the rows that call them downloaded are written.
+        durable.sync_all()
     return results
 
 

@@ -308,14 +308,19 @@ def test_temporary_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path
     assert q(tmp_path, "SELECT key FROM s3_objects") == [("k",)]
 
 
-def test_renames_are_synced_file_before_and_folder_after(tmp_path: Path, monkeypatch) -> None:
-    """A staged part and a downloaded object reach the disk before their final name does,
-    and the name after (a power loss must not leave a renamed but empty file). The real
-    calls run; the order of the system calls is recorded."""
-    from ingest.s3 import files
+def test_renames_are_synced_before_anything_points_at_them(
+    tmp_path: Path, monkeypatch, s3, s3_server, bucket
+) -> None:
+    """A staged part reaches the disk before its final name does, and the name after; a
+    download batch's files are synced once, after their renames and before the batch's
+    rows exist (a power loss must not leave a renamed but empty file that a row calls
+    downloaded). The real calls run; the order of the system calls is recorded."""
+    from ingest import sync
+    from ingest.records import S3Object
+    from ingest.settings import Settings
 
     calls: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_replace, real_sync = os.fsync, os.replace, os.sync
 
     def fsync(fd: int) -> None:
         calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
@@ -325,8 +330,13 @@ def test_renames_are_synced_file_before_and_folder_after(tmp_path: Path, monkeyp
         calls.append(("replace", str(dst)))
         real_replace(src, dst)
 
+    def sync_spy() -> None:
+        calls.append(("sync", ""))
+        real_sync()
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "sync", sync_spy)
 
     part = storage.stage(tmp_path, "r1", "s3_objects", "p", [obj_row("k", "1")])
     assert part is not None
@@ -337,10 +347,25 @@ def test_renames_are_synced_file_before_and_folder_after(tmp_path: Path, monkeyp
         ("fsync", str(part.parent)),
     ] and tmp_name.endswith(".tmp")
 
+    for i in range(3):
+        s3.put_object(Bucket=bucket, Key=f"d/{i}.txt", Body=f"body {i}".encode())
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    objects = [
+        S3Object(bucket, o["Key"], o["ETag"].strip('"'), o["Size"], o["LastModified"])
+        for o in listed
+    ]
     calls.clear()
-    tmp = tmp_path / "object.part"
-    tmp.write_bytes(b"body")
-    dest = tmp_path / "objects" / "a" / "b.pdf"
-    files._publish(tmp, dest)
-    assert calls == [("fsync", str(tmp)), ("replace", str(dest)), ("fsync", str(dest.parent))]
-    assert dest.read_bytes() == b"body"
+    settings = Settings(data_dir=tmp_path, s3_endpoint_url=s3_server.url)
+    results = sync.download_batch(
+        storage_client(settings), settings, objects, prefix="", run_id="r2"
+    )
+    assert [r.status for r in results] == ["downloaded"] * 3
+    published = [c for c in calls if c[0] == "replace" and c[1].endswith(".txt")]
+    assert len(published) == 3 and calls[-1] == ("sync", "")
+    assert calls.count(("sync", "")) == 1  # once per batch, not per file
+
+
+def storage_client(settings):
+    from ingest import s3 as s3_lib
+
+    return s3_lib.make_client(settings)

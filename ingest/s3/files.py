@@ -97,17 +97,18 @@ def _file_md5(path: Path) -> str:
 
 
 def _publish(tmp: Path, dest: Path) -> None:
-    """Atomically move a complete file to its final name; its bytes are synced to the disk
-    before the rename and the name after it, so a power loss never leaves a renamed but
-    empty file that a later run would take for the stored object."""
+    """Atomically move a complete file to its final name. Not synced here, one by one: the
+    batch syncs once after its renames and before its rows are written
+    (``ingest.sync.download_batch``), so a power loss never leaves a renamed but empty file
+    that a stored row calls downloaded."""
     try:
         ensure_dir(dest.parent)
         try:
-            durable.replace(tmp, dest)
+            os.replace(tmp, dest)
         except FileNotFoundError:  # the folder went away under the run: make it again
             _made_dirs.discard(str(dest.parent))
             ensure_dir(dest.parent)
-            durable.replace(tmp, dest)
+            os.replace(tmp, dest)
     except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:
         raise ItemError(
             f"local path conflicts with another key (a file and a folder of the same name): {exc}"
