@@ -17,7 +17,6 @@ from ingest.errors import IntegrityError, ItemError
 from ingest.keys import TMP_DIR_NAME
 from ingest.records import S3Object
 from ingest.s3.get import CHUNK
-from ingest.storage import durable
 
 # Folders this process made or found (one mkdir per folder, not per object: at ~10 us a
 # call it was a fifth of the client's CPU per small object). A folder removed under a
