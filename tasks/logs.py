@@ -30,10 +30,14 @@ class RunLogHandler(APILogHandler):
         super().emit(record)
 
 
-def send_library_logs(level: int = logging.INFO) -> None:
-    """Attach the handler to the ``ingest`` logger once per process; INFO and above."""
+def send_library_logs(level: int = logging.WARNING) -> None:
+    """Attach the handler to the ``ingest`` logger once per process, for WARNING and above:
+    what the person on call must see (failed objects, rate-limit waits, parser crashes),
+    without sending every INFO line to the server's database."""
     logger = logging.getLogger(LIBRARY_LOGGER)
     if not any(isinstance(h, RunLogHandler) for h in logger.handlers):
-        logger.addHandler(RunLogHandler())
+        handler = RunLogHandler()
+        handler.setLevel(level)
+        logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > level:
         logger.setLevel(level)

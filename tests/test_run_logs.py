@@ -60,7 +60,8 @@ def test_per_object_failures_are_stored_with_the_run(
 
     @flow
     def downloading() -> Any:
-        logging.getLogger("ingest.test").info("outside a task, inside the flow")
+        logging.getLogger("ingest.test").warning("outside a task, inside the flow")
+        logging.getLogger("ingest.test").info("an INFO line stays local")
         return download_batch(settings, ListSpec(run_id="logs", bucket=bucket), batch)
 
     state = downloading(return_state=True)
@@ -73,7 +74,8 @@ def test_per_object_failures_are_stored_with_the_run(
     name, level, message = failures[0]
     assert name == "ingest.sync" and level == logging.WARNING
     assert "NoSuchKey" in message or "404" in message
-    assert ("ingest.test", logging.INFO, "outside a task, inside the flow") in logs
+    assert ("ingest.test", logging.WARNING, "outside a task, inside the flow") in logs
+    assert not [m for _, _, m in logs if m == "an INFO line stays local"]
 
 
 def test_lines_outside_any_run_stay_local(caplog: pytest.LogCaptureFixture) -> None:
