@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ingest.errors import TerminalError
+from ingest.history import FlowRunRecord
 from ingest.report import failures_heading
 from ingest.timing import human_bytes
-from ingest.history import FlowRunRecord
 
 FAILURES_SHOWN = 10
 ENGINE_PREFIX = "Flow run encountered an exception: "
@@ -50,6 +50,7 @@ class ChildOutcome:
         if self.flow_name == "s3-ingest":
             return int(s.counts.get("failed", 0))
         return int(getattr(s, "failed_pages", 0) or 0)
+
     started_at: datetime | None = None  # when the parent started it (wall clock, UTC)
 
     @property
