@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ingest.rest.ratelimit import RateLimitGovernor
 
 from ingest.github.client import GitHubClient, make_http_client
+from ingest.rest.ratelimit import RateLimitGovernor
 from tests.scripted_server import tls_server_context
 
 TOKEN = "ghp_" + "HttpTestToken0123456789abcdefABCDEF"  # fake, built so no scanner flags it
