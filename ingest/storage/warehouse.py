@@ -126,6 +126,7 @@ def refresh_warehouse(
         bodies = views(data_dir)
         signature: str | None = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
         if db.exists() and stamp.exists() and stamp.read_text() == signature:
+            owed.unlink(missing_ok=True)
             return True
     else:
         present = set(lake.table_names(data_dir))
