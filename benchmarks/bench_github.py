@@ -37,11 +37,12 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
 * ``seq-100``        the sequential client, ``per_page=100`` (it never meets the
                      ceiling, so it is measured once and shown for each C);
 * ``fixed-N``        ``ingest github``'s fetch with the window fixed at N
-                     (``http_adaptive=False``) for N in C/2, C, 2C and 32: the best
-                     of them is the fixed-concurrency client tuned for that server;
+                     (``http_adaptive=False``) for N in C/2, C, 2C and 32 (the
+                     earlier default): the best of them is the fixed-concurrency
+                     client tuned for that server;
 * ``adaptive``       the same fetch with its defaults: the adaptive window (up to
-                     ``github_concurrency``, 32, in flight), fresh data folder: it starts
-                     at 4 and has to find C;
+                     ``github_concurrency``, 100, in flight), fresh data folder: it
+                     starts at 10 and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
 """
@@ -350,7 +351,8 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         "",
         "Targets of the issue: at least 5x faster than `seq-100`, within 1.2x of the best "
         "fixed client, under 5 % limit answers. `adaptive` is a first run against an unknown "
-        "host (slow start from 4, then the window holds just under the ceiling it found); "
+        "host (slow start from 10, doubling per round trip, then the window holds just under "
+        "the ceiling it found; page size chosen for the starting window); "
         "`adaptive-warm` is every later night, starting where the last one ended "
         "(`api_windows`).",
     ]

@@ -35,6 +35,20 @@ def test_window_slow_start_grows_by_one_per_clean_answer_when_used() -> None:
     assert w.size == 8
 
 
+def test_window_slow_start_doubles_per_burst() -> None:
+    """A burst sent at once goes out with 1, 2 ... 10 on the wire; every answer counts
+    as the window was full after its send, so one round trip doubles the window."""
+
+    async def go() -> int:
+        w = AdaptiveWindow(initial=10, maximum=100)
+        tickets = [await w.acquire() for _ in range(10)]
+        for t in tickets:
+            await w.release(t, "ok", 0.1)
+        return w.size
+
+    assert asyncio.run(go()) == 20
+
+
 def test_window_shrinks_once_per_burst_and_remembers_the_ceiling() -> None:
     w = AdaptiveWindow(initial=16, maximum=64)
     answer(w, "limit", sent_with=13, epoch=0)

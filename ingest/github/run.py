@@ -133,9 +133,13 @@ async def _fetch(
                 if remaining is not None:
                     above = max(0, remaining - governor.effective_reserve)
                     budget = max(1, int(above * settings.github_budget_share))
+                # Sized for the window the run starts with (the ceiling or window remembered
+                # for the host, else the initial window), not for the cap: a first run's
+                # pages are planned before its window has grown, and a cap it may never
+                # reach asks for small pages and many requests (140 instead of 100).
                 auto = choose_per_page(
                     [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
-                    concurrency=window.ceiling or settings.github_concurrency,
+                    concurrency=window.ceiling or window.size,
                     budget=budget,
                     base_s=settings.github_latency_base,
                     per_item_s=settings.github_latency_per_item,

@@ -20,8 +20,14 @@ with a ``Retry-After`` stall. ``AdaptiveWindow`` avoids them:
 * **latency**: growth stops while answers take more than ``latency_factor``
   times the fastest smoothed latency seen (the server is queueing), and the
   window shrinks once per round trip beyond twice that;
-* the window only grows while it is used (in flight at send close to the
-  window), so a sequential listing cannot inflate it for the next burst.
+* the window only grows while it is used: the window was full (in flight
+  close to the window) at some moment between a request's send and its
+  answer, as TCP's congestion-window validation asks (RFC 7661), so a
+  sequential listing cannot inflate it for the next burst. Judging only by
+  the in-flight count *at send* would let just the last one or two requests
+  of each burst count (the first ones of a burst go out with 1, 2, 3 ... on
+  the wire), and slow start would grow by ~2 per round trip instead of
+  doubling.
 
 The ceiling and window are remembered per host (``api_windows``), so the next
 run starts where this one ended instead of rediscovering the limit.
@@ -49,6 +55,7 @@ class Ticket:
     epoch: int
     in_flight: int
     sent_with: int = 0
+    seq: int = 0  # admission order, to tell whether the window filled up after it
 
 
 class AdaptiveWindow:
@@ -89,6 +96,8 @@ class AdaptiveWindow:
         self.limit_answers = 0
         self.decreases = 0
         self.peak = 0
+        self._admitted = 0
+        self._full_at = -1  # admission number when the window was last full
         self._clean_at_ceiling = 0
         self._probe_wait = probe_after
         self._srtt: float | None = None
@@ -107,7 +116,10 @@ class AdaptiveWindow:
                 await self._cond.wait()
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
-            return Ticket(self.epoch, self.in_flight)
+            self._admitted += 1
+            if self.in_flight >= self.size - 1:
+                self._full_at = self._admitted
+            return Ticket(self.epoch, self.in_flight, seq=self._admitted)
 
     async def release(self, ticket: Ticket, outcome: Outcome, seconds: float = 0.0) -> None:
         """Account for an answer; ``ticket.sent_with`` should hold the requests on the
@@ -143,7 +155,7 @@ class AdaptiveWindow:
                 return
             if ratio > self.latency_factor:
                 return  # queueing starts: hold
-        if ticket.sent_with < self.size - 1:
+        if ticket.sent_with < self.size - 1 and self._full_at < ticket.seq:
             return  # the window was not used: growing it would be a guess
         if self.ceiling is not None and self.cwnd >= self.ceiling:
             self._clean_at_ceiling += 1
