@@ -42,7 +42,7 @@ from urllib3.exceptions import ProtocolError
 from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
 from ingest.records import S3Object
 from ingest.s3.client import object_store
-from ingest.s3.errors import attempts_of, error_code
+from ingest.s3.errors import attempts_of, credentials_error, error_code
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,8 @@ def _get_obstore(
             return attempt - 1
         except Exception as exc:
             status, code = _failure(exc)
+            if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
+                raise expired from exc
             retryable = status is None or status >= 500 or status == 429 or code in _RETRY_CODES
             if retryable and attempt < max_attempts:
                 time.sleep(_backoff(attempt))
@@ -168,6 +170,8 @@ def _get_boto(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, 
                 key=obj.key,
                 attempts=attempts_of(exc),
             ) from exc
+        if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
+            raise expired from exc
         retryable = code not in _FINAL_GET_CODES
         raise DownloadError(
             f"GET failed: {code or exc}",
