@@ -48,6 +48,9 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
+# Tries to start one worker: a fork server that died is replaced on the next try.
+START_ATTEMPTS = 3
+
 OutcomeStatus = Literal["ok", "error", "timeout", "crashed"]
 PRELOAD = ["ingest.extract.worker"]
 
@@ -192,14 +195,25 @@ class WorkerPool:
     def _start_worker(self) -> _Worker:
         from ingest.extract.worker import serve
 
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=serve,
-            args=(child, self.config.memory_limit_mb, self.config.preload),
-            daemon=True,
-            name="extract-worker",
-        )
-        process.start()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            parent, child = self._ctx.Pipe(duplex=True)
+            process = self._ctx.Process(
+                target=serve,
+                args=(child, self.config.memory_limit_mb, self.config.preload),
+                daemon=True,
+                name="extract-worker",
+            )
+            try:
+                process.start()
+                break
+            except (EOFError, OSError) as exc:
+                # The fork server died (killed with the workers, say): multiprocessing
+                # starts a new one on the next start, once it has reaped the old one.
+                parent.close()
+                child.close()
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning("extraction worker did not start (%r); starting it again", exc)
         child.close()
         self.stats.started += 1
         return _Worker(
