@@ -137,7 +137,9 @@ class Proxy:
         url = urlsplit(target)
         path = unquote(url.path)
         if path.startswith("/_dev/"):
-            await self._send(writer, 200, [("Content-Type", "application/json")], self._control(path, body))
+            await self._send(
+                writer, 200, [("Content-Type", "application/json")], self._control(path, body)
+            )
             return True
         rule = self.plan.pick(method, path, url.query)
         kind = rule.kind if rule else ""
@@ -203,7 +205,10 @@ class Proxy:
             self.plan = Plan.of(json.loads(body or b"{}"))
         elif path == "/_dev/reset":
             self.plan = Plan.of({"rules": [], "seed": 0})
-        stats = {"requests": self.plan.requests, **{f"fault {k}": v for k, v in self.plan.fired.items()}}
+        stats = {
+            "requests": self.plan.requests,
+            **{f"fault {k}": v for k, v in self.plan.fired.items()},
+        }
         return json.dumps(stats).encode()
 
 

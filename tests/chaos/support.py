@@ -165,7 +165,9 @@ def check_s3(client: Any, bucket: str, data_dir: Path, *, documents: bool = Fals
     duplicates += len(gone)  # a row for an object that no longer exists is one too many
     # A deleted object's file stays where it was (as ``aws s3 sync`` without --delete).
     deleted = {r["key"] for r in stored if r["status"] == "deleted"}
-    stray = [k for k in files if k not in truth and k not in deleted and not k.startswith(TMP_DIR_NAME)]
+    stray = [
+        k for k in files if k not in truth and k not in deleted and not k.startswith(TMP_DIR_NAME)
+    ]
     partial = len(stray) + lake_problems(data_dir)
     if documents:
         docs = _rows(data_dir, f"SELECT key FROM documents WHERE bucket = '{bucket}'")

@@ -85,7 +85,11 @@ def wait_for_flow(proc: Any, log: Path) -> float:
 
 
 def stage_reached(log: Path) -> str:
-    seen = [m for m in re.findall(r"([a-z]+(?:-[a-z]+)+)", log.read_text(errors="replace")) if m in STAGES]
+    seen = [
+        m
+        for m in re.findall(r"([a-z]+(?:-[a-z]+)+)", log.read_text(errors="replace"))
+        if m in STAGES
+    ]
     return seen[-1] if seen else "start-up"
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,10 @@ def test_disk_full_then_space_again(where: str, s3: Any, s3_server: Any, tmp_pat
     n_objects, objects_kb = 40, 40 * 11
     problems = []
     for i in range(trials(3, 1 if where == "writing tables" else 0) or 0):
-        size = r.randrange(64, objects_kb) if where == "downloading" else r.randrange(
-            objects_kb + 40, objects_kb + 400
+        size = (
+            r.randrange(64, objects_kb)
+            if where == "downloading"
+            else r.randrange(objects_kb + 40, objects_kb + 400)
         )
         bucket = seed(s3, n_objects)
         with small_disk(tmp_path / f"disk{i}", size) as data_dir:
@@ -91,7 +93,7 @@ def test_disk_full_then_space_again(where: str, s3: Any, s3_server: Any, tmp_pat
             unreadable = lake_problems(data_dir)
             grow(data_dir, 65536)
             with timed() as took:
-                again, again_error = ingest(bucket, s3_server.url, data_dir)
+                _again, again_error = ingest(bucket, s3_server.url, data_dir)
             check = check_s3(s3, bucket, data_dir, documents=True)
         named = "No space left" in message or "ENOSPC" in message or "space" in message.lower()
         ended = (error is not None or summary.failed > 0) and named and again_error is None
@@ -148,7 +150,9 @@ def plant(data_dir: Path, r: Any) -> str:
 
 
 @pytest.mark.timeout(1200)
-def test_corrupt_or_foreign_file_in_the_data_folder(s3: Any, s3_server: Any, tmp_path: Path) -> None:
+def test_corrupt_or_foreign_file_in_the_data_folder(
+    s3: Any, s3_server: Any, tmp_path: Path
+) -> None:
     fault = "corrupt, truncated or foreign file in the data folder"
     r = rng(fault)
     problems = []
@@ -161,7 +165,7 @@ def test_corrupt_or_foreign_file_in_the_data_folder(s3: Any, s3_server: Any, tmp
         s3.put_object(Bucket=bucket, Key="d/new.txt", Body=text_for(bucket, 999, 50))
         s3.delete_object(Bucket=bucket, Key="d/000.txt")
         with timed() as took:
-            again, again_error = ingest(bucket, s3_server.url, data_dir)
+            _again, again_error = ingest(bucket, s3_server.url, data_dir)
         check = check_s3(s3, bucket, data_dir, documents=False)
         answered = rows(data_dir, "SELECT count(*) n FROM s3_objects WHERE status = 'downloaded'")
         ended = again_error is None and answered[0]["n"] == 12
@@ -209,13 +213,13 @@ def test_warehouse_held_open_read_write(s3: Any, s3_server: Any, tmp_path: Path)
         )
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         try:
-            summary, error = ingest(bucket, s3_server.url, data_dir)
+            _summary, error = ingest(bucket, s3_server.url, data_dir)
             stored = rows(data_dir, "SELECT count(*) n FROM s3_objects")[0]["n"]
         finally:
             holder.communicate("")
         with timed() as took:
             s3.put_object(Bucket=bucket, Key="d/later.txt", Body=b"later")
-            again, again_error = ingest(bucket, s3_server.url, data_dir)
+            _again, again_error = ingest(bucket, s3_server.url, data_dir)
         with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
             in_warehouse = con.sql("SELECT count(*) FROM s3_objects").fetchone()[0]  # type: ignore[index]
         check = check_s3(s3, bucket, data_dir, documents=True)
@@ -271,11 +275,24 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
         log = tmp_path / f"t{i}.log"
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "s3", "--bucket", bucket, "--endpoint-url",
-                 s3_server.url, "--data-dir", str(data_dir)],
+                [
+                    sys.executable,
+                    "-m",
+                    "cli.main",
+                    "s3",
+                    "--bucket",
+                    bucket,
+                    "--endpoint-url",
+                    s3_server.url,
+                    "--data-dir",
+                    str(data_dir),
+                ],
                 cwd=ROOT,
-                env={**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-                     "INGEST_S3_BATCH_SIZE": "5"},
+                env={
+                    **os.environ,
+                    "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+                    "INGEST_S3_BATCH_SIZE": "5",
+                },
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -285,16 +302,14 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
         time.sleep(r.uniform(0.0, 3.0))  # the fault's random point
         killed = descendants(proc.pid)
         for pid in killed:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         code = proc.wait(300)
         output = log.read_text(errors="replace")
         docs = rows(data_dir, "SELECT status, count(*) n FROM documents GROUP BY ALL")
         stored = rows(data_dir, "SELECT count(*) n FROM s3_objects WHERE status = 'downloaded'")
         with timed() as took:
-            again, again_error = ingest(bucket, s3_server.url, data_dir)
+            _again, again_error = ingest(bucket, s3_server.url, data_dir)
         ok_docs = rows(data_dir, "SELECT count(*) n FROM documents WHERE status = 'ok'")[0]["n"]
         check = check_s3(s3, bucket, data_dir, documents=True)
         ended = code == 0 and stored[0]["n"] == 40 and again_error is None and ok_docs == 40

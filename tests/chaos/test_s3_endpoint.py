@@ -18,7 +18,6 @@ import pytest
 from devservers.faultproxy import FaultProxy
 from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
-from tests.chaos.conftest import s3_client
 from tests.chaos.support import Trial, check_s3, record, rng, timed, trials
 from tests.helpers import body_for, put_many, rows
 
@@ -34,7 +33,9 @@ def seed_bucket(upstream: Any, n: int = OBJECTS, size: int = 40_000) -> str:
     return bucket
 
 
-def run(bucket: str, proxy: FaultProxy, data_dir: Path, **kw: Any) -> tuple[Any, BaseException | None]:
+def run(
+    bucket: str, proxy: FaultProxy, data_dir: Path, **kw: Any
+) -> tuple[Any, BaseException | None]:
     """The flow as a deployment runs it; the summary, or the error the person sees."""
     try:
         return s3_ingest(
@@ -49,12 +50,48 @@ def run(bucket: str, proxy: FaultProxy, data_dir: Path, **kw: Any) -> tuple[Any,
 SCENARIOS = [
     ("5% of requests 500/503/SlowDown", [{"kind": "throttle", "p": 0.05}], "complete", 4, 1),
     ("30% of requests 500/503/SlowDown", [{"kind": "throttle", "p": 0.30}], "rows", 4, 0),
-    ("connection reset mid-body", [{"kind": "reset", "on": "get", "p": 0.2, "times": 1}], "complete", 3, 1),
-    ("body stalls past the read timeout", [{"kind": "stall", "on": "get", "p": 0.1, "times": 1, "seconds": 8}], "complete", 3, 0),
-    ("Content-Length longer than the body", [{"kind": "long", "on": "get", "p": 0.2, "times": 1}], "complete", 3, 0),
-    ("Content-Length shorter than the body", [{"kind": "short", "on": "get", "p": 0.2, "times": 1}], "complete", 3, 0),
-    ("object changed between listing and GET", [{"kind": "change", "on": "get", "p": 0.1, "times": 1}], "rows", 3, 0),
-    ("object deleted between listing and GET", [{"kind": "delete", "on": "get", "p": 0.1, "times": 1}], "rows", 3, 0),
+    (
+        "connection reset mid-body",
+        [{"kind": "reset", "on": "get", "p": 0.2, "times": 1}],
+        "complete",
+        3,
+        1,
+    ),
+    (
+        "body stalls past the read timeout",
+        [{"kind": "stall", "on": "get", "p": 0.1, "times": 1, "seconds": 8}],
+        "complete",
+        3,
+        0,
+    ),
+    (
+        "Content-Length longer than the body",
+        [{"kind": "long", "on": "get", "p": 0.2, "times": 1}],
+        "complete",
+        3,
+        0,
+    ),
+    (
+        "Content-Length shorter than the body",
+        [{"kind": "short", "on": "get", "p": 0.2, "times": 1}],
+        "complete",
+        3,
+        0,
+    ),
+    (
+        "object changed between listing and GET",
+        [{"kind": "change", "on": "get", "p": 0.1, "times": 1}],
+        "rows",
+        3,
+        0,
+    ),
+    (
+        "object deleted between listing and GET",
+        [{"kind": "delete", "on": "get", "p": 0.1, "times": 1}],
+        "rows",
+        3,
+        0,
+    ),
 ]
 
 
@@ -114,7 +151,17 @@ def test_endpoint_fault_then_clean_rerun(
 
 
 def _names_cause(error: str) -> bool:
-    causes = ("SlowDown", "InternalError", "ServiceUnavailable", "500", "503", "changed", "NoSuchKey", "Integrity", "Precondition")
+    causes = (
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "500",
+        "503",
+        "changed",
+        "NoSuchKey",
+        "Integrity",
+        "Precondition",
+    )
     return any(c in error for c in causes)
 
 
@@ -133,9 +180,11 @@ def test_credentials_expiring_mid_run_stop_it_with_one_clear_error(
         clean_proxy.plan([{"kind": "expire", "after": after}])
         summary, error = run(bucket, clean_proxy, data_dir, concurrency=4)
         clean_proxy.plan([])
-        failed = rows(data_dir, "SELECT count(*) n FROM s3_object_log WHERE status = 'failed'")[0]["n"]
+        failed = rows(data_dir, "SELECT count(*) n FROM s3_object_log WHERE status = 'failed'")[0][
+            "n"
+        ]
         with timed() as took:
-            again, again_error = run(bucket, clean_proxy, data_dir)
+            _again, again_error = run(bucket, clean_proxy, data_dir)
         check = check_s3(s3, bucket, data_dir)
         message = str(error or "")
         ended = (
