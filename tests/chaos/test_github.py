@@ -81,6 +81,9 @@ def truth(server: DevGitHub) -> dict[int, str]:
         page += 1
 
 
+COMPARED: list[str] = []
+
+
 def compare(server: DevGitHub, data_dir: Path) -> tuple[int, int]:
     """(lost or stale, duplicates) of the stored pull requests against the API."""
     expected = truth(server)
@@ -90,12 +93,13 @@ def compare(server: DevGitHub, data_dir: Path) -> tuple[int, int]:
     )
     numbers = [n for n, _ in stored]
     got = {n: u for n, u in stored}
-    lost = sum(
-        1
+    lost = [
+        (n, u, got.get(n))
         for n, u in expected.items()
         if n not in got or not got[n].startswith(u[:19].replace("T", " "))
-    )
-    return lost, len(numbers) - len(set(numbers))
+    ]
+    COMPARED.append(str(lost[:5]))
+    return len(lost), len(numbers) - len(set(numbers))
 
 
 def trial_run(
@@ -118,9 +122,8 @@ def trial_run(
         again = sync(settings_for(server, data_dir), "clean")
     lost, dup = compare(server, data_dir)
     ended = bool(first_ok(first)) and again.complete
-    t = record(
-        Trial(fault, point, ended, lost, dup, 0, took[0], note=str(first.stopped or "")[:200])
-    )
+    note = str(first.stopped or "")[:200] + (COMPARED[-1] if lost else "")
+    t = record(Trial(fault, point, ended, lost, dup, 0, took[0], note=note))
     return t, first
 
 
