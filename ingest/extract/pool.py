@@ -90,6 +90,7 @@ class _Job:
     kwargs: dict[str, Any]
     future: Future[Outcome] = field(default_factory=Future)
     id: int = 0
+    retried: bool = False  # sent again after its worker was killed from outside
 
 
 @dataclass(slots=True)
@@ -316,6 +317,17 @@ class WorkerPool:
         else:
             how = f"exited with code {code}"
         self.stats.crashes += 1
+        job = w.job
+        if job is not None and code == -signal.SIGKILL and not job.retried:
+            # Killed from outside (someone killing the pool, the kernel's OOM killer): the
+            # file is not known to be at fault, so it gets one more try on a fresh worker
+            # instead of a "crashed" row that no later run would retry.
+            job.retried = True
+            w.job = None
+            self._replace(w, kill=True)
+            self._queue.appendleft(job)  # deque ends are thread-safe; the lock may be held
+            log.warning("extraction worker %s; its file is tried again", how)
+            return
         self._fail(w, "crashed", f"worker process {how} while parsing this file")
 
     def _timed_out(self, w: _Worker) -> None:
