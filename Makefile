@@ -43,8 +43,8 @@ test: setup
 # subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".
 chaos: setup
 	rm -f chaos-results.json
-	CHAOS_FULL=1 CHAOS_RESULTS=chaos-results.json $(VENV)/bin/pytest -m chaos $(PYTEST_ARGS)
-	$(VENV)/bin/python -m tests.chaos.table chaos-results.json README.md
+	CHAOS_FULL=1 CHAOS_RESULTS=chaos-results.json $(VENV)/bin/pytest -m chaos $(PYTEST_ARGS); \
+	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json README.md; exit $$status
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -48,8 +48,10 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
-# Tries to start one worker: a fork server that died is replaced on the next try.
-START_ATTEMPTS = 3
+# Tries to start one worker: a fork server that died is replaced on a later try, once
+# multiprocessing sees it gone (a SIGKILL takes a moment to land).
+START_ATTEMPTS = 5
+START_PAUSE = 0.2  # seconds, times the attempt
 
 OutcomeStatus = Literal["ok", "error", "timeout", "crashed"]
 PRELOAD = ["ingest.extract.worker"]
@@ -215,6 +217,7 @@ class WorkerPool:
                 if attempt == START_ATTEMPTS:
                     raise
                 log.warning("extraction worker did not start (%r); starting it again", exc)
+                time.sleep(START_PAUSE * attempt)
         child.close()
         self.stats.started += 1
         return _Worker(
