@@ -180,7 +180,7 @@ class _RepoSync:
 
     async def _listing_moved(self) -> bool:
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
-        answer = await self.gh.get(first, repo=self.repo, etag=self.first_etag)
+        answer = await self.gh.get(first, label=self.repo, etag=self.first_etag)
         return not answer.not_modified
 
     async def _page(self) -> tuple[bool, str | None]:
