@@ -39,7 +39,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-# The fault-injection suite, every trial (about 25 min); `make test` runs a short seeded
+# The fault-injection suite, every trial (about 12 min); `make test` runs a short seeded
 # subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".
 chaos: setup
 	rm -f chaos-results.json
