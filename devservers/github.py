@@ -69,6 +69,7 @@ class Config:
     secondary_retry_after: float | None = 1.0  # None: no Retry-After header
     faults: list[dict[str, Any]] = field(default_factory=list)  # {kind: 502|hang, match, times}
     hang_seconds: float = 30.0
+    link_base: str | None = None  # Link headers point at this host instead (another server)
 
 
 @dataclass
@@ -187,6 +188,7 @@ def build_app(config: Config) -> Any:
         auth = request.headers.get("authorization")
         if not auth:
             return ANONYMOUS
+        state.stats["authorization"] += 1  # requests that carried a credential
         given = auth.split(None, 1)[-1]
         if config.token is not None and given != config.token:
             state.stats["401"] += 1
@@ -297,7 +299,11 @@ def build_app(config: Config) -> Any:
         chunk = items[(page - 1) * per_page : page * per_page]
         body = json.dumps(chunk, separators=(",", ":")).encode()
         link = link_header(
-            str(request.base_url).rstrip("/"), state.ids[repo], q.multi_items(), page, last
+            config.link_base or str(request.base_url).rstrip("/"),
+            state.ids[repo],
+            q.multi_items(),
+            page,
+            last,
         )
         etag = 'W/"' + hashlib.sha256(body + link.encode()).hexdigest()[:40] + '"'
         headers = rate_headers(who)

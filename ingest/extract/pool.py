@@ -48,6 +48,11 @@ from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
+# Tries to start one worker: a fork server that died is replaced on a later try, once
+# multiprocessing sees it gone (a SIGKILL takes a moment to land).
+START_ATTEMPTS = 5
+START_PAUSE = 0.2  # seconds, times the attempt
+
 OutcomeStatus = Literal["ok", "error", "timeout", "crashed"]
 PRELOAD = ["ingest.extract.worker"]
 
@@ -87,6 +92,7 @@ class _Job:
     kwargs: dict[str, Any]
     future: Future[Outcome] = field(default_factory=Future)
     id: int = 0
+    retried: bool = False  # sent again after its worker was killed from outside
 
 
 @dataclass(slots=True)
@@ -192,14 +198,26 @@ class WorkerPool:
     def _start_worker(self) -> _Worker:
         from ingest.extract.worker import serve
 
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=serve,
-            args=(child, self.config.memory_limit_mb, self.config.preload),
-            daemon=True,
-            name="extract-worker",
-        )
-        process.start()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            parent, child = self._ctx.Pipe(duplex=True)
+            process = self._ctx.Process(
+                target=serve,
+                args=(child, self.config.memory_limit_mb, self.config.preload),
+                daemon=True,
+                name="extract-worker",
+            )
+            try:
+                process.start()
+                break
+            except (EOFError, OSError) as exc:
+                # The fork server died (killed with the workers, say): multiprocessing
+                # starts a new one on the next start, once it has reaped the old one.
+                parent.close()
+                child.close()
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning("extraction worker did not start (%r); starting it again", exc)
+                time.sleep(START_PAUSE * attempt)
         child.close()
         self.stats.started += 1
         return _Worker(
@@ -302,6 +320,17 @@ class WorkerPool:
         else:
             how = f"exited with code {code}"
         self.stats.crashes += 1
+        job = w.job
+        if job is not None and code == -signal.SIGKILL and not job.retried:
+            # Killed from outside (someone killing the pool, the kernel's OOM killer): the
+            # file is not known to be at fault, so it gets one more try on a fresh worker
+            # instead of a "crashed" row that no later run would retry.
+            job.retried = True
+            w.job = None
+            self._replace(w, kill=True)
+            self._queue.appendleft(job)  # deque ends are thread-safe; the lock may be held
+            log.warning("extraction worker %s; its file is tried again", how)
+            return
         self._fail(w, "crashed", f"worker process {how} while parsing this file")
 
     def _timed_out(self, w: _Worker) -> None:

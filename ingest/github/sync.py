@@ -78,6 +78,12 @@ class SyncOptions:
     concurrency: int
 
 
+LISTING_MOVED = (
+    "the listing changed while it was read (pull requests opened or updated meanwhile); "
+    "the next run reads it again"
+)
+
+
 class _RepoSync:
     """The state of one repository's sync within a run."""
 
@@ -94,6 +100,7 @@ class _RepoSync:
         self.pages: list[PageRecord] = []
         self.newest: datetime | None = None
         self.page_count = self.not_modified = self.failed = self.duplicates = 0
+        self.first_etag: str | None = None
         self.started = datetime.now(UTC)
 
     async def fetch(self, url: str, page_no: int) -> Page:
@@ -103,6 +110,8 @@ class _RepoSync:
         prior = self.stored.get(safe_url(self.gh.http.base_url.join(url)))
         answer = await self.gh.get(url, label=self.repo, etag=prior.etag if prior else None)
         self.page_count += 1
+        if page_no == 1:
+            self.first_etag = answer.etag or (prior.etag if prior else None)
         if answer.not_modified:
             self.not_modified += 1
             headers = answer.headers
@@ -154,7 +163,27 @@ class _RepoSync:
         return self.watermark is not None and oldest is not None and oldest < self.watermark
 
     async def run(self) -> tuple[bool, str | None]:
-        """Page the listing; returns (complete, why it stopped early)."""
+        """Page the listing; returns (complete, why it stopped early).
+
+        Pages are read concurrently, so a pull request opened or updated meanwhile
+        (it moves to page 1) shifts the others down one place: a page read after
+        the shift repeats an item, and one read before an earlier page shifts loses
+        one. So a sync that read more than page 1 asks page 1 again with its ETag at
+        the end: unless it is unchanged (a 304, free of the budget), the sync is not
+        complete, the watermark stays, and the next run reads the listing again
+        (unchanged pages answer 304).
+        """
+        complete, stop = await self._page()
+        if complete and self.page_count > 1 and await self._listing_moved():
+            return False, LISTING_MOVED
+        return complete, stop
+
+    async def _listing_moved(self) -> bool:
+        first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
+        answer = await self.gh.get(first, label=self.repo, etag=self.first_etag)
+        return not answer.not_modified
+
+    async def _page(self) -> tuple[bool, str | None]:
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
         done = await walk(
             self.fetch,

@@ -31,6 +31,18 @@ _HINTS = {
 }
 
 
+def credentials_error(code: str, bucket: str, key: str) -> CredentialsError | None:
+    """The run-stopping error for a GET refused because the credentials are no longer
+    valid (expired mid-run, revoked), else None: every later request would fail the
+    same way, so it is one clear error, not a failed row per remaining object."""
+    if _TERMINAL_CODES.get(code) is not CredentialsError:
+        return None
+    return CredentialsError(
+        f"s3://{bucket}/{key}: the credentials stopped working mid-run ({code}); "
+        f"{_HINTS[CredentialsError]}, then run again: what was stored is kept"
+    )
+
+
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, bce.ClientError):
         return str(exc.response.get("Error", {}).get("Code", ""))

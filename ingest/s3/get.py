@@ -51,7 +51,7 @@ from urllib3.exceptions import ProtocolError
 from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
 from ingest.records import S3Object
 from ingest.s3.client import object_store
-from ingest.s3.errors import attempts_of, error_code
+from ingest.s3.errors import attempts_of, credentials_error, error_code
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,8 @@ def _get_obstore(
             return attempt - 1
         except Exception as exc:
             verdict, status, code = _classify(exc)
+            if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
+                raise expired from exc
             if verdict == "retry" and attempt < max_attempts:
                 time.sleep(_backoff(attempt))
                 continue
@@ -211,6 +213,8 @@ def _get_boto(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, 
                 key=obj.key,
                 attempts=attempts_of(exc),
             ) from exc
+        if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
+            raise expired from exc
         retryable = code not in _FINAL_GET_CODES
         raise DownloadError(
             f"GET failed: {code or exc}",

@@ -1,0 +1,61 @@
+"""Turn the suite's results (``chaos-results.json``) into the README's table.
+
+``python -m tests.chaos.table chaos-results.json [README.md]`` prints the table
+and, given a README, replaces the part between ``<!-- chaos-table -->`` and
+``<!-- /chaos-table -->`` with it (machine and date included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+START, END = "<!-- chaos-table -->", "<!-- /chaos-table -->"
+
+
+def render(data: dict[str, Any]) -> str:
+    by_fault: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in data["trials"]:
+        by_fault[t["fault"]].append(t)
+    lines = [
+        "| fault | trials | ended as they should | lost (target 0) | duplicates (target 0) "
+        "| partial files / versions seen (target 0) | time to recover (median, max) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for fault, ts in by_fault.items():
+        times = sorted(t["recover_seconds"] for t in ts)
+        median = times[len(times) // 2]
+        name = fault + (" (xfail: fix on another branch)" if fault in data.get("xfail", {}) else "")
+        lines.append(
+            f"| {name} | {len(ts)} | {sum(t['ended_as_expected'] for t in ts)} "
+            f"| {sum(t['lost'] for t in ts)} | {sum(t['duplicates'] for t in ts)} "
+            f"| {sum(t['partial'] for t in ts)} | {median:.1f} s, {times[-1]:.1f} s |"
+        )
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    lines.append("")
+    lines.append(f"Measured {day} on {machine} (`make chaos`, seed {data.get('seed')}).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    data = json.loads(Path(argv[0]).read_text())
+    table = render(data)
+    print(table)
+    if len(argv) > 1:
+        readme = Path(argv[1])
+        text = readme.read_text()
+        if START in text and END in text:
+            head, rest = text.split(START, 1)
+            _, tail = rest.split(END, 1)
+            readme.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
