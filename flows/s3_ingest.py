@@ -24,6 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.parameters import described
+from ingest import changes
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
@@ -203,6 +204,7 @@ def s3_ingest(
                 hand_out(comparing.popleft().result())  # once its batches are out)
         while comparing:
             hand_out(comparing.popleft().result())
+        changes.release()  # the listing is compared: its database's memory goes back
 
         collect(wait=True)
         maintain_lake(settings, list(S3_TABLES))

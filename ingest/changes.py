@@ -148,6 +148,17 @@ def _cursor() -> duckdb.DuckDBPyConnection:
         return _db.cursor()
 
 
+def release() -> None:
+    """Close the shared database once a run's listing is compared: DuckDB keeps the
+    memory it allocated until its database closes, and the run's downloads and commit
+    come after."""
+    global _db
+    with _db_lock:
+        if _db is not None:
+            _db.close()
+            _db = None
+
+
 def _unchanged(joined: pa.Table, full_refresh: bool) -> pa.Array:
     """Stored with the same ETag and size, and the file still there with that size."""
     n = joined.num_rows
