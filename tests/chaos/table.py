@@ -31,7 +31,7 @@ def render(data: dict[str, Any]) -> str:
     for fault, ts in by_fault.items():
         times = sorted(t["recover_seconds"] for t in ts)
         median = times[len(times) // 2]
-        name = fault + (" (xfail: fix on another branch)" if fault in data.get("xfail", {}) else "")
+        name = fault + (" (xfail: see below)" if fault in data.get("xfail", {}) else "")
         lines.append(
             f"| {name} | {len(ts)} | {sum(t['ended_as_expected'] for t in ts)} "
             f"| {sum(t['lost'] for t in ts)} | {sum(t['duplicates'] for t in ts)} "
