@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from typing import Any, Self
@@ -81,3 +82,45 @@ class ChildServer:
 
     def reset_stats(self) -> None:
         self.post("/_dev/reset")
+
+
+def serve_uvicorn(app: Any, host: str, port: int) -> None:
+    """Serve an ASGI app as the development servers do (quiet, keep-alive, fast stop)."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        backlog=1024,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=1,
+    )
+
+
+class ConfiguredServer(ChildServer):
+    """A ``python -m MODULE --port N --config JSON`` child whose behaviour is a dataclass
+    (``config_type``), changed at run time through ``POST /_dev/config``."""
+
+    module = ""
+    config_type: Any = None
+
+    def __init__(self, port: int | None = None, **config: Any) -> None:
+        from dataclasses import asdict
+
+        super().__init__(port)
+        self.config = self.config_type(**config)
+        self.cmd = [
+            sys.executable,
+            "-m",
+            self.module,
+            "--port",
+            str(self.port),
+            "--config",
+            json.dumps(asdict(self.config)),
+        ]
+
+    def configure(self, **changes: Any) -> None:
+        self.post("/_dev/config", changes)

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -43,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from devservers.child import ChildServer
+from devservers.child import ConfiguredServer, serve_uvicorn
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ANONYMOUS = "anonymous"
@@ -438,43 +437,19 @@ def link_header(
 
 
 def serve(config: Config, host: str, port: int) -> None:
-    import uvicorn
-
-    uvicorn.run(
-        build_app(config),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        backlog=1024,
-        timeout_keep_alive=30,
-        timeout_graceful_shutdown=1,
-    )
+    serve_uvicorn(build_app(config), host, port)
 
 
 # ---------------------------------------------------------------------------- client side
 
 
-class DevGitHub(ChildServer):
+class DevGitHub(ConfiguredServer):
     """Start the server in a child process; ``with DevGitHub(repos={...}) as gh: gh.url``."""
 
     label = "GitHub dev server"
 
-    def __init__(self, port: int | None = None, **config: Any) -> None:
-        super().__init__(port)
-        self.config = Config(**config)
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "devservers.github",
-            "--port",
-            str(self.port),
-            "--config",
-            json.dumps(asdict(self.config)),
-        ]
-
-    def configure(self, **changes: Any) -> None:
-        self.post("/_dev/config", changes)
+    module = "devservers.github"
+    config_type = Config
 
     def set_budget(self, **spec: Any) -> None:
         """``remaining``, ``limit``, ``reset_in`` (seconds) for every identity."""

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import base64
 import json
-import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -46,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from devservers.child import ChildServer
+from devservers.child import ConfiguredServer, serve_uvicorn
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -340,40 +339,16 @@ def build_app(config: Config) -> Any:
 
 
 def serve(config: Config, host: str, port: int) -> None:
-    import uvicorn
-
-    uvicorn.run(
-        build_app(config),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        backlog=1024,
-        timeout_keep_alive=30,
-        timeout_graceful_shutdown=1,
-    )
+    serve_uvicorn(build_app(config), host, port)
 
 
-class DevRest(ChildServer):
+class DevRest(ConfiguredServer):
     """Start the server in a child process; ``with DevRest(paginator="offset") as api: api.url``."""
 
     label = "REST dev server"
 
-    def __init__(self, port: int | None = None, **config: Any) -> None:
-        super().__init__(port)
-        self.config = Config(**config)
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "devservers.rest",
-            "--port",
-            str(self.port),
-            "--config",
-            json.dumps(asdict(self.config)),
-        ]
-
-    def configure(self, **changes: Any) -> None:
-        self.post("/_dev/config", changes)
+    module = "devservers.rest"
+    config_type = Config
 
     def touch(self, project: int, numbers: list[int] | None = None, add: int = 0) -> list[int]:
         body = {"project": project, "numbers": numbers or [], "add": add}
