@@ -82,7 +82,7 @@ def record(trial: Trial) -> Trial:
 
 
 def expect_failure_elsewhere(fault: str, reason: str) -> None:
-    """Note that the fault's fix is being made in another change (the scenario xfails)."""
+    """Note why the scenario is expected to fail for now (it is marked xfail)."""
     RESULTS.xfail[fault] = reason
 
 
