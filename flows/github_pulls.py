@@ -22,6 +22,7 @@ from flows.parameters import described
 from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
 from ingest.github.sync import check_repo
+from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
@@ -135,11 +136,8 @@ def github_pulls(
         raise GitHubTerminalError(
             f"{len(summary.errors)} of {len(repos)} repositories failed; first: {error}"
         )
-    pages = sum(r["pages"] for r in summary.repos) or 1
-    if summary.failed_pages / pages > settings.max_failed_ratio:
-        raise TooManyFailedPagesError(
-            f"{summary.failed_pages} of {pages} pages failed after their retries; see "
-            f"SELECT url, status, error FROM api_requests "
-            f"WHERE run_id = '{run_id}' AND error IS NOT NULL"
-        )
+    pages = sum(r["pages"] for r in summary.repos)
+    failed = too_many_failed_pages(summary.failed_pages, pages, settings.max_failed_ratio, run_id)
+    if failed:
+        raise TooManyFailedPagesError(failed)
     return summary

@@ -21,6 +21,7 @@ from flows.parameters import described
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.records import RestSummary
 from ingest.rest.source import load_source
+from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks.rest import fetch_source, publish_summary
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
@@ -102,11 +103,8 @@ def rest_ingest(
             f"{len(summary.errors)} listing(s) of {declared.name} failed; first: "
             f"{resource}: {error}"
         )
-    pages = sum(r["pages"] for r in summary.resources) or 1
-    if summary.failed_pages / pages > settings.max_failed_ratio:
-        raise TooManyFailedPagesError(
-            f"{summary.failed_pages} of {pages} pages failed after their retries; see "
-            f"SELECT url, status, error FROM api_requests "
-            f"WHERE run_id = '{run_id}' AND error IS NOT NULL"
-        )
+    pages = sum(r["pages"] for r in summary.resources)
+    failed = too_many_failed_pages(summary.failed_pages, pages, settings.max_failed_ratio, run_id)
+    if failed:
+        raise TooManyFailedPagesError(failed)
     return summary

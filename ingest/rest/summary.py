@@ -36,3 +36,15 @@ def markdown(summary: RestSummary, title: str) -> str:
             f"{r['page_size']} | {note} |"
         )
     return "\n".join(lines)
+
+
+def too_many_failed_pages(failed: int, pages: int, ratio: float, run_id: str) -> str | None:
+    """The run's error when more than ``ratio`` of its ``pages`` failed after their
+    retries (with the query that lists them), else None."""
+    if failed / (pages or 1) <= ratio:
+        return None
+    return (
+        f"{failed} of {pages or 1} pages failed after their retries; see "
+        f"SELECT url, status, error FROM api_requests "
+        f"WHERE run_id = '{run_id}' AND error IS NOT NULL"
+    )
