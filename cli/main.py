@@ -11,6 +11,8 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -38,6 +40,35 @@ def prefect_env() -> None:
     from deployments.local_api import use_running_serve
 
     use_running_serve()  # no temporary server per command while `ingest serve` runs
+
+
+def foreground(flow_fn: Callable[..., Any], **parameters: Any) -> Any:
+    """Run a flow in this process as the command's own run (``foreground_run``)."""
+    with foreground_run():
+        return flow_fn(**parameters)
+
+
+@contextmanager
+def foreground_run() -> Iterator[None]:
+    """A flow run of this command, in this process: without Prefect's flow-run heartbeat
+    thread unless ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` is set.
+
+    Heartbeats let the server mark a deployment's run crashed when its process is gone
+    (Prefect's zombie detection is for runs triggered by deployments; those keep them). A
+    foreground command ends with its process, and at its end Prefect joins the heartbeat
+    thread while it sleeps out its current second: 0.5 s on average, up to 1 s, on every
+    command (measured: benchmarks/commands.md).
+    """
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    if any(k in os.environ for k in _HEARTBEAT_VARIABLES):
+        yield
+        return
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+_HEARTBEAT_VARIABLES = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
 
 
 DataDir = Annotated[
@@ -90,7 +121,8 @@ def s3_command(
     prefect_env()
     from flows.s3_ingest import s3_ingest
 
-    summary = s3_ingest(
+    summary = foreground(
+        s3_ingest,
         bucket=bucket,
         prefix=settings.s3_prefix if prefix is None else prefix,
         endpoint_url=endpoint_url,
@@ -158,7 +190,8 @@ def github_command(
     from flows.github_pulls import github_pulls
 
     try:
-        summary = github_pulls(  # type: ignore[misc]  # too many unions for mypy
+        summary = foreground(
+            github_pulls,
             repos=repo,
             state=state,  # type: ignore[arg-type]
             per_page=per_page,
@@ -200,7 +233,8 @@ def rest_command(
     from flows.rest_ingest import rest_ingest
 
     try:
-        summary = rest_ingest(
+        summary = foreground(
+            rest_ingest,
             source=source,
             base_url=base_url,
             concurrency=concurrency,
