@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,20 +52,33 @@ def local_path_for(key: str, prefix: str, root: Path) -> Path:
         root: the download folder.
     """
     rel = relative_key(key, prefix)
-    reason = unsafe_reason(rel)
-    if reason:
-        raise UnsafeKeyError(f"unsafe key {key!r}: {reason}", key=key, attempts=0)
-    path = root.joinpath(*rel.split("/"))
+    if not _plainly_safe(rel):
+        reason = unsafe_reason(rel)
+        if reason:
+            raise UnsafeKeyError(f"unsafe key {key!r}: {reason}", key=key, attempts=0)
+    top = os.fspath(root)
     # Belt and braces: the checks above make this impossible, keep it that way. Resolved
     # per folder (cached), not per object: a realpath costs a syscall per path component.
-    if not _real_dir(str(path.parent)).startswith(_real_dir(str(root))):
+    folder = os.path.dirname(os.path.join(top, rel))
+    if not _real_dir(folder).startswith(_real_dir(top)):
         raise UnsafeKeyError(f"unsafe key {key!r}: resolves outside the folder", key=key)
-    return path
+    return root / rel  # the same path as joining its segments: none is empty, "." or ".."
 
 
 @functools.lru_cache(maxsize=8192)
 def _real_dir(path: str) -> str:
     return os.path.join(os.path.realpath(path), "")
+
+
+# Keys that pass unsafe_reason at a glance (one match instead of a check per character and
+# segment: ~1 us against ~10 us a key): ASCII, no segment starting with "." (so no "." or
+# ".." and not the temporary folder), no empty segment, no backslash or control character.
+_SEGMENT = r"[^./\\\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]{0,254}"
+_PLAIN = re.compile(f"{_SEGMENT}(?:/{_SEGMENT})*")
+
+
+def _plainly_safe(rel: str) -> bool:
+    return rel.isascii() and _PLAIN.fullmatch(rel) is not None
 
 
 def unsafe_reason(rel: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,16 @@ def test_redact_while_another_thread_registers_secrets() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+def test_the_quick_check_never_passes_a_key_the_full_check_refuses() -> None:
+    """``local_path_for`` skips ``unsafe_reason`` for keys ``_plainly_safe`` passes."""
+    rng = random.Random(7)
+    alphabet = "ab./\\\x00\x1f\x7f é+"
+    candidates = ["a" * 255, "a" * 256, f"{keys.TMP_DIR_NAME}/x", "a/.../b", "a./b", "...", "é/x"]
+    candidates += [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) for _ in range(50_000)
+    ]
+    passed = [k for k in candidates if keys._plainly_safe(k)]
+    assert len(passed) > 2_000  # the quick path is taken for plain keys
+    assert [k for k in passed if keys.unsafe_reason(k) is not None] == []
