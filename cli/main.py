@@ -72,9 +72,29 @@ _HEARTBEAT_VARIABLES = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEA
 
 
 DataDir = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Output folder [env INGEST_DATA_DIR, default ./data]."),
+    str | None,
+    typer.Option(
+        "--data-dir",
+        help="Output folder, or s3://bucket/prefix for a lake on object storage "
+        "[env INGEST_DATA_DIR, default ./data].",
+    ),
 ]
+
+
+def lake_of(data_dir: str | None) -> Any:
+    """The lake of the command: --data-dir or INGEST_DATA_DIR, with its endpoint and
+    credentials settings; a lake that cannot be reached ends the command with the setting
+    to fix."""
+    from ingest import storage
+    from ingest.errors import TerminalError
+
+    try:
+        lake = Settings().with_data_dir(data_dir).lake
+        storage.location.check(lake)
+    except (TerminalError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return lake
 
 
 @app.command("s3")
@@ -264,8 +284,7 @@ def query_command(
 
     if format not in ("table", "csv", "json"):
         raise typer.BadParameter("use table, csv or json", param_hint="--format")
-    settings = Settings()
-    root = data_dir or settings.data_dir
+    root = lake_of(data_dir)
     try:
         columns, rows = storage.query(root, sql)
     except Exception as exc:  # duckdb raises many kinds; show the message, not a traceback
@@ -307,6 +326,23 @@ def _cell(value: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@app.command("warehouse")
+def warehouse_command(data_dir: DataDir = None) -> None:
+    """Bring warehouse.duckdb up to date for the duckdb CLI: views over a local lake, or a
+    snapshot copy of the tables of a lake on object storage (which the stock CLI cannot
+    read without extensions it would download)."""
+    from ingest import storage
+
+    lake = lake_of(data_dir)
+    counts = storage.snapshot_warehouse(lake)
+    where = lake.local_dir / storage.warehouse.WAREHOUSE
+    if lake.remote:
+        copied = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+        typer.echo(f"{where}: a snapshot of {lake.root} ({copied or 'empty'})")
+    else:
+        typer.echo(f"{where}: views over {len(counts)} tables of {lake.root}")
+
+
 @app.command("status")
 def status_command(
     data_dir: DataDir = None,
@@ -318,7 +354,7 @@ def status_command(
     outcomes, from the tables (no Prefect server needed)."""
     from ingest import status
 
-    root = data_dir or Settings().data_dir
+    root = lake_of(data_dir)
     fresh = status.freshness_now(root)
     typer.echo("Freshness")
     print_table(
@@ -355,7 +391,7 @@ def search_command(
 
     if format not in ("table", "json"):
         raise typer.BadParameter("use table or json", param_hint="--format")
-    root = data_dir or Settings().data_dir
+    root = lake_of(data_dir)
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
         rows = [

@@ -266,7 +266,7 @@ class DemoServers:
 
 def demo_home() -> Path:
     """The Prefect home of ``ingest serve --demo``: ``<data folder>/prefect``."""
-    home = (Settings().data_dir / "prefect").resolve()
+    home = (Settings().local_path / "prefect").resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
 

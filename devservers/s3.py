@@ -11,7 +11,11 @@ separate process on loopback, with three additions that a plain
   threads cost no CPU);
 * fault injection for tests: answer 500/503 to the first N GETs of matching
   keys, or cut their bodies mid-stream; and request counters at
-  ``/_dev/stats`` so tests can check that a re-run made no GET.
+  ``/_dev/stats`` so tests can check that a re-run made no GET;
+* conditional writes made atomic: moto checks ``If-None-Match: *`` (PUT,
+  CompleteMultipartUpload) and then writes, two steps that two threads can
+  interleave; here writes carrying a condition run one at a time, as S3
+  guarantees (Delta commits and the staging area's claims rely on it).
 
 Run ``python -m devservers.s3 --port 5000`` or use ``DevServer`` as a
 context manager. Needs the ``demo`` extra (moto[server]).
@@ -59,6 +63,7 @@ class _State:
     faults: list[Fault]
     latency: float
     lock: threading.Lock = field(default_factory=threading.Lock)
+    conditional: threading.Lock = field(default_factory=threading.Lock)
     stats: Counter[str] = field(default_factory=Counter)
     hits: Counter[tuple[int, str]] = field(default_factory=Counter)
 
@@ -86,6 +91,11 @@ class Middleware:
                 self.state.stats["LIST"] += 1
             fault = self._fault_for(unquote(path)) if method == "GET" and is_object else None
         if fault is None:
+            if method in ("PUT", "POST") and (
+                "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
+            ):
+                with self.state.conditional:  # check and write as one step
+                    return list(self.app(environ, start_response))
             return self.app(environ, start_response)
         if fault.kind == "cut":
             return self._cut(environ, start_response)

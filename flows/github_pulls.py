@@ -11,7 +11,6 @@ fails the run after the others are stored; a rejected token fails it at once.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
@@ -100,7 +99,11 @@ def github_pulls(
         ),
     ] = None,
     data_dir: Annotated[
-        str | None, Field(description="Folder for the Parquet tables and warehouse.duckdb.")
+        str | None,
+        Field(
+            description="Folder for the tables and warehouse.duckdb, or s3://bucket/prefix "
+            "for a lake on object storage."
+        ),
     ] = None,
     full_refresh: Annotated[
         bool, Field(description="Fetch every page again, ignoring stored ETags and watermarks.")
@@ -114,9 +117,9 @@ def github_pulls(
         "github_base_url": base_url,
         "github_rate_limit_reserve": rate_limit_reserve,
         "github_max_wait": max_wait,
-        "data_dir": Path(data_dir) if data_dir else None,
     }
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = settings.with_data_dir(data_dir)
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     run_id = str(flow_run.id or "local")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 from prefect import Flow, flow, get_run_logger, task
@@ -151,8 +150,7 @@ def nightly(
     """
     started = time.perf_counter()
     settings = Settings()
-    if data_dir:
-        settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+    settings = settings.with_data_dir(data_dir)
     s3_parameters = {
         "bucket": bucket,
         "prefix": prefix,

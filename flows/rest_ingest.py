@@ -80,8 +80,7 @@ def rest_ingest(
 ) -> RestSummary:
     started = time.perf_counter()
     settings = Settings()
-    if data_dir:
-        settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+    settings = settings.with_data_dir(data_dir)
     path = source_path(source)
     declared = load_source(path)  # a clear error, with the line, before anything runs
     run_id = str(flow_run.id or "local")

@@ -85,7 +85,11 @@ def s3_ingest(
         Field(description="Requests in flight (sized for latency, not cores).", ge=1, le=512),
     ] = None,
     data_dir: Annotated[
-        str | None, Field(description="Folder for Parquet tables, warehouse.duckdb and objects.")
+        str | None,
+        Field(
+            description="Folder for the tables, warehouse.duckdb and objects, or "
+            "s3://bucket/prefix for a lake on object storage."
+        ),
     ] = None,
     download_dir: Annotated[
         str | None, Field(description="Objects land at DIR/<key below prefix>.")
@@ -123,10 +127,10 @@ def s3_ingest(
         "s3_endpoint_url": endpoint_url,
         "s3_concurrency": concurrency,
         "s3_list_shards": list_shards,
-        "data_dir": Path(data_dir) if data_dir else None,
         "s3_download_dir": Path(download_dir) if download_dir else None,
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = settings.with_data_dir(data_dir)
     run_id = str(flow_run.id or "local")
     spec = ListSpec(
         run_id=run_id,

@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import duck, keys, storage
+from ingest.storage.location import DataDir
 
 _STORED = ("downloaded", "skipped")
 
@@ -67,7 +67,7 @@ def _bounds(after: str | None, upto: str | None, start: str | None, end: str | N
 
 
 def diff_chunk(
-    data_dir: Path,
+    data_dir: DataDir,
     listing: pa.Table,
     *,
     bucket: str,
@@ -145,7 +145,7 @@ def _cursor() -> duckdb.DuckDBPyConnection:
         if _db is None:
             _db = duck.connect()
             _db.execute("SET parquet_metadata_cache = true")
-        return _db.cursor()
+        return duck.with_relations(_db.cursor())
 
 
 def release() -> None:

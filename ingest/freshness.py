@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
+from ingest.storage.location import DataDir
 
 TABLE = "source_freshness"
 
@@ -39,7 +39,7 @@ class SourceNight:
     checked_at: datetime | None = None
 
 
-def current(data_dir: Path) -> dict[str, dict[str, Any]]:
+def current(data_dir: DataDir) -> dict[str, dict[str, Any]]:
     """The stored ``source_freshness`` rows by source (what earlier nights committed)."""
     with duck.connect() as con:
         cur = con.execute(f"SELECT * FROM {storage.scan(data_dir, TABLE)}")
@@ -64,7 +64,7 @@ def settle(night: SourceNight, stored: dict[str, Any] | None, now: datetime) -> 
     return night
 
 
-def record(data_dir: Path, nights: list[SourceNight], *, staged_by: str) -> list[SourceNight]:
+def record(data_dir: DataDir, nights: list[SourceNight], *, staged_by: str) -> list[SourceNight]:
     """Settle and stage tonight's rows (committed with the nightly run); returns them."""
     stored = current(data_dir)
     now = datetime.now(UTC)

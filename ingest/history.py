@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, report, storage
+from ingest.storage.location import DataDir
 
 # A stage counts as slower or faster only beyond this share and this many seconds,
 # so the noise of a one-second stage does not read as a regression.
@@ -42,7 +42,7 @@ class FlowRunRecord:
     message: str | None = None
 
 
-def record_flow_run(data_dir: Path, record: FlowRunRecord, *, staged_by: str = "") -> Path:
+def record_flow_run(data_dir: DataDir, record: FlowRunRecord, *, staged_by: str = "") -> str:
     """Stage the run's ``flow_runs`` row (committed with the run; a later row of the same
     flow run, ended later, replaces it). ``staged_by``: the run whose commit carries it
     (a parent recording its children), by default the recorded run itself."""
@@ -61,14 +61,14 @@ def record_flow_run(data_dir: Path, record: FlowRunRecord, *, staged_by: str = "
     return path
 
 
-def flow_run(data_dir: Path, flow_run_id: str) -> dict[str, Any] | None:
+def flow_run(data_dir: DataDir, flow_run_id: str) -> dict[str, Any] | None:
     """The committed ``flow_runs`` row of ``flow_run_id``, if any."""
     sql = f"SELECT * FROM {storage.scan(data_dir, 'flow_runs')} WHERE flow_run_id = ?"
     return _first(data_dir, sql, [flow_run_id])
 
 
 def record_child_run(
-    data_dir: Path,
+    data_dir: DataDir,
     observed: FlowRunRecord,
     *,
     staged_by: str,
@@ -104,7 +104,7 @@ def record_child_run(
 
 
 def previous_run(
-    data_dir: Path, *, flow_name: str, deployment_id: str, flow_run_id: str
+    data_dir: DataDir, *, flow_name: str, deployment_id: str, flow_run_id: str
 ) -> dict[str, Any] | None:
     """The latest earlier ``flow_runs`` row of the same flow and deployment."""
     sql = f"""
@@ -116,7 +116,7 @@ def previous_run(
     return _first(data_dir, sql, [flow_name, deployment_id, flow_run_id])
 
 
-def child_runs(data_dir: Path, parent_flow_run_id: str) -> list[dict[str, Any]]:
+def child_runs(data_dir: DataDir, parent_flow_run_id: str) -> list[dict[str, Any]]:
     """The ``flow_runs`` rows whose parent is ``parent_flow_run_id``, by flow name."""
     sql = f"""
         SELECT * FROM {storage.scan(data_dir, "flow_runs")}
@@ -126,7 +126,7 @@ def child_runs(data_dir: Path, parent_flow_run_id: str) -> list[dict[str, Any]]:
     return _all(data_dir, sql, [parent_flow_run_id])
 
 
-def stages_of(data_dir: Path, runs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def stages_of(data_dir: DataDir, runs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """Stage tables of several runs, each stage named ``<label>: <stage>``.
 
     ``runs`` holds (label, flow_run_id) pairs; an empty label keeps the plain
@@ -211,7 +211,7 @@ def comparison_markdown(
     return "\n".join(lines)
 
 
-def _all(data_dir: Path, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+def _all(data_dir: DataDir, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     del data_dir  # the SQL already names the files
     with duck.connect() as con:
         cur = con.execute(sql, params)
@@ -219,6 +219,6 @@ def _all(data_dir: Path, sql: str, params: list[Any]) -> list[dict[str, Any]]:
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def _first(data_dir: Path, sql: str, params: list[Any]) -> dict[str, Any] | None:
+def _first(data_dir: DataDir, sql: str, params: list[Any]) -> dict[str, Any] | None:
     rows = _all(data_dir, sql, params)
     return rows[0] if rows else None

@@ -25,6 +25,7 @@ from ingest import changes, duck, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
+from ingest.storage.location import DataDir
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class ListSpec:
     inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
 
 
-def inventory_dir(data_dir: Path, run_id: str) -> Path:
+def inventory_dir(data_dir: DataDir, run_id: str) -> Path:
     """Where a run keeps its inventory listing (removed with the run's staging)."""
     return storage.staging.run_dir(data_dir, run_id) / "_inventory"
 
@@ -55,7 +56,7 @@ def plan(client: Any, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
             spec.inventory,
             spec.bucket,
             spec.prefix,
-            inventory_dir(settings.data_dir, spec.run_id),
+            inventory_dir(settings.lake, spec.run_id),
         )
         return [chunks.Shard(0)]
     return chunks.plan_shards(client, spec.bucket, spec.prefix, settings.s3_list_shards)
@@ -65,7 +66,7 @@ _scans: dict[tuple[str, str, str], str] = {}
 _scans_lock = threading.Lock()
 
 
-def _scan(data_dir: Path, table: str, run_id: str) -> str:
+def _scan(data_dir: DataDir, table: str, run_id: str) -> str:
     """``storage.scan`` resolved once per run and table: the state is only written by
     the run's commit at its end, so its files do not change under the run's chunks."""
     key = (str(data_dir), table, run_id)
@@ -83,7 +84,7 @@ def list_part(
 ) -> ListedChunk:
     """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered."""
     if spec.inventory:
-        listing = inventory_dir(settings.data_dir, spec.run_id) / "listing.parquet"
+        listing = inventory_dir(settings.lake, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
         chunk = chunks.list_chunk(
@@ -96,7 +97,7 @@ def list_part(
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
-    path = listing_path(settings.data_dir, spec.run_id, name)
+    path = listing_path(settings.lake, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     # Arrow IPC, not Parquet: read back once by find-changes, then dropped with the
@@ -114,7 +115,7 @@ def list_part(
     )
 
 
-def listing_path(data_dir: Path, run_id: str, name: str) -> Path:
+def listing_path(data_dir: DataDir, run_id: str, name: str) -> Path:
     """A listed chunk in the run's staging (removed with it when the run ends)."""
     return storage.staging.run_dir(data_dir, run_id) / "_listing" / f"{name}.arrow"
 
@@ -123,9 +124,9 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
     extract, deletions (staged here), and counts."""
     shard = listed.shard
-    objects = feather.read_table(listing_path(settings.data_dir, spec.run_id, listed.name))
+    objects = feather.read_table(listing_path(settings.lake, spec.run_id, listed.name))
     found = changes.diff_chunk(
-        settings.data_dir,
+        settings.lake,
         objects,
         bucket=spec.bucket,
         prefix=spec.prefix,
@@ -138,8 +139,8 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         exclude=spec.exclude,
         full_refresh=spec.full_refresh,
         extract_version=spec.extract_version,
-        state_sql=_scan(settings.data_dir, "s3_objects", spec.run_id),
-        documents_sql=_scan(settings.data_dir, "documents", spec.run_id)
+        state_sql=_scan(settings.lake, "s3_objects", spec.run_id),
+        documents_sql=_scan(settings.lake, "documents", spec.run_id)
         if spec.extract_version
         else None,
     )
@@ -151,7 +152,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
             result.extract_unchanged = found.unchanged - found.extract.num_rows
     if found.deleted.num_rows:
         storage.stage(
-            settings.data_dir,
+            settings.lake,
             spec.run_id,
             "s3_objects",
             f"deleted-{name}",
@@ -159,10 +160,10 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         )
         result.counts["deleted"] = found.deleted.num_rows
         gone = deleted_documents(
-            _scan(settings.data_dir, "documents", spec.run_id), found.deleted, spec
+            _scan(settings.lake, "documents", spec.run_id), found.deleted, spec
         )
         if gone.num_rows:
-            storage.stage(settings.data_dir, spec.run_id, "documents", f"deleted-{name}", gone)
+            storage.stage(settings.lake, spec.run_id, "documents", f"deleted-{name}", gone)
     size = settings.s3_batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
+from ingest.storage.location import DataDir
 from ingest.timing import human_bytes
 
 NIGHTS = 14
@@ -50,15 +51,16 @@ class Night:
         return self.seconds / self.median_before if self.median_before else None
 
 
-def load(data_dir: Path, *, staged_run: str | None = None, nights: int = NIGHTS) -> list[Night]:
+def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGHTS) -> list[Night]:
     """The last ``nights`` rows of each source, oldest first (with the ``source_freshness``
     rows ``staged_run``, the running nightly, has staged), each with its stage wall times."""
     source = f"(SELECT * EXCLUDE (day) FROM {storage.scan(data_dir, 'source_nights')})"
     # Tonight's rows are staged for source_freshness; its log gets them at the commit.
-    parts = storage.staging.parts(data_dir, staged_run, "source_freshness") if staged_run else []
-    if parts:
-        listing = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
-        source = f"({source} UNION ALL BY NAME SELECT * FROM read_parquet([{listing}]))"
+    staged = (
+        storage.staging.scan_parts(data_dir, staged_run, "source_freshness") if staged_run else None
+    )
+    if staged:
+        source = f"({source} UNION ALL BY NAME {staged})"
     sql = f"""
         SELECT * FROM (
             SELECT *, row_number() OVER (PARTITION BY source ORDER BY checked_at DESC) AS n
@@ -90,7 +92,7 @@ def load(data_dir: Path, *, staged_run: str | None = None, nights: int = NIGHTS)
     return flag_slow(out)
 
 
-def stage_walls(data_dir: Path, flow_run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+def stage_walls(data_dir: DataDir, flow_run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """Wall seconds (first start to last end) per stage of each flow run."""
     if not flow_run_ids:
         return {}

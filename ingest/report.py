@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
 from ingest.records import BatchSummary, ChunkResult, ExtractSummary
+from ingest.storage.location import DataDir
 from ingest.timing import human_bytes
 
 
@@ -60,7 +60,7 @@ class RunSummary:
         return self.counts.get("failed", 0)
 
 
-def stage_table(data_dir: Path, flow_run_id: str) -> list[dict[str, Any]]:
+def stage_table(data_dir: DataDir, flow_run_id: str) -> list[dict[str, Any]]:
     """Per-stage figures of one flow run, from ``task_timings``.
 
     ``busy_seconds`` adds up the task attempts (they overlap);

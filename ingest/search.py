@@ -1,8 +1,12 @@
 """Ranked full-text search over the ``documents`` text, Korean included, offline.
 
 Engine: SQLite FTS5 from the Python standard library (BM25 ranking), over a
-side index ``DATA_DIR/search.sqlite`` built from the ``documents`` table; the
-index is never the source of truth and can be deleted and rebuilt. Why not
+side index ``search.sqlite`` on the machine that searches (in the data folder,
+or in ``local_dir`` when the lake is on object storage), built from the lake's
+``documents`` table wherever the lake lives; the index is never the source of
+truth: it records which lake it was built from and which of the table's files it
+has read, starts over when pointed at another lake, and can be deleted and
+rebuilt at any time. Why not
 DuckDB's ``fts`` extension: the Python wheel does not build it in and the
 machine cannot download it at run time; the registry package that ships it
 lags the installed DuckDB (1.5.5 against 1.5.6), and its
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
+from ingest.storage.location import DataDir
 
 _CJK = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
@@ -53,6 +58,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS doc_fts USING fts5(
     body, content='', tokenize='unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS parts (path TEXT PRIMARY KEY, mtime_ns INTEGER);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT);
 """
 
 
@@ -91,49 +97,62 @@ def fts_query(words: str) -> str:
     return " AND ".join(clauses)
 
 
-def index_path(data_dir: Path) -> Path:
-    return data_dir / "search.sqlite"
+def index_path(data_dir: DataDir) -> Path:
+    """The index file, on this machine (``local_dir`` when the lake is on object storage)."""
+    return storage.locate(data_dir).local_dir / "search.sqlite"
 
 
-def open_index(data_dir: Path) -> sqlite3.Connection:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(index_path(data_dir), timeout=60)
+def open_index(data_dir: DataDir) -> sqlite3.Connection:
+    path = index_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(path, timeout=60)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(_SCHEMA)
     return con
 
 
-def refresh_index(data_dir: Path, *, batch_rows: int = 2000) -> int:
+def refresh_index(data_dir: DataDir, *, batch_rows: int = 2000) -> int:
     """Bring the index up to date with the ``documents`` parts; returns rows (re)indexed."""
     # The files of the table's current version (its log decides; a file is never changed
     # in place, so a file already indexed needs no second look).
-    parts = {path: 0 for path in storage.data_files(data_dir, "documents")}
-    con = open_index(data_dir)
+    lake = storage.locate(data_dir)
+    parts = {path: 0 for path in storage.data_files(lake, "documents")}
+    con = open_index(lake)
     try:
+        built_from = con.execute("SELECT value FROM meta WHERE name = 'lake'").fetchone()
+        if built_from is None or built_from[0] != lake.root:
+            _reset(con, lake.root)  # a copy of an index built from another lake: start over
         known = dict(con.execute("SELECT path, mtime_ns FROM parts").fetchall())
         new = sorted(p for p, m in parts.items() if known.get(p) != m)
         if not new:
             return 0
-        sql = """
+        sql = f"""
             SELECT bucket, key, etag, kind, status, text, CAST(extracted_at AS VARCHAR)
-            FROM read_parquet(?, union_by_name = true)
+            FROM ({storage.warehouse.files_sql(lake, "documents", new)})
             QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY extracted_at DESC) = 1
         """
         indexed = 0
         with duck.connect() as dcon:
-            cur = dcon.execute(sql, [new])
+            cur = dcon.execute(sql)
             while rows := cur.fetchmany(batch_rows):
                 with con:
                     indexed += _upsert(con, rows)
-        with con:
-            con.executemany(
-                "INSERT OR REPLACE INTO parts (path, mtime_ns) VALUES (?, ?)",
-                [(p, parts[p]) for p in new],
-            )
+        with con:  # the files of the current version only: the list stays the table's size
+            con.execute("DELETE FROM parts")
+            con.executemany("INSERT INTO parts (path, mtime_ns) VALUES (?, ?)", list(parts.items()))
         return indexed
     finally:
         con.close()
+
+
+def _reset(con: sqlite3.Connection, lake_root: str) -> None:
+    """Empty the index and mark it as built from ``lake_root``."""
+    with con:
+        con.execute("DELETE FROM docs")
+        con.execute("INSERT INTO doc_fts (doc_fts) VALUES ('delete-all')")
+        con.execute("DELETE FROM parts")
+        con.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('lake', ?)", (lake_root,))
 
 
 def _upsert(con: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> int:
@@ -173,7 +192,7 @@ def _upsert(con: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> int:
 
 
 def search(
-    data_dir: Path, words: str, *, limit: int = 10, kind: str | None = None, refresh: bool = True
+    data_dir: DataDir, words: str, *, limit: int = 10, kind: str | None = None, refresh: bool = True
 ) -> list[Hit]:
     """The best ``limit`` documents for ``words`` (all words must match), best first."""
     if refresh:

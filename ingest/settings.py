@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ingest.storage.location import SCHEME, LakeLocation, parse_root
 
 MiB = 1024 * 1024
 
@@ -24,10 +26,38 @@ class Settings(BaseSettings):
         env_prefix="INGEST_", env_file=".env", extra="ignore", validate_default=True
     )
 
-    data_dir: Path = Field(
+    data_dir: Path | str = Field(
         Path("data"),
-        description="Folder holding the Parquet tables, warehouse.duckdb and downloaded objects.",
+        description="Where the lake lives: a local folder (the tables, warehouse.duckdb and "
+        "downloaded objects under it) or s3://bucket/prefix on any S3-compatible store "
+        "(then see lake_endpoint_url, lake_credentials_block and local_dir).",
     )
+    local_dir: Path = Field(
+        Path("data"),
+        description="With an s3:// data_dir: the local folder for what is not the lake's "
+        "record (warehouse.duckdb, the search index, downloaded objects, reports).",
+    )
+    lake_endpoint_url: str | None = Field(
+        None,
+        description="S3-compatible endpoint of an s3:// data_dir (MinIO, Ceph, moto), apart "
+        "from the source bucket's; empty means AWS.",
+    )
+    lake_region: str | None = Field(
+        None, description="Region of an s3:// data_dir's bucket; None uses the AWS chain's."
+    )
+    lake_credentials_block: str | None = Field(
+        None,
+        description="Prefect AwsCredentials block with the credentials of an s3:// data_dir; "
+        "None uses the AWS chain (apart from s3_credentials_block, the source's).",
+    )
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir(cls, value: object) -> Path | str:
+        """``s3://bucket/prefix`` stays a URI (a Path would turn it into a folder 's3:')."""
+        if isinstance(value, str) and value.startswith(SCHEME):
+            return parse_root(value)
+        return Path(value)  # type: ignore[arg-type]
 
     # --- lake -----------------------------------------------------------------
     retention_days: int = Field(
@@ -316,10 +346,34 @@ class Settings(BaseSettings):
     )
 
     @property
+    def lake(self) -> LakeLocation:
+        """Where the tables are, and how to reach them (what the storage functions take)."""
+        if isinstance(self.data_dir, str):
+            return LakeLocation(
+                root=self.data_dir,
+                local_dir=self.local_dir,
+                endpoint_url=self.lake_endpoint_url or None,
+                region=self.lake_region or None,
+                credentials_block=self.lake_credentials_block or None,
+            )
+        return LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
+
+    @property
+    def local_path(self) -> Path:
+        """The local folder: data_dir itself, or local_dir for a lake on object storage."""
+        return self.local_dir if isinstance(self.data_dir, str) else self.data_dir
+
+    def with_data_dir(self, data_dir: str | Path | None) -> Settings:
+        """A copy with another data_dir (a folder or s3://bucket/prefix), as given to a flow."""
+        if not data_dir:
+            return self
+        return self.model_copy(update={"data_dir": Settings._data_dir(str(data_dir))})
+
+    @property
     def warehouse_path(self) -> Path:
         """The DuckDB database file people open."""
-        return self.data_dir / "warehouse.duckdb"
+        return self.local_path / "warehouse.duckdb"
 
     def download_root(self, bucket: str) -> Path:
         """Folder that mirrors ``bucket/prefix``."""
-        return self.s3_download_dir or (self.data_dir / "objects" / bucket)
+        return self.s3_download_dir or (self.local_path / "objects" / bucket)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, freshness, storage
+from ingest.storage.location import DataDir
 
 
-def freshness_now(data_dir: Path, now: datetime | None = None) -> list[dict[str, Any]]:
+def freshness_now(data_dir: DataDir, now: datetime | None = None) -> list[dict[str, Any]]:
     """The ``source_freshness`` rows with the lag as of ``now`` (default: this moment)."""
     now = now or datetime.now(UTC)
     out = []
@@ -27,7 +27,7 @@ def freshness_now(data_dir: Path, now: datetime | None = None) -> list[dict[str,
     return out
 
 
-def last_nights(data_dir: Path, count: int = 7) -> list[dict[str, Any]]:
+def last_nights(data_dir: DataDir, count: int = 7) -> list[dict[str, Any]]:
     """The last ``count`` nightly runs (``flow_runs``), newest first, each with its
     sources' outcomes (``s3-ingest completed, github-pulls failed``)."""
     sql = f"""

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ingest import keys, s3, storage
 from ingest.errors import ItemError, TerminalError
@@ -21,6 +20,7 @@ from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.settings import Settings
 from ingest.storage import durable
+from ingest.storage.location import DataDir
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def download_batch(
     now = datetime.now(UTC)
     results: list[ObjectResult] = []
     jobs: list[tuple[S3Object, Path]] = []
-    root = settings.download_root(objects[0].bucket) if objects else settings.data_dir
+    root = settings.download_root(objects[0].bucket) if objects else settings.local_path
 
     def row(obj: S3Object, **kw: Any) -> ObjectResult:
         return ObjectResult(
@@ -119,12 +119,13 @@ def results_table(results: Sequence[ObjectResult]) -> pa.Table:
     )
 
 
-def downloaded(data_dir: Path, run_id: str, batch: str) -> list[tuple[str, str, str]]:
+def downloaded(data_dir: DataDir, run_id: str, batch: str) -> list[tuple[str, str, str]]:
     """(key, etag, local path) of the objects a batch downloaded, from its staged rows."""
-    path = storage.staging.run_dir(data_dir, run_id) / "s3_objects" / f"{batch}.parquet"
-    try:
-        rows = pq.read_table(path, columns=["key", "etag", "local_path", "status"])
-    except FileNotFoundError:
+    staging = storage.staging
+    run = staging.run_key(staging.safe_name(run_id))
+    key = f"{run}/s3_objects/{staging.safe_name(batch)}.parquet"
+    rows = staging.read_part(data_dir, key, columns=["key", "etag", "local_path", "status"])
+    if rows is None:
         return []
     return [
         (k, e or "", p)

@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 from ingest import storage
 from ingest.records import TaskTiming
 from ingest.redact import redact
+from ingest.storage.location import DataDir
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def describe(t: TaskTiming, noun: str = "objects") -> str:
 
 @contextmanager
 def record(
-    data_dir: Path,
+    data_dir: DataDir,
     *,
     flow_run_id: str,
     flow_name: str,

@@ -28,9 +28,9 @@ def _extract(
     stored: list[tuple[str, str, str]],
     extractor: str,
 ) -> ExtractSummary:
-    with timed(settings.data_dir, noun="documents") as t:
+    with timed(settings.lake, noun="documents") as t:
         docs = batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
-        storage.stage(settings.data_dir, run_id, "documents", name, [d.as_row() for d in docs])
+        storage.stage(settings.lake, run_id, "documents", name, [d.as_row() for d in docs])
         summary = batch.summarize(docs)
         t.items = len(docs)
         t.bytes = summary.bytes
@@ -47,7 +47,7 @@ def extract_batch(
 ) -> ExtractSummary:
     """Extract what a download batch fetched; stage the rows as one part named by the
     batch (a retry overwrites instead of duplicating)."""
-    stored = sync.downloaded(settings.data_dir, run_id, downloaded.name)
+    stored = sync.downloaded(settings.lake, run_id, downloaded.name)
     return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
 

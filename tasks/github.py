@@ -53,11 +53,11 @@ def load_sync_state(
     settings: Settings, repos: list[str], full_refresh: bool
 ) -> dict[str, RepoState]:
     """Stored ETags and watermarks of earlier runs (none on a full refresh)."""
-    with timed(settings.data_dir, noun="pages") as t:
+    with timed(settings.lake, noun="pages") as t:
         if full_refresh:
             states = {r: RepoState() for r in repos}
         else:
-            states = store.load_states(settings.data_dir, repos, settings.github_state)
+            states = store.load_states(settings.lake, repos, settings.github_state)
         t.items = sum(len(s.pages) for s in states.values())
     return states
 
@@ -73,7 +73,7 @@ def fetch_pulls(
 ) -> GitHubSummary:
     """Page every repository concurrently and store each as it ends (one part per repository)."""
     token = resolve_token(settings, token_block)  # resolved here: never a task parameter
-    with timed(settings.data_dir, noun="pull requests") as t:
+    with timed(settings.lake, noun="pull requests") as t:
         summary = fetch_pulls_plain(
             settings, repos, run_id=run_id, token=token, priors=priors, full_refresh=full_refresh
         )
@@ -94,16 +94,16 @@ def fetch_pulls(
 @task(name="publish-github-summary", cache_policy=NO_CACHE)
 def publish_summary(settings: Settings, summary: GitHubSummary, title: str) -> GitHubSummary:
     """Per-stage timing and per-repository figures as artifacts on the flow run."""
-    summary.stages = report.stage_table(settings.data_dir, summary.run_id)
+    summary.stages = report.stage_table(settings.lake, summary.run_id)
     create_table_artifact(
         key="github-repos", table=summary.repos, description=f"{title}: per repository"
     )
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.data_dir, summary.stages)
+    _, comparison = compare_with_previous(settings.lake, summary.stages)
     record_current_run(
-        settings.data_dir,
+        settings.lake,
         seconds=summary.seconds,
         items=summary.pulls,
         failed=summary.failed_pages,

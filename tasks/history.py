@@ -8,7 +8,6 @@ previous run is the same child of the previous nightly run.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger
@@ -16,6 +15,7 @@ from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
 from ingest import history
+from ingest.storage.location import DataDir
 
 _ids: dict[str, dict[str, str]] = {}
 
@@ -47,7 +47,7 @@ def _lookup_ids() -> dict[str, str]:
 
 
 def record_current_run(
-    data_dir: Path,
+    data_dir: DataDir,
     *,
     seconds: float,
     items: int = 0,
@@ -74,7 +74,7 @@ def record_current_run(
 
 
 def previous_of_current_run(
-    data_dir: Path, ids: dict[str, str] | None = None
+    data_dir: DataDir, ids: dict[str, str] | None = None
 ) -> dict[str, Any] | None:
     """The ``flow_runs`` row of the running flow's previous run of the same deployment
     (``ids`` from ``current_ids()``, looked up when not given)."""
@@ -88,7 +88,7 @@ def previous_of_current_run(
 
 
 def compare_with_previous(
-    data_dir: Path, stages: list[dict[str, Any]]
+    data_dir: DataDir, stages: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], str]:
     """Compare ``stages`` of the running flow with its previous run of the same deployment.
 

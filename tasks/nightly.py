@@ -23,7 +23,7 @@ def publish_nightly_summary(
 
     Returns the stage comparison rows (empty on the first run).
     """
-    data_dir = settings.data_dir
+    data_dir = settings.lake
     ids = current_ids()
     for o in outcomes:  # the children's rows, without losing what a child recorded itself
         history.record_child_run(
@@ -50,7 +50,7 @@ def publish_nightly_summary(
         staged_by=ids["flow_run_id"],
     )
     last_nights = nights.load(data_dir, staged_run=ids["flow_run_id"])
-    chart_path = chart.write(data_dir, last_nights)
+    chart_path = chart.write(settings.local_path, last_nights)
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ def publish_summary(
     settings: Settings, summary: report.RunSummary, title: str
 ) -> report.RunSummary:
     """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
-    summary.stages = report.stage_table(settings.data_dir, summary.run_id)
+    summary.stages = report.stage_table(settings.lake, summary.run_id)
     logger = get_run_logger()
     for s in summary.stages:
         logger.info(
@@ -39,11 +39,11 @@ def publish_summary(
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.data_dir, summary.stages)
+    _, comparison = compare_with_previous(settings.lake, summary.stages)
     looked_at = summary.total - summary.counts.get("deleted", 0)
     too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
     record_current_run(
-        settings.data_dir,
+        settings.lake,
         seconds=summary.seconds,
         items=summary.total,
         size=summary.bytes,

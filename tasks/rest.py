@@ -47,7 +47,7 @@ def fetch_source(
         source = source.model_copy(
             update={"client": source.client.model_copy(update={"concurrency": concurrency})}
         )
-    with timed(settings.data_dir, noun="records") as t:
+    with timed(settings.lake, noun="records") as t:
         summary = fetch_source_plain(
             settings,
             source,
@@ -73,7 +73,7 @@ def fetch_source(
 @task(name="publish-rest-summary", cache_policy=NO_CACHE)
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
     """Per-stage timing and per-resource figures as artifacts on the flow run."""
-    summary.stages = report.stage_table(settings.data_dir, summary.run_id)
+    summary.stages = report.stage_table(settings.lake, summary.run_id)
     create_table_artifact(
         key="rest-resources", table=summary.resources, description=f"{title}: per resource"
     )

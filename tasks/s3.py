@@ -56,7 +56,7 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
     of letting a task retry fetch the batch again."""
     for delay in (*STAGE_RETRY_DELAYS, None):
         try:
-            storage.stage(settings.data_dir, run_id, table, part, rows)
+            storage.stage(settings.lake, run_id, table, part, rows)
             return
         except OSError as exc:
             if delay is None:
@@ -103,7 +103,7 @@ def check_bucket(settings: Settings, bucket: str) -> int:
 def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     """Split the listing into key-range shards listed concurrently (one by default), or
     fetch and sort the S3 Inventory report that replaces LIST calls."""
-    with timed(settings.data_dir, noun="shards") as t:
+    with timed(settings.lake, noun="shards") as t:
         shards = listing.plan(client_for(settings), settings, spec)
         t.items = len(shards)
     return shards
@@ -122,7 +122,7 @@ def list_objects(
 ) -> ListedChunk:
     """List one chunk of a shard (a few pages); the next chunk is listed while this one is
     compared with the stored state."""
-    with timed(settings.data_dir, noun="keys") as t:
+    with timed(settings.lake, noun="keys") as t:
         listed = listing.list_part(client_for(settings), settings, spec, shard, cursor)
         t.items = listed.count
     return listed
@@ -137,7 +137,7 @@ def list_objects(
 def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
     """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
     not the bucket), deletions staged, counts."""
-    with timed(settings.data_dir, noun="keys") as t:
+    with timed(settings.lake, noun="keys") as t:
         result = listing.find_changes(settings, spec, listed)
         t.items = result.listed
     return result
@@ -149,7 +149,7 @@ def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> Ba
 
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
-    with timed(settings.data_dir) as t:
+    with timed(settings.lake) as t:
         results = sync.download_batch(
             client_for(settings),
             settings,

@@ -20,9 +20,9 @@ from tasks.timing import timed
 @task(name="prepare-storage", cache_policy=NO_CACHE)
 def prepare_storage(settings: Settings, run_id: str) -> list[str]:
     """Migrate an old data folder once; commit what runs that died had staged."""
-    with timed(settings.data_dir, noun="runs recovered") as t:
+    with timed(settings.lake, noun="runs recovered") as t:
         recovered = storage.prepare(
-            settings.data_dir, current_run=run_id, stale_after=settings.staging_stale_after
+            settings.lake, current_run=run_id, stale_after=settings.staging_stale_after
         )
         t.items = len(recovered)
     if recovered:
@@ -37,10 +37,10 @@ def prepare_storage(settings: Settings, run_id: str) -> list[str]:
 @task(name="maintain-lake", cache_policy=NO_CACHE)
 def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceReport:
     """Retention, compaction past the file threshold, vacuum."""
-    with timed(settings.data_dir, noun="files") as t:
+    with timed(settings.lake, noun="files") as t:
         report = storage.maintain(
-            settings.data_dir,
-            tables=[x for x in tables if storage.open_table(settings.data_dir, x) is not None],
+            settings.lake,
+            tables=[x for x in tables if storage.open_table(settings.lake, x) is not None],
             retention_days=settings.retention_days,
             compact_min_files=settings.compact_min_files,
             vacuum_retention_hours=settings.vacuum_retention_hours,
@@ -59,7 +59,7 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
     """Commit the run's staged rows (one commit per table), then refresh warehouse.duckdb."""
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    report = storage.commit_run(settings.data_dir, run_id, exclude=("task_timings",))
+    report = storage.commit_run(settings.lake, run_id, exclude=("task_timings",))
     timing = TaskTiming(
         flow_run_id=run_id,
         flow_name=str(flow_run.flow_name or ""),
@@ -70,10 +70,10 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
         seconds=time.perf_counter() - t0,
         items=sum(report.rows.values()),
     )
-    storage.stage(settings.data_dir, run_id, "task_timings", "commit-run", [timing.as_row()])
-    last = storage.commit_run(settings.data_dir, run_id)
+    storage.stage(settings.lake, run_id, "task_timings", "commit-run", [timing.as_row()])
+    last = storage.commit_run(settings.lake, run_id)
     report.rows.update(last.rows)
-    if not storage.refresh_warehouse(settings.data_dir, tables=report.rows):
+    if not storage.refresh_warehouse(settings.lake, tables=report.rows):
         report.warehouse_refreshed = False
         get_run_logger().warning(
             "warehouse.duckdb not refreshed: another process holds it open read-write (the "
@@ -96,7 +96,7 @@ def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
     the way out, whether the block succeeded or raised, whatever is still staged is
     committed (a failed run keeps every row it fetched) and the folder removed."""
     try:
-        with storage.heartbeat(settings.data_dir, run_id):
+        with storage.heartbeat(settings.lake, run_id):
             yield
     finally:
-        storage.finish_run(settings.data_dir, run_id)
+        storage.finish_run(settings.lake, run_id)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run, task_run
 
 from ingest import timing
 from ingest.records import TaskTiming
+from ingest.storage.location import DataDir
 
 
 @contextmanager
-def timed(data_dir: Path, noun: str = "objects") -> Iterator[TaskTiming]:
+def timed(data_dir: DataDir, noun: str = "objects") -> Iterator[TaskTiming]:
     """Record the current task attempt in ``task_timings`` and log one line."""
     with timing.record(
         data_dir,

@@ -69,7 +69,7 @@ def test_interrupted_commit_is_replayed_without_duplicates(tmp_path: Path) -> No
     # First commit went through, but the process died before removing the parts.
     folder = staging.run_dir(tmp_path, "run1")
     real_remove = staging.remove_parts
-    staging.remove_parts = lambda paths: None  # type: ignore[assignment]
+    staging.remove_parts = lambda data_dir, keys: None  # type: ignore[assignment]
     try:
         with pytest.raises(FileNotFoundError):
             orig_unlink = Path.unlink
@@ -330,8 +330,9 @@ def test_renames_are_synced_before_anything_points_at_them(
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "sync", sync_spy)
 
-    part = storage.stage(tmp_path, "r1", "s3_objects", "p", [obj_row("k", "1")])
-    assert part is not None
+    key = storage.stage(tmp_path, "r1", "s3_objects", "p", [obj_row("k", "1")])
+    assert key is not None
+    part = tmp_path / key
     tmp_name = next(c[1] for c in calls if c[0] == "fsync")
     assert calls == [
         ("fsync", tmp_name),

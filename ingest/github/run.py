@@ -63,8 +63,8 @@ def fetch_pulls(
     """
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     if priors is None:
-        priors = store.load_states(settings.data_dir, repos, settings.github_state)
-    remembered = rest_store.load_window(settings.data_dir, host_of(settings.github_base_url))
+        priors = store.load_states(settings.lake, repos, settings.github_state)
+    remembered = rest_store.load_window(settings.lake, host_of(settings.github_base_url))
     return run_async(
         _fetch(settings, repos, run_id, token, priors, full_refresh, transport, remembered)
     )
@@ -156,18 +156,18 @@ async def _fetch(
                 )
 
             async def on_result(result: RepoResult) -> None:
-                await asyncio.to_thread(store.write_result, settings.data_dir, run_id, result)
+                await asyncio.to_thread(store.write_result, settings.lake, run_id, result)
 
             summary.per_page = settings.github_per_page or auto
             results = await sync_repos(gh, repos, opts_for, priors, on_result)
         finally:
             store.write_requests(
-                settings.data_dir, run_id, "rate-limit", [r for r in gh.requests if not r.repo]
+                settings.lake, run_id, "rate-limit", [r for r in gh.requests if not r.repo]
             )
             size, ceiling = window.remembered()
             if settings.http_adaptive:
                 rest_store.write_run(
-                    settings.data_dir,
+                    settings.lake,
                     run_id,
                     "github",
                     [],

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from pathlib import Path
 
 from ingest import duck, storage
 from ingest.github.records import ApiRequest, PageRecord, RepoResult, RepoState
+from ingest.storage.location import DataDir
 
 
 def part_name(repo: str, state: str) -> str:
@@ -23,7 +23,7 @@ def part_name(repo: str, state: str) -> str:
     return f"{repo.replace('/', '__')}-{state}"
 
 
-def load_states(data_dir: Path, repos: Sequence[str], state: str) -> dict[str, RepoState]:
+def load_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dict[str, RepoState]:
     """Stored ETags, the watermark of the last complete sync, and how many pull
     requests each repository has, read straight from Parquet."""
     states = {r: RepoState() for r in repos}
@@ -68,7 +68,7 @@ def load_states(data_dir: Path, repos: Sequence[str], state: str) -> dict[str, R
     return states
 
 
-def write_result(data_dir: Path, run_id: str, result: RepoResult) -> None:
+def write_result(data_dir: DataDir, run_id: str, result: RepoResult) -> None:
     """Store one repository's outcome (see the module doc for the order)."""
     part = part_name(result.repo, result.sync.state)
     rows = {
@@ -82,7 +82,9 @@ def write_result(data_dir: Path, run_id: str, result: RepoResult) -> None:
     storage.stage(data_dir, run_id, "github_syncs", part, [result.sync.as_row()])
 
 
-def write_requests(data_dir: Path, run_id: str, part: str, requests: Sequence[ApiRequest]) -> None:
+def write_requests(
+    data_dir: DataDir, run_id: str, part: str, requests: Sequence[ApiRequest]
+) -> None:
     """Requests that belong to no repository (the ``/rate_limit`` probe)."""
     if requests:
         storage.stage(data_dir, run_id, "api_requests", part, [r.as_row() for r in requests])

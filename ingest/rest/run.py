@@ -139,7 +139,7 @@ class SourceRun:
         parents: dict[str, Any] = {}
         parent_resource = next(r for r in self.source.resources if r.name == parent_name)
         parent_table = self.source.table(parent_resource)
-        for key, record in store.stored_records(self.settings.data_dir, parent_table):
+        for key, record in store.stored_records(self.settings.lake, parent_table):
             parents[key] = record
         for listing in self.listings.get(parent_name, []):
             parents.update(dict(listing.records))
@@ -421,10 +421,10 @@ def fetch_source(
     state = (
         store.SourceState()
         if full_refresh
-        else store.load_state(settings.data_dir, source.name, tables)
+        else store.load_state(settings.lake, source.name, tables)
     )
     host = host_of(base_url or source.client.base_url)
-    remembered = store.load_window(settings.data_dir, host)
+    remembered = store.load_window(settings.lake, host)
     return run_async(
         _fetch(
             settings,
@@ -473,7 +473,7 @@ async def _fetch(
                 part = store.part_name(listing.resource.name, listing.parent_key)
                 await asyncio.to_thread(
                     store.write_listing,
-                    settings.data_dir,
+                    settings.lake,
                     run_id,
                     listing.table,
                     part,
@@ -484,7 +484,7 @@ async def _fetch(
         assert window is not None
         size, ceiling = window.remembered()
         store.write_run(
-            settings.data_dir,
+            settings.lake,
             run_id,
             f"rest-{source.name}",
             client.requests,

@@ -14,11 +14,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
 from ingest.rest.records import ApiRequest, HostWindow
+from ingest.storage.location import DataDir
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ def part_name(resource: str, parent_key: str) -> str:
     return f"{resource}-{hashlib.sha1(parent_key.encode()).hexdigest()[:16]}"
 
 
-def load_state(data_dir: Path, source: str, tables: dict[str, str]) -> SourceState:
+def load_state(data_dir: DataDir, source: str, tables: dict[str, str]) -> SourceState:
     """Watermarks of the last complete listings, and stored rows per listing."""
     state = SourceState()
     with duck.connect() as con:
@@ -61,7 +61,7 @@ def load_state(data_dir: Path, source: str, tables: dict[str, str]) -> SourceSta
     return state
 
 
-def stored_records(data_dir: Path, table: str) -> list[tuple[str, Any]]:
+def stored_records(data_dir: DataDir, table: str) -> list[tuple[str, Any]]:
     """(key, record) of every stored row of a resource table (a child's parents)."""
     if storage.open_table(data_dir, table) is None:
         return []
@@ -70,7 +70,7 @@ def stored_records(data_dir: Path, table: str) -> list[tuple[str, Any]]:
     return [(key, json.loads(data)) for key, data in rows if data]
 
 
-def load_window(data_dir: Path, host: str) -> tuple[int, int | None] | None:
+def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
     if storage.open_table(data_dir, "api_windows") is None:
         return None
@@ -84,7 +84,7 @@ def load_window(data_dir: Path, host: str) -> tuple[int, int | None] | None:
 
 
 def write_listing(
-    data_dir: Path,
+    data_dir: DataDir,
     run_id: str,
     table: str,
     part: str,
@@ -96,7 +96,7 @@ def write_listing(
 
 
 def write_run(
-    data_dir: Path,
+    data_dir: DataDir,
     run_id: str,
     part: str,
     requests: Sequence[ApiRequest],

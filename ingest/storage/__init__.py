@@ -1,10 +1,13 @@
 """Storage: Delta Lake tables under ``data_dir/lake``, DuckDB over them.
 
-Layout under ``data_dir``::
+``data_dir`` is a local folder or ``s3://bucket/prefix`` (``locate``: one
+``LakeLocation`` yields the URIs, delta-rs options and file operations). Layout
+under it::
 
     lake/<table>/                  Delta tables (``_delta_log`` + Parquet files)
     staging/<run_id>/<table>/      a running run's rows, committed at its end
     warehouse.duckdb               views over the tables, for the ``duckdb`` CLI
+                                   (in local_dir when the lake is on object storage)
 
 Modules, one concern each: ``tables`` (schemas and kinds), ``lake`` (append,
 merge), ``staging`` (a run's parts and heartbeat), ``commit`` (staging to lake,
@@ -16,19 +19,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.storage import staging
+from ingest.storage import location, staging
 from ingest.storage.commit import CommitReport, commit_run, recover
 from ingest.storage.lake import append, data_files, merge, open_table
+from ingest.storage.location import DataDir, LakeLocation, locate
 from ingest.storage.maintenance import MaintenanceReport, maintain, sweep_temporary
 from ingest.storage.migrate import migrate, needs_migration
 from ingest.storage.staging import heartbeat, stage
 from ingest.storage.tables import SCHEMAS, SPECS
-from ingest.storage.warehouse import connect, query, refresh_warehouse, scan
+from ingest.storage.warehouse import connect, query, refresh_warehouse, scan, snapshot_warehouse
 
 __all__ = [
     "SCHEMAS",
     "SPECS",
     "CommitReport",
+    "DataDir",
+    "LakeLocation",
     "MaintenanceReport",
     "append",
     "commit_run",
@@ -36,6 +42,7 @@ __all__ = [
     "data_files",
     "finish_run",
     "heartbeat",
+    "locate",
     "maintain",
     "merge",
     "migrate",
@@ -46,12 +53,13 @@ __all__ = [
     "recover",
     "refresh_warehouse",
     "scan",
+    "snapshot_warehouse",
     "stage",
     "sweep_temporary",
 ]
 
 
-def finish_run(data_dir: Path, run_id: str) -> None:
+def finish_run(data_dir: DataDir, run_id: str) -> None:
     """Commit what the run still has staged (a run that failed part-way), then remove its
     staging folder. If the commit itself fails, the folder stays for the next run."""
     committed = commit_run(data_dir, run_id).rows  # a successful run has committed already
@@ -60,17 +68,20 @@ def finish_run(data_dir: Path, run_id: str) -> None:
     staging.remove_run(data_dir, staging.safe_name(run_id))
 
 
-def prepare(data_dir: Path, *, current_run: str = "", stale_after: float = 300.0) -> list[str]:
-    """Before a run: migrate an old data folder once, and commit what dead runs staged.
+def prepare(data_dir: DataDir, *, current_run: str = "", stale_after: float = 300.0) -> list[str]:
+    """Before a run: check the lake can be reached, migrate an old data folder once, and
+    commit what dead runs staged.
 
     Returns the names of the runs recovered.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if needs_migration(data_dir):
-        migrate(data_dir)
-    recovered = recover(data_dir, current_run=current_run, stale_after=stale_after)
+    loc = locate(data_dir)
+    location.check(loc)  # an s3:// lake: endpoint, credentials and bucket, or a clear error
+    loc.local_dir.mkdir(parents=True, exist_ok=True)
+    if needs_migration(loc):
+        migrate(Path(loc.root))
+    recovered = recover(loc, current_run=current_run, stale_after=stale_after)
     if recovered:  # their tables may be ones this run does not write
-        refresh_warehouse(data_dir)
+        refresh_warehouse(loc)
     # Parts a live run was writing when it was killed, in folders recovery left in place.
-    sweep_temporary(data_dir / staging.STAGING_DIR)
+    sweep_temporary(loc, staging.STAGING_DIR)
     return recovered

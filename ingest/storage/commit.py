@@ -7,7 +7,9 @@ duplicating a row:
 * before a table's parts are committed, their names, grouped into slices of at
   most ``SLICE_ROWS`` rows (memory stays bounded however much a run changed),
   and a version number are written to ``<table>.commit`` in the run's staging
-  folder;
+  folder, created only if absent (a conditional PUT on object storage, a hard
+  link on a local disk): two processes committing the same run (its end and a
+  recovery on another machine) agree on one manifest, so on one version;
 * an append carries that version (plus the slice's index) as a Delta app
   transaction (``ingest:<run>:<table>``), so the replay of an append that
   already committed is skipped;
@@ -23,16 +25,16 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
-import os
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.storage import durable, lake, staging
+from ingest.storage import lake, staging
+from ingest.storage.location import DataDir, files
 from ingest.storage.tables import SPECS
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ def _app_id(run_name: str, table: str) -> str:
     return f"ingest:{run_name}:{table}"
 
 
-def commit_run(data_dir: Path, run_id: str, *, exclude: tuple[str, ...] = ()) -> CommitReport:
+def commit_run(data_dir: DataDir, run_id: str, *, exclude: tuple[str, ...] = ()) -> CommitReport:
     """Commit every staged part of ``run_id`` (but the tables in ``exclude``), rows before
     the records that point at them."""
     started = time.perf_counter()
@@ -94,51 +96,57 @@ def commit_run(data_dir: Path, run_id: str, *, exclude: tuple[str, ...] = ()) ->
     return report
 
 
-def _commit_table(data_dir: Path, run_id: str, run_name: str, table: str) -> int:
-    folder = staging.run_dir(data_dir, run_id)
-    manifest = folder / f"{table}.commit"
-    if manifest.exists():  # a commit of these parts was interrupted: replay it
-        pending = json.loads(manifest.read_text())
-        version, slices = int(pending["version"]), [list(s) for s in pending["slices"]]
-    else:
-        paths = staging.parts(data_dir, run_id, table)
-        if not paths:
+def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> int:
+    lake_files = files(data_dir)
+    folder = staging.run_key(run_name)
+    manifest = f"{folder}/{table}.commit"
+    pending = lake_files.get(manifest)
+    if pending is None:
+        keys = staging.parts(data_dir, run_id, table)
+        if not keys:
             return 0
-        version = time.time_ns() // 1000
-        slices = _slices(paths)
-        tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": version, "slices": slices}))
-        durable.replace(tmp, manifest)
+        plan: dict[str, Any] = {
+            "version": time.time_ns() // 1000,
+            "slices": _slices(data_dir, keys),
+        }
+        if not lake_files.create(manifest, json.dumps(plan).encode()):
+            pending = lake_files.get(manifest)  # another process made it first: use theirs
+    if pending is not None:  # a commit of these parts was interrupted, or runs elsewhere
+        plan = json.loads(pending)
+    version, slices = int(plan["version"]), [list(s) for s in plan["slices"]]
     committed = 0
+    present = set(staging.parts(data_dir, run_id, table))
     for i, names in enumerate(slices):
-        paths = [folder / table / n for n in names if (folder / table / n).exists()]
-        if paths:
-            committed += _commit_slice(data_dir, run_name, table, paths, version + i)
-            staging.remove_parts(paths)
-    manifest.unlink(missing_ok=True)
+        keys = [f"{folder}/{table}/{n}" for n in names if f"{folder}/{table}/{n}" in present]
+        if keys:
+            committed += _commit_slice(data_dir, run_name, table, keys, version + i)
+            staging.remove_parts(data_dir, keys)
+    lake_files.delete([manifest])
     return committed
 
 
-def _slices(paths: list[Path]) -> list[list[str]]:
+def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
     """Parts grouped into commits of at most ``SLICE_ROWS`` rows (one part may exceed it),
     so that a run that changed a million objects commits in bounded memory."""
     slices: list[list[str]] = [[]]
     rows = 0
-    for path in paths:
+    lake_files = files(data_dir)
+    for key in keys:
         try:
-            n = pq.read_metadata(path).num_rows
+            data = lake_files.get(key)
+            n = pq.read_metadata(pa.BufferReader(data)).num_rows if data else 0
         except (OSError, pa.ArrowException):
             n = 0  # unreadable: read_parts sets it aside
         if slices[-1] and rows + n > SLICE_ROWS:
             slices.append([])
             rows = 0
-        slices[-1].append(path.name)
+        slices[-1].append(key.rsplit("/", 1)[-1])
         rows += n
     return slices
 
 
-def _commit_slice(data_dir: Path, run_name: str, table: str, paths: list[Path], txn: int) -> int:
-    rows = staging.read_parts(paths, table)
+def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str], txn: int) -> int:
+    rows = staging.read_parts(data_dir, keys, table)
     spec = SPECS[table]
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
@@ -150,17 +158,18 @@ def _commit_slice(data_dir: Path, run_name: str, table: str, paths: list[Path], 
 
 
 def recover(
-    data_dir: Path, *, current_run: str = "", stale_after: float = STALE_AFTER
+    data_dir: DataDir, *, current_run: str = "", stale_after: float = STALE_AFTER
 ) -> list[str]:
     """Commit the staging of runs that died; returns their run names.
 
-    A run is dead when its heartbeat is older than ``stale_after`` seconds, or
-    names a process of this host that is gone. Two
-    runs recovering at once are safe: a lock file keeps the second away, and
-    every commit step is idempotent anyway.
+    A run is dead when its heartbeat is older than ``stale_after`` seconds (or, on a
+    local lake, names a process of this host that is gone). Two processes recovering
+    at once, on one machine or two, are safe: a mark created only if absent keeps the
+    second away, and every commit step is idempotent anyway.
     """
     recovered: list[str] = []
     current = staging.safe_name(current_run) if current_run else ""
+    lake_files = files(data_dir)
     for name in staging.runs(data_dir):
         if name == current:
             continue
@@ -168,18 +177,12 @@ def recover(
             data_dir, name
         ):
             continue
-        folder = data_dir / staging.STAGING_DIR / name
-        lock = folder / ".recovering"
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            if time.time() - lock.stat().st_mtime < stale_after:
-                continue  # another run is recovering it
-            lock.unlink(missing_ok=True)
-            continue
-        except FileNotFoundError:
-            continue
-        os.close(fd)
+        mark = f"{staging.run_key(name)}/.recovering"
+        if not lake_files.create(mark, str(time.time()).encode()):
+            since = lake_files.mtime(mark)
+            if since is not None and time.time() - since >= stale_after:
+                lake_files.delete([mark])  # its recoverer died too: the next run retries
+            continue  # another process is recovering it
         log.warning("committing the staged rows of run %s, which ended without committing", name)
         commit_run(data_dir, name)
         staging.remove_run(data_dir, name)

@@ -29,6 +29,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from ingest import duck
+from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import SPECS, TableSpec, is_resource_table
 
 log = logging.getLogger(__name__)
@@ -49,36 +50,44 @@ T = TypeVar("T")
 
 
 def table_path(data_dir: Path, table: str) -> Path:
+    """The folder of a table of a local lake."""
     return data_dir / LAKE_DIR / table
 
 
-def open_table(data_dir: Path, table: str) -> DeltaTable | None:
+def table_uri(data_dir: DataDir, table: str) -> str:
+    """The table's URI: a local folder, or ``s3://bucket/prefix/lake/<table>``."""
+    return locate(data_dir).uri(LAKE_DIR, table)
+
+
+def open_table(data_dir: DataDir, table: str) -> DeltaTable | None:
     """The table's current version, or None when nothing was ever written to it."""
-    path = table_path(data_dir, table)
-    if not (path / "_delta_log").is_dir():
-        return None
+    loc = locate(data_dir)
+    if not loc.remote and not (Path(table_uri(loc, table)) / "_delta_log").is_dir():
+        return None  # a cheap look first: most tables of a local lake are opened often
     try:
-        return DeltaTable(str(path))
+        return DeltaTable(table_uri(loc, table), storage_options=loc.storage_options() or None)
     except TableNotFoundError:
         return None
 
 
-def ensure_table(data_dir: Path, table: str) -> DeltaTable:
+def ensure_table(data_dir: DataDir, table: str) -> DeltaTable:
     """Open the table, creating it empty (schema, partitioning) when missing."""
     dt = open_table(data_dir, table)
     if dt is not None:
         return dt
     spec = SPECS[table]
-    path = table_path(data_dir, table)
-    path.mkdir(parents=True, exist_ok=True)
+    loc = locate(data_dir)
+    if not loc.remote:
+        Path(table_uri(loc, table)).mkdir(parents=True, exist_ok=True)
     try:
         return DeltaTable.create(
-            str(path),
+            table_uri(loc, table),
             schema=spec.schema,
             partition_by=spec.partition_by,
             mode="ignore",  # another process may create it at the same moment
             name=table,
             configuration=TABLE_CONFIG,
+            storage_options=loc.storage_options() or None,
         )
     except DeltaError:
         dt = open_table(data_dir, table)
@@ -87,7 +96,7 @@ def ensure_table(data_dir: Path, table: str) -> DeltaTable:
         return dt
 
 
-def data_files(data_dir: Path, table: str) -> list[str]:
+def data_files(data_dir: DataDir, table: str) -> list[str]:
     """The Parquet files of the table's current version (what a reader must read)."""
     dt = open_table(data_dir, table)
     return dt.file_uris() if dt is not None else []
@@ -120,7 +129,7 @@ def part_of(keys: pa.ChunkedArray | pa.Array, parts: int) -> pa.Array:
 
 
 def append(
-    data_dir: Path, table: str, rows: pa.Table, *, txn: tuple[str, int] | None = None
+    data_dir: DataDir, table: str, rows: pa.Table, *, txn: tuple[str, int] | None = None
 ) -> bool:
     """Append ``rows`` in one commit. Returns False when nothing was written.
 
@@ -154,7 +163,7 @@ def append(
     return with_commit_retries(write, table)
 
 
-def merge(data_dir: Path, table: str, rows: pa.Table) -> dict[str, int]:
+def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     """Upsert ``rows`` into a state table by its keys: one commit, or one per ``part``
     of a partitioned table (each MERGE then reads and rewrites that part only).
 
@@ -253,15 +262,20 @@ def with_commit_retries(write: Callable[[], T], table: str) -> T:
     raise AssertionError("unreachable")
 
 
-def table_names(data_dir: Path) -> list[str]:
+def table_names(data_dir: DataDir) -> list[str]:
     """Every table the project knows, plus the REST resource tables found in the lake."""
     names = [t for t in SPECS if not is_resource_table(t)]
-    folder = data_dir / LAKE_DIR
-    if folder.is_dir():
-        names += sorted(p.name for p in folder.iterdir() if is_resource_table(p.name))
+    names += [n for n in files(data_dir).children(LAKE_DIR) if is_resource_table(n)]
     return names
 
 
-def tables_present(data_dir: Path) -> Sequence[str]:
-    """Names of the tables that exist in the lake."""
-    return [t for t in table_names(data_dir) if (table_path(data_dir, t) / "_delta_log").is_dir()]
+def tables_present(data_dir: DataDir) -> Sequence[str]:
+    """Names of the tables that exist in the lake (a folder without a Delta log, a stray
+    copy say, is no table)."""
+    lake_files = files(data_dir)
+    present = set(lake_files.children(LAKE_DIR))
+    return [
+        t
+        for t in table_names(data_dir)
+        if t in present and "_delta_log" in lake_files.children(f"{LAKE_DIR}/{t}")
+    ]

@@ -19,7 +19,9 @@ Run by the nightly flows after their commit (``maintain``), and by hand with
   (``*.tmp``, the object store's ``<name>#<n>`` upload files, delta-rs's
   ``_commit_<uuid>.json.tmp``) and in the staging area are deleted once older
   than ``SWEEP_AFTER``; younger ones may belong to a writer still at work. A
-  vacuum skips them (hidden or not Parquet), so nothing else ever would.
+  vacuum skips them (hidden or not Parquet), so nothing else ever would. The
+  age is the file's modification time (an object's LastModified on S3), never
+  a process id: on a shared lake the writer may be on another machine.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import partial
-from pathlib import Path
 
 from deltalake import DeltaTable
 
 from ingest.storage import lake
+from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import SPECS
 from ingest.storage.warehouse import refresh_warehouse
 
@@ -65,7 +67,7 @@ class MaintenanceReport:
 
 
 def maintain(
-    data_dir: Path,
+    data_dir: DataDir,
     *,
     retention_days: int,
     compact_min_files: int,
@@ -96,7 +98,7 @@ def maintain(
                 int(metrics_c.get("numFilesRemoved", 0)),
                 int(metrics_c.get("numFilesAdded", 0)),
             )
-        _checkpoint(dt, lake.table_path(data_dir, table) / "_delta_log")
+        _checkpoint(dt, data_dir, f"{lake.LAKE_DIR}/{table}/_delta_log")
         removed = dt.vacuum(
             retention_hours=vacuum_retention_hours,
             dry_run=False,
@@ -108,7 +110,7 @@ def maintain(
         if removed:
             report.vacuumed[table] = len(removed)
         dt.cleanup_metadata()
-        swept = sweep_temporary(lake.table_path(data_dir, table))
+        swept = sweep_temporary(data_dir, f"{lake.LAKE_DIR}/{table}")
         if swept:
             report.swept[table] = swept
     rewritten = set(report.expired_files) | set(report.compacted)
@@ -117,25 +119,25 @@ def maintain(
     return report
 
 
-def sweep_temporary(folder: Path, *, older_than: float = SWEEP_AFTER) -> int:
-    """Delete the temporary files under ``folder`` older than ``older_than`` seconds;
-    returns how many. Only temporary names are touched: never a data file or a log entry."""
-    if not folder.is_dir():
-        return 0
+def sweep_temporary(data_dir: DataDir, prefix: str, *, older_than: float = SWEEP_AFTER) -> int:
+    """Delete the temporary files under ``prefix`` of the lake older than ``older_than``
+    seconds; returns how many. Only temporary names are touched: never a data file or a
+    log entry."""
+    lake_files = files(data_dir)
     cutoff = time.time() - older_than
-    removed = 0
-    for path in folder.rglob("*"):
-        if not _TEMPORARY.search(path.name):
-            continue
-        try:
-            if path.is_file() and path.stat().st_mtime < cutoff:
-                path.unlink()
-                removed += 1
-        except FileNotFoundError:  # its writer finished or another sweep got there first
-            continue
-    if removed:
-        log.info("%s: removed %d temporary files left by writers that died", folder, removed)
-    return removed
+    old = [
+        e.key
+        for e in lake_files.entries(prefix)
+        if _TEMPORARY.search(e.key.rsplit("/", 1)[-1]) and e.mtime < cutoff
+    ]
+    lake_files.delete(old)  # a file its writer finished meanwhile is simply gone already
+    if old:
+        log.info(
+            "%s: removed %d temporary files left by writers that died",
+            locate(data_dir).uri(prefix),
+            len(old),
+        )
+    return len(old)
 
 
 def _delete_before(dt: DeltaTable, cutoff: date) -> int:
@@ -144,11 +146,15 @@ def _delete_before(dt: DeltaTable, cutoff: date) -> int:
     return int(metrics.get("num_removed_files", 0))
 
 
-def _checkpoint(dt: DeltaTable, log_dir: Path) -> None:
+def _checkpoint(dt: DeltaTable, data_dir: DataDir, log_dir: str) -> None:
     """Write a checkpoint when the log has grown by ``CHECKPOINT_EVERY`` commits since the
     last one, so readers replay few log files and ``cleanup_metadata`` can drop old ones."""
     dt.update_incremental()
-    checkpoints = sorted(log_dir.glob("*.checkpoint.parquet"))
-    last = int(checkpoints[-1].name.split(".")[0]) if checkpoints else -1
+    checkpoints = sorted(
+        e.key.rsplit("/", 1)[-1]
+        for e in files(data_dir).entries(log_dir)
+        if e.key.endswith(".checkpoint.parquet")
+    )
+    last = int(checkpoints[-1].split(".")[0]) if checkpoints else -1
     if dt.version() - last >= lake.CHECKPOINT_EVERY:
         dt.create_checkpoint()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ingest import duck
 from ingest.storage import lake
+from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import SPECS
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,10 @@ OLD_DIR = "tables"
 DONE_DIR = "tables.migrated"
 
 
-def needs_migration(data_dir: Path) -> bool:
-    return (data_dir / OLD_DIR).is_dir()
+def needs_migration(data_dir: DataDir) -> bool:
+    """An old ``tables/`` folder exists (only a local data folder ever had one)."""
+    loc = locate(data_dir)
+    return not loc.remote and (Path(loc.root) / OLD_DIR).is_dir()
 
 
 def migrate(data_dir: Path) -> dict[str, int]:

@@ -1,17 +1,22 @@
-"""A run's staged rows, under ``<data_dir>/staging/<run_id>/<table>/<part>.parquet``.
+"""A run's staged rows, under ``<lake>/staging/<run_id>/<table>/<part>.parquet``.
 
 Tasks of a run write their rows here as they finish (one small Parquet part per
 batch, named by the batch so that a retried task overwrites its part instead of
 adding one), and the run commits them to the lake at its end
 (``ingest.storage.commit``): one commit per table per run, whatever the number
-of batches. A part is written under a hidden temporary name and renamed when
-complete (synced before and after the rename, ``ingest.storage.durable``), so a
-part that exists is whole, even after a power loss.
+of batches. The staging area lives under the lake's root, so on object storage
+(``s3://bucket/prefix/staging/...``) the run's end can commit parts that tasks
+on other machines wrote. A part is written whole or not at all: one PUT on
+object storage; on a local disk a hidden temporary name, synced, renamed
+(``ingest.storage.durable``).
 
-A running run touches ``heartbeat`` every few seconds; the staging folder of a
-run whose heartbeat is older than ``stale_after`` belongs to a run that died
+A running run touches ``heartbeat`` every few seconds; the staging of a run
+whose heartbeat is older than ``stale_after`` belongs to a run that died
 (killed, machine lost), and the next run commits it (``commit.recover``), so
-nothing a killed run fetched is lost.
+nothing a killed run fetched is lost. Liveness is decided by that age alone
+when the lake is on object storage (the heartbeat's writer may be another
+machine, whose process ids mean nothing here); on a local lake a heartbeat
+naming a process of this host that is gone also counts as dead at once.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import shutil
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,8 +35,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from botocore.exceptions import BotoCoreError, ClientError
 
-from ingest.storage import durable
+from ingest import duck
+from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import SCHEMAS
 
 log = logging.getLogger(__name__)
@@ -43,8 +49,16 @@ HEARTBEAT_SECONDS = 10.0
 _SAFE = re.compile(r"[^A-Za-z0-9._=-]")
 
 
-def run_dir(data_dir: Path, run_id: str) -> Path:
-    return data_dir / STAGING_DIR / safe_name(run_id)
+def run_dir(data_dir: DataDir, run_id: str) -> Path:
+    """The run's local working folder: its staging folder on a local lake; on object
+    storage, a folder under local_dir for files that never leave this machine."""
+    loc = locate(data_dir)
+    return loc.local_dir / STAGING_DIR / safe_name(run_id)
+
+
+def run_key(run_name: str) -> str:
+    """The run's staging prefix under the lake's root."""
+    return f"{STAGING_DIR}/{run_name}"
 
 
 def safe_name(name: str) -> str:
@@ -54,15 +68,15 @@ def safe_name(name: str) -> str:
 
 
 def stage(
-    data_dir: Path,
+    data_dir: DataDir,
     run_id: str,
     table: str,
     part: str,
     rows: Sequence[Mapping[str, Any]] | pa.Table,
-) -> Path | None:
+) -> str | None:
     """Write ``rows`` for ``table`` as the run's part ``part``, atomically.
 
-    Returns the part's path, or None when there were no rows.
+    Returns the part's key under the lake's root, or None when there were no rows.
     """
     schema = SCHEMAS[table]
     if isinstance(rows, pa.Table):
@@ -73,92 +87,112 @@ def stage(
         batch = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
     if batch.num_rows == 0:
         return None
-    folder = run_dir(data_dir, run_id) / table
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{safe_name(part)}.parquet"
-    tmp = folder / f".{safe_name(part)}.{uuid.uuid4().hex}.tmp"
-    try:
-        pq.write_table(batch, tmp, compression="zstd")
-        durable.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return final
+    key = f"{run_key(safe_name(run_id))}/{table}/{safe_name(part)}.parquet"
+    sink = pa.BufferOutputStream()
+    pq.write_table(batch, sink, compression="zstd")
+    files(data_dir).put(key, sink.getvalue().to_pybytes())
+    return key
 
 
-def parts(data_dir: Path, run_id: str, table: str) -> list[Path]:
-    """The run's complete parts of ``table`` (temporary files are not parts)."""
-    folder = run_dir(data_dir, run_id) / table
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+def parts(data_dir: DataDir, run_id: str, table: str) -> list[str]:
+    """Keys of the run's complete parts of ``table`` (temporary files are not parts)."""
+    prefix = f"{run_key(safe_name(run_id))}/{table}"
+    return sorted(
+        e.key
+        for e in files(data_dir).entries(prefix)
+        if e.key.endswith(".parquet")
+        and not e.key.rsplit("/", 1)[-1].startswith(".")
+        and e.key.count("/") == prefix.count("/") + 1
+    )
 
 
-def read_parts(paths: Sequence[Path], table: str) -> pa.Table:
-    """The rows of ``paths``; a part that cannot be read is moved aside, never read again."""
+def read_part(data_dir: DataDir, key: str, columns: list[str] | None = None) -> pa.Table | None:
+    """One part's rows (None when it is gone)."""
+    data = files(data_dir).get(key)
+    if data is None:
+        return None
+    return pq.read_table(pa.BufferReader(data), columns=columns)
+
+
+def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
+    """The rows of the parts ``keys``; a part that cannot be read is moved aside, never
+    read again."""
     schema = SCHEMAS[table]
     tables = []
-    for path in paths:
+    for key in keys:
         try:
-            tables.append(pq.read_table(path).cast(schema))
+            part = read_part(data_dir, key)
+            if part is not None:
+                tables.append(part.cast(schema))
         except (OSError, pa.ArrowException, ValueError) as exc:
-            quarantine(path, exc)
+            quarantine(data_dir, key, exc)
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)
 
 
-def quarantine(path: Path, exc: BaseException) -> None:
+def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:
+    """A ``SELECT`` over the run's staged parts of ``table`` for any library connection
+    (``ingest.duck``), or None when there are none."""
+    keys = parts(data_dir, run_id, table)
+    if not keys:
+        return None
+    loc = locate(data_dir)
+    if not loc.remote:
+        listing = ", ".join("'" + loc.uri(k).replace("'", "''") + "'" for k in keys)
+        return f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
+    rows = read_parts(loc, keys, table)
+    name = duck.register_relation(f"staged:{loc.root}:{run_id}:{table}:{len(keys)}", rows)
+    return f'SELECT * FROM "{name}"'
+
+
+def quarantine(data_dir: DataDir, key: str, exc: BaseException) -> None:
     """Move a file that is not a readable part out of the way (kept for a person to see)."""
-    aside = path.parent.parent.parent / "_quarantine"
-    aside.mkdir(parents=True, exist_ok=True)
-    target = aside / f"{path.parent.parent.name}-{path.parent.name}-{path.name}"
-    log.warning("staged part %s is unreadable (%s); moved to %s", path, exc, target)
-    try:
-        os.replace(path, target)
-    except OSError:
-        path.unlink(missing_ok=True)
+    run, table, name = key.split("/")[-3:]
+    target = f"{STAGING_DIR}/_quarantine/{run}-{table}-{name}"
+    log.warning("staged part %s is unreadable (%s); moved to %s", key, exc, target)
+    files(data_dir).move(key, target)
 
 
-def staged_tables(data_dir: Path, run_id: str) -> list[str]:
+def staged_tables(data_dir: DataDir, run_id: str) -> list[str]:
     """Tables the run has staged parts for."""
-    folder = run_dir(data_dir, run_id)
-    if not folder.is_dir():
-        return []
-    return [p.name for p in folder.iterdir() if p.is_dir() and p.name in SCHEMAS]
+    return [n for n in files(data_dir).children(run_key(safe_name(run_id))) if n in SCHEMAS]
 
 
-def runs(data_dir: Path) -> list[str]:
-    """Run folders present in staging (names as on disk)."""
-    folder = data_dir / STAGING_DIR
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("_"))
+def runs(data_dir: DataDir) -> list[str]:
+    """Run folders present in staging (names as stored)."""
+    return [n for n in files(data_dir).children(STAGING_DIR) if not n.startswith("_")]
 
 
-def heartbeat_age(data_dir: Path, run_name: str) -> float:
-    """Seconds since the run last touched its heartbeat (its folder's age if it never did)."""
-    folder = data_dir / STAGING_DIR / run_name
-    for path in (folder / HEARTBEAT, folder):
-        try:
-            return time.time() - path.stat().st_mtime
-        except OSError:
-            continue
-    return float("inf")
+def heartbeat_age(data_dir: DataDir, run_name: str) -> float:
+    """Seconds since the run last touched its heartbeat (if it never did: since its
+    folder was made on a local lake, since its newest part on object storage)."""
+    lake_files = files(data_dir)
+    for key in (f"{run_key(run_name)}/{HEARTBEAT}", run_key(run_name)):
+        mtime = lake_files.mtime(key)
+        if mtime is not None:
+            return time.time() - mtime
+    newest = max((e.mtime for e in lake_files.entries(run_key(run_name))), default=None)
+    return float("inf") if newest is None else time.time() - newest
 
 
-def touch(data_dir: Path, run_id: str) -> None:
+def touch(data_dir: DataDir, run_id: str) -> None:
     """Mark the run alive now; the file names its host and process."""
-    folder = run_dir(data_dir, run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / HEARTBEAT).write_text(f"{socket.gethostname()} {os.getpid()}")
+    key = f"{run_key(safe_name(run_id))}/{HEARTBEAT}"
+    files(data_dir).put(key, f"{socket.gethostname()} {os.getpid()}".encode())
 
 
-def owner_gone(data_dir: Path, run_name: str) -> bool:
+def owner_gone(data_dir: DataDir, run_name: str) -> bool:
     """True when the run's heartbeat names a process of this host that no longer exists
-    (a run killed here is known dead at once, without waiting for its heartbeat to age)."""
+    (a run killed here is known dead at once, without waiting for its heartbeat to age).
+    Never on object storage: the lake is shared, and another machine's process ids (or a
+    container's reused host name) say nothing here; its heartbeat's age decides."""
+    if locate(data_dir).remote:
+        return False
+    data = files(data_dir).get(f"{run_key(run_name)}/{HEARTBEAT}")
     try:
-        host, pid = (data_dir / STAGING_DIR / run_name / HEARTBEAT).read_text().split()
-    except (OSError, ValueError):
+        host, pid = (data or b"").decode().split()
+    except (UnicodeDecodeError, ValueError):
         return False
     if host != socket.gethostname() or not pid.isdigit():
         return False
@@ -172,7 +206,7 @@ def owner_gone(data_dir: Path, run_name: str) -> bool:
 
 
 @contextmanager
-def heartbeat(data_dir: Path, run_id: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+def heartbeat(data_dir: DataDir, run_id: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
     """Touch the run's heartbeat every ``every`` seconds while the block runs."""
     touch(data_dir, run_id)
     stop = threading.Event()
@@ -181,8 +215,8 @@ def heartbeat(data_dir: Path, run_id: str, every: float = HEARTBEAT_SECONDS) -> 
         while not stop.wait(every):
             try:
                 touch(data_dir, run_id)
-            except OSError as exc:  # a full disk must not kill the run from here
-                log.warning("heartbeat of run %s not written: %s", run_id, exc)
+            except (OSError, BotoCoreError, ClientError) as exc:  # a full disk, a store
+                log.warning("heartbeat of run %s not written: %s", run_id, exc)  # hiccup
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{run_id}", daemon=True)
     thread.start()
@@ -193,10 +227,14 @@ def heartbeat(data_dir: Path, run_id: str, every: float = HEARTBEAT_SECONDS) -> 
         thread.join()
 
 
-def remove_run(data_dir: Path, run_name: str) -> None:
-    shutil.rmtree(data_dir / STAGING_DIR / run_name, ignore_errors=True)
+def remove_run(data_dir: DataDir, run_name: str) -> None:
+    """Remove the run's staging (and its local working folder)."""
+    loc = locate(data_dir)
+    if loc.remote:
+        lake_files = files(loc)
+        lake_files.delete([e.key for e in lake_files.entries(run_key(run_name))])
+    shutil.rmtree(loc.local_dir / STAGING_DIR / run_name, ignore_errors=True)
 
 
-def remove_parts(paths: Sequence[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
+def remove_parts(data_dir: DataDir, keys: Sequence[str]) -> None:
+    files(data_dir).delete(list(keys))

@@ -16,6 +16,19 @@ log does not name (a crashed writer's leftover, a stray copy) is never read.
 
 Files a view names stay readable until vacuum removes them, which keeps every
 file for ``vacuum_retention_hours`` (7 days by default) after it left the table.
+
+A lake on object storage (``s3://``) is read through delta-rs: the table's
+current version as a pyarrow dataset (its log decides the files; delta-rs's own
+object-store client reads them, with DuckDB's filters and column choice pushed
+down), registered with every library connection (``duck.register_relation``).
+DuckDB needs no extension for it, so nothing is downloaded at run time; the
+figures are in ``benchmarks/lake.md``. The stock ``duckdb`` CLI cannot read
+``s3://`` Delta tables without the ``httpfs`` and ``delta`` extensions, which it
+would download (the registry's builds lag DuckDB 1.5.6), so ``warehouse.duckdb``
+cannot hold views over them: runs leave it alone (they may run on any worker),
+and ``ingest warehouse`` (``snapshot_warehouse``) copies the tables' current
+versions into it on the machine where someone wants the CLI, a snapshot rebuilt
+from the lake whenever asked. ``ingest query`` needs no snapshot.
 """
 
 from __future__ import annotations
@@ -24,7 +37,6 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -32,6 +44,7 @@ import pyarrow as pa
 
 from ingest import duck
 from ingest.storage import lake
+from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import SPECS, TableSpec
 
 log = logging.getLogger(__name__)
@@ -76,29 +89,85 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
     )
 
 
-def views(data_dir: Path) -> dict[str, str]:
-    """View name -> ``SELECT`` for every table, at the tables' current versions."""
-    return {
-        name: view_sql(SPECS[name], lake.data_files(data_dir, name))
-        for name in lake.table_names(data_dir)
-    }
+def arrow_view_sql(spec: TableSpec, relation: str) -> str:
+    """``SELECT`` over a registered Arrow relation of the table, columns in the schema's
+    order and types."""
+    schema = spec.schema
+    types = _TYPES.get(spec.name)
+    if types is None:
+        types = _TYPES[spec.name] = _duck_types(schema)
+    cols = ", ".join(
+        f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
+    )
+    return f'SELECT {cols} FROM "{relation}"'
 
 
-def create_views(con: duckdb.DuckDBPyConnection, data_dir: Path, *, temp: bool) -> None:
+def table_sql(data_dir: DataDir, table: str) -> str:
+    """``SELECT`` over the table's current version that any library connection can run:
+    the listed Parquet files of a local lake, or delta-rs's Arrow dataset of a lake on
+    object storage."""
+    spec = SPECS[table]
+    loc = locate(data_dir)
+    if not loc.remote:
+        return view_sql(spec, lake.data_files(loc, table))
+    dt = lake.open_table(loc, table)
+    if dt is None:
+        return view_sql(spec, [])
+    name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dt.to_pyarrow_dataset())
+    return arrow_view_sql(spec, name)
+
+
+def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
+    """``SELECT *`` over some files of the table's current version (as ``data_files``
+    names them), for any library connection: read where they are, nothing copied."""
+    loc = locate(data_dir)
+    if not loc.remote:
+        listing = ", ".join(_sql_str(u) for u in uris)
+        return f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
+    import pyarrow.dataset as pads
+
+    dt = lake.open_table(loc, table)
+    if dt is None or not uris:
+        return view_sql(SPECS[table], [])
+    whole = dt.to_pyarrow_dataset()
+    root = dt.table_uri.rstrip("/")
+    wanted = set(uris)
+    fragments = [f for f in whole.get_fragments() if f"{root}/{f.path}" in wanted]
+    some = pads.FileSystemDataset(fragments, whole.schema, whole.format, whole.filesystem)
+    identity = hashlib.sha256("\n".join(sorted(wanted)).encode()).hexdigest()
+    return f'SELECT * FROM "{duck.register_relation(f"files:{root}:{identity}", some)}"'
+
+
+def views(data_dir: DataDir, *, stored: bool = False) -> dict[str, str]:
+    """View name -> ``SELECT`` for every table, at the tables' current versions. With
+    ``stored``, for a database file: the tables' files by name (``s3://`` URIs for a lake
+    on object storage), never a relation of this process."""
+    if stored:
+        return {
+            name: view_sql(SPECS[name], lake.data_files(data_dir, name))
+            for name in lake.table_names(data_dir)
+        }
+    return {name: table_sql(data_dir, name) for name in lake.table_names(data_dir)}
+
+
+def create_views(con: duckdb.DuckDBPyConnection, data_dir: DataDir, *, temp: bool) -> None:
     kind = "TEMP VIEW" if temp else "VIEW"
-    for name, body in views(data_dir).items():
+    for name, body in views(data_dir, stored=not temp).items():
         con.execute(f'CREATE OR REPLACE {kind} "{name}" AS {body}')
 
 
-def connect(data_dir: Path) -> duckdb.DuckDBPyConnection:
+def connect(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per table at its current version."""
+    locate(data_dir)  # before the relations are registered
+    bodies = views(data_dir)
     con = duck.connect()
-    create_views(con, data_dir, temp=True)
+    for name, body in bodies.items():
+        con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {body}')
     return con
 
 
 def query(
-    data_dir: Path, sql: str, params: Iterable[Any] | None = None
+    data_dir: DataDir, sql: str, params: Iterable[Any] | None = None
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run SQL over the tables; returns column names and rows."""
     with connect(data_dir) as con:
@@ -108,7 +177,7 @@ def query(
 
 
 def refresh_warehouse(
-    data_dir: Path, *, tables: Iterable[str] | None = None, wait_seconds: float = 5.0
+    data_dir: DataDir, *, tables: Iterable[str] | None = None, wait_seconds: float = 5.0
 ) -> bool:
     """Make ``warehouse.duckdb`` hold views over the tables' current versions (with
     ``tables``, over those only: the ones a run just wrote; opening every table of the
@@ -116,14 +185,18 @@ def refresh_warehouse(
 
     Returns True when the views are current. Another process holding the file
     (someone in the ``duckdb`` CLI, which opens read-write by default) is waited
-    for a few seconds, then left alone.
+    for a few seconds, then left alone. A lake on object storage has no views in the
+    file (see the module's docstring): nothing to do.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    db = data_dir / WAREHOUSE
-    stamp = data_dir / _STAMP
-    owed = data_dir / _OWED  # an earlier refresh found the file busy: all views are owed
+    if locate(data_dir).remote:
+        return True
+    local = locate(data_dir).local_dir
+    local.mkdir(parents=True, exist_ok=True)
+    db = local / WAREHOUSE
+    stamp = local / _STAMP
+    owed = local / _OWED  # an earlier refresh found the file busy: all views are owed
     if tables is None or not db.exists() or owed.exists():
-        bodies = views(data_dir)
+        bodies = views(data_dir, stored=True)
         signature: str | None = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
         if db.exists() and stamp.exists() and stamp.read_text() == signature:
             owed.unlink(missing_ok=True)
@@ -157,19 +230,42 @@ def refresh_warehouse(
             time.sleep(0.2)
 
 
-def scan(data_dir: Path, table: str, *, staged_run: str | None = None) -> str:
+def snapshot_warehouse(data_dir: DataDir) -> dict[str, int]:
+    """Make ``warehouse.duckdb`` readable by the stock ``duckdb`` CLI, offline: views over
+    a local lake (``refresh_warehouse``), or, for a lake on object storage, a copy of
+    every table's current version (written beside it, then renamed over it: a reader
+    sees the old snapshot or the new one). Returns rows per table (views: -1)."""
+    loc = locate(data_dir)
+    if not loc.remote:
+        refresh_warehouse(loc)
+        return {name: -1 for name in lake.table_names(loc)}
+    loc.local_dir.mkdir(parents=True, exist_ok=True)
+    db = loc.local_dir / WAREHOUSE
+    tmp = db.with_name(f".{WAREHOUSE}.tmp")
+    tmp.unlink(missing_ok=True)
+    counts: dict[str, int] = {}
+    bodies = views(loc)
+    with duck.connect(str(tmp)) as con:
+        for name, body in bodies.items():
+            con.execute(f'CREATE TABLE "{name}" AS {body}')
+            row = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()
+            counts[name] = int(row[0]) if row else 0
+        con.execute("CREATE TABLE lake_snapshot AS SELECT ? AS lake, now() AS taken_at", [loc.root])
+    tmp.replace(db)
+    return counts
+
+
+def scan(data_dir: DataDir, table: str, *, staged_run: str | None = None) -> str:
     """A parenthesised ``SELECT`` over ``table`` at its current version, for use in
-    ``FROM``; with ``staged_run``, plus the rows that run has staged but not yet
-    committed (a run reading its own figures before its commit)."""
+    ``FROM`` in any connection of ``ingest.duck``; with ``staged_run``, plus the rows that
+    run has staged but not yet committed (a run reading its own figures before its
+    commit)."""
     from ingest.storage import staging
 
     spec = SPECS[table]
-    body = view_sql(spec, lake.data_files(data_dir, table))
-    paths = staging.parts(data_dir, staged_run, table) if staged_run is not None else []
-    if paths:
-        listing = ", ".join(_sql_str(str(p)) for p in paths)
+    body = table_sql(data_dir, table)
+    staged = staging.scan_parts(data_dir, staged_run, table) if staged_run is not None else None
+    if staged:
         day = f', CAST("{spec.day_from}" AS DATE) AS "day"' if spec.kind == "history" else ""
-        body = (
-            f"SELECT * FROM ({body}) UNION ALL BY NAME SELECT *{day} FROM read_parquet([{listing}])"
-        )
+        body = f"SELECT * FROM ({body}) UNION ALL BY NAME SELECT *{day} FROM ({staged})"
     return f"({body})"
