@@ -146,7 +146,7 @@ def test_two_processes_commit_to_one_table_and_nothing_is_lost(
 ) -> None:
     loc = lake_at(lake_server, lake_uri, tmp_path)
     lake.ensure_table(loc, "task_timings")  # both writers race for versions, not creation
-    rounds = 8
+    rounds = 5
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, lake_uri, lake_server.url, w, str(rounds)],
@@ -281,5 +281,10 @@ def test_s3_ingest_into_a_lake_on_object_storage(
     assert found.returncode == 0, found.stderr
     assert len(__import__("json").loads(found.stdout)) == 40
     assert (machine_c / "data" / "search.sqlite").exists()  # the index lives where it is used
-    status = cli(["status"], machine_c, env)
-    assert status.returncode == 0, status.stderr
+    # `ingest status` reads the same way (in this process, with machine C's settings).
+    from ingest import status
+
+    elsewhere = lake_at(lake_server, lake_uri, machine_c / "data")
+    assert status.freshness_now(elsewhere) == []  # no nightly has run: no source yet
+    runs = storage.query(elsewhere, "SELECT count(*) FROM flow_runs")[1]
+    assert runs == [(2,)]

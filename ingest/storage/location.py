@@ -99,7 +99,7 @@ class LakeLocation:
 
     def storage_options(self) -> dict[str, str]:
         """delta-rs ``storage_options`` for this lake ({} for a local one)."""
-        return _resolve(self).options if self.remote else {}
+        return _resolve(self).storage_options() if self.remote else {}
 
     def __str__(self) -> str:
         return self.root
@@ -134,7 +134,20 @@ def parse_root(value: str) -> str:
 class _Resolved:
     options: dict[str, str] = field(repr=False)
     client: Any = field(repr=False)
+    credentials: Any = field(repr=False)  # botocore's, refreshed by botocore; None: a role
     checked: bool = False
+
+    def storage_options(self) -> dict[str, str]:
+        """The options with the credentials as they are now (botocore refreshes temporary
+        ones, from an assumed role or SSO, before they expire)."""
+        options = dict(self.options)
+        if self.credentials is not None:
+            frozen = self.credentials.get_frozen_credentials()
+            options["AWS_ACCESS_KEY_ID"] = str(frozen.access_key)
+            options["AWS_SECRET_ACCESS_KEY"] = str(frozen.secret_key)
+            if frozen.token:
+                options["AWS_SESSION_TOKEN"] = str(frozen.token)
+        return options
 
 
 _resolved: dict[LakeLocation, _Resolved] = {}
@@ -199,12 +212,6 @@ def _resolve(loc: LakeLocation) -> _Resolved:
         options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
         if urlsplit(loc.endpoint_url).scheme == "http":
             options["AWS_ALLOW_HTTP"] = "true"
-    if getattr(credentials, "method", "") not in _ROLE_METHODS:
-        frozen = credentials.get_frozen_credentials()
-        options["AWS_ACCESS_KEY_ID"] = str(frozen.access_key)
-        options["AWS_SECRET_ACCESS_KEY"] = str(frozen.secret_key)
-        if frozen.token:
-            options["AWS_SESSION_TOKEN"] = frozen.token
     client = session.client(
         "s3",
         endpoint_url=loc.endpoint_url,
@@ -217,7 +224,11 @@ def _resolve(loc: LakeLocation) -> _Resolved:
             s3={"addressing_style": "path"} if loc.endpoint_url else None,
         ),
     )
-    found = _Resolved(options=options, client=client)
+    found = _Resolved(
+        options=options,
+        client=client,
+        credentials=None if getattr(credentials, "method", "") in _ROLE_METHODS else credentials,
+    )
     with _resolved_lock:
         return _resolved.setdefault(loc, found)
 

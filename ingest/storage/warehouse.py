@@ -102,6 +102,30 @@ def arrow_view_sql(spec: TableSpec, relation: str) -> str:
     return f'SELECT {cols} FROM "{relation}"'
 
 
+def _as_views(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.string_view()
+    if pa.types.is_list(t):
+        return pa.list_(_as_views(t.value_type))
+    return t
+
+
+def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
+    """delta-rs's pyarrow dataset of the table's current version, typed as its files are.
+
+    delta-rs 1.6 writes strings as ``string_view``; a dataset declared with plain
+    ``string`` (its default) makes DuckDB push down plain string literals, which pyarrow
+    cannot compare with the files' views ("no kernel matching (string, string_view)").
+    Declaring the files' own string type lets every pushed-down filter run."""
+    schema = spec.schema
+    fragment = next(iter(dt.to_pyarrow_dataset().get_fragments()), None)
+    if fragment is not None and any(
+        pa.types.is_string_view(f.type) for f in fragment.physical_schema
+    ):
+        schema = pa.schema([pa.field(f.name, _as_views(f.type)) for f in schema])
+    return dt.to_pyarrow_dataset(schema=schema)
+
+
 def table_sql(data_dir: DataDir, table: str) -> str:
     """``SELECT`` over the table's current version that any library connection can run:
     the listed Parquet files of a local lake, or delta-rs's Arrow dataset of a lake on
@@ -113,7 +137,8 @@ def table_sql(data_dir: DataDir, table: str) -> str:
     dt = lake.open_table(loc, table)
     if dt is None:
         return view_sql(spec, [])
-    name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dt.to_pyarrow_dataset())
+    dataset = arrow_dataset(dt, spec)
+    name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dataset)
     return arrow_view_sql(spec, name)
 
 
@@ -129,7 +154,7 @@ def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
     dt = lake.open_table(loc, table)
     if dt is None or not uris:
         return view_sql(SPECS[table], [])
-    whole = dt.to_pyarrow_dataset()
+    whole = arrow_dataset(dt, SPECS[table])
     root = dt.table_uri.rstrip("/")
     wanted = set(uris)
     fragments = [f for f in whole.get_fragments() if f"{root}/{f.path}" in wanted]
