@@ -288,3 +288,11 @@ def test_s3_ingest_into_a_lake_on_object_storage(
     assert status.freshness_now(elsewhere) == []  # no nightly has run: no source yet
     runs = storage.query(elsewhere, "SELECT count(*) FROM flow_runs")[1]
     assert runs == [(2,)]
+    # `ingest warehouse`: a snapshot the stock duckdb reads offline, with no extension.
+    copied = storage.snapshot_warehouse(elsewhere)
+    assert copied["s3_objects"] == 40 and copied["flow_runs"] == 2
+    import duckdb
+
+    with duckdb.connect(str(machine_c / "data" / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (40,)
+        assert con.execute("SELECT lake FROM lake_snapshot").fetchone() == (lake_uri,)
