@@ -95,6 +95,7 @@ def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
     """The run's staging for the block: marked alive (no other run commits it), and on
     the way out, whether the block succeeded or raised, whatever is still staged is
     committed (a failed run keeps every row it fetched) and the folder removed."""
+    storage.location.check(settings.lake)  # an s3:// lake out of reach: one clear error first
     try:
         with storage.heartbeat(settings.lake, run_id):
             yield

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ingest.storage import lake, staging
 from ingest.storage.location import DataDir, files
@@ -130,11 +129,9 @@ def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
     so that a run that changed a million objects commits in bounded memory."""
     slices: list[list[str]] = [[]]
     rows = 0
-    lake_files = files(data_dir)
     for key in keys:
         try:
-            data = lake_files.get(key)
-            n = pq.read_metadata(pa.BufferReader(data)).num_rows if data else 0
+            n = staging.part_rows(data_dir, key)
         except (OSError, pa.ArrowException):
             n = 0  # unreadable: read_parts sets it aside
         if slices[-1] and rows + n > SLICE_ROWS:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ingest import duck
-from ingest.storage.location import DataDir, files, locate
+from ingest.storage.location import DataDir, LocalFiles, files, locate
 from ingest.storage.tables import SCHEMAS
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,15 @@ def parts(data_dir: DataDir, run_id: str, table: str) -> list[str]:
         and not e.key.rsplit("/", 1)[-1].startswith(".")
         and e.key.count("/") == prefix.count("/") + 1
     )
+
+
+def part_rows(data_dir: DataDir, key: str) -> int:
+    """Rows of a part, from its footer (read alone on a local disk)."""
+    lake_files = files(data_dir)
+    if isinstance(lake_files, LocalFiles):
+        return int(pq.read_metadata(lake_files.path(key)).num_rows)
+    data = lake_files.get(key)  # a part is one batch's rows: small
+    return int(pq.read_metadata(pa.BufferReader(data)).num_rows) if data else 0
 
 
 def read_part(data_dir: DataDir, key: str, columns: list[str] | None = None) -> pa.Table | None:
