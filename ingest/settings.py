@@ -318,6 +318,16 @@ class Settings(BaseSettings):
     http_initial_window: int = Field(
         10, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
     )
+    # A limit answer comes back within one round trip, a page after its whole latency: a
+    # new in-flight level opened every 10 ms finds a ceiling
+    # of 100 in about a second and overshoots a lower one by a level or two, not by a burst.
+    http_ramp: float = Field(
+        0.01,
+        ge=0,
+        le=5,
+        description="Seconds between two new in-flight levels while a host's limit is unknown "
+        "(0: grow only per clean answer).",
+    )
 
     # --- Declared REST sources (ingest rest) ------------------------------------
     rest_timeout: float = Field(

@@ -4,6 +4,8 @@ file's schema and its line-numbered errors, rate-limit header dialects. No serve
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
 import pytest
 
@@ -47,6 +49,56 @@ def test_window_slow_start_doubles_per_burst() -> None:
         return w.size
 
     assert asyncio.run(go()) == 20
+
+
+def test_window_opens_new_levels_in_time_until_a_limit_answer() -> None:
+    """While the host's limit is unknown, a full window with requests waiting grows by one
+    per ``ramp`` (the newest request stood unrefused), without any answer; the first limit
+    answer ends that, and no request beyond the window is admitted after it."""
+
+    async def go() -> tuple[int, int, list[float], bool]:
+        w = AdaptiveWindow(initial=2, maximum=64, ramp=0.01)
+        tickets = [await w.acquire() for _ in range(2)]
+        opened = []
+        for _ in range(6):  # no answer arrives: each one more is a level opened in time
+            tickets.append(await w.acquire())
+            opened.append(time.monotonic())
+        grown = w.size
+        refused = tickets.pop()
+        refused.sent_with = 8
+        await w.release(refused, "limit", 0.001)
+        try:  # the window is full and the limit known: nobody else gets in
+            await asyncio.wait_for(w.acquire(), timeout=0.3)
+            admitted = True
+        except TimeoutError:
+            admitted = False
+        gaps = [b - a for a, b in itertools.pairwise(opened)]
+        return grown, w.ceiling or 0, gaps, admitted
+
+    grown, ceiling, gaps, admitted = asyncio.run(go())
+    assert grown == 8 and ceiling == 7
+    assert min(gaps) >= 0.009  # paced: one new level per ramp, never a burst
+    assert not admitted
+
+
+def test_window_without_ramp_grows_only_per_answer() -> None:
+    async def go() -> bool:
+        w = AdaptiveWindow(initial=2, maximum=64, ramp=0)
+        for _ in range(2):
+            await w.acquire()
+        try:
+            await asyncio.wait_for(w.acquire(), timeout=0.2)
+            return True
+        except TimeoutError:
+            return False
+
+    assert not asyncio.run(go())
+
+
+def test_window_plans_pages_for_a_known_ceiling_else_the_start() -> None:
+    assert AdaptiveWindow(initial=90, maximum=100).plan_size(10) == 10  # no limit met
+    assert AdaptiveWindow(initial=8, maximum=100, ceiling=8).plan_size(10) == 8
+    assert AdaptiveWindow(initial=10, maximum=50, adaptive=False).plan_size(10) == 50
 
 
 def test_window_shrinks_once_per_burst_and_remembers_the_ceiling() -> None:

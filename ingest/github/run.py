@@ -81,6 +81,7 @@ def window_for(settings: Settings, remembered: tuple[int, int | None] | None) ->
         maximum=settings.github_concurrency,
         ceiling=remembered[1] if remembered else None,
         adaptive=settings.http_adaptive,
+        ramp=settings.http_ramp,
     )
 
 
@@ -133,13 +134,12 @@ async def _fetch(
                 if remaining is not None:
                     above = max(0, remaining - governor.effective_reserve)
                     budget = max(1, int(above * settings.github_budget_share))
-                # Sized for the window the run starts with (the ceiling or window remembered
-                # for the host, else the initial window), not for the cap: a first run's
-                # pages are planned before its window has grown, and a cap it may never
-                # reach asks for small pages and many requests (140 instead of 100).
+                # Sized for the host's known ceiling, else the initial window, not for the
+                # cap: a cap it may never reach asks for small pages and many requests
+                # (140 instead of 100); see AdaptiveWindow.plan_size.
                 auto = choose_per_page(
                     [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
-                    concurrency=window.ceiling or window.size,
+                    concurrency=window.plan_size(settings.http_initial_window),
                     budget=budget,
                     base_s=settings.github_latency_base,
                     per_item_s=settings.github_latency_per_item,

@@ -309,7 +309,11 @@ class SourceRun:
         window = self.client.window
         return choose_per_page(
             [rows] * parents,
-            concurrency=window.size if window else self.client.concurrency,
+            concurrency=(
+                window.plan_size(self.settings.http_initial_window)
+                if window
+                else self.client.concurrency
+            ),
             budget=budget,
             base_s=self.settings.github_latency_base,
             per_item_s=self.settings.github_latency_per_item,
@@ -376,6 +380,7 @@ def make_client(
         maximum=concurrency,
         ceiling=remembered[1] if remembered else None,
         adaptive=settings.http_adaptive,
+        ramp=settings.http_ramp,
     )
     limits = source.client.rate_limit
     return RestClient(

@@ -20,6 +20,18 @@ with a ``Retry-After`` stall. ``AdaptiveWindow`` avoids them:
 * **latency**: growth stops while answers take more than ``latency_factor``
   times the fastest smoothed latency seen (the server is queueing), and the
   window shrinks once per round trip beyond twice that;
+* **paced exploration** while the host's limit is unknown (no limit answer
+  yet, none remembered): a new in-flight level above the highest one reached
+  is opened at most once per ``ramp`` seconds, or per the fastest answer seen
+  when that is slower (a refusal cannot come back sooner than the quickest
+  answer: on a far or loaded host the ramp slows to its pace). A limit answer
+  comes back within one round trip of its request, long before a page does,
+  so pacing bounds the overshoot to a level or two instead of a whole burst
+  of clean answers (20 answers arriving together would send 40 requests at
+  once). While the window is full and requests wait, a level that stood that
+  long without a refusal was accepted, so the window grows by one (slow start
+  in time, not only per answer): a first run reaches 100 in flight in about a
+  second instead of four page round trips;
 * the window only grows while it is used: the window was full (in flight
   close to the window) at some moment between a request's send and its
   answer, as TCP's congestion-window validation asks (RFC 7661), so a
@@ -38,7 +50,9 @@ contender).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -69,6 +83,8 @@ class AdaptiveWindow:
         beta: share of the in-flight count kept after a limit answer.
         probe_after: clean round trips at the ceiling before probing above it.
         latency_factor: smoothed latency over its best beyond which growth stops.
+        ramp: seconds between two new in-flight levels while the limit is unknown
+            (0: no pacing, no growth in time).
     """
 
     def __init__(
@@ -81,6 +97,7 @@ class AdaptiveWindow:
         beta: float = 0.85,
         probe_after: int = 16,
         latency_factor: float = 2.0,
+        ramp: float = 0.01,
     ) -> None:
         self.maximum = max(1, maximum)
         self.adaptive = adaptive
@@ -103,6 +120,11 @@ class AdaptiveWindow:
         self._srtt: float | None = None
         self._best: float | None = None
         self._samples = 0
+        self.ramp = ramp
+        self._high = int(self.cwnd)  # most in flight reached while the limit is unknown
+        self._level_at = -math.inf  # when the last new level was opened (monotonic)
+        self._holding = False  # latency says the server queues: no growth
+        self._fastest: float | None = None  # quickest answer: a refusal takes at least this
         self._cond = asyncio.Condition()
 
     @property
@@ -112,14 +134,38 @@ class AdaptiveWindow:
 
     async def acquire(self) -> Ticket:
         async with self._cond:
-            while self.in_flight >= self.size:
-                await self._cond.wait()
+            while True:
+                if self.in_flight < self.size and (
+                    self.in_flight < self._high or not self._exploring()
+                ):
+                    break
+                if not self._exploring():
+                    await self._cond.wait()
+                    continue
+                wait = self._level_at + max(self.ramp, self._fastest or 0.0) - time.monotonic()
+                if wait <= 0:  # the newest level stood a round trip unrefused: open one more
+                    self._level_at = time.monotonic()
+                    self._high = self.in_flight + 1
+                    self.cwnd = max(self.cwnd, float(self._high))
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._cond.wait(), timeout=wait)
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
             self._admitted += 1
             if self.in_flight >= self.size - 1:
                 self._full_at = self._admitted
             return Ticket(self.epoch, self.in_flight, seq=self._admitted)
+
+    def _exploring(self) -> bool:
+        """Pacing applies: adaptive, the host's limit unknown, room under the cap."""
+        return (
+            self.adaptive
+            and self.ramp > 0
+            and self.ceiling is None
+            and not self._holding
+            and self.size < self.maximum
+        )
 
     async def release(self, ticket: Ticket, outcome: Outcome, seconds: float = 0.0) -> None:
         """Account for an answer; ``ticket.sent_with`` should hold the requests on the
@@ -128,6 +174,8 @@ class AdaptiveWindow:
             ticket.sent_with = ticket.in_flight
         async with self._cond:
             self.in_flight -= 1
+            if seconds > 0 and outcome in ("ok", "limit"):
+                self._fastest = seconds if self._fastest is None else min(self._fastest, seconds)
             if self.adaptive:
                 if outcome == "ok":
                     self._grow(ticket, seconds)
@@ -148,12 +196,15 @@ class AdaptiveWindow:
             self._srtt = seconds if self._srtt is None else 0.8 * self._srtt + 0.2 * seconds
             if self._samples >= 8:
                 self._best = self._srtt if self._best is None else min(self._best, self._srtt)
+        self._holding = False
         if self._best and self._srtt:
             ratio = self._srtt / self._best
             if ratio > 2 * self.latency_factor and ticket.epoch == self.epoch:
+                self._holding = True
                 self._decrease(self.cwnd)  # queueing at the server: back off, once per round
                 return
             if ratio > self.latency_factor:
+                self._holding = True
                 return  # queueing starts: hold
         if ticket.sent_with < self.size - 1 and self._full_at < ticket.seq:
             return  # the window was not used: growing it would be a guess
@@ -184,6 +235,19 @@ class AdaptiveWindow:
         self.decreases += 1
         self.cwnd = max(1.0, min(self.cwnd, basis) * self.beta)
         self.ssthresh = float(self.ceiling) if self.ceiling is not None else max(1.0, self.cwnd)
+
+    def plan_size(self, initial: int) -> int:
+        """Requests in flight to plan page sizes for: a fixed window's size, the host's
+        known ceiling, else ``initial`` (the starting window of a host not seen before).
+
+        A window that never met a limit only says the cap was not reached, not that
+        more in flight is faster: planned for it, pages get small and many (200
+        requests of 51 instead of 100 of 100 at a window of 100), which a loaded
+        client or server does not answer sooner. The pacing ramp fills the window
+        either way."""
+        if not self.adaptive:
+            return self.size
+        return self.ceiling or min(self.size, max(1, initial))
 
     def remembered(self) -> tuple[int, int | None]:
         """(window, ceiling) to start the next run with."""
