@@ -45,6 +45,10 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
                      starts at 10 and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
+
+Every contender but ``seq-100`` runs once per round (``--rounds``, 5), in an order
+that rotates between rounds; the figures are medians with their spread, and the
+ratios are medians of per-round ratios.
 """
 
 from __future__ import annotations
@@ -251,8 +255,23 @@ CEILINGS_OUT = Path(__file__).resolve().parent / "github_ceilings.md"
 CEILING_REPOS = {f"octo/c{i:02d}": 500 for i in range(20)}
 
 
+def spread(values: list[float]) -> str:
+    """Median with the lowest and highest value of the rounds."""
+    ordered = sorted(values)
+    mid = ordered[len(ordered) // 2]
+    return f"{mid:.2f} ({ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
 def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
-    """Side by side against hidden in-flight ceilings; returns rows and ratio lines."""
+    """Side by side against hidden in-flight ceilings; returns rows and ratio lines.
+
+    Per ceiling, ``--rounds`` rounds run every contender once each, one after the
+    other on the same server, in an order that rotates from round to round (the
+    machine's load drifts; rotating spreads it over all contenders). A row is the
+    contender's median round, with the spread of its wall times; a ratio is the
+    median of the per-round ratios (the adaptive run against the best fixed run of
+    the same round), with their spread.
+    """
     repos = CEILING_REPOS if not args.quick else {f"octo/c{i}": 200 for i in range(5)}
     names, expected = list(repos), sum(repos.values())
     results: list[Result] = []
@@ -289,49 +308,83 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                 )
             else:
                 seq = Result(**{**seq.__dict__, "scenario": scenario})
+            fixed_n = sorted({max(1, ceiling // 2), ceiling, min(100, 2 * ceiling), 32})
+            contenders = [f"fixed-{n}" for n in fixed_n] + ["adaptive"]
+            rounds: list[dict[str, Result]] = []
+            for i in range(args.rounds):
+                got: dict[str, Result] = {}
+                order = contenders[i % len(contenders) :] + contenders[: i % len(contenders)]
+                for name in order:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        d = Path(tmp)
+                        if name == "adaptive":  # a first run, then the next night's
+                            got[name] = measure(server, scenario, name, lambda d=d: fetch(d))
+                            got["adaptive-warm"] = measure(
+                                server, scenario, "adaptive-warm", lambda d=d: fetch(d, full=True)
+                            )
+                        else:
+                            n = int(name.split("-")[1])
+                            got[name] = measure(
+                                server,
+                                scenario,
+                                name,
+                                lambda d=d, n=n: fetch(
+                                    d, http_adaptive=False, github_concurrency=n
+                                ),
+                            )
+                rounds.append(got)
+                print(
+                    f"  {scenario} round {i + 1}: "
+                    + ", ".join(f"{k} {v.seconds:.2f}s [{v.rate_limited}]" for k, v in got.items()),
+                    flush=True,
+                )
             results.append(seq)
             print(row(seq), flush=True)
-            fixed: list[Result] = []
-            for n in sorted({max(1, ceiling // 2), ceiling, min(100, 2 * ceiling), 32}):
-                with tempfile.TemporaryDirectory() as tmp:
-                    r = measure(
-                        server,
-                        scenario,
-                        f"fixed-{n}",
-                        lambda d=Path(tmp), n=n: fetch(
-                            d, http_adaptive=False, github_concurrency=n
-                        ),
-                    )
-                fixed.append(r)
-                results.append(r)
-                print(row(r), flush=True)
-            with tempfile.TemporaryDirectory() as tmp:
-                first = measure(server, scenario, "adaptive", lambda d=Path(tmp): fetch(d))
-                warm = measure(
-                    server, scenario, "adaptive-warm", lambda d=Path(tmp): fetch(d, full=True)
+            medians: dict[str, Result] = {}
+            for name in [*contenders, "adaptive-warm"]:
+                medians[name] = median([g[name] for g in rounds])
+                results.append(medians[name])
+                print(row(medians[name]), flush=True)
+            best_name = min((f"fixed-{n}" for n in fixed_n), key=lambda k: medians[k].seconds)
+            best = medians[best_name]
+            lines.append(
+                f"* ceiling {ceiling}: wall seconds over {args.rounds} rounds, median "
+                "(lowest-highest): "
+                + "; ".join(
+                    f"`{k}` {spread([g[k].seconds for g in rounds])}"
+                    for k in [*contenders, "adaptive-warm"]
                 )
-            for r in (first, warm):
-                results.append(r)
-                print(row(r), flush=True)
-            best = min(fixed, key=lambda r: r.seconds)
-            for r in (first, warm):
+                + "."
+            )
+            for name in ("adaptive", "adaptive-warm"):
+                paired = [
+                    g[name].seconds / min(g[f"fixed-{n}"].seconds for n in fixed_n) for g in rounds
+                ]
+                limits = sum(g[name].rate_limited for g in rounds)
+                sent = sum(g[name].requests for g in rounds)
+                worst = max(100 * g[name].rate_limited / max(1, g[name].requests) for g in rounds)
+                r = medians[name]
                 lines.append(
-                    f"* ceiling {ceiling}, `{r.contender}`: **{seq.seconds / r.seconds:.1f}x** "
-                    f"faster than `seq-100`, **{r.seconds / best.seconds:.2f}x** the time of "
-                    f"the best fixed client (`{best.contender}`, {best.seconds:.2f} s), "
-                    f"{r.rate_limited} limit answers in {r.requests} requests "
-                    f"({100 * r.rate_limited / max(1, r.requests):.1f} %)."
+                    f"* ceiling {ceiling}, `{name}`: **{seq.seconds / r.seconds:.1f}x** faster "
+                    f"than `seq-100` ({seq.seconds:.2f} s); **{spread(paired)}x** the time of "
+                    f"the best fixed client of the same round (median of the per-round ratios; "
+                    f"best by median: `{best_name}`, {best.seconds:.2f} s); "
+                    f"{limits} limit answers in {sent} requests over all rounds "
+                    f"({100 * limits / max(1, sent):.1f} %, at most {worst:.1f} % in one round)."
                 )
-    for r in results:
-        assert r.pulls == expected, (r.contender, r.pulls, expected)
+            for g in rounds:
+                for r in g.values():
+                    assert r.pulls == expected, (r.contender, r.pulls, expected)
     return results, lines
 
 
 def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[str]) -> None:
+    load = "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
     text = [
         "# Hidden in-flight ceilings: the adaptive window against fixed concurrency",
         "",
-        f"Measured {machine()}, with `python -m benchmarks.bench_github --only ceilings`.",
+        f"Measured {machine()}, with `python -m benchmarks.bench_github --only ceilings"
+        f" --rounds {args.rounds}`.",
         "",
         "Server: `devservers.github` in its own process on loopback, latency "
         f"{args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item of a page; beyond C requests "
@@ -339,8 +392,13 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         "exactly: every request pauses 1 s). "
         f"{len(CEILING_REPOS)} repositories of 500 pull requests; every `ingest` contender "
         "chooses its page size from the budget (automatic `per_page`); `seq-100` is measured "
-        "once (a sequential client never meets a ceiling). Rate-limit answers are counted by "
-        "the server.",
+        "once (a sequential client never meets a ceiling, and its time is latency alone). "
+        f"Every other contender runs once per round, {args.rounds} rounds per ceiling, in an "
+        "order that rotates from round to round; `adaptive` is a first run on a fresh data "
+        "folder, `adaptive-warm` the next run on that folder (`full_refresh`: every page "
+        "fetched again) right after it. Rate-limit answers are counted by the server.",
+        "",
+        "The table gives each contender's median round.",
         "",
         HEADER,
         *[row(r) for r in results],
@@ -351,10 +409,14 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         "",
         "Targets of the issue: at least 5x faster than `seq-100`, within 1.2x of the best "
         "fixed client, under 5 % limit answers. `adaptive` is a first run against an unknown "
-        "host (slow start from 10, doubling per round trip, then the window holds just under "
-        "the ceiling it found; page size chosen for the starting window); "
-        "`adaptive-warm` is every later night, starting where the last one ended "
+        "host: it starts at 10 in flight, opens one more level every 10 ms while its requests "
+        "stand unrefused (`http_ramp`) and one more per clean answer, and holds just under "
+        "the ceiling once a limit answer shows it; its page size is planned for the starting "
+        "window. `adaptive-warm` is every later night, starting where the last one ended "
         "(`api_windows`).",
+        "",
+        f"Load average (1/5/15 min) when the run ended: {load}, on a machine shared with "
+        "other jobs.",
     ]
     args.out_ceilings.write_text("\n".join(text) + "\n")
     print(f"\nwritten to {args.out_ceilings.name}")
@@ -381,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         help="Hidden in-flight ceilings to compare at (comma-separated).",
     )
     p.add_argument("--out-ceilings", type=Path, default=CEILINGS_OUT)
+    p.add_argument("--rounds", type=int, default=5, help="Rounds per ceiling (medians and spread).")
     args = p.parse_args(argv)
     if args.only in ("all", "ceilings"):
         print(HEADER)
