@@ -56,14 +56,20 @@ def work_pools(config: dict[str, Any]) -> list[str]:
 
 def demo_endpoints(config: dict[str, Any]) -> dict[str, Any]:
     """What ``ingest serve --demo`` must serve: the nightly deployment's default
-    S3 endpoint, bucket and prefix, GitHub API root and repositories."""
+    S3 endpoint, bucket and prefix, GitHub API root and repositories, and the
+    rest-ingest deployment's API root (the demo ticket API), when it is deployed."""
     params = deployment(config, "nightly").get("parameters") or {}
+    rest: dict[str, Any] = {}
+    if any(d["name"] == "rest-ingest" for d in deployments(config)):
+        rest = deployment(config, "rest-ingest").get("parameters") or {}
     return {
         "s3_url": params.get("endpoint_url"),
         "bucket": params["bucket"],
         "prefix": params.get("prefix", ""),
         "github_url": params.get("github_base_url"),
         "repos": list(params.get("repos") or []),
+        "rest_url": rest.get("base_url"),
+        "rest_source": rest.get("source"),
     }
 
 

@@ -217,7 +217,7 @@ def deploy_all(env: Mapping[str, str], log: TextIO | None = None) -> None:
 
 
 class DemoServers:
-    """The local S3-compatible and GitHub-compatible servers the default
+    """The local S3-compatible, GitHub-compatible and ticket API servers the default
     parameters of ``prefect.yaml`` point at, seeded with the demo data."""
 
     def __init__(self, config: dict[str, Any], *, any_port: bool = False) -> None:
@@ -231,6 +231,7 @@ class DemoServers:
         from devservers import samples
         from devservers.github import DevGitHub
         from devservers.github_demo import DEMO_REPOS
+        from devservers.rest_demo import tickets_server
         from devservers.s3 import DevServer
 
         e = self.endpoints
@@ -255,6 +256,12 @@ class DemoServers:
                 repos = {r: DEMO_REPOS.get(r, DEMO_PULL_REQUESTS) for r in e["repos"]}
                 github = DevGitHub(port=None if self.any_port else gh_port, repos=repos)
                 e["github_url"] = self.stack.enter_context(github).url
+            rest_port = project.loopback_port(e["rest_url"])
+            if rest_port:
+                if not self.any_port:
+                    require_free_port(rest_port, "the demo ticket API")
+                api = tickets_server(port=None if self.any_port else rest_port)
+                e["rest_url"] = self.stack.enter_context(api).url
         except BaseException:
             self.stack.close()
             raise
@@ -281,11 +288,15 @@ def create_alerts(api_url: str) -> list[str]:
 
 
 def demo_credentials() -> dict[str, str]:
-    """The local S3 server accepts any key; these never reach AWS."""
+    """The local S3 server accepts any key; these never reach AWS. The demo ticket API's
+    key is the one its source file reads (``TICKETS_API_KEY``), a demo value."""
+    from devservers.rest_demo import DEMO_KEY
+
     return {
         "AWS_ACCESS_KEY_ID": "demo",
         "AWS_SECRET_ACCESS_KEY": "demo",
         "AWS_DEFAULT_REGION": "us-east-1",
+        "TICKETS_API_KEY": DEMO_KEY,
     }
 
 
@@ -320,6 +331,8 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
             e = servers.endpoints
             echo(f"Demo S3 server on {e['s3_url']} (s3://{e['bucket']}/{e['prefix']}, seeded)")
             echo(f"Demo GitHub server on {e['github_url']} ({', '.join(e['repos'])})")
+            if e["rest_url"]:
+                echo(f"Demo ticket API on {e['rest_url']} (for {e['rest_source']})")
         pools = project.work_pools(config)
         ensure_work_pools(api_url, pools)
         echo(f"Work pools: {', '.join(pools)}; deploying prefect.yaml ...")

@@ -26,6 +26,24 @@ from ingest.rest.summary import headline
 
 DEMO_KEY = "demo-api-key-not-a-secret"
 DEMO_TOKEN = "demo-token-not-a-secret"
+# The ticket API of the demo (and of `ingest serve --demo`, which the rest-ingest
+# deployment's defaults point at): 12 projects of 200 tickets, a cursor in the body, an
+# API key, and a ceiling of 8 in flight that nothing announces.
+TICKETS = {
+    "api_key": DEMO_KEY,
+    "paginator": "cursor",
+    "projects": 12,
+    "tickets_per_project": 200,
+    "max_in_flight": 8,
+    "limit_retry_after": 0.5,
+    "latency_ms": 40,
+    "latency_per_item_ms": 1,
+}
+
+
+def tickets_server(port: int | None = None) -> DevRest:
+    """The demo's ticket API (``TICKETS``), on ``port`` or a free one."""
+    return DevRest(port=port, **TICKETS)
 
 
 @contextmanager
@@ -48,16 +66,7 @@ def run_rest_demo(data_dir: Path) -> None:
 
     with (
         _env(TICKETS_API_KEY=DEMO_KEY),
-        DevRest(
-            api_key=DEMO_KEY,
-            paginator="cursor",
-            projects=12,
-            tickets_per_project=200,
-            max_in_flight=8,
-            limit_retry_after=0.5,
-            latency_ms=40,
-            latency_per_item_ms=1,
-        ) as api,
+        tickets_server() as api,
     ):
         typer.echo(
             f"\nTicket API on {api.url}: 12 projects of 200 tickets, a cursor in the body, "

@@ -3,9 +3,10 @@
 One ``prefect server start`` on a free loopback port for this module (SQLite in
 a temporary folder, the recorder batching of DESIGN.md); the work pool is
 created, ``prefect deploy --all --no-prompt`` deploys prefect.yaml, and one
-``prefect worker start`` runs what is triggered. The demo S3 and GitHub
-servers run on the ports the default parameters name, exactly as
-``ingest serve --demo`` starts them, so the defaults are what is tested.
+``prefect worker start`` runs what is triggered. The demo S3, GitHub and
+ticket API servers are the ones ``ingest serve --demo`` starts, with the demo's
+credentials in the worker's environment, so the defaults are what is tested
+(on free ports: the runs point at them as a user would in the run form).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 
 from deployments import local_api, project, serve
@@ -41,6 +43,7 @@ class Served:
     config: dict[str, Any]
     log_dir: Path
     deployed_nightly_parameters: dict[str, Any]
+    endpoints: dict[str, Any]
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
             "PREFECT_HOME": str(home),
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "INGEST_DATA_DIR": str(data_dir),
+            **serve.demo_credentials(),  # as `ingest serve --demo` gives its worker
         }
         serve.ensure_work_pools(server.api_url, project.work_pools(config))
         serve.deploy_all(env, log=deploy_log)
@@ -78,7 +82,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
             for w in workers:
                 w.__enter__()
             try:
-                yield Served(server.api_url, server.ui_url, data_dir, config, logs, deployed)
+                yield Served(
+                    server.api_url, server.ui_url, data_dir, config, logs, deployed, demo.endpoints
+                )
             finally:
                 for w in workers:
                     w.__exit__()
@@ -152,6 +158,8 @@ def children_of(client: Any, flow_run_id: UUID) -> dict[str, Any]:
 
 
 def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> None:
+    names = {e["name"] for e in project.deployments(served.config)}
+    assert names == {"nightly", "s3-ingest", "github-pulls", "rest-ingest"}
     for entry in project.deployments(served.config):
         d = client.read_deployment_by_name(f"{project.flow_name(entry)}/{entry['name']}")
         assert d.description and d.description.split()[0] in entry["description"]
@@ -187,6 +195,53 @@ def test_nightly_form_explains_every_field(client: Any) -> None:
     }
     assert props["github_per_page"]["anyOf"][0]["maximum"] == 100
     assert props["bucket"]["minLength"] == 3
+
+
+def test_rest_ingest_form_explains_every_field(client: Any) -> None:
+    d = client.read_deployment_by_name("rest-ingest/rest-ingest")
+    props = d.parameter_openapi_schema["properties"]
+    assert set(props) >= {"source", "base_url", "concurrency", "data_dir", "full_refresh"}
+    assert all(p.get("description") for p in props.values()), props
+    assert "Bounds: 1-256." in props["concurrency"]["description"]
+    assert props["concurrency"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 256}
+    assert props["source"]["minLength"] == 1
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    for bad in ({"concurrency": 0}, {"concurrency": 257}, {"source": ""}):
+        with pytest.raises(PrefectHTTPStatusError) as info:
+            client.create_flow_run_from_deployment(d.id, parameters={**d.parameters, **bad})
+        assert info.value.response.status_code in (409, 422)
+
+
+def test_rest_ingest_run_from_the_api_completes(client: Any, served: Served) -> None:
+    """The rest-ingest deployment on its defaults (sources/tickets.yaml, the demo ticket
+    API with its key in the worker's environment), pointed at this session's server."""
+    d = client.read_deployment_by_name("rest-ingest/rest-ingest")
+    assert d.parameters["source"] == served.endpoints["rest_source"]
+    params = {**d.parameters, "base_url": served.endpoints["rest_url"]}
+    run = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
+    worker_log = (served.log_dir / "worker.log").read_text()[-4000:]
+    assert run.state.is_completed(), (run.state, worker_log)
+    from devservers.rest_demo import TICKETS
+
+    counts = rows(
+        served.data_dir,
+        "SELECT (SELECT count(*) FROM tickets__projects) AS projects, "
+        "(SELECT count(*) FROM tickets__tickets) AS tickets, "
+        "(SELECT count(DISTINCT parent_key) FROM tickets__tickets) AS parents",
+    )[0]
+    assert counts == {
+        "projects": TICKETS["projects"],
+        "tickets": TICKETS["projects"] * TICKETS["tickets_per_project"],
+        "parents": TICKETS["projects"],
+    }
+    host = httpx.URL(served.endpoints["rest_url"]).netloc.decode()
+    [window] = rows(served.data_dir, f"SELECT * FROM api_windows WHERE host = '{host}'")
+    # the unannounced ceiling of 8 in flight was met and remembered
+    assert window["ceiling"] is not None and window["ceiling"] <= TICKETS["max_in_flight"] + 1
+    arts = artifacts_of(client, run.id)
+    assert {"rest-resources", "stage-timing", "run-summary"} <= set(arts)
+    assert "tickets" in arts["run-summary"].data
 
 
 def test_invalid_parameters_are_refused_before_any_run(client: Any) -> None:
