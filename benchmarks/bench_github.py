@@ -42,7 +42,7 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
                      client tuned for that server;
 * ``adaptive``       the same fetch with its defaults: the adaptive window (up to
                      ``github_concurrency``, 100, in flight), fresh data folder: it
-                     starts at 10 and has to find C;
+                     starts at ``http_initial_window`` (4) and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
 
@@ -379,6 +379,7 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
 
 
 def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[str]) -> None:
+    defaults = Settings()
     load = "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
     text = [
         "# Hidden in-flight ceilings: the adaptive window against fixed concurrency",
@@ -409,7 +410,8 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         "",
         "Targets of the issue: at least 5x faster than `seq-100`, within 1.2x of the best "
         "fixed client, under 5 % limit answers. `adaptive` is a first run against an unknown "
-        "host: it starts at 10 in flight, opens one more level every 10 ms while its requests "
+        f"host: it starts at {defaults.http_initial_window} in flight, opens one more level "
+        f"every {defaults.http_ramp * 1000:.0f} ms while its requests "
         "stand unrefused (`http_ramp`) and one more per clean answer, and holds just under "
         "the ceiling once a limit answer shows it; its page size is planned for the starting "
         "window. `adaptive-warm` is every later night, starting where the last one ended "

@@ -312,17 +312,18 @@ class Settings(BaseSettings):
         description="Find how many requests each host allows in flight (like TCP congestion "
         "control) instead of sending the configured concurrency at once.",
     )
-    # 10, as TCP's initial window (RFC 6928): a first run reaches a window of 80 in three
-    # round trips instead of four from 4, and a host allowing fewer (8) refuses only the
-    # excess of the first burst (2 requests) once.
+    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
+    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
+    # answers there before the first refusal could come back).
     http_initial_window: int = Field(
-        10, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
+        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
     )
     # A limit answer comes back within one round trip, a page after its whole latency: a
-    # new in-flight level opened every 10 ms finds a ceiling
-    # of 100 in about a second and overshoots a lower one by a level or two, not by a burst.
+    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
+    # and overshoots a lower one by the levels opened while its refusal travels (one to
+    # three on a loaded loopback), not by a burst. Raise it for a far host.
     http_ramp: float = Field(
-        0.01,
+        0.02,
         ge=0,
         le=5,
         description="Seconds between two new in-flight levels while a host's limit is unknown "

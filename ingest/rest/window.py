@@ -22,13 +22,12 @@ with a ``Retry-After`` stall. ``AdaptiveWindow`` avoids them:
   window shrinks once per round trip beyond twice that;
 * **paced exploration** while the host's limit is unknown (no limit answer
   yet, none remembered): a new in-flight level above the highest one reached
-  is opened at most once per ``ramp`` seconds, or per the fastest answer seen
-  when that is slower (a refusal cannot come back sooner than the quickest
-  answer: on a far or loaded host the ramp slows to its pace). A limit answer
-  comes back within one round trip of its request, long before a page does,
-  so pacing bounds the overshoot to a level or two instead of a whole burst
-  of clean answers (20 answers arriving together would send 40 requests at
-  once). While the window is full and requests wait, a level that stood that
+  is opened at most once per ``ramp`` seconds. A limit answer comes back
+  within one round trip of its request, long before a page does, so pacing
+  bounds the overshoot to the levels opened during that round trip (one or
+  two on loopback, more on a far host: raise ``ramp`` there) instead of a
+  whole burst of clean answers (20 answers arriving together would send 40
+  requests at once). While the window is full and requests wait, a level that stood that
   long without a refusal was accepted, so the window grows by one (slow start
   in time, not only per answer): a first run reaches 100 in flight in about a
   second instead of four page round trips;
@@ -97,7 +96,7 @@ class AdaptiveWindow:
         beta: float = 0.85,
         probe_after: int = 16,
         latency_factor: float = 2.0,
-        ramp: float = 0.01,
+        ramp: float = 0.02,
     ) -> None:
         self.maximum = max(1, maximum)
         self.adaptive = adaptive
@@ -124,7 +123,6 @@ class AdaptiveWindow:
         self._high = int(self.cwnd)  # most in flight reached while the limit is unknown
         self._level_at = -math.inf  # when the last new level was opened (monotonic)
         self._holding = False  # latency says the server queues: no growth
-        self._fastest: float | None = None  # quickest answer: a refusal takes at least this
         self._cond = asyncio.Condition()
 
     @property
@@ -142,7 +140,7 @@ class AdaptiveWindow:
                 if not self._exploring():
                     await self._cond.wait()
                     continue
-                wait = self._level_at + max(self.ramp, self._fastest or 0.0) - time.monotonic()
+                wait = self._level_at + self.ramp - time.monotonic()
                 if wait <= 0:  # the newest level stood a round trip unrefused: open one more
                     self._level_at = time.monotonic()
                     self._high = self.in_flight + 1
@@ -174,8 +172,6 @@ class AdaptiveWindow:
             ticket.sent_with = ticket.in_flight
         async with self._cond:
             self.in_flight -= 1
-            if seconds > 0 and outcome in ("ok", "limit"):
-                self._fastest = seconds if self._fastest is None else min(self._fastest, seconds)
             if self.adaptive:
                 if outcome == "ok":
                     self._grow(ticket, seconds)
