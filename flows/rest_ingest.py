@@ -23,6 +23,7 @@ from ingest.rest.records import RestSummary
 from ingest.rest.source import load_source
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
+from tasks import limits
 from tasks.rest import fetch_source, publish_summary
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
@@ -44,6 +45,7 @@ def source_path(source: str) -> Path:
 
 @flow(
     name="rest-ingest",
+    timeout_seconds=limits.FLOW_SECONDS,
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "
     "and DuckDB views (one table per resource).",
