@@ -215,7 +215,7 @@ def test_rest_ingest_form_explains_every_field(client: Any) -> None:
 
 def test_rest_ingest_run_from_the_api_completes(client: Any, served: Served) -> None:
     """The rest-ingest deployment on its defaults (sources/tickets.yaml, the demo ticket
-    API with its key in the worker's environment), pointed at this session's server."""
+    API with its key in the worker's environment), pointed at this test run's server."""
     d = client.read_deployment_by_name("rest-ingest/rest-ingest")
     assert d.parameters["source"] == served.endpoints["rest_source"]
     params = {**d.parameters, "base_url": served.endpoints["rest_url"]}
