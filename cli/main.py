@@ -79,6 +79,22 @@ DataDir = Annotated[
         "[env INGEST_DATA_DIR, default ./data].",
     ),
 ]
+TaskRunnerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--task-runner",
+        help="thread (this process) or dask (the cluster at INGEST_DASK_ADDRESS, else a "
+        "LocalCluster) [env INGEST_TASK_RUNNER, thread].",
+    ),
+]
+
+
+def runner_choice(task_runner: str | None) -> Literal["thread", "dask"]:
+    """The option, else INGEST_TASK_RUNNER (the flows' own default is thread)."""
+    choice = task_runner or Settings().task_runner
+    if choice not in ("thread", "dask"):
+        raise typer.BadParameter("use thread or dask", param_hint="--task-runner")
+    return cast(Literal["thread", "dask"], choice)
 
 
 def lake_of(data_dir: str | None) -> Any:
@@ -111,8 +127,19 @@ def s3_command(
     ] = None,
     data_dir: DataDir = None,
     download_dir: Annotated[
-        Path | None, typer.Option(help="Objects land at DIR/<key below prefix>.")
+        str | None,
+        typer.Option(
+            help="Objects land at DIR/<key below prefix>: a folder or s3://bucket/prefix."
+        ),
     ] = None,
+    keep_files: Annotated[
+        bool,
+        typer.Option(
+            help="Keep the downloaded objects; --no-keep-files drops each once "
+            "its text is extracted [env INGEST_KEEP_FILES]."
+        ),
+    ] = True,
+    task_runner: TaskRunnerOption = None,
     full_refresh: Annotated[bool, typer.Option(help="Ignore the manifest.")] = False,
     extract: Annotated[
         bool, typer.Option(help="Extract the text of new and changed objects (documents).")
@@ -132,6 +159,7 @@ def s3_command(
     ] = None,
 ) -> None:
     """Run the s3-ingest flow once and print its summary."""
+    runner = runner_choice(task_runner)
     if listing not in ("list", "inventory"):
         raise typer.BadParameter("use list or inventory", param_hint="--listing")
     settings = Settings()
@@ -150,9 +178,11 @@ def s3_command(
         exclude=exclude,
         concurrency=concurrency,
         data_dir=str(data_dir) if data_dir else None,
-        download_dir=str(download_dir) if download_dir else None,
+        download_dir=download_dir,
         full_refresh=full_refresh,
         extract=extract,
+        keep_files=keep_files and settings.keep_files,
+        task_runner=runner,
         list_shards=list_shards,
         listing=cast(Literal["list", "inventory"], listing),
         inventory=inventory,
@@ -199,8 +229,10 @@ def github_command(
     ] = None,
     data_dir: DataDir = None,
     full_refresh: Annotated[bool, typer.Option(help="Ignore stored ETags and watermarks.")] = False,
+    task_runner: TaskRunnerOption = None,
 ) -> None:
     """Run the github-pulls flow once and print its summary."""
+    runner = runner_choice(task_runner)
     from ingest.github.errors import GitHubTerminalError
     from ingest.github.summary import headline
 
@@ -220,6 +252,7 @@ def github_command(
             token_block=token_block,
             data_dir=str(data_dir) if data_dir else None,
             full_refresh=full_refresh,
+            task_runner=runner,
         )
     except GitHubTerminalError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -244,8 +277,10 @@ def rest_command(
     ] = None,
     data_dir: DataDir = None,
     full_refresh: Annotated[bool, typer.Option(help="Ignore stored watermarks.")] = False,
+    task_runner: TaskRunnerOption = None,
 ) -> None:
     """Run the rest-ingest flow once for a declared source and print its summary."""
+    runner = runner_choice(task_runner)
     from ingest.rest.errors import RestTerminalError
     from ingest.rest.summary import headline
 
@@ -260,6 +295,7 @@ def rest_command(
             concurrency=concurrency,
             data_dir=str(data_dir) if data_dir else None,
             full_refresh=full_refresh,
+            task_runner=runner,
         )
     except RestTerminalError as exc:
         typer.echo(f"error: {exc}", err=True)

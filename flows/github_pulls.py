@@ -25,6 +25,7 @@ from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
+from tasks.runners import batch_runner, submit
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
@@ -108,6 +109,13 @@ def github_pulls(
     full_refresh: Annotated[
         bool, Field(description="Fetch every page again, ignoring stored ETags and watermarks.")
     ] = False,
+    task_runner: Annotated[
+        Literal["thread", "dask"],
+        Field(
+            description="Where the fetch task runs: thread (this process) or dask (the cluster "
+            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default is INGEST_TASK_RUNNER."
+        ),
+    ] = "thread",
 ) -> GitHubSummary:
     started = time.perf_counter()
     overrides = {
@@ -117,16 +125,26 @@ def github_pulls(
         "github_base_url": base_url,
         "github_rate_limit_reserve": rate_limit_reserve,
         "github_max_wait": max_wait,
+        "task_runner": task_runner,
     }
     settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = settings.with_data_dir(data_dir)
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     run_id = str(flow_run.id or "local")
 
-    with run_staging(settings, run_id):
+    with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
         priors = load_sync_state(settings, repos, full_refresh)
-        summary = fetch_pulls(settings, repos, priors, run_id, token_block, full_refresh)
+        summary = submit(
+            runner,
+            fetch_pulls,
+            settings=settings,
+            repos=repos,
+            priors=priors,
+            run_id=run_id,
+            token_block=token_block,
+            full_refresh=full_refresh,
+        ).result()
         maintain_lake(settings, list(GITHUB_TABLES))
         summary.seconds = time.perf_counter() - started
         summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")

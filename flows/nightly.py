@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from prefect import Flow, flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -124,6 +124,7 @@ def nightly(
     github_token_block: str | None = None,
     data_dir: str | None = None,
     full_refresh: bool = False,
+    task_runner: Literal["thread", "dask"] = "thread",
 ) -> list[ChildOutcome]:
     """Both ingestions at the same time, then one summary.
 
@@ -147,6 +148,8 @@ def nightly(
         data_dir: Folder for the Parquet tables and warehouse.duckdb, relative to the
             project folder. Empty: INGEST_DATA_DIR of the worker, else ./data.
         full_refresh: Fetch everything again, ignoring what earlier runs stored.
+        task_runner: Where the children's batch tasks run: thread (the worker's process) or
+            dask (the cluster at INGEST_DASK_ADDRESS, else a LocalCluster).
     """
     started = time.perf_counter()
     settings = Settings()
@@ -159,6 +162,7 @@ def nightly(
         "extract": extract,
         "data_dir": data_dir,
         "full_refresh": full_refresh,
+        "task_runner": task_runner,
     }
     github_parameters = {
         "repos": repos,
@@ -167,6 +171,7 @@ def nightly(
         "token_block": github_token_block,
         "data_dir": data_dir,
         "full_refresh": full_refresh,
+        "task_runner": task_runner,
     }
     # The children commit their own rows; this run stages the summary rows it records
     # (the children's flow_runs rows under this parent) and commits them as it ends.

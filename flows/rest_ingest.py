@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
@@ -25,6 +25,7 @@ from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
 from tasks.rest import fetch_source, publish_summary
+from tasks.runners import batch_runner, submit
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -79,18 +80,35 @@ def rest_ingest(
     full_refresh: Annotated[
         bool, Field(description="Fetch everything again, ignoring stored watermarks.")
     ] = False,
+    task_runner: Annotated[
+        Literal["thread", "dask"],
+        Field(
+            description="Where the fetch task runs: thread (this process) or dask (the cluster "
+            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default is INGEST_TASK_RUNNER."
+        ),
+    ] = "thread",
 ) -> RestSummary:
     started = time.perf_counter()
     settings = Settings()
     settings = settings.with_data_dir(data_dir)
+    settings = settings.model_copy(update={"task_runner": task_runner})
     path = source_path(source)
     declared = load_source(path)  # a clear error, with the line, before anything runs
     run_id = str(flow_run.id or "local")
     tables = [declared.table(r) for r in declared.resources]
 
-    with run_staging(settings, run_id):
+    with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
-        summary = fetch_source(settings, str(path), run_id, base_url, concurrency, full_refresh)
+        summary = submit(
+            runner,
+            fetch_source,
+            settings=settings,
+            source_file=str(path),
+            run_id=run_id,
+            base_url=base_url,
+            concurrency=concurrency,
+            full_refresh=full_refresh,
+        ).result()
         maintain_lake(settings, [*tables, *REST_TABLES])
         summary.seconds = time.perf_counter() - started
         summary = publish_summary(settings, summary, f"rest-ingest ({declared.name})")

@@ -8,13 +8,23 @@ at most, never the bucket. Each batch is one task run; the requests of all
 batches share one pool sized for latency (``concurrency``), not for cores.
 The run's rows are staged as batches finish and committed to the lake at the
 end, one commit per table.
+
+Where each task runs (``task_runner``, see ``tasks.runners``): the batch tasks
+(``fetch-batch``, ``extract-stored``) go to the chosen runner, the flow's threads
+or a Dask cluster. On a cluster a batch is one ``fetch-batch``: download and
+extraction of an object happen in one task on one worker, so no local path
+crosses machines. Everything else stays in the flow's process on its own
+threads: ``list-objects`` and ``find-changes`` share the run's listing database
+(an in-process DuckDB in ``ingest.changes``, fed chunk by chunk, released when
+the listing is compared), a worker would have neither; the listing is a few
+requests per thousand keys, cheap next to the batches; and the checks, the
+summary and the one commit per table belong to the run, not to a batch.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from prefect import flow
@@ -36,7 +46,15 @@ from tasks import limits
 from tasks.extraction import extract_batch, extract_stored
 from tasks.progress import track_batch
 from tasks.report import finish, publish_summary
-from tasks.s3 import check_bucket, download_batch, find_changes, list_objects, plan_listing
+from tasks.runners import batch_runner, submit
+from tasks.s3 import (
+    check_bucket,
+    download_batch,
+    fetch_batch,
+    find_changes,
+    list_objects,
+    plan_listing,
+)
 from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
@@ -113,6 +131,20 @@ def s3_ingest(
         Literal["list", "inventory"],
         Field(description="Where the listing comes from: LIST calls, or an S3 Inventory report."),
     ] = "list",
+    keep_files: Annotated[
+        bool,
+        Field(
+            description="Keep the downloaded objects at the download destination; false drops "
+            "each file once its text is extracted."
+        ),
+    ] = True,
+    task_runner: Annotated[
+        Literal["thread", "dask"],
+        Field(
+            description="Where the batches run: thread (this process) or dask (the cluster "
+            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default is INGEST_TASK_RUNNER."
+        ),
+    ] = "thread",
     inventory: Annotated[
         str | None,
         Field(
@@ -127,7 +159,9 @@ def s3_ingest(
         "s3_endpoint_url": endpoint_url,
         "s3_concurrency": concurrency,
         "s3_list_shards": list_shards,
-        "s3_download_dir": Path(download_dir) if download_dir else None,
+        "s3_download_dir": download_dir or None,
+        "keep_files": keep_files if not keep_files else None,
+        "task_runner": task_runner,
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = settings.with_data_dir(data_dir)
@@ -145,7 +179,11 @@ def s3_ingest(
     if listing == "inventory" and not inventory:
         raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
 
-    with run_staging(settings, run_id):
+    # A batch is one task (download and extraction on the same worker) when it may run on
+    # another machine or its files do not stay in a local folder a later task could read.
+    whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
+
+    with run_staging(settings, run_id), batch_runner(settings) as runner:
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
         shards = plan_listing(settings, spec)
@@ -166,6 +204,8 @@ def s3_ingest(
                 part = fut.result()
                 track_batch(part, batches=submitted)
                 summary.add_batch(part)
+                if part.extracted is not None:  # a fetch-batch extracted it too
+                    summary.add_extracted(part.extracted)
             while extracting and (wait or extracting[0] in finished):
                 ext = extracting.popleft()
                 finished.discard(ext)
@@ -177,6 +217,19 @@ def s3_ingest(
             collect(wait=False)
             for batch in chunk.fetch:
                 submitted += 1
+                if whole_batches:
+                    downloads.append(
+                        submit(
+                            runner,
+                            fetch_batch,
+                            settings=settings,
+                            spec=spec,
+                            batch=batch,
+                            extract=extract,
+                        )
+                    )
+                    downloads[-1].add_done_callback(finished.add)
+                    continue
                 downloads.append(download_batch.submit(settings, spec, batch))
                 downloads[-1].add_done_callback(finished.add)
                 if extract:  # starts when its download ends: overlaps the later ones
@@ -188,7 +241,17 @@ def s3_ingest(
                     )
                     extracting[-1].add_done_callback(finished.add)
             for batch in chunk.extract:
-                extracting.append(extract_stored.submit(settings, bucket, run_id, batch))
+                extracting.append(
+                    submit(
+                        runner,
+                        extract_stored,
+                        settings=settings,
+                        bucket=bucket,
+                        run_id=run_id,
+                        objects=batch,
+                        prefix=prefix,
+                    )
+                )
                 extracting[-1].add_done_callback(finished.add)
 
         # Each shard's chunks one after another, the shards side by side (whichever

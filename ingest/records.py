@@ -66,6 +66,7 @@ class TaskTiming:
     attempts: int = 1
     state: TaskState = "completed"
     error: str | None = None
+    worker: str | None = None  # the Dask worker (or host:pid) that ran the attempt
     extra: dict[str, int] = field(default_factory=dict)
 
     def as_row(self) -> dict[str, Any]:
@@ -82,6 +83,8 @@ class BatchSummary:
     bytes: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)  # the first few
+    # What extraction did when the same task extracted the batch (``fetch-batch``).
+    extracted: ExtractSummary | None = None
     # The batch's rows are staged under this name: later stages (extraction) read what it
     # downloaded from there, so the flow keeps a few numbers per batch, not its objects.
     name: str = ""

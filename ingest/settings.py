@@ -105,6 +105,19 @@ class Settings(BaseSettings):
         description="Seconds without a completed nightly run before the stale alert.",
     )
 
+    # --- Where the batch tasks run ----------------------------------------------
+    task_runner: Literal["thread", "dask"] = Field(
+        "thread",
+        description="Where the batch tasks run: threads of the flow's process, or a Dask "
+        "cluster (each batch downloads, extracts and stages its rows on the worker that "
+        "runs it).",
+    )
+    dask_address: str = Field(
+        "",
+        description="Scheduler of an existing Dask cluster (tcp://scheduler:8786); empty "
+        "starts a LocalCluster on this machine for the run.",
+    )
+
     # --- S3 -----------------------------------------------------------------
     s3_bucket: str | None = Field(None, description="Bucket to ingest.")
     s3_prefix: str = Field("", description="Only keys under this prefix.")
@@ -121,10 +134,16 @@ class Settings(BaseSettings):
         None, description="S3-compatible endpoint (MinIO, Ceph, moto); None means AWS."
     )
     s3_region: str | None = Field(None, description="AWS region; None uses the standard chain.")
-    s3_download_dir: Path | None = Field(
+    s3_download_dir: str | None = Field(
         None,
-        description="Where objects land, at DIR/<key relative to prefix>; "
+        description="Where objects land, at DIR/<key relative to prefix>: a local folder or "
+        "s3://bucket/prefix (written through the source's endpoint and credentials); "
         "default DATA_DIR/objects/<bucket>.",
+    )
+    keep_files: bool = Field(
+        True,
+        description="Keep the downloaded objects at the download destination; false drops "
+        "each file once its text is extracted (only the rows and the text are kept).",
     )
     s3_concurrency: int = Field(
         64,
@@ -385,6 +404,19 @@ class Settings(BaseSettings):
         """The DuckDB database file people open."""
         return self.local_path / "warehouse.duckdb"
 
+    @property
+    def download_url(self) -> str | None:
+        """The download destination when it is object storage (``s3://bucket/prefix``)."""
+        d = self.s3_download_dir
+        return d.rstrip("/") if d and d.startswith("s3://") else None
+
+    @property
+    def files_stay_local(self) -> bool:
+        """True when downloads are kept in a local folder that later stages read from."""
+        return self.keep_files and self.download_url is None
+
     def download_root(self, bucket: str) -> Path:
-        """Folder that mirrors ``bucket/prefix``."""
-        return self.s3_download_dir or (self.local_path / "objects" / bucket)
+        """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""
+        if self.s3_download_dir and self.download_url is None:
+            return Path(self.s3_download_dir)
+        return self.local_path / "objects" / bucket

@@ -54,6 +54,7 @@ def record(
     attempt: int = 1,
     noun: str = "objects",
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+    worker: str | None = None,
 ) -> Iterator[TaskTiming]:
     """Time the block; the caller fills ``items`` and ``bytes`` on the yielded record."""
     timing = TaskTiming(
@@ -63,6 +64,7 @@ def record(
         task_name=task_name,
         started_at=datetime.now(UTC),
         attempts=attempt,
+        worker=worker,
     )
     start = time.perf_counter()
     try:

@@ -10,13 +10,17 @@ the task runner's threads.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from ingest import storage, sync
+from ingest import fetch, storage, sync
 from ingest.extract import batch
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
+from tasks.s3 import client_for
 from tasks.timing import timed
 
 
@@ -58,6 +62,21 @@ def extract_stored(
     run_id: str,
     objects: ObjectBatch,
     extractor: str = batch.DEFAULT_EXTRACTOR,
+    prefix: str = "",
 ) -> ExtractSummary:
-    """Extract unchanged objects already on disk whose text is missing or outdated."""
-    return _extract(settings, bucket, run_id, objects.name, objects.stored(), extractor)
+    """Extract unchanged objects whose text is missing or outdated: from their files where
+    this worker can read them, else from their copy on object storage or the source
+    (``ingest.fetch.materialize``; on a cluster the file may be on another machine)."""
+    stored = objects.stored()
+    if all(p and Path(p).is_file() for _k, _e, p in stored):
+        return _extract(settings, bucket, run_id, objects.name, stored, extractor)
+    with tempfile.TemporaryDirectory(prefix="ingest-extract-") as tmp:
+        readable = fetch.materialize(
+            client_for(settings),
+            settings,
+            objects.objects(),
+            [p for _k, _e, p in stored],
+            prefix=prefix,
+            folder=Path(tmp),
+        )
+        return _extract(settings, bucket, run_id, objects.name, readable, extractor)

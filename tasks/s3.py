@@ -1,4 +1,6 @@
-"""S3 tasks: check the bucket, plan and list chunks of the listing, download a batch.
+"""S3 tasks: check the bucket, plan and list chunks of the listing, download a batch
+(``download-batch``, extracted by a later task), or download and extract it in one
+task (``fetch-batch``, the whole job on the worker that runs it).
 
 One retry layer per failure kind (see ``ingest.s3`` and the README): S3 requests
 are retried by botocore (listing) and ``ingest.s3.get`` (GETs), so a task never
@@ -21,8 +23,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from ingest import listing, s3, storage, sync
+from ingest import fetch, listing, s3, storage, sync
 from ingest.errors import TerminalError
+from ingest.extract import batch as extraction
 from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
@@ -160,6 +163,44 @@ def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> Ba
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
         summary.name = batch.name
+        t.items = len(results)
+        t.bytes = summary.bytes
+    return summary
+
+
+@task(name="fetch-batch", cache_policy=NO_CACHE)
+def fetch_batch(
+    settings: Settings,
+    spec: ListSpec,
+    batch: ObjectBatch,
+    extract: bool,
+    extractor: str = extraction.DEFAULT_EXTRACTOR,
+) -> BatchSummary:
+    """Download a batch, extract it and place or drop its files, all on this worker
+    (``ingest.fetch``); stage its ``s3_objects`` and ``documents`` rows as parts named by
+    the batch (a re-run on another worker overwrites them instead of adding rows).
+
+    No task retries, as ``download-batch``: per-object failures are rows. A worker lost
+    mid-batch is Dask's to handle: the scheduler runs the batch again on another worker.
+    """
+    with timed(settings.lake) as t:
+        results, docs = fetch.fetch_batch(
+            client_for(settings),
+            settings,
+            batch.objects(),
+            prefix=spec.prefix,
+            run_id=spec.run_id,
+            extract=extract,
+            extractor=extractor,
+        )
+        stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
+        summary = sync.summarize(results)
+        summary.name = batch.name
+        if extract:
+            storage.stage(
+                settings.lake, spec.run_id, "documents", batch.name, [d.as_row() for d in docs]
+            )
+            summary.extracted = extraction.summarize(docs)
         t.items = len(results)
         t.bytes = summary.bytes
     return summary

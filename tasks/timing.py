@@ -11,6 +11,7 @@ from prefect.runtime import flow_run, task_run
 from ingest import timing
 from ingest.records import TaskTiming
 from ingest.storage.location import DataDir
+from tasks.runners import worker_name
 
 
 @contextmanager
@@ -25,5 +26,6 @@ def timed(data_dir: DataDir, noun: str = "objects") -> Iterator[TaskTiming]:
         attempt=int(task_run.run_count or 1),
         noun=noun,
         logger=get_run_logger(),  # type: ignore[arg-type]
+        worker=worker_name(),
     ) as t:
         yield t

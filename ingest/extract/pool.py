@@ -198,6 +198,12 @@ class WorkerPool:
     def _start_worker(self) -> _Worker:
         from ingest.extract.worker import serve
 
+        if mp.current_process().daemon:
+            raise RuntimeError(
+                "text extraction starts worker processes, which a daemonic process cannot: "
+                "start Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False (or --no-nanny)"
+            )
+
         for attempt in range(1, START_ATTEMPTS + 1):
             parent, child = self._ctx.Pipe(duplex=True)
             process = self._ctx.Process(

@@ -154,6 +154,7 @@ def append(
             data,
             mode="append",
             partition_by=spec.partition_by,
+            schema_mode="merge",  # a table made before a column was added gains it
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
             ),

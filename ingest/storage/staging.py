@@ -132,7 +132,7 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
         try:
             part = read_part(data_dir, key)
             if part is not None:
-                tables.append(part.cast(schema))
+                tables.append(_with_columns(part, schema).cast(schema))
         except (OSError, pa.ArrowException, ValueError) as exc:
             quarantine(data_dir, key, exc)
     if not tables:
@@ -153,6 +153,14 @@ def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:
     rows = read_parts(loc, keys, table)
     name = duck.register_relation(f"staged:{loc.root}:{run_id}:{table}:{len(keys)}", rows)
     return f'SELECT * FROM "{name}"'
+
+
+def _with_columns(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Add the schema's columns a part staged before they existed lacks, as nulls."""
+    for field in schema:
+        if field.name not in rows.column_names:
+            rows = rows.append_column(field, pa.nulls(rows.num_rows, field.type))
+    return rows.select(schema.names)
 
 
 def quarantine(data_dir: DataDir, key: str, exc: BaseException) -> None:

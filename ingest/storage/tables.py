@@ -75,6 +75,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("attempts", pa.int32()),
             ("state", pa.string()),
             ("error", pa.string()),
+            ("worker", pa.string()),
         ]
     ),
     # One row per finished flow run (ingest.history): which deployment it belongs to, so a

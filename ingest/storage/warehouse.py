@@ -73,19 +73,22 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
     if types is None:
         types = _TYPES[spec.name] = _duck_types(schema)
     files = list(files)
+    empty = "SELECT " + ", ".join(
+        f'CAST(NULL AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
+    )
     if not files:
-        cols = ", ".join(
-            f'CAST(NULL AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
-        )
-        return f"SELECT {cols} WHERE false"
+        return f"{empty} WHERE false"
     cols = ", ".join(
         f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
     )
     listing = ", ".join(_sql_str(f) for f in files)
     hive = "true" if spec.partition_by else "false"
+    # The typed empty row set first: a column added to the schema later (task_timings.worker)
+    # reads as NULL from files written before it, even when no file has it yet.
     return (
-        f"SELECT {cols} FROM read_parquet([{listing}], "
-        f"hive_partitioning = {hive}, union_by_name = true)"
+        f"SELECT {cols} FROM ({empty} WHERE false UNION ALL BY NAME "
+        f"SELECT * FROM read_parquet([{listing}], "
+        f"hive_partitioning = {hive}, union_by_name = true))"
     )
 
 

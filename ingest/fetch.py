@@ -1,0 +1,151 @@
+"""A batch's whole job where it runs: download, extract, then place or drop the files.
+
+On one machine the download and the extraction of a batch may be two tasks that
+meet through a local folder (``ingest.sync``, ``ingest.extract.batch``). Across
+machines no local path may cross from one task to another, so a batch is one
+job on the worker that runs it: its objects are downloaded into a folder of this
+worker, extracted there, and then
+
+* kept in the local download folder (``keep_files`` and a local destination),
+* copied to the download destination on object storage (``s3://bucket/prefix``,
+  through the source's client) and removed here, or
+* dropped (``keep_files`` false) once their text is extracted.
+
+``s3_objects.local_path`` says where the object is kept: a local path, an
+``s3://`` address, or nothing when it was dropped. An object whose copy to the
+destination fails is a ``failed`` row (downloaded again by the next run).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ingest import keys, sync
+from ingest.extract import batch
+from ingest.records import Document, ObjectResult, S3Object
+from ingest.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Stored = batch.Stored
+
+
+@contextmanager
+def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
+    """Where this worker downloads: the local destination when files stay there, else a
+    temporary folder removed when the batch is done."""
+    if settings.files_stay_local:
+        yield settings.download_root(bucket)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="ingest-batch-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fetch_batch(
+    client: Any,
+    settings: Settings,
+    objects: Sequence[S3Object],
+    *,
+    prefix: str,
+    run_id: str,
+    extract: bool,
+    extractor: str = batch.DEFAULT_EXTRACTOR,
+) -> tuple[list[ObjectResult], list[Document]]:
+    """Download ``objects``, extract the ones downloaded, place or drop the files.
+
+    Returns the batch's ``s3_objects`` rows and ``documents`` rows.
+    """
+    if not objects:
+        return [], []
+    bucket = objects[0].bucket
+    with work_folder(settings, bucket) as folder:
+        here = settings.model_copy(update={"s3_download_dir": str(folder)})
+        results = sync.download_batch(client, here, objects, prefix=prefix, run_id=run_id)
+        stored = [
+            (r.key, r.etag or "", r.local_path)
+            for r in results
+            if r.status == "downloaded" and r.local_path
+        ]
+        docs = (
+            batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
+            if extract
+            else []
+        )
+        if not settings.files_stay_local:
+            place_files(client, settings, results, prefix)
+    return results, docs
+
+
+def place_files(client: Any, settings: Settings, results: list[ObjectResult], prefix: str) -> None:
+    """Copy downloaded files to the destination on object storage, or forget them; the
+    rows then say where each object is kept."""
+    url = settings.download_url if settings.keep_files else None
+    for r in results:
+        if r.status != "downloaded" or not r.local_path:
+            continue
+        if url is None:
+            r.local_path = None
+            continue
+        dest_bucket, _, dest_prefix = url.removeprefix("s3://").partition("/")
+        rel = keys.relative_key(r.key, prefix)
+        dest_key = f"{dest_prefix}/{rel}" if dest_prefix else rel
+        try:
+            client.upload_file(r.local_path, dest_bucket, dest_key)
+        except Exception as exc:  # any failure of this object's copy is its row, not the run's
+            log.warning("s3://%s/%s not copied to %s: %s", r.bucket, r.key, url, exc)
+            r.status = "failed"
+            r.error = sync.describe_error(exc)
+            r.local_path = None
+            continue
+        r.local_path = f"s3://{dest_bucket}/{dest_key}"
+
+
+def materialize(
+    client: Any,
+    settings: Settings,
+    objects: Sequence[S3Object],
+    paths: Sequence[str | None],
+    *,
+    prefix: str,
+    folder: Path,
+) -> list[Stored]:
+    """Readable local files for stored objects whose text must be extracted again.
+
+    A path of this machine is used as it is; a copy on object storage (``s3://``) is
+    fetched from there; an object kept nowhere reachable (dropped, or on another
+    machine's disk) is fetched from the source again. Objects that cannot be fetched
+    are left out (their ``documents`` rows stay as they were).
+    """
+    out: list[Stored] = []
+    refetch: list[S3Object] = []
+    for obj, path in zip(objects, paths, strict=True):
+        if path and path.startswith("s3://"):
+            src_bucket, _, src_key = path.removeprefix("s3://").partition("/")
+            local = folder / "copies" / f"{len(out)}-{Path(src_key).name}"
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                client.download_file(src_bucket, src_key, str(local))
+            except Exception as exc:  # a missing copy: fetch the object from the source
+                log.info("%s not read (%s); fetching s3://%s/%s", path, exc, obj.bucket, obj.key)
+                refetch.append(obj)
+                continue
+            out.append((obj.key, obj.etag, str(local)))
+        elif path and Path(path).is_file():
+            out.append((obj.key, obj.etag, path))
+        else:
+            refetch.append(obj)
+    if refetch:
+        here = settings.model_copy(update={"s3_download_dir": str(folder / "source")})
+        for r in sync.download_batch(client, here, refetch, prefix=prefix, run_id=""):
+            if r.status == "downloaded" and r.local_path:
+                out.append((r.key, r.etag or "", r.local_path))
+    return out

@@ -1,0 +1,91 @@
+"""Where a flow's batch tasks run: the flow's own threads, or a Dask cluster.
+
+A flow keeps its decorator's thread runner for the tasks that must stay in its
+own process (the listing and its comparison with the stored state: an
+in-process DuckDB over the run's listing; the commit at the end), and hands its
+*batch* tasks to the runner chosen by ``task_runner``:
+
+* ``thread``: the flow's own ``ThreadPoolTaskRunner`` (one machine, the default);
+* ``dask``: a ``prefect_dask.DaskTaskRunner`` on the scheduler at ``dask_address``,
+  or on a ``LocalCluster`` started for the run when the address is empty.
+
+A task submitted to Dask is pickled with its parameters (a batch of keys as
+Arrow IPC bytes and the settings, a few KB) and runs on a worker process,
+maybe another machine, which reports the task run to the Prefect API itself;
+its result comes back pickled inside the final Prefect state.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect.context import FlowRunContext
+from prefect.futures import PrefectFuture
+from prefect.task_runners import TaskRunner
+from prefect.tasks import Task
+
+from ingest.settings import Settings
+
+
+@contextmanager
+def batch_runner(settings: Settings) -> Iterator[TaskRunner[Any]]:
+    """The started runner for the flow's batch tasks (see the module docstring)."""
+    if settings.task_runner == "thread":
+        ctx = FlowRunContext.get()
+        if ctx is None or ctx.task_runner is None:
+            raise RuntimeError("batch_runner() is used inside a flow run")
+        yield ctx.task_runner
+        return
+    from prefect_dask import DaskTaskRunner
+
+    if settings.dask_address:
+        with DaskTaskRunner(address=settings.dask_address) as runner:
+            yield runner
+        return
+    import dask
+
+    # A nanny starts its worker as a daemonic process, which may not start the extraction
+    # pool's processes; the nanny still ends the worker with the cluster.
+    with (
+        dask.config.set({"distributed.worker.daemon": False}),
+        DaskTaskRunner(cluster_kwargs=local_cluster_kwargs()) as runner,
+    ):
+        yield runner
+
+
+def local_cluster_kwargs() -> dict[str, Any]:
+    """A LocalCluster's workers report to the flow's own Prefect API.
+
+    Without ``PREFECT_API_URL`` the flow may run on a temporary server of its own
+    process; a worker process would then start another one (about 30 s each, and
+    its task runs recorded where no one looks). The workers get the address the
+    flow's client uses.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    kwargs: dict[str, Any] = {"dashboard_address": None}
+    if api_url.startswith(("http://", "https://")):
+        kwargs["env"] = {"PREFECT_API_URL": api_url.rstrip("/")}
+    return kwargs
+
+
+def submit(runner: TaskRunner[Any], task: Task[..., Any], **parameters: Any) -> PrefectFuture[Any]:
+    """``task.submit(**parameters)``, on ``runner`` instead of the flow's own runner."""
+    return runner.submit(task, parameters)
+
+
+def worker_name() -> str:
+    """Who runs the current task: the Dask worker's name (its address unless named) on a
+    cluster, else ``host:pid``."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return f"{socket.gethostname()}:{os.getpid()}"
