@@ -84,7 +84,8 @@ def rest_ingest(
         Literal["thread", "dask"],
         Field(
             description="Where the fetch task runs: thread (this process) or dask (the cluster "
-            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default is INGEST_TASK_RUNNER."
+            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default: "
+            "INGEST_TASK_RUNNER."
         ),
     ] = "thread",
 ) -> RestSummary:

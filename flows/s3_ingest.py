@@ -142,7 +142,8 @@ def s3_ingest(
         Literal["thread", "dask"],
         Field(
             description="Where the batches run: thread (this process) or dask (the cluster "
-            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default is INGEST_TASK_RUNNER."
+            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default: "
+            "INGEST_TASK_RUNNER."
         ),
     ] = "thread",
     inventory: Annotated[
