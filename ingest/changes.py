@@ -83,11 +83,14 @@ def diff_chunk(
     extract_version: str | None = None,
     state_sql: str | None = None,
     documents_sql: str | None = None,
+    local_files: bool = True,
 ) -> ChunkChanges:
     """Split a filtered listing chunk into fetch / extract-only / deleted / unchanged.
 
     ``state_sql`` and ``documents_sql`` (``storage.scan`` expressions) may be
     passed in to reuse one resolution of the tables' files for many chunks.
+    ``local_files`` false: a stored path is on another machine (a Dask worker's
+    disk), so this process cannot check it and trusts the row (``_kept``).
     """
     state_sql = state_sql or storage.scan(data_dir, "s3_objects")
     conds, params = _bounds(after, upto, shard_start, shard_end, last)
@@ -108,7 +111,7 @@ def diff_chunk(
             """SELECT st.key, st.etag, st.size, st.local_path FROM st
                WHERE st.status <> 'deleted' AND st.key NOT IN (SELECT key FROM listing)"""
         ).fetch_arrow_table()
-        unchanged_mask = _unchanged(joined, full_refresh)
+        unchanged_mask = _unchanged(joined, full_refresh, local_files)
         fetch = joined.filter(pc.invert(unchanged_mask))
         same = joined.filter(unchanged_mask)
         extract = same.slice(0, 0)
@@ -159,8 +162,8 @@ def release() -> None:
             _db = None
 
 
-def _unchanged(joined: pa.Table, full_refresh: bool) -> pa.Array:
-    """Stored with the same ETag and size, and the file still there with that size."""
+def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -> pa.Array:
+    """Stored with the same ETag and size, and kept as it was stored (``_kept``)."""
     n = joined.num_rows
     if full_refresh or n == 0:
         return pa.array([False] * n, pa.bool_())
@@ -177,8 +180,21 @@ def _unchanged(joined: pa.Table, full_refresh: bool) -> pa.Array:
     sizes = joined.column("size").to_pylist()
     for i, ok in enumerate(flags):
         if ok:
-            flags[i] = _file_has_size(paths[i], sizes[i])
+            flags[i] = _kept(paths[i], sizes[i], local_files)
     return pa.array(flags, pa.bool_())
+
+
+def _kept(path: str | None, size: int, local_files: bool) -> bool:
+    """Whether the object is still kept as its row says.
+
+    No path: the file was dropped after extraction on purpose (``keep_files``
+    false), only the row and the text were wanted. A copy on object storage
+    (``s3://``) is trusted: a HEAD per object each night would cost as much as the
+    listing. A local path is checked for its size when it is this machine's.
+    """
+    if not path or path.startswith("s3://") or not local_files:
+        return True
+    return _file_has_size(path, size)
 
 
 def _file_has_size(path: str | None, size: int) -> bool:

@@ -143,6 +143,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         documents_sql=_scan(settings.lake, "documents", spec.run_id)
         if spec.extract_version
         else None,
+        local_files=settings.task_runner == "thread",
     )
     name = listed.name
     result = ChunkResult(shard=shard.index, listed=objects.num_rows, next=listed.next)

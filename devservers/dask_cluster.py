@@ -1,0 +1,138 @@
+"""A Dask cluster of child processes on loopback, each worker in its own folder.
+
+``dask scheduler`` and ``dask worker`` exactly as a team starts them on their
+machines, for the tests and the scaling benchmark: every worker runs in a folder
+of its own (working directory, temporary files, Prefect home), shares no file
+with the others or with the flow, and reports its task runs to the Prefect API
+it is given. Workers run without a nanny, so a worker is one process: killing
+it is losing that machine.
+
+    with DaskCluster(root, workers=2, env={"PREFECT_API_URL": url}) as cluster:
+        cluster.address  # tcp://127.0.0.1:PORT, for INGEST_DASK_ADDRESS
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Self
+
+from devservers.child import free_port
+
+DASK = str(Path(sys.executable).with_name("dask"))
+
+
+class DaskCluster:
+    """A scheduler and ``workers`` named ``w1``, ``w2`` ... as child processes."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        workers: int = 2,
+        threads: int = 2,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.names = [f"w{i + 1}" for i in range(workers)]
+        self.threads = threads
+        self.env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", **(env or {})}
+        self.start_timeout = start_timeout
+        self.scheduler: subprocess.Popen[bytes] | None = None
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[IO[bytes]] = []
+
+    def folder(self, name: str) -> Path:
+        return self.root / name
+
+    def _start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        folder = self.folder(name)
+        (folder / "tmp").mkdir(parents=True, exist_ok=True)
+        log = open(folder / f"{name}.log", "wb")  # noqa: SIM115 (closed in __exit__)
+        self._logs.append(log)
+        return subprocess.Popen(
+            [DASK, *args], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        folder = self.folder(name)
+        env = {
+            **self.env,
+            "TMPDIR": str(folder / "tmp"),
+            "PREFECT_HOME": str(folder / "prefect-home"),
+        }
+        proc = self._start(
+            name,
+            [
+                "worker",
+                self.address,
+                "--name",
+                name,
+                "--nthreads",
+                str(self.threads),
+                "--no-nanny",
+                "--no-dashboard",
+                "--local-directory",
+                str(folder / "dask"),
+            ],
+            env,
+        )
+        self.workers[name] = proc
+        return proc
+
+    def __enter__(self) -> Self:
+        self.scheduler = self._start(
+            "scheduler",
+            ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"],
+            self.env,
+        )
+        try:
+            for name in self.names:
+                self.start_worker(name)
+            self.wait_for_workers(len(self.names))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def wait_for_workers(self, n: int) -> None:
+        """Block until ``n`` workers are connected to the scheduler."""
+        from distributed import Client
+
+        with Client(self.address, timeout=self.start_timeout) as client:
+            client.wait_for_workers(n, timeout=self.start_timeout)
+
+    def worker_names(self) -> set[str]:
+        """Names of the workers the scheduler has now."""
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            info = client.scheduler_info(n_workers=-1)
+        return {str(w["name"]) for w in info["workers"].values()}
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a worker: the machine is gone, nothing of it says goodbye."""
+        proc = self.workers[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in [*self.workers.values(), self.scheduler]:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers.values(), self.scheduler]:
+            if proc is None:
+                continue
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self._logs:
+            log.close()
