@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test chaos lint format bench-s3 bench-github bench-extract bench-scale clean
+.PHONY: setup demo serve test test-cluster chaos lint format bench-s3 bench-github bench-extract bench-scale clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -38,6 +38,11 @@ test: setup
 	$(UV) lock --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The long Dask scenarios (about 3 min): the ingest command from three folders with the
+# downloads on object storage, a worker killed mid-run. `make test` runs the short one.
+test-cluster: setup
+	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py $(PYTEST_ARGS)
 
 # The fault-injection suite, every trial (about 12 min); `make test` runs a short seeded
 # subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".

@@ -14,9 +14,11 @@ it is losing that machine.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO, Self
 
@@ -47,24 +49,32 @@ class DaskCluster:
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
+        self._temps: dict[str, Path] = {}
 
     def folder(self, name: str) -> Path:
         return self.root / name
 
     def _start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         folder = self.folder(name)
-        (folder / "tmp").mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         log = open(folder / f"{name}.log", "wb")  # noqa: SIM115 (closed in __exit__)
         self._logs.append(log)
         return subprocess.Popen(
             [DASK, *args], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT
         )
 
+    def temp_folder(self, name: str) -> Path:
+        """The worker's TMPDIR: short, as a machine's /tmp is (multiprocessing's
+        forkserver socket lives there, and a socket path may have at most 107 bytes)."""
+        if name not in self._temps:
+            self._temps[name] = Path(tempfile.mkdtemp(prefix=f"dask-{name}-"))
+        return self._temps[name]
+
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         folder = self.folder(name)
         env = {
             **self.env,
-            "TMPDIR": str(folder / "tmp"),
+            "TMPDIR": str(self.temp_folder(name)),
             "PREFECT_HOME": str(folder / "prefect-home"),
         }
         proc = self._start(
@@ -136,3 +146,5 @@ class DaskCluster:
                 proc.wait()
         for log in self._logs:
             log.close()
+        for temp in self._temps.values():
+            shutil.rmtree(temp, ignore_errors=True)

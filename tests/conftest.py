@@ -74,3 +74,13 @@ def prefect_harness(_clean_environment: None) -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long cluster scenarios run when asked for (``-m cluster``, make test-cluster)."""
+    if "cluster" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="long Dask scenario: make test-cluster")
+    for item in items:
+        if "cluster" in item.keywords:
+            item.add_marker(skip)

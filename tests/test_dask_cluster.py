@@ -9,6 +9,11 @@ the ``cluster`` marker: ``make test-cluster``.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,13 +41,15 @@ def api_url() -> str:
 def seed(s3: Any, bucket: str, n: int = TEXT_KEYS, prefix: str = "docs/") -> dict[str, str]:
     """``n`` small text objects; returns key -> the sentence inside it."""
     s3.create_bucket(Bucket=bucket)
-    sentences = {f"{prefix}{i:03d}/note-{i:03d}.txt": f"drawing note number {i:03d}" for i in range(n)}
+    sentences = {f"{prefix}{i:03d}/note-{i:03d}.txt": f"drawing note {i:03d}" for i in range(n)}
     put_many(s3, bucket, {k: v.encode() for k, v in sentences.items()})
     return sentences
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> Iterator[DaskCluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, prefect_harness: None
+) -> Iterator[DaskCluster]:
     root = tmp_path_factory.mktemp("cluster")
     with DaskCluster(root, workers=2, env={"PREFECT_API_URL": api_url()}) as c:
         yield c
@@ -76,7 +83,8 @@ def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
     docs = rows(lake, "SELECT key, status, text FROM documents")
     assert {r["key"]: r["text"].strip() for r in docs} == sentences
     workers = rows(
-        lake, "SELECT worker, count(*) n FROM task_timings WHERE task_name = 'fetch-batch' GROUP BY ALL"
+        lake,
+        "SELECT worker, count(*) n FROM task_timings WHERE task_name = 'fetch-batch' GROUP BY ALL",
     )
     assert {r["worker"] for r in workers} == {"w1", "w2"}, workers
     assert sum(r["n"] for r in workers) == 8
@@ -85,9 +93,123 @@ def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
     assert others and not {r["worker"] for r in others} & {"w1", "w2"}
     # No worker left a file in its folder (the downloads were dropped after extraction).
     for name in cluster.names:
-        assert not [p for p in (cluster.folder(name) / "tmp").rglob("*") if p.is_file()]
+        assert not [p for p in cluster.temp_folder(name).rglob("*") if p.is_file()]
 
     s3_server.reset_stats()
     second = run()
     assert second.counts == {"skipped": TEXT_KEYS}
     assert s3_server.stats().get("GET object", 0) == 0
+
+
+# --- the long scenarios (make test-cluster) -----------------------------------------
+
+
+def ingest_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The ``ingest`` command started in ``cwd``, as a person on that machine would."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("ingest")), *args],
+        cwd=cwd,
+        env={**os.environ, "PREFECT_API_URL": api_url(), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def timings(lake: Path, task: str) -> list[dict[str, Any]]:
+    return rows(
+        lake,
+        f"SELECT worker, started_at, ended_at, state FROM task_timings WHERE task_name = '{task}'",
+    )
+
+
+@pytest.mark.cluster
+def test_command_from_three_folders_with_downloads_on_object_storage(
+    s3: Any, s3_server: DevServer, cluster: DaskCluster, tmp_path: Path
+) -> None:
+    bucket, dest = f"src-{uuid.uuid4().hex[:10]}", f"dl-{uuid.uuid4().hex[:10]}"
+    sentences = seed(s3, bucket)
+    s3.create_bucket(Bucket=dest)
+    lake = tmp_path / "lake"
+    env = {"INGEST_DASK_ADDRESS": cluster.address, "INGEST_S3_BATCH_SIZE": "4"}
+    args = ["s3", "--bucket", bucket, "--prefix", "docs/", "--endpoint-url", s3_server.url]
+    args += ["--data-dir", str(lake), "--download-dir", f"s3://{dest}/objects"]
+    args += ["--task-runner", "dask"]
+
+    out = finish(ingest_cli(args, tmp_path / "flow", env))
+    assert "downloaded" in out
+    stored = rows(lake, "SELECT key, status, local_path FROM s3_objects")
+    assert {r["key"]: r["local_path"] for r in stored} == {
+        k: f"s3://{dest}/objects/{k.removeprefix('docs/')}" for k in sentences
+    }
+    for key, text in sentences.items():  # every object copied whole to the destination
+        copy = s3.get_object(Bucket=dest, Key=f"objects/{key.removeprefix('docs/')}")
+        assert copy["Body"].read() == text.encode()
+    docs = rows(lake, "SELECT key, text FROM documents WHERE status = 'ok'")
+    assert {r["key"]: r["text"].strip() for r in docs} == sentences
+    assert {r["worker"] for r in timings(lake, "fetch-batch")} == {"w1", "w2"}
+
+    s3_server.reset_stats()
+    finish(ingest_cli(args, tmp_path / "flow", env))
+    assert s3_server.stats().get("GET object", 0) == 0
+
+    sql = "SELECT count(*) AS n, count(DISTINCT key) AS k FROM s3_objects"
+    query = ["query", sql, "--data-dir", str(lake), "--format", "json"]
+    answer = json.loads(finish(ingest_cli(query, tmp_path / "elsewhere", {}), timeout=120))
+    assert answer == [{"n": TEXT_KEYS, "k": TEXT_KEYS}]
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_mid_run_loses_nothing(s3_server: DevServer, tmp_path: Path) -> None:
+    import boto3
+
+    n, batch = 120, 6
+    with (
+        DevServer(latency_ms=100) as slow,
+        DaskCluster(tmp_path / "cluster", workers=2, env={"PREFECT_API_URL": api_url()}) as c,
+    ):
+        s3 = boto3.client("s3", endpoint_url=slow.url, region_name="us-east-1")
+        bucket = f"src-{uuid.uuid4().hex[:10]}"
+        sentences = seed(s3, bucket, n=n)
+        lake = tmp_path / "lake"
+        env = {
+            "INGEST_DASK_ADDRESS": c.address,
+            "INGEST_S3_BATCH_SIZE": str(batch),
+            "INGEST_S3_CONCURRENCY": "2",  # each batch takes a few round trips of 100 ms
+        }
+        args = ["s3", "--bucket", bucket, "--endpoint-url", slow.url, "--data-dir", str(lake)]
+        args += ["--task-runner", "dask", "--no-keep-files"]
+        slow.reset_stats()
+        proc = ingest_cli(args, tmp_path / "flow", env)
+        deadline = time.monotonic() + 300
+        # Poll the server's counter until a third of the objects are fetched (w1 is then
+        # busy with its share of the batches), then take w1 away without warning.
+        while slow.stats().get("GET object", 0) < n // 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "run ended early"
+            time.sleep(0.05)
+        killed_at = time.time()
+        c.kill("w1")
+        finish(proc)
+        assert c.worker_names() == {"w2"}
+        gets = slow.stats().get("GET object", 0)
+
+    objects = rows(lake, "SELECT key, status, count(*) OVER (PARTITION BY key) n FROM s3_objects")
+    assert {r["key"] for r in objects} == set(sentences)
+    assert all(r["status"] == "downloaded" and r["n"] == 1 for r in objects)
+    docs = rows(lake, "SELECT key, text FROM documents WHERE status = 'ok'")
+    assert {r["key"]: r["text"].strip() for r in docs} == sentences
+    done = timings(lake, "fetch-batch")
+    assert {r["worker"] for r in done} == {"w1", "w2"}
+    # Every batch ended on some worker; those still running on w1 ran again on w2.
+    assert len(done) >= n // batch
+    assert all(r["worker"] == "w2" for r in done if r["started_at"].timestamp() > killed_at)
+    # The batches w1 was fetching when it died were fetched again, whole, by w2.
+    print(f"{gets} GETs for {n} objects; {len(done)} fetch-batch runs for {n // batch} batches")
+    assert gets >= n
