@@ -63,7 +63,13 @@ def warm(runner: Any) -> None:
     """Have every worker import the batch tasks now, while the flow lists the bucket: a
     fresh worker's first task otherwise starts with seconds of imports (the project,
     Prefect's engine, pyarrow, deltalake; 25 s on the loaded 2-core machine)."""
-    runner.client.run(preload, wait=False)
+    from distributed import fire_and_forget
+
+    client = runner.client
+    workers = list(client.scheduler_info(n_workers=-1)["workers"])
+    fire_and_forget(
+        [client.submit(preload, workers=[w], pure=False, key=f"preload-{w}") for w in workers]
+    )
 
 
 def preload() -> None:
