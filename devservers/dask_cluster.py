@@ -126,6 +126,17 @@ class DaskCluster:
             info = client.scheduler_info(n_workers=-1)
         return {str(w["name"]) for w in info["workers"].values()}
 
+    def processing(self, name: str) -> list[str]:
+        """Keys of the tasks the scheduler has given the worker ``name`` and not got back."""
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            info = client.scheduler_info(n_workers=-1)
+            addresses = [a for a, w in info["workers"].items() if str(w["name"]) == name]
+            if not addresses:
+                return []
+            return [str(k) for k in client.processing(workers=addresses).get(addresses[0], ())]
+
     def kill(self, name: str) -> None:
         """SIGKILL a worker: the machine is gone, nothing of it says goodbye."""
         proc = self.workers[name]
