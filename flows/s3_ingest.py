@@ -131,6 +131,13 @@ def s3_ingest(
         Literal["list", "inventory"],
         Field(description="Where the listing comes from: LIST calls, or an S3 Inventory report."),
     ] = "list",
+    inventory: Annotated[
+        str | None,
+        Field(
+            description="With listing=inventory: s3://dest-bucket/prefix/source-bucket/config-id/ "
+            "(the newest report is used) or the s3://.../manifest.json of one report."
+        ),
+    ] = None,
     keep_files: Annotated[
         bool,
         Field(
@@ -146,13 +153,6 @@ def s3_ingest(
             "INGEST_TASK_RUNNER."
         ),
     ] = "thread",
-    inventory: Annotated[
-        str | None,
-        Field(
-            description="With listing=inventory: s3://dest-bucket/prefix/source-bucket/config-id/ "
-            "(the newest report is used) or the s3://.../manifest.json of one report."
-        ),
-    ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
     settings = Settings()
