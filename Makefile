@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos lint format bench-s3 bench-github bench-extract bench-scale bench-dask clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format bench-s3 bench-github bench-extract bench-scale bench-dask clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -50,6 +50,11 @@ chaos: setup
 	rm -f chaos-results.json
 	CHAOS_FULL=1 CHAOS_RESULTS=chaos-results.json $(VENV)/bin/pytest -m chaos $(PYTEST_ARGS); \
 	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json README.md; exit $$status
+
+# Two `ingest github` commands under shared limits, and without them (the control);
+# `make test` runs the same scenario with the plain fetch in two processes.
+limits: setup
+	LIMITS_FULL=1 $(VENV)/bin/pytest -m limits tests/test_shared_limits.py $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

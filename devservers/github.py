@@ -15,6 +15,8 @@ It serves ``GET /repos/{owner}/{repo}/pulls`` (and the same listing at
 * a secondary rate limit (403 with ``Retry-After``, or without it when
   configured so) when more than ``max_in_flight`` requests are in flight;
 * latency of ``latency_base_ms + latency_per_item_ms x items`` per page;
+* a start line (``start_together``): listing requests wait until that many
+  repositories were asked for, so runs started apart overlap;
 * injected faults: 502 answers or hangs for the first N requests whose
   path and query contain a string;
 * 401 ``Bad credentials`` for a token other than the configured one, 404
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -69,6 +72,10 @@ class Config:
     faults: list[dict[str, Any]] = field(default_factory=list)  # {kind: 502|hang, match, times}
     hang_seconds: float = 30.0
     link_base: str | None = None  # Link headers point at this host instead (another server)
+    # hold listing requests until this many repositories have been asked for (at most
+    # ``start_timeout`` s): runs started in separate processes then overlap for sure
+    start_together: int = 0
+    start_timeout: float = 60.0
 
 
 @dataclass
@@ -94,6 +101,8 @@ class GitHubState:
         self.in_flight = 0
         self.max_in_flight = 0
         self.fault_hits: Counter[int] = Counter()
+        self.asked: set[str] = set()  # repositories whose listing was requested
+        self.started = asyncio.Event()
         self._listings: dict[tuple[str, str, str, bool], list[dict[str, Any]]] = {}
 
     def _make(self, repo: str, number: int) -> dict[str, Any]:
@@ -226,6 +235,14 @@ def build_app(config: Config) -> Any:
         return await pulls(request, repo)
 
     async def pulls(request: Request, repo: str) -> Response:
+        if config.start_together and not state.started.is_set():
+            state.asked.add(repo)
+            if len(state.asked) >= config.start_together:
+                state.started.set()
+            else:
+                state.stats["held_for_start"] += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.started.wait(), config.start_timeout)
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         state.stats["requests"] += 1

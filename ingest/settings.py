@@ -349,6 +349,34 @@ class Settings(BaseSettings):
         "(0: grow only per clean answer).",
     )
 
+    # --- Across workers (issue: scale out) -----------------------------------------
+    task_runner: Literal["thread", "dask"] = Field(
+        "thread", description="Where batch tasks run: threads of this process, or Dask workers."
+    )
+    shared_limits: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Hold each API host's in-flight limit and budget for every process calling "
+        "it, as global concurrency limits on the Prefect server: on, off, or auto (on when the "
+        "task runner is dask or shared_limit_name is set, and PREFECT_API_URL names a server).",
+    )
+    shared_limit_name: str | None = Field(
+        None,
+        description="Name the shared limits start with instead of ingest-api-<host>[-<port>] "
+        "(processes that call one API through different addresses share it by this name).",
+    )
+    shared_limit_block: int = Field(
+        8,
+        ge=1,
+        le=100,
+        description="In-flight slots and budget tokens leased per call to the Prefect server.",
+    )
+    shared_lease_seconds: float = Field(
+        60.0,
+        ge=10,
+        description="Lease of the in-flight slots, renewed while the run lasts; a process that "
+        "dies gives its slots back when its leases expire.",
+    )
+
     # --- Declared REST sources (ingest rest) ------------------------------------
     rest_timeout: float = Field(
         30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."

@@ -165,6 +165,8 @@ class GitHubSummary:
     window: int = 0  # requests in flight the host allowed at the end (remembered)
     ceiling: int | None = None  # the most the host accepted, when it refused more
     limit_answers: int = 0
+    shared_limit: str | None = None  # the cluster's in-flight limit this run leased from
+    shared_round_trips: int = 0  # calls to the Prefect server for the shared limits
     seconds: float = 0.0
     errors: list[tuple[str, str]] = field(default_factory=list)
     stages: list[dict[str, Any]] = field(default_factory=list)

@@ -4,6 +4,7 @@ under the ``fetch-pulls`` task, also used by the CLI tests and the benchmark."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from ingest.rest import store as rest_store
 from ingest.rest.aio import run_async
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow
+from ingest.rest.shared import SharedLimits, open_shared, shared_base
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -95,10 +97,43 @@ async def _fetch(
     transport: httpx.AsyncBaseTransport | None,
     remembered: tuple[int, int | None] | None = None,
 ) -> GitHubSummary:
+    base = shared_base(settings, settings.github_base_url)
+    async with contextlib.AsyncExitStack() as stack:
+        shared = None
+        if base is not None:
+            in_flight = settings.github_concurrency
+            if remembered and remembered[1]:  # the host's ceiling, learned by an earlier run
+                in_flight = min(in_flight, remembered[1])
+            shared = await stack.enter_async_context(
+                open_shared(
+                    base,
+                    in_flight=in_flight,
+                    block=settings.shared_limit_block,
+                    lease_seconds=settings.shared_lease_seconds,
+                )
+            )
+        return await _fetch_with(
+            settings, repos, run_id, token, priors, full_refresh, transport, remembered, shared
+        )
+
+
+async def _fetch_with(
+    settings: Settings,
+    repos: list[str],
+    run_id: str,
+    token: str | None,
+    priors: dict[str, RepoState],
+    full_refresh: bool,
+    transport: httpx.AsyncBaseTransport | None,
+    remembered: tuple[int, int | None] | None,
+    shared: SharedLimits | None,
+) -> GitHubSummary:
     started = time.perf_counter()
     window = window_for(settings, remembered)
     governor = governor_for(settings)
     summary = GitHubSummary(run_id=run_id)
+    if shared is not None:
+        governor.shared = shared.budget
     http = make_http_client(
         settings.github_base_url,
         token,
@@ -117,6 +152,7 @@ async def _fetch(
             window=window,
             auth_hint=AUTH_HINT,
             who="this token (private repositories need a token with access)",
+            shared=shared.slots if shared is not None else None,
         )
         results: list[RepoResult] = []
         try:
@@ -196,5 +232,8 @@ async def _fetch(
     summary.max_in_flight = gh.max_in_flight
     summary.window, summary.ceiling = window.remembered()
     summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
+    if shared is not None:
+        summary.shared_limit = shared.slots.name
+        summary.shared_round_trips = shared.round_trips
     summary.seconds = time.perf_counter() - started
     return summary

@@ -21,6 +21,11 @@ def headline(summary: GitHubSummary) -> str:
         text += f", {summary.limit_answers} limit answers"
     if summary.failed_pages:
         text += f", {summary.failed_pages} failed pages"
+    if summary.shared_limit:
+        text += (
+            f"\nshared limits: {summary.shared_limit} and the budget of its host, "
+            f"{summary.shared_round_trips} calls to the Prefect server"
+        )
     if summary.stopped:
         text += f"\nstopped early: {summary.stopped}"
     return text

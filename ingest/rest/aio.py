@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -12,16 +13,18 @@ T = TypeVar("T")
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync code, even inside a running loop
-    (then on a short-lived thread with its own loop)."""
+    (then on a short-lived thread with its own loop, in a copy of the caller's context:
+    Prefect's settings, such as the API URL of a test server, live there)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
     box: dict[str, Any] = {}
+    context = contextvars.copy_context()
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro)
+            box["value"] = context.run(asyncio.run, coro)
         except BaseException as exc:
             box["error"] = exc
 

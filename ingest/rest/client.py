@@ -32,7 +32,7 @@ import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -48,6 +48,9 @@ from ingest.rest.errors import (
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
 from ingest.rest.records import ApiRequest
 from ingest.rest.window import AdaptiveWindow, Outcome
+
+if TYPE_CHECKING:
+    from ingest.rest.shared import SharedSlots
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +188,9 @@ class RestClient:
     requests: list[ApiRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    # the cluster's in-flight slots of the host (``ingest.rest.shared``); None: this
+    # process's window alone limits what is in flight
+    shared: SharedSlots | None = None
 
     def __post_init__(self) -> None:
         if self.window is None:
@@ -295,8 +301,11 @@ class RestClient:
         ticket = await window.acquire()
         sent = _Sent(in_flight=ticket.in_flight, window=window.size)
         start = time.perf_counter()
-        admitted = False
+        admitted = slotted = False
         try:
+            if self.shared is not None:
+                await self.shared.acquire(window.size)
+                slotted = True
             await self.governor.acquire()
             admitted = True
             self.in_flight += 1
@@ -331,6 +340,9 @@ class RestClient:
             return sent
         finally:
             await window.release(ticket, sent.outcome, sent.seconds)
+            if slotted:
+                assert self.shared is not None
+                await self.shared.release()
             if admitted:
                 await self.governor.release(
                     sent.response.headers if sent.response is not None else None

@@ -30,8 +30,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from ingest.rest.errors import RateLimitStop
+
+if TYPE_CHECKING:
+    from ingest.rest.shared import SharedBudget
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,9 @@ class RateLimitGovernor:
             without ``Retry-After`` (GitHub asks for at least 60); doubles per
             consecutive hit.
         clock: wall clock in epoch seconds (``x-ratelimit-reset`` is epoch).
+        shared: the cluster's budget (``ingest.rest.shared``): a request is admitted
+            only with one of its tokens too, so processes calling the same host
+            together never spend into the reserve.
     """
 
     def __init__(
@@ -118,7 +125,10 @@ class RateLimitGovernor:
         secondary_backoff: float = 60.0,
         resource: str = "core",
         clock: Callable[[], float] = time.time,
+        shared: SharedBudget | None = None,
     ) -> None:
+        self.shared = shared
+        self.shared_refusals = 0
         self.reserve = reserve
         self.max_wait = max_wait
         self.secondary_backoff = secondary_backoff
@@ -160,8 +170,11 @@ class RateLimitGovernor:
                         break
                     await self._cond.wait()
                     continue
-                if budget.remaining - self.pending > self.effective_reserve:
-                    break
+                above = budget.remaining - self.pending - self.effective_reserve
+                if above > 0:
+                    if self.shared is None or await self.shared.take(above, budget.reset):
+                        break
+                    self.shared_refusals += 1  # the cluster spent what the window allows
                 if self.pending:  # answers in flight may show a reset
                     await self._cond.wait()
                     continue
@@ -171,9 +184,10 @@ class RateLimitGovernor:
                     continue
                 reset_at = datetime.fromtimestamp(budget.reset, UTC).strftime("%H:%M:%S UTC")
                 if wait > self.max_wait:
+                    spent = " (spent by the processes sharing it)" if above > 0 else ""
                     raise RateLimitStop(
                         f"primary rate limit: {budget.remaining} of {budget.limit} requests left "
-                        f"(reserve {self.effective_reserve}); resets at {reset_at}, "
+                        f"(reserve {self.effective_reserve}){spent}; resets at {reset_at}, "
                         f"in {wait:.0f} s, beyond max_wait {self.max_wait:.0f} s",
                         reset_at=budget.reset,
                     )

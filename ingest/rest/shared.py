@@ -1,0 +1,468 @@
+"""Limits that hold for every process calling one API host, not per process: the
+in-flight slots and the primary budget, kept on the Prefect server as global
+concurrency limits.
+
+Several task runs (Dask workers, processes, machines) that call the same host
+each have their own ``AdaptiveWindow`` and ``RateLimitGovernor``; alone, each
+would fill the host's in-flight limit and spend down to the reserve as if it
+were the only one. With shared limits:
+
+* **In flight** -- a limit named ``<base>-inflight`` whose size is the most
+  requests the cluster may have in flight to the host (the configured
+  concurrency, or the ceiling remembered for the host when lower). A request
+  is sent only with one of the slots this process leased. Slots are leased in
+  blocks (``block``) with a server-side lease that this process renews; a
+  process that dies loses its leases when they expire, so its slots come back.
+  The local window stays adaptive: the shared limit caps the *sum* of the
+  windows, each window still grows and shrinks on its own answers (flows
+  sharing a bottleneck, as TCP connections share a link), and a process
+  returns a lease as soon as none of its slots is needed.
+* **Budget** -- per rate-limit window of the API (its reset time), a limit
+  named ``<base>-budget-<reset>`` whose size is what the window allows to be
+  spent above the reserve, as the first process that saw the window read it
+  from the headers. Every request takes a token first (tokens are taken in
+  blocks and never given back while spent; unspent ones go back at the end of
+  the run), so the whole cluster never spends into the reserve. The request
+  that learned the window is charged when a process joins it.
+
+Names come from the host (and port) of the base URL only, never from
+credentials or paths; ``name`` replaces the host part.
+
+Cost: one acquire on the server is a round trip (about 5 ms on an idle
+machine, and ``prefect.concurrency.asyncio.concurrency`` adds a lease-renewal
+thread and events: about 140 ms per acquire and release, see
+benchmarks/limits.md), so no request pays it: a block of slots or tokens
+costs one round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import UUID
+
+import httpx
+
+if TYPE_CHECKING:
+    from ingest.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SharedMode = Literal["auto", "on", "off"]
+_LOCKED = 423
+
+
+def limit_base(base_url: str, name: str | None = None) -> str:
+    """``ingest-api-<host>[-<port>]`` from the base URL (no userinfo, path or query),
+    or ``name`` when given; lower case, only letters, digits, dots and dashes."""
+    if name:
+        raw = name
+    else:
+        url = httpx.URL(base_url)
+        raw = f"ingest-api-{url.host}" + (f"-{url.port}" if url.port else "")
+    return re.sub(r"[^a-z0-9.-]+", "-", raw.lower()).strip("-")
+
+
+def shared_base(settings: Settings, base_url: str) -> str | None:
+    """The base of the limit names when this run shares its limits, else None."""
+    if not enabled(
+        settings.shared_limits,
+        task_runner=settings.task_runner,
+        name=settings.shared_limit_name,
+        api_url=_api_url,
+    ):
+        return None
+    return limit_base(base_url, settings.shared_limit_name)
+
+
+def _api_url() -> str | None:
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    return str(url) if url else None
+
+
+def enabled(
+    mode: SharedMode, *, task_runner: str, name: str | None, api_url: Callable[[], str | None]
+) -> bool:
+    """Whether the limits are shared: ``on``; ``auto`` when the task runner is Dask or a
+    limit name is configured, and a Prefect server is configured to hold them."""
+    if mode == "off":
+        return False
+    if mode == "on":
+        if not api_url():
+            raise ValueError(
+                "shared limits need a Prefect server: set PREFECT_API_URL (or INGEST_SHARED_LIMITS"
+                "=off)"
+            )
+        return True
+    wanted = task_runner == "dask" or bool(name)
+    if wanted and not api_url():
+        log.warning("shared limits need PREFECT_API_URL; the limits of this run are its own")
+        return False
+    return wanted
+
+
+class SharedLimitsError(RuntimeError):
+    """The Prefect server refused or failed an operation on a shared limit."""
+
+
+@dataclass(slots=True)
+class _Lease:
+    lease_id: UUID
+    slots: int
+    granted: float  # time.monotonic()
+
+
+@dataclass
+class SharedSlots:
+    """This process's share of the cluster's in-flight limit of one host.
+
+    ``acquire(want)`` returns when this process may send one more request;
+    ``want`` is how many this process would have in flight (its window): a
+    lease asks for up to ``block`` slots more, never beyond the window.
+    """
+
+    client: Any  # prefect.client.orchestration.PrefectClient
+    name: str
+    block: int = 8
+    lease_seconds: float = 60.0
+    turn_seconds: float = 10.0  # a lease this old goes back once free, even under demand
+    idle_seconds: float = 0.5  # free this long with no demand: the lease goes back
+    leases: list[_Lease] = field(default_factory=list)
+    used: int = 0
+    round_trips: int = 0
+    refused: int = 0
+    peak_held: int = 0
+    _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _leasing: bool = False
+    _waiting: int = 0
+    _last_release: float = 0.0
+    _next_try: float = 0.0
+    _refusals: int = 0
+    _idle: asyncio.Task[None] | None = None
+
+    @property
+    def held(self) -> int:
+        return sum(lease.slots for lease in self.leases)
+
+    async def acquire(self, want: int) -> None:
+        async with self._cond:
+            self._waiting += 1
+            try:
+                while self.used >= self.held:
+                    later = self._next_try - time.monotonic()
+                    if self._leasing or (self.held and later > 0):
+                        # a lease is being asked for, or was refused while this process
+                        # has slots: its own requests free one (no polling meanwhile)
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._cond.wait(), max(later, 0.05))
+                        continue
+                    self._leasing = True
+                    try:
+                        # at most a block: a lease goes back only whole, so a large one
+                        # with one slot in use would keep its other slots from the others
+                        ask = max(1, min(self.block, want - self.held))
+                        got = await self._lease(ask, fallback=not self.held)
+                    finally:
+                        self._leasing = False
+                        self._cond.notify_all()
+                    if got:
+                        self._refusals = 0
+                        continue
+                    # the others hold the rest: with slots of its own this process asks
+                    # again after 1, 2, 4 s (at most 5 s); with none, after the server's
+                    # Retry-After (0.2-1 s)
+                    self._refusals += 1
+                    pause = min(5.0, 2 ** (self._refusals - 1)) if self.held else self._retry_after
+                    self._next_try = time.monotonic() + pause
+                    if not self.held:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._cond.wait(), pause)
+            finally:
+                self._waiting -= 1
+            self.used += 1
+
+    async def release(self) -> None:
+        async with self._cond:
+            self.used -= 1
+            self._last_release = time.monotonic()
+            if self._waiting:  # demand here: only leases held a turn go back
+                await self._return_free(demand=True)
+            elif self.held - self.used and self._idle is None:
+                self._idle = asyncio.create_task(self._return_when_idle())
+            self._cond.notify_all()
+
+    async def _return_when_idle(self) -> None:
+        """Leases whose slots stayed free for ``idle_seconds`` go back (a pause between
+        pages is not a reason to give slots up and lease them again)."""
+        try:
+            while True:
+                due = self._last_release + self.idle_seconds - time.monotonic()
+                if due > 0:
+                    await asyncio.sleep(due)
+                    continue
+                async with self._cond:
+                    if not self._waiting:
+                        await self._return_free(demand=False)
+                return
+        finally:
+            self._idle = None
+
+    async def close(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        async with self._cond:
+            for lease in list(self.leases):
+                await self._give_back(lease)
+
+    # -- internals ----------------------------------------------------------------
+    _retry_after: float = 0.05
+
+    async def _lease(self, ask: int, *, fallback: bool) -> bool:
+        """Lease ``ask`` slots, else (``fallback``) one; False when none is free now."""
+        for n in dict.fromkeys((ask, 1) if fallback else (ask,)):
+            self.round_trips += 1
+            try:
+                response = await self.client.increment_concurrency_slots_with_lease(
+                    names=[self.name],
+                    slots=n,
+                    mode="concurrency",
+                    lease_duration=self.lease_seconds,
+                )
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code not in (_LOCKED, 422):  # 422: more than the limit
+                    raise SharedLimitsError(f"leasing {n} slots of {self.name}: {exc}") from exc
+                self.refused += 1
+                with contextlib.suppress(ValueError, KeyError):
+                    # the server's Retry-After, within [0.2, 1] s: asking more often only
+                    # loads the server, less often leaves slots unused
+                    wait = float(exc.response.headers["retry-after"])
+                    self._retry_after = min(1.0, max(0.2, wait))
+                continue
+            body = response.json()
+            if not body.get("limits"):
+                raise SharedLimitsError(f"the shared limit {self.name} does not exist")
+            self.leases.append(_Lease(UUID(body["lease_id"]), n, time.monotonic()))
+            self.peak_held = max(self.peak_held, self.held)
+            return True
+        return False
+
+    async def _return_free(self, *, demand: bool) -> None:
+        now = time.monotonic()
+        for lease in sorted(self.leases, key=lambda x: x.granted):
+            if self.held - self.used < lease.slots:
+                continue
+            if demand and now - lease.granted < self.turn_seconds:
+                continue
+            await self._give_back(lease)
+
+    async def _give_back(self, lease: _Lease) -> None:
+        self.leases.remove(lease)
+        self.round_trips += 1
+        try:
+            await self.client.release_concurrency_slots_with_lease(lease.lease_id)
+        except httpx.HTTPError as exc:  # the lease expires on the server anyway
+            log.warning("returning %d slots of %s failed: %s", lease.slots, self.name, exc)
+
+    async def renew(self) -> None:
+        for lease in list(self.leases):
+            self.round_trips += 1
+            try:
+                await self.client.renew_concurrency_lease(lease.lease_id, self.lease_seconds)
+            except httpx.HTTPError as exc:
+                log.warning("renewing a lease of %s failed: %s", self.name, exc)
+
+
+@dataclass
+class SharedBudget:
+    """This process's tokens of the cluster's budget in the API's current window.
+
+    ``take(spendable, reset)`` is called for every request once the budget is
+    known: ``spendable`` is remaining minus reserve as this process last saw it,
+    ``reset`` the window's reset (epoch seconds). False: the cluster has spent
+    what the window allows above the reserve.
+    """
+
+    client: Any
+    base: str
+    block: int = 8
+    tokens: int = 0
+    window: int | None = None  # the reset epoch of the window the tokens belong to
+    spent: int | None = None  # the window whose budget the cluster has spent
+    round_trips: int = 0
+    taken: int = 0
+    windows_seen: list[str] = field(default_factory=list)
+
+    def name_for(self, reset: float) -> str:
+        return f"{self.base}-budget-{int(reset)}"
+
+    async def take(self, spendable: int, reset: float) -> bool:
+        key = int(reset)
+        if key != self.window:
+            await self._join(key, spendable)
+        if self.tokens <= 0:
+            if self.spent == key:
+                return False
+            if not await self._refill(self.block):
+                self.spent = key
+                return False
+        self.tokens -= 1
+        return True
+
+    async def close(self) -> None:
+        """Give back the tokens taken and not spent."""
+        if self.window is not None and self.tokens > 0:
+            await self._decrement(self.name_for(self.window), self.tokens)
+            self.tokens = 0
+
+    async def _join(self, key: int, spendable: int) -> None:
+        await self.close()
+        previous = self.window
+        self.window = key
+        name = self.name_for(key)
+        from prefect.exceptions import ObjectNotFound
+
+        self.round_trips += 1
+        try:  # joining is the common case: read first, create when missing
+            await self.client.read_global_concurrency_limit_by_name(name)
+            created = False
+        except ObjectNotFound:
+            created = True
+        # one more than what may be spent: the request that learned the window is charged
+        # below, as every joining process's is
+        if created and await ensure_limit(self.client, name, max(0, spendable) + 1) is None:
+            log.info("shared budget %s: %d requests above the reserve", name, spendable)
+        self.windows_seen.append(name)
+        await self._increment(name, 1)  # the learning request, already spent
+        if previous is not None:  # a window that ended: nobody spends from it any more
+            with contextlib.suppress(ObjectNotFound, httpx.HTTPError):
+                await self.client.delete_global_concurrency_limit_by_name(self.name_for(previous))
+
+    async def _refill(self, n: int) -> bool:
+        assert self.window is not None
+        name = self.name_for(self.window)
+        if await self._increment(name, n):
+            self.tokens += n
+            return True
+        if n > 1:
+            self.round_trips += 1
+            limit = await self.client.read_global_concurrency_limit_by_name(name)
+            left = int(limit.limit) - int(limit.active_slots)
+            if left > 0 and await self._increment(name, min(n, left)):
+                self.tokens += min(n, left)
+                return True
+        return False
+
+    async def _increment(self, name: str, n: int) -> bool:
+        self.round_trips += 1
+        try:
+            response = await self.client.increment_concurrency_slots(
+                names=[name], slots=n, mode="concurrency"
+            )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code in (_LOCKED, 422):
+                return False
+            raise SharedLimitsError(f"taking {n} tokens of {name}: {exc}") from exc
+        if not response.json():
+            raise SharedLimitsError(f"the shared budget {name} does not exist")
+        self.taken += n
+        return True
+
+    async def _decrement(self, name: str, n: int) -> None:
+        self.round_trips += 1
+        try:
+            await self.client.release_concurrency_slots(
+                names=[name], slots=n, occupancy_seconds=0.0
+            )
+        except httpx.HTTPError as exc:
+            log.warning("returning %d tokens of %s failed: %s", n, name, exc)
+
+
+@dataclass
+class SharedLimits:
+    """The shared in-flight slots and budget of one host, for one run.
+
+    ``async with SharedLimits.open(...)`` creates the in-flight limit if it is
+    missing, renews the leases while the run lasts, and gives every slot and
+    unspent token back at the end.
+    """
+
+    slots: SharedSlots
+    budget: SharedBudget
+    in_flight_limit: int
+
+    @property
+    def round_trips(self) -> int:
+        return self.slots.round_trips + self.budget.round_trips
+
+
+async def ensure_limit(client: Any, name: str, limit: int) -> int | None:
+    """Create the global concurrency limit ``name``; when it exists already (another
+    process was first), its size. Two processes creating it at once: the loser's
+    insert fails on the server (409, or a 500 from the unique name), so the loser
+    reads what the winner created."""
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    try:
+        await client.create_global_concurrency_limit(
+            GlobalConcurrencyLimitCreate(name=name, limit=limit)
+        )
+        return None
+    except (ObjectAlreadyExists, httpx.HTTPStatusError) as exc:
+        try:
+            return int((await client.read_global_concurrency_limit_by_name(name)).limit)
+        except Exception:
+            raise SharedLimitsError(f"cannot create the shared limit {name}: {exc}") from exc
+
+
+@contextlib.asynccontextmanager
+async def open_shared(
+    base: str,
+    *,
+    in_flight: int,
+    block: int = 8,
+    lease_seconds: float = 60.0,
+    client_factory: Callable[[], Any] | None = None,
+) -> Any:
+    """Shared limits of the host named ``base`` for the duration of a run; see the module doc."""
+    if client_factory is None:
+        from prefect.client.orchestration import get_client
+
+        client_factory = get_client
+    from prefect.exceptions import ObjectNotFound
+
+    name = f"{base}-inflight"
+    async with client_factory() as client:
+        try:
+            size = int((await client.read_global_concurrency_limit_by_name(name)).limit)
+        except ObjectNotFound:
+            size = await ensure_limit(client, name, in_flight) or in_flight
+            log.info("shared in-flight limit %s: %d", name, size)
+        shared = SharedLimits(
+            SharedSlots(client, name, block=min(block, size), lease_seconds=lease_seconds),
+            SharedBudget(client, base, block=block),
+            size,
+        )
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease_seconds / 3)
+                await shared.slots.renew()
+
+        renewer = asyncio.create_task(renew())
+        try:
+            yield shared
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await shared.slots.close()
+            await shared.budget.close()
