@@ -4,7 +4,6 @@ under the ``fetch-pulls`` task, also used by the CLI tests and the benchmark."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from ingest.rest import store as rest_store
 from ingest.rest.aio import run_async
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow
-from ingest.rest.shared import SharedLimits, open_shared, shared_base
+from ingest.rest.shared import SharedLimits, shared_for
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -97,21 +96,12 @@ async def _fetch(
     transport: httpx.AsyncBaseTransport | None,
     remembered: tuple[int, int | None] | None = None,
 ) -> GitHubSummary:
-    base = shared_base(settings, settings.github_base_url)
-    async with contextlib.AsyncExitStack() as stack:
-        shared = None
-        if base is not None:
-            in_flight = settings.github_concurrency
-            if remembered and remembered[1]:  # the host's ceiling, learned by an earlier run
-                in_flight = min(in_flight, remembered[1])
-            shared = await stack.enter_async_context(
-                open_shared(
-                    base,
-                    in_flight=in_flight,
-                    block=settings.shared_limit_block,
-                    lease_seconds=settings.shared_lease_seconds,
-                )
-            )
+    async with shared_for(
+        settings,
+        settings.github_base_url,
+        in_flight=settings.github_concurrency,
+        remembered=remembered,
+    ) as shared:
         return await _fetch_with(
             settings, repos, run_id, token, priors, full_refresh, transport, remembered, shared
         )

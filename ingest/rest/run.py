@@ -46,6 +46,7 @@ from ingest.rest.errors import AuthError, MalformedPageError
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow, RestSummary
+from ingest.rest.shared import SharedLimits, shared_for
 from ingest.rest.sizing import choose_per_page
 from ingest.rest.source import PLACEHOLDER, Resource, Source, make_paginator
 from ingest.rest.window import AdaptiveWindow
@@ -458,6 +459,40 @@ async def _fetch(
     transport: httpx.AsyncBaseTransport | None,
     host: str,
 ) -> RestSummary:
+    async with shared_for(
+        settings,
+        base_url or source.client.base_url,
+        in_flight=source.client.concurrency,
+        remembered=remembered,
+    ) as shared:
+        return await _fetch_with(
+            settings,
+            source,
+            state,
+            run_id,
+            base_url,
+            load_block,
+            full_refresh,
+            remembered,
+            transport,
+            host,
+            shared,
+        )
+
+
+async def _fetch_with(
+    settings: Settings,
+    source: Source,
+    state: store.SourceState,
+    run_id: str,
+    base_url: str | None,
+    load_block: SecretLoader | None,
+    full_refresh: bool,
+    remembered: tuple[int, int | None] | None,
+    transport: httpx.AsyncBaseTransport | None,
+    host: str,
+    shared: SharedLimits | None,
+) -> RestSummary:
     started = time.perf_counter()
     client = make_client(
         settings,
@@ -468,6 +503,9 @@ async def _fetch(
         remembered=remembered,
         transport=transport,
     )
+    if shared is not None:
+        client.shared = shared.slots
+        client.governor.shared = shared.budget
     runner = SourceRun(settings, source, client, state, run_id=run_id, full_refresh=full_refresh)
     try:
         async with client.http:

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
@@ -79,6 +79,34 @@ def shared_base(settings: Settings, base_url: str) -> str | None:
     ):
         return None
     return limit_base(base_url, settings.shared_limit_name)
+
+
+@contextlib.asynccontextmanager
+async def shared_for(
+    settings: Settings,
+    base_url: str,
+    *,
+    in_flight: int,
+    remembered: tuple[int, int | None] | None,
+) -> AsyncIterator[SharedLimits | None]:
+    """The run's shared limits of the host of ``base_url``, or None when not shared.
+
+    The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
+    ceiling an earlier run learned for the host when lower; a limit that exists
+    already keeps its size (set by the first run, or by hand in the UI)."""
+    base = shared_base(settings, base_url)
+    if base is None:
+        yield None
+        return
+    if remembered and remembered[1]:
+        in_flight = min(in_flight, remembered[1])
+    async with open_shared(
+        base,
+        in_flight=in_flight,
+        block=settings.shared_limit_block,
+        lease_seconds=settings.shared_lease_seconds,
+    ) as shared:
+        yield shared
 
 
 def _api_url() -> str | None:
@@ -431,7 +459,7 @@ async def open_shared(
     block: int = 8,
     lease_seconds: float = 60.0,
     client_factory: Callable[[], Any] | None = None,
-) -> Any:
+) -> AsyncIterator[SharedLimits]:
     """Shared limits of the host named ``base`` for the duration of a run; see the module doc."""
     if client_factory is None:
         from prefect.client.orchestration import get_client
