@@ -117,6 +117,14 @@ def limit_state(name: str) -> Any:
         return client.read_global_concurrency_limit_by_name(name)
 
 
+def budget_limits(name: str) -> list[Any]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        every = client.read_global_concurrency_limits(limit=200)
+    return [x for x in every if x.name.startswith(f"{name}-budget-")]
+
+
 def check_server(server: DevGitHub) -> dict[str, Any]:
     stats = server.stats()
     assert stats["held_for_start"] >= 1  # the two runs did start together
@@ -160,6 +168,10 @@ def test_two_processes_stay_within_one_in_flight_limit_and_one_budget(
     # every slot came back
     limit = limit_state(f"{name}-inflight")
     assert limit.limit == IN_FLIGHT and limit.active_slots == 0
+    # one budget for the window: every request took a token of it (the two that learned
+    # the window were charged), the tokens taken and not spent were given back
+    (budget,) = budget_limits(name)
+    assert budget.active_slots == stats["requests"] <= budget.limit
 
 
 @pytest.mark.limits

@@ -194,9 +194,10 @@ class SharedSlots:
                         continue
                     self._leasing = True
                     try:
-                        # at most a block: a lease goes back only whole, so a large one
-                        # with one slot in use would keep its other slots from the others
-                        ask = max(1, min(self.block, want - self.held))
+                        # a block (fewer calls while the window grows one by one), but
+                        # no more: a lease goes back only whole, so a large one with one
+                        # slot in use would keep its other slots from the others
+                        ask = self.block
                         got = await self._lease(ask, fallback=not self.held)
                     finally:
                         self._leasing = False
@@ -327,6 +328,7 @@ class SharedBudget:
     round_trips: int = 0
     taken: int = 0
     windows_seen: list[str] = field(default_factory=list)
+    _next: asyncio.Task[None] | None = None
 
     def name_for(self, reset: float) -> str:
         return f"{self.base}-budget-{int(reset)}"
@@ -335,17 +337,38 @@ class SharedBudget:
         key = int(reset)
         if key != self.window:
             await self._join(key, spendable)
+        # a block is a 32nd of what this process may still spend (at least ``block``, at
+        # most 100): few calls on a large budget, little held back when it runs low
+        size = max(self.block, min(100, spendable // 32))
         if self.tokens <= 0:
-            if self.spent == key:
-                return False
-            if not await self._refill(self.block):
+            if self._next is not None:
+                await self._next
+            elif self.spent != key:
+                await self._refill(key, size)
+            if self.tokens <= 0:
                 self.spent = key
                 return False
         self.tokens -= 1
+        if self.tokens <= size // 2 and self._next is None and self.spent != key:
+            # the next block is asked for while this one still lasts: no request waits
+            self._next = asyncio.create_task(self._refill_next(key, size))
         return True
+
+    async def _refill_next(self, key: int, size: int) -> None:
+        try:
+            if not await self._refill(key, size):
+                self.spent = key
+        except Exception as exc:  # the request that needs a token asks again
+            log.warning("taking budget tokens failed: %s", exc)
+        finally:
+            self._next = None
 
     async def close(self) -> None:
         """Give back the tokens taken and not spent."""
+        if self._next is not None:
+            self._next.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._next
         if self.window is not None and self.tokens > 0:
             await self._decrement(self.name_for(self.window), self.tokens)
             self.tokens = 0
@@ -373,20 +396,20 @@ class SharedBudget:
             with contextlib.suppress(ObjectNotFound, httpx.HTTPError):
                 await self.client.delete_global_concurrency_limit_by_name(self.name_for(previous))
 
-    async def _refill(self, n: int) -> bool:
-        assert self.window is not None
-        name = self.name_for(self.window)
-        if await self._increment(name, n):
-            self.tokens += n
-            return True
-        if n > 1:
+    async def _refill(self, key: int, n: int) -> bool:
+        """Take ``n`` tokens of window ``key`` (else what is left); False when none is."""
+        name = self.name_for(key)
+        got = n if await self._increment(name, n) else 0
+        if not got and n > 1:
             self.round_trips += 1
             limit = await self.client.read_global_concurrency_limit_by_name(name)
-            left = int(limit.limit) - int(limit.active_slots)
-            if left > 0 and await self._increment(name, min(n, left)):
-                self.tokens += min(n, left)
-                return True
-        return False
+            left = min(n, int(limit.limit) - int(limit.active_slots))
+            got = left if left > 0 and await self._increment(name, left) else 0
+        if got and key != self.window:  # the window changed meanwhile: not ours to spend
+            await self._decrement(name, got)
+            return False
+        self.tokens += got
+        return got > 0
 
     async def _increment(self, name: str, n: int) -> bool:
         self.round_trips += 1
@@ -407,7 +430,9 @@ class SharedBudget:
         self.round_trips += 1
         try:
             await self.client.release_concurrency_slots(
-                names=[name], slots=n, occupancy_seconds=0.0
+                names=[name],
+                slots=n,
+                occupancy_seconds=0.001,  # must be > 0
             )
         except httpx.HTTPError as exc:
             log.warning("returning %d tokens of %s failed: %s", n, name, exc)
