@@ -203,3 +203,62 @@ def test_two_ingest_github_commands_share_limits_and_without_them_overrun(
     else:  # each process alone fills the server's limit: the counts show the overrun
         stats = server.stats()
         assert stats["max_in_flight"] > IN_FLIGHT or stats.get("secondary", 0) > 0
+
+
+def run_async(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+@pytest.mark.flow
+def test_two_holders_of_one_in_flight_limit_never_exceed_it(prefect_harness: None) -> None:
+    """Two clients of one limit of 4, leasing blocks of 3: the second gets what is left
+    (one slot), then slots go back whole at the end."""
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with (
+            shared.open_shared("test-holders", in_flight=4, block=3) as one,
+            shared.open_shared("test-holders", in_flight=4, block=3) as two,
+        ):
+            for _ in range(3):
+                await one.slots.acquire(want=8)
+            await two.slots.acquire(want=8)
+            held = one.slots.held, two.slots.held
+            active = limit_state("test-holders-inflight").active_slots
+            refused_before = two.slots.refused
+            await one.slots.release()
+            await two.slots.release()
+            return held[0], held[1], active, refused_before
+
+    held_one, held_two, active, refused = run_async(scenario())
+    assert (held_one, held_two) == (3, 1)
+    assert active == 4 and refused >= 1  # the block of 3 was refused, one slot was not
+    assert limit_state("test-holders-inflight").active_slots == 0  # all back at the end
+
+
+@pytest.mark.flow
+def test_budget_tokens_of_one_window_are_shared_and_a_new_window_starts_afresh(
+    prefect_harness: None,
+) -> None:
+    async def scenario() -> tuple[int, int, list[str]]:
+        async with (
+            shared.open_shared("test-budget", in_flight=4, block=4) as one,
+            shared.open_shared("test-budget", in_flight=4, block=4) as two,
+        ):
+            # both saw 10 spendable in the window resetting at 1000 (each has spent the
+            # request that learned it): 10 tokens in all, the charge of the joiner included
+            granted = 0
+            for i in range(30):
+                holder = one if i % 2 else two
+                granted += await holder.budget.take(10, 1000.0)
+            first = budget_limits("test-budget")
+            # the next window: a limit of its own, the old one deleted
+            fresh = await one.budget.take(5, 2000.0)
+            names = [x.name for x in budget_limits("test-budget")]
+            return granted, int(first[0].active_slots), [*names, str(fresh)]
+
+    granted, active, names = run_async(scenario())
+    assert granted == 10 - 1  # 10 above the reserve, one of them the joiner's learning request
+    assert active == 10 + 1  # the creator's learning request is charged too
+    assert names == ["test-budget-budget-2000", "True"]
