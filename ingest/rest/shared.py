@@ -153,8 +153,13 @@ class SharedSlots:
     """This process's share of the cluster's in-flight limit of one host.
 
     ``acquire(want)`` returns when this process may send one more request;
-    ``want`` is how many this process would have in flight (its window): a
-    lease asks for up to ``block`` slots more, never beyond the window.
+    ``want`` is how many this process would have in flight (its window). A lease
+    asks for ``block`` slots (one, when the others hold all but fewer and this
+    process holds none). A lease goes back to the server only whole: when its
+    slots are free and the process still holds its window without it, when no
+    slot was released for ``idle_seconds``, when it was held ``turn_seconds``
+    while others may wait, and at the end of the run. So a process holds at most
+    about a block more than its window.
     """
 
     client: Any  # prefect.client.orchestration.PrefectClient
@@ -174,6 +179,7 @@ class SharedSlots:
     _last_release: float = 0.0
     _next_try: float = 0.0
     _refusals: int = 0
+    _want: int = 1
     _idle: asyncio.Task[None] | None = None
 
     @property
@@ -182,6 +188,7 @@ class SharedSlots:
 
     async def acquire(self, want: int) -> None:
         async with self._cond:
+            self._want = want
             self._waiting += 1
             try:
                 while self.used >= self.held:
@@ -194,11 +201,9 @@ class SharedSlots:
                         continue
                     self._leasing = True
                     try:
-                        # a block (fewer calls while the window grows one by one), but
-                        # no more: a lease goes back only whole, so a large one with one
-                        # slot in use would keep its other slots from the others
-                        ask = self.block
-                        got = await self._lease(ask, fallback=not self.held)
+                        # a block: fewer calls while the window grows one by one; no
+                        # more, since a lease goes back only whole
+                        got = await self._lease(self.block, fallback=not self.held)
                     finally:
                         self._leasing = False
                         self._cond.notify_all()
@@ -224,8 +229,10 @@ class SharedSlots:
             self._last_release = time.monotonic()
             if self._waiting:  # demand here: only leases held a turn go back
                 await self._return_free(demand=True)
-            elif self.held - self.used and self._idle is None:
-                self._idle = asyncio.create_task(self._return_when_idle())
+            else:
+                await self._return_surplus()
+                if self.held - self.used and self._idle is None:
+                    self._idle = asyncio.create_task(self._return_when_idle())
             self._cond.notify_all()
 
     async def _return_when_idle(self) -> None:
@@ -291,6 +298,13 @@ class SharedSlots:
             if demand and now - lease.granted < self.turn_seconds:
                 continue
             await self._give_back(lease)
+
+    async def _return_surplus(self) -> None:
+        """Free leases the window does not need (it shrank, or a lease overshot it)."""
+        for lease in sorted(self.leases, key=lambda x: x.granted):
+            free = self.held - self.used
+            if free >= lease.slots and self.held - lease.slots >= self._want:
+                await self._give_back(lease)
 
     async def _give_back(self, lease: _Lease) -> None:
         self.leases.remove(lease)
