@@ -372,7 +372,7 @@ class Settings(BaseSettings):
     )
     shared_lease_seconds: float = Field(
         60.0,
-        ge=10,
+        ge=60,  # the Prefect server's shortest lease
         description="Lease of the in-flight slots, renewed while the run lasts; a process that "
         "dies gives its slots back when its leases expire.",
     )

@@ -262,3 +262,57 @@ def test_budget_tokens_of_one_window_are_shared_and_a_new_window_starts_afresh(
     assert granted == 10 - 1  # 10 above the reserve, one of them the joiner's learning request
     assert active == 10 + 1  # the creator's learning request is charged too
     assert names == ["test-budget-budget-2000", "True"]
+
+
+HOLDER = """
+import asyncio, sys
+from ingest.rest import shared
+
+async def main():
+    async with shared.open_shared("test-killed", in_flight=4, block=3, lease_seconds=60) as s:
+        for _ in range(3):
+            await s.slots.acquire(want=3)
+        print("held", flush=True)
+        await asyncio.Event().wait()  # until killed
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.limits
+@pytest.mark.skipif(not os.environ.get("LIMITS_FULL"), reason="make limits runs it")
+def test_slots_of_a_killed_process_come_back_when_its_lease_expires(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.serve import PrefectServer
+    from devservers.s3 import free_port
+
+    env = {"PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1"}
+    with (
+        open(tmp_path / "server.log", "w") as log,
+        PrefectServer(port=free_port(), home=tmp_path / "home", env=env, log=log) as server,
+        temporary_settings({PREFECT_API_URL: server.api_url}),
+    ):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER],
+            cwd=ROOT,
+            env={**os.environ, "PREFECT_API_URL": server.api_url},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.strip() == "held", line + holder.stdout.read()
+        assert limit_state("test-killed-inflight").active_slots == 3
+        holder.send_signal(signal.SIGKILL)  # no release, no clean-up: only the lease ends
+        holder.wait()
+        # the lease (60 s, the server's shortest) ends, and the repossessor (every 1 s
+        # here) gives its slots back
+        deadline = time.monotonic() + 120
+        while limit_state("test-killed-inflight").active_slots and time.monotonic() < deadline:
+            time.sleep(0.5)  # polling the server's state, not a synchronisation by time
+        assert limit_state("test-killed-inflight").active_slots == 0

@@ -141,6 +141,22 @@ class SharedLimitsError(RuntimeError):
     """The Prefect server refused or failed an operation on a shared limit."""
 
 
+def _refused(exc: httpx.HTTPStatusError) -> bool:
+    """423: the slots are taken now; 422 "greater than the limit": more slots than the
+    limit has (a smaller ask may pass). Any other answer is an error."""
+    status = exc.response.status_code
+    return status == _LOCKED or (status == 422 and "greater than the limit" in _detail(exc))
+
+
+def _detail(exc: httpx.HTTPStatusError) -> str:
+    try:
+        body = exc.response.json()
+    except ValueError:
+        return f"HTTP {exc.response.status_code}"
+    detail = body.get("detail") or body.get("exception_detail") if isinstance(body, dict) else body
+    return f"HTTP {exc.response.status_code}: {detail}"[:500]
+
+
 @dataclass(slots=True)
 class _Lease:
     lease_id: UUID
@@ -273,8 +289,10 @@ class SharedSlots:
                     lease_duration=self.lease_seconds,
                 )
             except httpx.HTTPStatusError as exc:
-                if exc.response.status_code not in (_LOCKED, 422):  # 422: more than the limit
-                    raise SharedLimitsError(f"leasing {n} slots of {self.name}: {exc}") from exc
+                if not _refused(exc):
+                    raise SharedLimitsError(
+                        f"leasing {n} slots of {self.name}: {_detail(exc)}"
+                    ) from exc
                 self.refused += 1
                 with contextlib.suppress(ValueError, KeyError):
                     # the server's Retry-After, within [0.2, 1] s: asking more often only
@@ -432,9 +450,9 @@ class SharedBudget:
                 names=[name], slots=n, mode="concurrency"
             )
         except httpx.HTTPStatusError as exc:
-            if exc.response.status_code in (_LOCKED, 422):
+            if _refused(exc):
                 return False
-            raise SharedLimitsError(f"taking {n} tokens of {name}: {exc}") from exc
+            raise SharedLimitsError(f"taking {n} tokens of {name}: {_detail(exc)}") from exc
         if not response.json():
             raise SharedLimitsError(f"the shared budget {name} does not exist")
         self.taken += n
