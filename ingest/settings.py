@@ -349,10 +349,7 @@ class Settings(BaseSettings):
         "(0: grow only per clean answer).",
     )
 
-    # --- Across workers (issue: scale out) -----------------------------------------
-    task_runner: Literal["thread", "dask"] = Field(
-        "thread", description="Where batch tasks run: threads of this process, or Dask workers."
-    )
+    # --- Limits shared across workers ------------------------------------------------
     shared_limits: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Hold each API host's in-flight limit and budget for every process calling "
