@@ -500,13 +500,32 @@ def serve_command(
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="Port of the local Prefect server and UI.")
     ] = 4200,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Database of the local Prefect server: "
+            "postgresql+asyncpg://user:password@host:5432/database (the password is never "
+            "shown) [env INGEST_SERVE_DATABASE_URL, default SQLite under PREFECT_HOME].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the deployments of prefect.yaml on this machine: the configured Prefect API
-    (else a local server), the work pool, the deployments, a worker. Ctrl-C stops all."""
+    (else a local server), the work pools, the deployments, a worker per pool. Ctrl-C
+    stops all."""
     prefect_env()
-    from deployments import serve
+    from deployments import database, serve
+    from ingest.redact import redact
 
-    raise typer.Exit(serve.run(demo=demo, port=port, echo=typer.echo))
+    try:
+        code = serve.run(demo=demo, port=port, database_url=database_url, echo=typer.echo)
+    except database.DatabaseUrlError as exc:
+        typer.echo(f"error: {redact(str(exc))}", err=True)
+        raise typer.Exit(2) from None
+    except RuntimeError as exc:
+        typer.echo(f"error: {redact(str(exc))}", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:

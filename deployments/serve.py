@@ -2,7 +2,8 @@
 
 1. Use the configured Prefect API (``PREFECT_API_URL``) when there is one;
    otherwise start ``prefect server start`` on loopback (SQLite under
-   ``PREFECT_HOME``, the task-run recorder batching of DESIGN.md, analytics off).
+   ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
+   task-run recorder batching of DESIGN.md, analytics off).
 2. Create the work pools that ``prefect.yaml`` names (type ``process``).
 3. With ``--demo``, start the local S3-compatible and GitHub-compatible servers
    on the ports of the nightly deployment's default parameters, and seed them.
@@ -27,17 +28,22 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import boto3
 
-from deployments import alerts, local_api, project
+from deployments import alerts, database, local_api, project
+from ingest.redact import redact
 from ingest.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 # The task-run recorder batching measured in DESIGN.md (75-90 s of "database is
 # locked" after a large run with the defaults, 4-5 s with these), analytics off.
@@ -107,7 +113,13 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
 
 
 class PrefectServer:
-    """``prefect server start`` on loopback in a child process."""
+    """``prefect server start`` on loopback in a child process.
+
+    Its database is SQLite under ``PREFECT_HOME`` unless ``database_url`` names
+    another (PostgreSQL), which only the server's environment receives. Without
+    ``log`` its output goes to a temporary file whose end, secrets masked, is
+    the error when it does not start (a refused password, a missing database).
+    """
 
     def __init__(
         self,
@@ -116,6 +128,7 @@ class PrefectServer:
         home: Path | None = None,
         env: Mapping[str, str] | None = None,
         log: TextIO | None = None,
+        database_url: URL | None = None,
     ) -> None:
         self.port = port
         self.api_url = f"http://127.0.0.1:{port}/api"
@@ -128,29 +141,54 @@ class PrefectServer:
         self.env["PREFECT_UI_URL"] = self.ui_url
         if home is not None:
             self.env["PREFECT_HOME"] = str(home)
+        if database_url is not None:
+            self.env.update(database.server_env(database_url))
+        self.database_url = database_url
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        self._own_log: Any = None
 
     def __enter__(self) -> PrefectServer:
         require_free_port(self.port, "the Prefect server")
         cmd = [prefect_exe(), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)]
+        out = self.log
+        if out is None:
+            out = self._own_log = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
             cmd,
             env=self.env,
-            stdout=self.log or subprocess.DEVNULL,
+            stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it
         )
         try:
             wait_healthy(self.api_url, time.monotonic() + 120, self.proc)
+        except RuntimeError as exc:
+            if self.proc.poll() is None:
+                stop(self.proc)
+            tail = self._output_tail()
+            self.__exit__()
+            raise RuntimeError(f"{exc}{tail}") from None
         except BaseException:
             self.__exit__()
             raise
         return self
 
+    def _output_tail(self, lines: int = 12) -> str:
+        """The last lines of the server's own output (secrets masked), when this object
+        keeps it: the reason it stopped."""
+        if self._own_log is None:
+            return ""
+        self._own_log.seek(0)
+        tail = "\n".join(self._own_log.read().strip().splitlines()[-lines:])
+        return f"; its output ends with:\n{redact(tail)}" if tail else ""
+
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             stop(self.proc)
+        if self._own_log is not None:
+            self._own_log.close()
+            self._own_log = None
 
 
 class Worker:
@@ -301,12 +339,32 @@ def demo_credentials() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Iterator[dict[str, Any]]:
-    """Everything ``ingest serve`` starts, stopped in reverse order on exit."""
+def serving(
+    *,
+    demo: bool = False,
+    port: int = 4200,
+    database_url: str | None = None,
+    echo: Any = print,
+) -> Iterator[dict[str, Any]]:
+    """Everything ``ingest serve`` starts, stopped in reverse order on exit.
+
+    ``database_url`` (else ``INGEST_SERVE_DATABASE_URL``) is the database of the local
+    Prefect server; a configured API has its own, so the two together are refused.
+    """
     config = project.load()
+    if database_url is None:
+        secret = Settings().serve_database_url
+        database_url = secret.get_secret_value() if secret else None
+    db = database.parse(database_url) if database_url else None
     with ExitStack() as stack:
         env = {**os.environ, **SERVER_ENV}
         api_url = configured_api_url()
+        if api_url and db is not None:
+            raise database.DatabaseUrlError(
+                f"a database URL ({database.describe(db)}) is for the Prefect server that "
+                f"`ingest serve` starts, but the configured Prefect API {api_url} is used "
+                "instead; unset PREFECT_API_URL, or give that server the database"
+            )
         if api_url:
             echo(f"Using the configured Prefect API at {api_url}")
             wait_healthy(api_url, time.monotonic() + 30)
@@ -316,8 +374,13 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
             # SQLite database) under the data folder, not the shared ~/.prefect.
             home = demo_home() if demo else None
             where = f", Prefect home {home}" if home else ""
-            echo(f"Starting a local Prefect server on http://127.0.0.1:{port} (SQLite{where})")
-            server = stack.enter_context(PrefectServer(port=port, home=home))
+            if db is not None:
+                where = f" {database.describe(db)}{where}"
+            echo(
+                f"Starting a local Prefect server on http://127.0.0.1:{port} "
+                f"({database.kind(db)}{where})"
+            )
+            server = stack.enter_context(PrefectServer(port=port, home=home, database_url=db))
             api_url, ui_url = server.api_url, server.ui_url
             if home is not None:
                 env["PREFECT_HOME"] = str(home)
@@ -349,7 +412,9 @@ def serving(*, demo: bool = False, port: int = 4200, echo: Any = print) -> Itera
         yield {"api_url": api_url, "ui_url": ui_url, "workers": workers}
 
 
-def run(*, demo: bool = False, port: int = 4200, echo: Any = print) -> int:
+def run(
+    *, demo: bool = False, port: int = 4200, database_url: str | None = None, echo: Any = print
+) -> int:
     """Serve until Ctrl-C or SIGTERM (or a worker exits); returns the exit code."""
 
     def interrupt(signum: int, frame: Any) -> None:
@@ -359,7 +424,7 @@ def run(*, demo: bool = False, port: int = 4200, echo: Any = print) -> int:
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        with serving(demo=demo, port=port, echo=echo) as state:
+        with serving(demo=demo, port=port, database_url=database_url, echo=echo) as state:
             while all(w.proc and w.proc.poll() is None for w in state["workers"]):
                 time.sleep(0.5)  # waiting for Ctrl-C; nothing to synchronise
             echo("A worker exited; stopping.")

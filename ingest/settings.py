@@ -105,6 +105,14 @@ class Settings(BaseSettings):
         description="Seconds without a completed nightly run before the stale alert.",
     )
 
+    # --- the Prefect server of `ingest serve` ----------------------------------
+    serve_database_url: SecretStr | None = Field(
+        None,
+        description="Database of the Prefect server that `ingest serve` starts, as "
+        "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
+        "SQLite under PREFECT_HOME.",
+    )
+
     # --- Where the batch tasks run ----------------------------------------------
     task_runner: Literal["thread", "dask"] = Field(
         "thread",
