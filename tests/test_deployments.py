@@ -12,6 +12,8 @@ credentials in the worker's environment, so the defaults are what is tested
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from deployments import local_api, project, serve
 from devservers import samples
 from devservers.github_demo import DEMO_REPOS
 from devservers.s3 import free_port
-from tests.helpers import put_many, rows, run_cli
+from tests.helpers import ROOT, put_many, rows, run_cli
 
 pytestmark = pytest.mark.deployment
 
@@ -73,6 +75,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "INGEST_DATA_DIR": str(data_dir),
             **serve.demo_credentials(),  # as `ingest serve --demo` gives its worker
+            # uv for the install step of the cluster deployments, as a worker machine has it
+            "PATH": os.pathsep.join([str(ROOT / ".tools" / "bin"), os.environ["PATH"]]),
         }
         serve.ensure_work_pools(server.api_url, project.work_pools(config))
         serve.deploy_all(env, log=deploy_log)
@@ -180,8 +184,11 @@ def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> No
         assert d.global_concurrency_limit.limit == entry["concurrency_limit"]["limit"] == 1
         assert d.concurrency_options is not None
         assert d.concurrency_options.collision_strategy == "ENQUEUE"
-    pool = client.read_work_pool(project.work_pools(served.config)[0])
-    assert pool.type == "process"
+        if "pull" in entry:
+            # stored as written: the variables are read by the worker at each run
+            assert d.pull_steps == entry["pull"]
+    for name in project.work_pools(served.config):
+        assert client.read_work_pool(name).type == "process"
 
 
 def test_nightly_form_explains_every_field(client: Any) -> None:
@@ -330,6 +337,73 @@ def test_nightly_run_from_the_api_completes(client: Any, served: Served) -> None
     ui_seconds = s3_again.total_run_time.total_seconds()
     assert f"**s3-ingest** (completed, {ui_seconds:.2f} s)" in summary
     assert {"nightly", "nightly-child"} <= set(s3_again.tags)
+
+
+def project_repository(path: Path) -> Path:
+    """A git repository of this project's code, as the team's remote would hold it: the
+    branch ``release`` has the project; the default branch has moved on without the flows,
+    so a run that ignores the ref cannot start."""
+    path.mkdir()
+    for name in ("flows", "tasks", "ingest", "deployments", "sources", "devservers"):
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "uv.lock", "README.md", "prefect.yaml"):
+        shutil.copy2(ROOT / name, path / name)
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+            cwd=path,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "--quiet", "--initial-branch=main")
+    git("add", "-A")
+    git("commit", "--quiet", "-m", "the project")
+    git("branch", "release")
+    shutil.rmtree(path / "flows")
+    git("add", "-A")
+    git("commit", "--quiet", "-m", "the flows moved away")
+    return path
+
+
+def flow_run_logs(client: Any, flow_run_id: UUID) -> str:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    logs = client.read_logs(
+        log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200
+    )
+    return "\n".join(log.message for log in logs)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_cluster_nightly_runs_from_a_clone_at_the_ref(
+    client: Any, served: Served, tmp_path: Path
+) -> None:
+    """nightly-cluster, as a worker on another machine runs it: the pull steps clone the
+    repository of the Prefect variables at their ref into the run's temporary folder and
+    sync its uv.lock into the worker's environment; the flow then runs from the clone."""
+    from prefect.client.schemas.actions import VariableCreate
+
+    repo = project_repository(tmp_path / "origin")
+    client.create_variable(VariableCreate(name="ingest_git_repository", value=repo.as_uri()))
+    client.create_variable(VariableCreate(name="ingest_git_ref", value="release"))
+    entry = project.deployment(served.config, "nightly-cluster")
+    d = client.read_deployment_by_name(f"{project.flow_name(entry)}/nightly-cluster")
+    assert d.work_pool_name == "ingest-cluster"
+    nightly = nightly_deployment(client).parameters  # this session's demo servers
+    params = {**d.parameters, "endpoint_url": nightly["endpoint_url"]}
+    params["github_base_url"] = nightly["github_base_url"]
+    run = client.create_flow_run_from_deployment(d.id, parameters=params)
+    run = wait_final(client, run.id)
+    logs = flow_run_logs(client, run.id)
+    assert run.state.is_completed(), (run.state, logs[-3000:])
+    assert "Executing deployment step: git_clone" in logs
+    assert "Executing deployment step: install_locked_dependencies" in logs
+    assert set(children_of(client, run.id)) == {"s3-ingest", "github-pulls"}
+    [row] = rows(served.data_dir, f"SELECT * FROM flow_runs WHERE flow_run_id = '{run.id}'")
+    assert row["state"] == "completed" and row["deployment_id"] == str(d.id)
 
 
 def test_failed_nightly_says_what_failed_and_what_to_do(client: Any, served: Served) -> None:
