@@ -348,13 +348,15 @@ def serving(
 ) -> Iterator[dict[str, Any]]:
     """Everything ``ingest serve`` starts, stopped in reverse order on exit.
 
-    ``database_url`` (else ``INGEST_SERVE_DATABASE_URL``) is the database of the local
-    Prefect server; a configured API has its own, so the two together are refused.
+    ``database_url`` (else ``INGEST_SERVE_DATABASE_URL``, else Prefect's
+    ``PREFECT_SERVER_DATABASE_CONNECTION_URL``) is the database of the local Prefect
+    server; a configured API has its own, so the two together are refused.
     """
     config = project.load()
     if database_url is None:
         secret = Settings().serve_database_url
-        database_url = secret.get_secret_value() if secret else None
+        # Prefect's own variable, when set, is the database the server would use anyway.
+        database_url = secret.get_secret_value() if secret else os.environ.get(database.ENV_NAME)
     db = database.parse(database_url) if database_url else None
     with ExitStack() as stack:
         env = {**os.environ, **SERVER_ENV}
