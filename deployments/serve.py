@@ -355,12 +355,15 @@ def serving(
     config = project.load()
     if database_url is None:
         secret = Settings().serve_database_url
-        # Prefect's own variable, when set, is the database the server would use anyway.
-        database_url = secret.get_secret_value() if secret else os.environ.get(database.ENV_NAME)
+        database_url = secret.get_secret_value() if secret else None
     db = database.parse(database_url) if database_url else None
     with ExitStack() as stack:
         env = {**os.environ, **SERVER_ENV}
+        env.pop(database.ENV_NAME, None)  # the server's alone: not the workers' business
         api_url = configured_api_url()
+        if not api_url and db is None and os.environ.get(database.ENV_NAME):
+            # Prefect's own variable: the database the server would use anyway.
+            db = database.parse(os.environ[database.ENV_NAME])
         if api_url and db is not None:
             raise database.DatabaseUrlError(
                 f"a database URL ({database.describe(db)}) is for the Prefect server that "
