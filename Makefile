@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format bench-s3 bench-github bench-extract bench-scale bench-dask clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -81,6 +81,11 @@ bench-scale: setup
 # ingest s3 on 1, 2 and 4 Dask workers beside the thread runner, 80 ms per request (~5 min).
 bench-dask: setup
 	$(VENV)/bin/python -m benchmarks.bench_dask $(ARGS)
+
+# The Prefect server's database under several clients: SQLite and PostgreSQL side by side
+# (needs Debian's postgresql package); ARGS="--clients 4 --tasks 500".
+bench-server-db: setup
+	$(VENV)/bin/python -m benchmarks.bench_server_db $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache

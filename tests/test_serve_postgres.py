@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from devservers import postgres
 from devservers.s3 import free_port
-from tests import postgres
 from tests.helpers import put_many, rows, run_cli
 from tests.test_deployments import RUN_DEADLINE, wait_final
 

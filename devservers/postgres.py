@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server from Debian's ``postgresql`` package, for tests.
+"""A throwaway PostgreSQL server from Debian's ``postgresql`` package (tests, benchmarks).
 
 ``initdb`` into a temporary folder, then ``postgres`` on a free loopback port
 (TCP only, no Unix socket), a superuser with a password (scram-sha-256), and
