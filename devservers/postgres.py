@@ -154,13 +154,15 @@ class PostgresServer:
         )
         return [line.split("\t") for line in out.stdout.splitlines() if line]
 
-    def create_database(self, name: str) -> str:
-        """A new database; its URL for the Prefect server."""
-        self.psql(f'CREATE DATABASE "{name}"')
-        return self.url(name)
+    def create_database(self, name: str, owner: str = "prefect") -> str:
+        """A new database owned by a new role without superuser rights (what a database
+        administrator hands out: the README's recipe); its URL for the Prefect server."""
+        self.psql(f"CREATE ROLE \"{owner}\" LOGIN PASSWORD '{self.password}'")
+        self.psql(f'CREATE DATABASE "{name}" OWNER "{owner}"')
+        return self.url(name, owner)
 
-    def url(self, database: str) -> str:
-        return f"postgresql+asyncpg://{USER}:{self.password}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str, user: str = USER) -> str:
+        return f"postgresql+asyncpg://{user}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:

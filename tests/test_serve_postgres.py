@@ -1,8 +1,9 @@
 """``ingest serve --database-url``: the Prefect server on a real PostgreSQL.
 
 The test starts its own PostgreSQL (Debian's ``postgresql`` package, which
-``.ci/run`` installs) in a temporary folder on a free port, creates a database,
-runs ``ingest serve --database-url postgresql+asyncpg://...`` as a user would,
+``.ci/run`` installs) in a temporary folder on a free port, creates a database
+owned by a role without superuser rights (the README's recipe), runs
+``ingest serve --database-url postgresql+asyncpg://...`` as a user would,
 triggers a deployment and finds its flow run in PostgreSQL's ``flow_run``
 table. The password never shows in what ``ingest serve`` prints.
 """
@@ -123,7 +124,7 @@ def test_serve_keeps_its_runs_in_postgresql(
     [n] = rows(data_dir, "SELECT count(*) AS n FROM s3_objects")
     assert n["n"] == len(keys)
     # The server's address is shown, its password never.
-    assert f"(PostgreSQL postgresql+asyncpg://{postgres.USER}:***@127.0.0.1:" in out.text
+    assert "(PostgreSQL postgresql+asyncpg://prefect:***@127.0.0.1:" in out.text
     assert pg.password not in out.text
 
 
