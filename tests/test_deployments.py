@@ -163,7 +163,7 @@ def children_of(client: Any, flow_run_id: UUID) -> dict[str, Any]:
 
 def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> None:
     names = {e["name"] for e in project.deployments(served.config)}
-    assert names == {"nightly", "s3-ingest", "github-pulls", "rest-ingest"}
+    assert names == {"nightly", "s3-ingest", "github-pulls", "rest-ingest", "nightly-cluster"}
     for entry in project.deployments(served.config):
         d = client.read_deployment_by_name(f"{project.flow_name(entry)}/{entry['name']}")
         assert d.description and d.description.split()[0] in entry["description"]
