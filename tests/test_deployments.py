@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -401,9 +402,21 @@ def test_cluster_nightly_runs_from_a_clone_at_the_ref(
     assert run.state.is_completed(), (run.state, logs[-3000:])
     assert "Executing deployment step: git_clone" in logs
     assert "Executing deployment step: install_locked_dependencies" in logs
-    assert set(children_of(client, run.id)) == {"s3-ingest", "github-pulls"}
+    children = children_of(client, run.id)
+    assert set(children) == {"s3-ingest", "github-pulls"}
     [row] = rows(served.data_dir, f"SELECT * FROM flow_runs WHERE flow_run_id = '{run.id}'")
     assert row["state"] == "completed" and row["deployment_id"] == str(d.id)
+    # task_runner: dask: the batches ran whole on the workers of a Dask cluster
+    assert run.parameters["task_runner"] == "dask"
+    timings = rows(
+        served.data_dir,
+        "SELECT task_name, worker FROM task_timings "
+        f"WHERE flow_run_id = '{children['s3-ingest'].id}'",
+    )
+    fetched = [t for t in timings if t["task_name"] == "fetch-batch"]
+    assert fetched, timings
+    flow_process = f"{socket.gethostname()}:"  # the thread runner's worker name: host:pid
+    assert not any(t["worker"].startswith(flow_process) for t in fetched), fetched
 
 
 def test_failed_nightly_says_what_failed_and_what_to_do(client: Any, served: Served) -> None:
