@@ -1,16 +1,21 @@
 """The GitHub API misbehaving: 502s, hangs, secondary limits, an exhausted budget,
 pages that change while paging, and ``Link`` headers naming another host.
 
-Each trial syncs against the GitHub-compatible server (``devservers.github``)
-with seeded faults, then again without them, and compares the stored pull
-requests with the server's own listing: every one present once, at its latest
-``updated_at``.
+Each trial runs the real command, ``ingest github``, in its own process against
+the GitHub-compatible server (``devservers.github``) with seeded faults, and
+reads what the person sees (exit status, the summary it prints); then the
+github-pulls flow runs again without the faults, and the stored pull requests
+are compared with the server's own listing: every one present once, at its
+latest ``updated_at``. The token must never appear in the command's output.
 """
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +24,10 @@ import pytest
 
 from devservers.github import DevGitHub
 from ingest import storage
-from ingest.github.run import fetch_pulls
-from ingest.settings import Settings
 from tests.chaos.support import Trial, record, rng, timed, trials
+from tests.helpers import run_cli
+
+pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
 TOKEN = "ghp_" + "ChaosTokenValue0123456789abcdefABCDEF"  # fake, built so no scanner flags it
 REPO = "octo/chaos"
@@ -41,10 +47,12 @@ def start(started: list[DevGitHub], **config: Any) -> DevGitHub:
     return server
 
 
-def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Settings:
+def cli_env(server: DevGitHub, **kw: Any) -> dict[str, str]:
+    """The environment of the faulty run: quick retries and a short timeout, so a trial
+    takes seconds (every value an ``INGEST_*`` setting a user could set)."""
+    from prefect.settings import PREFECT_API_URL
+
     base: dict[str, Any] = {
-        "data_dir": data_dir,
-        "github_base_url": server.url,
         "github_retry_base": 0.01,
         "github_retry_cap": 0.05,
         "github_secondary_backoff": 0.05,
@@ -52,14 +60,42 @@ def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Settings:
         "github_max_wait": 0.0,
         "github_rate_limit_reserve": 10,
         "github_per_page": 10,
+        **kw,
     }
-    return Settings(**{**base, **kw})
+    env = {f"INGEST_{k.upper()}": str(v) for k, v in base.items()}
+    return {**env, "GITHUB_TOKEN": TOKEN, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
 
-def sync(settings: Settings, run_id: str) -> Any:
-    summary = fetch_pulls(settings, [REPO], run_id=run_id, token=TOKEN)
-    storage.commit_run(settings.data_dir, run_id)  # as the flow's commit-run task does
-    return summary
+@dataclass
+class Command:
+    """What ``ingest github`` did: exit status and what it printed."""
+
+    code: int
+    output: str
+
+    @property
+    def complete(self) -> bool:
+        return self.code == 0 and f"{REPO}:" in self.output and "incomplete" not in self.output
+
+    @property
+    def stopped(self) -> str:
+        found = re.search(r"stopped early: (.*)|incomplete: (.*)", self.output)
+        return (found.group(1) or found.group(2)).strip() if found else ""
+
+
+def run_command(server: DevGitHub, data_dir: Path, **kw: Any) -> Command:
+    """``ingest github`` as a user runs it, in its own process."""
+    args = ["github", "--repo", REPO, "--base-url", server.url, "--data-dir", str(data_dir)]
+    proc = run_cli(args, env=cli_env(server, **kw))
+    out, _ = proc.communicate(timeout=600)
+    return Command(proc.returncode, out)
+
+
+def clean_run(server: DevGitHub, data_dir: Path) -> Any:
+    """The run without faults: the github-pulls flow (a real Prefect flow run)."""
+    from flows.github_pulls import github_pulls
+
+    return github_pulls(repos=[REPO], base_url=server.url, per_page=10, data_dir=str(data_dir))
 
 
 def truth(server: DevGitHub) -> dict[int, str]:
@@ -110,19 +146,21 @@ def trial_run(
     first_ok: Any,
     after_first: Any = None,
     **kw: Any,
-) -> tuple[Trial, Any]:
+) -> tuple[Trial, Command]:
     """The faulty run (server configured by the caller), then the clean one, then the check."""
-    settings = settings_for(server, data_dir, **kw)
-    first = sync(settings, "faulty")
+    first = run_command(server, data_dir, **kw)
     if after_first is not None:
         after_first()
     server.configure(faults=[], max_in_flight=100)
     server.set_budget(limit=5000, remaining=5000, reset_in=3600)
     with timed() as took:
-        again = sync(settings_for(server, data_dir), "clean")
+        again = clean_run(server, data_dir)
     lost, dup = compare(server, data_dir)
-    ended = bool(first_ok(first)) and again.complete
-    note = str(first.stopped or "")[:200] + (COMPARED[-1] if lost else "")
+    leaked = TOKEN in first.output
+    ended = bool(first_ok(first)) and again.complete and not leaked
+    note = f"exit {first.code}; {first.stopped[:200]}" + (COMPARED[-1] if lost else "")
+    if leaked:
+        note += "; the token was printed"
     t = record(Trial(fault, point, ended, lost, dup, 0, took[0], note=note))
     return t, first
 
@@ -177,10 +215,10 @@ def test_github_fault_then_clean_rerun(
         elif fault == "GitHub budget exhausted":
             config = {}
             remaining = r.randrange(14, 30)
-            point, ok = f"{remaining} requests left", lambda s: (not s.complete) and s.stopped
+            point, ok = f"{remaining} requests left", lambda s: "rate limit" in s.stopped
         else:
             config = {"latency_base_ms": 30}
-            point, ok = "updates while paging", lambda s: True
+            point, ok = "updates while paging", lambda s: s.code == 0
         server = start(servers, repos={REPO: pulls}, token=TOKEN, **config)
         if fault == "GitHub budget exhausted":
             server.set_budget(limit=5000, remaining=remaining, reset_in=3600)
@@ -190,6 +228,9 @@ def test_github_fault_then_clean_rerun(
             touched = [r.randrange(1, pulls + 1) for _ in range(30)]
 
             def churn(touched: list[int] = touched, stop: Any = stop, server: Any = server) -> None:
+                # The command's first request is the observable start of paging.
+                while not server.stats().get("requests") and not stop.is_set():
+                    time.sleep(0.01)  # polling the server for the command's first request
                 for k in touched:
                     if stop.wait(0.01):
                         return
@@ -221,9 +262,21 @@ def test_link_header_to_another_host_never_gets_the_token(
     for i in range(trials(3, 1)):
         other = start(servers, repos={REPO: 120})
         server = start(servers, repos={REPO: 120}, token=TOKEN, link_base=other.url)
-        settings = settings_for(server, tmp_path / f"t{i}", github_per_page=100)
-        settings = settings.model_copy(update={"github_per_page": 10})
-        sync(settings, "r")
+        done = run_command(server, tmp_path / f"t{i}")
         leaked = other.stats().get("authorization", 0)
-        record(Trial(fault, f"Link to {other.url}", leaked == 0, 0, 0, 0, 0.0, f"{leaked} leaked"))
+        followed = other.stats().get("requests", 0)
+        printed = TOKEN in done.output
+        record(
+            Trial(
+                fault,
+                f"Link to {other.url}",
+                leaked == 0 and not printed,
+                0,
+                0,
+                0,
+                0.0,
+                f"exit {done.code}; {followed} requests to the other host, {leaked} with the token",
+            )
+        )
         assert leaked == 0, f"the token was sent to another host {leaked} times"
+        assert not printed, done.output[-2000:]
