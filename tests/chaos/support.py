@@ -13,8 +13,9 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,12 +53,12 @@ class Trial:
     partial: int = 0
     recover_seconds: float = 0.0
     note: str = ""
+    stage: str = ""  # where the fault landed, for faults placed by stage
 
 
 @dataclass
 class Results:
     trials: list[Trial] = field(default_factory=list)
-    xfail: dict[str, str] = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
         old: dict[str, Any] = {}
@@ -67,7 +68,6 @@ class Results:
         kept = [t for t in old.get("trials", []) if t["fault"] not in faults]
         data = {
             "trials": kept + [asdict(t) for t in self.trials],
-            "xfail": {**old.get("xfail", {}), **self.xfail},
             "seed": SEED,
         }
         path.write_text(json.dumps(data, indent=1) + "\n")
@@ -79,11 +79,6 @@ RESULTS = Results()
 def record(trial: Trial) -> Trial:
     RESULTS.trials.append(trial)
     return trial
-
-
-def expect_failure_elsewhere(fault: str, reason: str) -> None:
-    """Note why the scenario is expected to fail for now (it is marked xfail)."""
-    RESULTS.xfail[fault] = reason
 
 
 @contextmanager
@@ -191,3 +186,26 @@ def leftover_tmp(root: Path) -> list[str]:
     """Files under the download root's temporary folder (swept by the next run)."""
     tmp = root / TMP_DIR_NAME
     return [p.name for p in tmp.rglob("*") if p.is_file()] if tmp.exists() else []
+
+
+# ------------------------------------------------------- where a child run has got to
+
+
+def finished(text: str, task: str) -> int:
+    """Runs of ``task`` (a task name such as ``download-batch``) that a run's log shows
+    finished (Prefect writes ``Task run 'download-batch-1a2' - Finished in state ...``)."""
+    return len(re.findall(rf"Task run '{re.escape(task)}-[0-9a-f]+' - Finished in state", text))
+
+
+def wait_for_log(proc: Any, log: Path, ready: Callable[[str], bool], timeout: float = 300) -> str:
+    """Poll a child's log until ``ready(text)`` holds (an observable event in the run);
+    the text seen then. Fails if the child exits first or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if ready(text):
+            return text
+        if proc.poll() is not None:
+            raise AssertionError(f"the run exited {proc.returncode} first:\n{text[-3000:]}")
+        time.sleep(0.005)  # polling the log for the event, with a deadline
+    raise AssertionError(f"not seen in {timeout} s:\n{log.read_text(errors='replace')[-3000:]}")
