@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -34,6 +35,13 @@ def misbehaving_extractor(path: str, name: str, max_pages: int, in_memory_bytes:
     if "raise" in name:
         raise RuntimeError("parser bug")
     return extract_stored(path, name, max_pages, in_memory_bytes)
+
+
+def started_then_wait(flag: str, seconds: float) -> str:
+    """Write this worker's pid to ``flag`` (the job has started), then work ``seconds``."""
+    Path(flag).write_text(str(os.getpid()))
+    time.sleep(seconds)
+    return "done"
 
 
 # ---------------------------------------------------------------- generated documents

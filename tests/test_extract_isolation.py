@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from datetime import UTC, datetime
+from multiprocessing import forkserver
 from pathlib import Path
 
-from ingest.extract.batch import extract_batch
+from ingest.extract.batch import INTERRUPTED, extract_batch, to_document
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.settings import Settings
 
@@ -49,3 +54,49 @@ def test_memory_limit_turns_a_balloon_into_a_row(tmp_path: Path) -> None:
         assert outcome.status in ("error", "crashed")
         assert outcome.status == "crashed" or "MemoryError" in (outcome.error or "")
         assert pool.submit("os:getpid").result().status == "ok"
+
+
+STARTED = "tests.extract_support:started_then_wait"
+
+
+def job_started(flag: Path, not_pid: int = 0) -> int:
+    """The pid of the worker running the job, once it has written it (polled, deadline)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if flag.exists() and flag.read_text() and int(flag.read_text()) != not_pid:
+            return int(flag.read_text())
+        time.sleep(0.01)  # polling for the job's own start mark
+    raise AssertionError("the job did not start")
+
+
+def test_a_job_whose_worker_and_fork_server_are_killed_is_tried_again(tmp_path: Path) -> None:
+    """Killed from outside with the fork server, the worker's exit status is lost (255):
+    not the file's fault, so the job gets its one more try and completes."""
+    flag = tmp_path / "started"
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        future = pool.submit(STARTED, str(flag), 1.0)
+        worker = job_started(flag)
+        server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+        assert server
+        os.kill(server, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        outcome = future.result(120)
+        assert (outcome.status, outcome.value) == ("ok", "done"), outcome
+        assert int(flag.read_text()) != worker
+
+
+def test_a_job_killed_twice_is_interrupted_and_left_for_the_next_run(tmp_path: Path) -> None:
+    flag = tmp_path / "started"
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        future = pool.submit(STARTED, str(flag), 60.0)
+        first = job_started(flag)
+        os.kill(first, signal.SIGKILL)
+        os.kill(job_started(flag, not_pid=first), signal.SIGKILL)
+        outcome = future.result(120)
+        assert outcome.status == "interrupted", outcome
+        assert "SIGKILL, twice" in (outcome.error or "")
+    doc = to_document("b", "k.txt", "e1", str(flag), outcome, run_id="r", now=datetime.now(UTC))
+    # A failed row that says why, at a version that is never current: the next run's
+    # find-changes extracts the file again.
+    assert doc.status == "failed" and doc.extractor_version == INTERRUPTED
+    assert "the next run tries again" in (doc.error or "")

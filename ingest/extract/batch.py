@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 # What a worker runs for each file; tests swap in a hook with the same signature.
 DEFAULT_EXTRACTOR = "ingest.extract:extract_stored"
+# extractor_version of a row whose extraction was interrupted (never a real version).
+INTERRUPTED = "interrupted"
 OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
 
 Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
@@ -64,7 +66,8 @@ def extract_batch(
 
     ``pool`` defaults to the process's shared warm pool, started only when a
     document needs it. Timeouts and crashed workers become rows (``timeout``,
-    ``failed``); the pool replaces the worker.
+    ``failed``); the pool replaces the worker. An interrupted job (its worker killed
+    from outside twice) is a ``failed`` row that the next run extracts again.
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
@@ -119,6 +122,11 @@ def to_document(
     error = outcome.error or "no result"
     if outcome.status == "crashed":
         error = f"parser crashed: {error}"
+    if outcome.status == "interrupted":
+        # Not the file's fault: the row says so, and its version is not the current
+        # one, so the next run's find-changes extracts the file again.
+        error = f"extraction interrupted (the next run tries again): {error}"
+        base["extractor_version"] = INTERRUPTED
     log.warning("%s: %s: %s", key, status, error.splitlines()[0] if error else "")
     return Document(kind=kind, status=status, error=error[:4000], extractor="pool", **base)
 

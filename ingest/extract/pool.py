@@ -19,7 +19,12 @@ pipes, the process sentinels and the earliest deadline:
 * a result (or an exception inside the job) completes that job's future;
 * a deadline passed: the worker is killed and replaced, the job is a ``timeout``;
 * a worker that dies (segfault, killed by the memory limit, ``os._exit``):
-  the job is ``crashed``, the worker is replaced, the pool goes on.
+  the job is ``crashed``, the worker is replaced, the pool goes on;
+* a worker killed from outside (SIGKILL: someone killing the pool, the kernel's
+  OOM killer; or its status lost with a killed fork server): the file is not
+  known to be at fault, so it gets one more try on a fresh worker; killed
+  again, the job is ``interrupted`` (as are jobs of a pool whose dispatcher
+  broke), which the caller records so that the next run tries it again.
 
 Memory: each worker's address space is capped (``RLIMIT_AS``), so a parser
 that balloons gets a ``MemoryError`` (a ``failed`` row) or dies (a
@@ -53,7 +58,10 @@ log = logging.getLogger(__name__)
 START_ATTEMPTS = 5
 START_PAUSE = 0.2  # seconds, times the attempt
 
-OutcomeStatus = Literal["ok", "error", "timeout", "crashed"]
+OutcomeStatus = Literal["ok", "error", "timeout", "crashed", "interrupted"]
+# A forkserver process's exit status is relayed by the fork server; when the fork server
+# itself was killed, multiprocessing reports 255 (the status is lost).
+STATUS_LOST = 255
 PRELOAD = ["ingest.extract.worker"]
 
 
@@ -241,7 +249,9 @@ class WorkerPool:
                 self._queue.clear()
             for job in jobs:
                 if not job.future.done():
-                    job.future.set_result(Outcome("crashed", error=f"extraction pool broke: {exc}"))
+                    job.future.set_result(
+                        Outcome("interrupted", error=f"extraction pool broke: {exc}")
+                    )
 
     def _loop(self) -> None:
         while True:
@@ -318,7 +328,9 @@ class WorkerPool:
     def _crashed(self, w: _Worker) -> None:
         w.process.join(1)
         code = w.process.exitcode
-        if code is not None and code < 0:
+        if code == STATUS_LOST:
+            how = "ended, its exit status lost with the fork server (killed with it)"
+        elif code is not None and code < 0:
             try:
                 how = f"killed by {signal.Signals(-code).name}"
             except ValueError:
@@ -327,15 +339,18 @@ class WorkerPool:
             how = f"exited with code {code}"
         self.stats.crashes += 1
         job = w.job
-        if job is not None and code == -signal.SIGKILL and not job.retried:
+        if job is not None and code in (-signal.SIGKILL, STATUS_LOST):
             # Killed from outside (someone killing the pool, the kernel's OOM killer): the
             # file is not known to be at fault, so it gets one more try on a fresh worker
             # instead of a "crashed" row that no later run would retry.
-            job.retried = True
-            w.job = None
-            self._replace(w, kill=True)
-            self._queue.appendleft(job)  # deque ends are thread-safe; the lock may be held
-            log.warning("extraction worker %s; its file is tried again", how)
+            if not job.retried:
+                job.retried = True
+                w.job = None
+                self._replace(w, kill=True)
+                self._queue.appendleft(job)  # deque ends are thread-safe; the lock may be held
+                log.warning("extraction worker %s; its file is tried again", how)
+                return
+            self._fail(w, "interrupted", f"worker process {how}, twice, while parsing this file")
             return
         self._fail(w, "crashed", f"worker process {how} while parsing this file")
 
