@@ -11,7 +11,7 @@ from devservers import samples
 from flows.s3_ingest import s3_ingest
 from ingest import search
 from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
-from tests.helpers import put_many, rows
+from tests.helpers import put_many, rows, write_rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -101,3 +101,37 @@ def test_documents_of_deleted_objects_are_marked_and_leave_search(
     third = s3_ingest(**kw)  # nothing more to mark
     assert third.counts == {"skipped": 1}
     assert rows(data_dir, "SELECT count(*) n FROM document_log WHERE key = 'a.txt'")[0]["n"] == 2
+
+
+def test_an_interrupted_extraction_is_done_again_by_the_next_run(
+    s3, s3_server, bucket, data_dir: Path
+) -> None:
+    """A row whose extraction was interrupted (its worker killed from outside twice) is
+    a ``failed`` row at a version that is never current: the next run extracts it."""
+    from datetime import UTC, datetime
+
+    from ingest.extract.batch import to_document
+    from ingest.extract.pool import Outcome
+
+    put_many(s3, bucket, {f"n/{i}.txt": f"note {i} 평면도".encode() for i in range(3)})
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    s3_ingest(**kw)
+    [stored] = rows(data_dir, "SELECT etag, local_path FROM s3_objects WHERE key = 'n/1.txt'")
+    killed = Outcome("interrupted", error="worker process killed by SIGKILL, twice")
+    doc = to_document(
+        bucket,
+        "n/1.txt",
+        stored["etag"],
+        stored["local_path"],
+        killed,
+        run_id="killed",
+        now=datetime.now(UTC),
+    )
+    write_rows(data_dir, "documents", "killed", "interrupted", [doc.as_row()])
+    [row] = rows(data_dir, "SELECT status, error FROM documents WHERE key = 'n/1.txt'")
+    assert row["status"] == "failed" and "the next run tries again" in row["error"]
+
+    again = s3_ingest(**kw)
+    assert again.extracted == {"ok": 1, "unchanged": 2}
+    [row] = rows(data_dir, "SELECT status, text FROM documents WHERE key = 'n/1.txt'")
+    assert row["status"] == "ok" and "note 1 평면도" in row["text"]

@@ -5,6 +5,7 @@ extraction worker pool dying."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,17 @@ import pytest
 
 from flows.s3_ingest import s3_ingest
 from ingest.storage.lake import LAKE_DIR
-from tests.chaos.support import Trial, check_s3, lake_problems, record, rng, timed, trials
+from tests.chaos.support import (
+    Trial,
+    check_s3,
+    finished,
+    lake_problems,
+    record,
+    rng,
+    timed,
+    trials,
+    wait_for_log,
+)
 from tests.helpers import ROOT, put_many, rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
@@ -244,7 +255,8 @@ def test_warehouse_held_open_read_write(s3: Any, s3_server: Any, tmp_path: Path)
 # ------------------------------------------------------------- extraction pool dying
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, depth: int = 1) -> list[int]:
+    """Processes under ``pid`` at least ``depth`` generations down (1: all of them)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -252,26 +264,42 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
+    out, todo = [], [(pid, 0)]
     while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
+        parent, level = todo.pop()
+        for c in children.get(parent, []):
+            if level + 1 >= depth:
+                out.append(c)
+            todo.append((c, level + 1))
     return out
 
 
 @pytest.mark.timeout(1200)
 def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
-    """Every process under ``ingest s3`` (the fork server and its workers) is killed at
-    a seeded moment once extraction has begun."""
+    """Every process under ``ingest s3`` (the fork server and its workers) is killed at a
+    seeded moment while extraction runs: after the first download batch has finished
+    (its ``extract-batch`` starts then) and before the last ``extract-batch`` finished.
+
+    The bucket had a first run; since then 5 objects were deleted and 40 added, so the
+    killed run has downloads, extraction and deletions to do. It must complete its
+    downloads, mark the deletions, store its rows and summary; what it could not extract
+    is extracted by the next run."""
     from prefect.settings import PREFECT_API_URL
 
     fault = "extraction worker pool killed"
     r = rng(fault)
     problems = []
     for i in range(trials(3, 0)):
-        bucket = seed(s3, 40, words=3000)
+        bucket = seed(s3, 20, words=3000)
         data_dir = tmp_path / f"t{i}"
+        _, error = ingest(bucket, s3_server.url, data_dir)
+        assert error is None, error
+        gone = sorted(r.sample([f"d/{k:03d}.txt" for k in range(20)], 5))
+        for key in gone:
+            s3.delete_object(Bucket=bucket, Key=key)
+        # 1.8 MB texts: ~0.3 s each to extract here, so extraction lasts seconds.
+        put_many(s3, bucket, {f"e/{k:03d}.txt": text_for(bucket, k, 100000) for k in range(40)})
+        batches = 40 // 5
         log = tmp_path / f"t{i}.log"
         with log.open("w") as out:
             proc = subprocess.Popen(
@@ -282,51 +310,116 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
                     "s3",
                     "--bucket",
                     bucket,
-                    "--endpoint-url",
-                    s3_server.url,
-                    "--data-dir",
-                    str(data_dir),
+                    *where(s3_server, data_dir),
                 ],
                 cwd=ROOT,
                 env={
                     **os.environ,
                     "PREFECT_API_URL": str(PREFECT_API_URL.value()),
                     "INGEST_S3_BATCH_SIZE": "5",
+                    "PYTHONUNBUFFERED": "1",
                 },
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 120
-        while not descendants(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)  # polling for the pool's processes to appear
-        time.sleep(r.uniform(0.0, 3.0))  # the fault's random point
+        # Extraction runs: a download batch is done (its extract-batch starts then) and a
+        # pool worker is parsing.
+        pid = proc.pid
+        wait_for_log(
+            proc, log, lambda t, pid=pid: finished(t, "download-batch") >= 1 and parsing(pid)
+        )
+        time.sleep(r.uniform(0.0, 0.1))  # the fault's random point, within the job
         killed = descendants(proc.pid)
-        for pid in killed:
+        for child in killed:
             with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(child, signal.SIGKILL)
+        extracted_then = finished(log.read_text(errors="replace"), "extract-batch")
         code = proc.wait(300)
         output = log.read_text(errors="replace")
-        docs = rows(data_dir, "SELECT status, count(*) n FROM documents GROUP BY ALL")
-        stored = rows(data_dir, "SELECT count(*) n FROM s3_objects WHERE status = 'downloaded'")
+        # Jobs the kill interrupted: tried again on a fresh worker, or a row saying so.
+        interrupted = output.count("its file is tried again")
+        run_id = _run_id(output)
+        docs = rows(data_dir, "SELECT status, count(*) n FROM documents GROUP BY ALL ORDER BY 1")
+        stored = rows(data_dir, "SELECT status, count(*) n FROM s3_objects GROUP BY ALL")
+        by_status = {x["status"]: x["n"] for x in stored}
+        marked = rows(
+            data_dir,
+            "SELECT key FROM s3_objects WHERE status = 'deleted' ORDER BY key",
+        )
+        summary_row = rows(
+            data_dir, f"SELECT count(*) n FROM flow_runs WHERE flow_run_id = '{run_id}'"
+        )[0]["n"]
+        not_ok = rows(
+            data_dir, "SELECT count(*) n FROM documents WHERE status NOT IN ('ok', 'deleted')"
+        )[0]["n"]
+        missing = (
+            55 - rows(data_dir, "SELECT count(*) n FROM documents WHERE status = 'ok'")[0]["n"]
+        )
+        during = extracted_then < batches and interrupted + not_ok > 0
         with timed() as took:
-            _again, again_error = ingest(bucket, s3_server.url, data_dir)
+            again, again_error = ingest(bucket, s3_server.url, data_dir)
         ok_docs = rows(data_dir, "SELECT count(*) n FROM documents WHERE status = 'ok'")[0]["n"]
+        retried = (
+            rows(data_dir, f"SELECT count(*) n FROM documents WHERE run_id = '{again.run_id}'")[0][
+                "n"
+            ]
+            if again is not None
+            else -1
+        )
         check = check_s3(s3, bucket, data_dir, documents=True)
-        ended = code == 0 and stored[0]["n"] == 40 and again_error is None and ok_docs == 40
+        ended = (
+            during
+            and code == 0
+            and by_status.get("downloaded") == 55
+            and [m["key"] for m in marked] == gone
+            and summary_row == 1
+            and again_error is None
+            and ok_docs == 55
+            and retried == missing
+        )
         trial = record(
             Trial(
                 fault,
-                point=f"{len(killed)} processes killed; exit {code}; documents {docs}",
+                point=f"{len(killed)} processes killed after {extracted_then} of {batches} "
+                f"extract-batch runs; exit {code}",
                 ended_as_expected=ended,
                 lost=check.lost,
                 duplicates=check.duplicates,
                 partial=check.partial,
                 recover_seconds=took[0],
-                note=output.strip().splitlines()[-1][:200] if output.strip() else "",
+                stage="extraction" if during else "not during extraction",
+                note=f"{interrupted} interrupted jobs tried again in the run; documents "
+                f"after it {docs}; the next run extracted {retried}",
             )
         )
         if not (ended and check.clean):
-            problems.append((trial, check.detail, stored, ok_docs, output[-1500:]))
+            problems.append((trial, check.detail, stored, marked, output[-1500:]))
     if not trials(3, 0):
         pytest.skip("runs under make chaos")
     assert not problems, problems
+
+
+def parsing(pid: int) -> bool:
+    """An extraction worker is parsing a document: a grandchild of the command (the fork
+    server's child; the command's own children are the fork server and multiprocessing's
+    resource tracker) that is on the CPU (state R; a worker waiting for a job sleeps on
+    its pipe) and older than a worker's start-up (~20 ms here; 1.5 s allowed)."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    ticks = os.sysconf("SC_CLK_TCK")
+    for worker in descendants(pid, depth=2):
+        try:
+            fields = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "R" and uptime - int(fields[19]) / ticks >= 1.5:
+            return True
+    return False
+
+
+def where(s3_server: Any, data_dir: Path) -> list[str]:
+    return ["--endpoint-url", s3_server.url, "--data-dir", str(data_dir)]
+
+
+def _run_id(output: str) -> str:
+    found = re.search(r"^run ([0-9a-f-]{36}):", output, re.MULTILINE)
+    return found.group(1) if found else ""
