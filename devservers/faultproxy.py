@@ -20,7 +20,9 @@ A plan is a list of rules (JSON), tried in order; the first that fires wins:
   ``short`` (a ``Content-Length`` of half the body: the client gets a truncated
   body that looks complete), ``expire`` (403 ``ExpiredToken``), ``change`` /
   ``delete`` (the object is overwritten / deleted on the upstream server just
-  before the request is forwarded: changed or gone between listing and GET);
+  before the request is forwarded: changed or gone between listing and GET),
+  ``delay`` (the request waits ``seconds`` before it is forwarded: a slow
+  endpoint, e.g. a listing that takes long);
 * ``p``: probability per matching request (seeded: a run of the same plan and
   seed over the same requests fires at the same requests), default 1;
 * ``match``: substring of the request path; ``on``: ``get`` (object GETs),
@@ -155,6 +157,8 @@ class Proxy:
             return True
         if kind in ("change", "delete"):
             await self._mutate(kind, path)
+        if kind == "delay":
+            await asyncio.sleep(rule.seconds if rule else 1.0)
         forward = [(k, v) for k, v in headers if k.lower() not in _HOP]
         answer = await self.client.request(
             method, self.upstream + target, headers=forward, content=body or None

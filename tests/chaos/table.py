@@ -11,7 +11,7 @@ import json
 import os
 import platform
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,21 @@ def render(data: dict[str, Any]) -> str:
     for fault, ts in by_fault.items():
         times = sorted(t["recover_seconds"] for t in ts)
         median = times[len(times) // 2]
-        name = fault + (" (xfail: see below)" if fault in data.get("xfail", {}) else "")
+        name = fault
         lines.append(
             f"| {name} | {len(ts)} | {sum(t['ended_as_expected'] for t in ts)} "
             f"| {sum(t['lost'] for t in ts)} | {sum(t['duplicates'] for t in ts)} "
             f"| {sum(t['partial'] for t in ts)} | {median:.1f} s, {times[-1]:.1f} s |"
         )
+    landed = [
+        f"- {fault}: "
+        + ", ".join(f"{stage} {n}" for stage, n in Counter(t["stage"] for t in ts).items())
+        for fault, ts in by_fault.items()
+        if any(t.get("stage") for t in ts)
+    ]
+    if landed:
+        lines += ["", "Where the faults landed (stage read from the run's log at the fault):", ""]
+        lines += landed
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     lines.append("")

@@ -1,63 +1,126 @@
-"""``kill -9`` of ``ingest s3`` at seeded random points of its run.
+"""``kill -9`` of ``ingest s3`` at seeded random points of each stage of its run.
 
-A reference run measures how long the flow takes (from "Beginning flow run" to
-its exit); each trial starts the real command, waits for the flow to begin,
-then kills the process after a delay drawn from that duration, so the points
-fall across listing, downloads, extraction, table commits and the summary
-(the stage the run had reached is read from its log). Right after the kill,
-what users can see must be whole: every file under the download folder is a
-complete object, every table file a reader would be sent to is readable. Then
-a clean run in-process must leave the bucket's exact contents, once each, with
-their documents.
+The points are placed by what the run shows, not by wall-clock guesses. A
+reference run records when each stage boundary appears in the command's log
+(Prefect writes a line when each task run finishes: ``plan-listing``,
+``list-objects``, the last ``download-batch``, the last ``extract-batch``,
+``publish-summary``, ``commit-run``). Each trial picks a stage (the 20 points
+are spread evenly over listing, downloads, extraction, summary and table
+commits, in seeded order), waits in the live run for the boundary where that
+stage begins, and kills the process after a seeded share of the stage's length
+in the reference run. The stage the kill really landed in is read back from the
+log as it stood at the kill, and recorded; the README shows the distribution.
+
+Listing 40 keys takes milliseconds, so the command reaches the S3 server
+through the fault proxy, which holds each listing request for a second (a
+slow listing); downloads are 30 ms a request.
+
+Right after the kill, what users can see must be whole: every file under the
+download folder is a complete object, every table file a reader would be sent
+to is readable. Then a clean run in-process must leave the bucket's exact
+contents, once each, with their documents.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devservers.faultproxy import FaultProxy
 from devservers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
 from ingest.keys import TMP_DIR_NAME
 from tests.chaos.conftest import s3_client
-from tests.chaos.support import FULL, Trial, check_s3, lake_problems, record, rng, timed, trials
+from tests.chaos.support import (
+    FULL,
+    Trial,
+    check_s3,
+    finished,
+    lake_problems,
+    record,
+    rng,
+    timed,
+    trials,
+    wait_for_log,
+)
 from tests.helpers import ROOT, put_many
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
 FAULT = "kill -9 of the flow process"
-STAGES = (
-    "check-bucket",
-    "prepare-storage",
-    "plan-listing",
-    "list-objects",
-    "find-changes",
-    "download-batch",
-    "extract-batch",
-    "extract-stored",
-    "maintain-lake",
-    "publish-summary",
-    "commit-run",
-)
+OBJECTS = 40
+BATCH = 8
+BATCHES = OBJECTS // BATCH
+LIST_DELAY = 1.0  # seconds the proxy holds each listing request
+
+# Boundaries of the run, in order: (name, seen in the log text).
+Seen = Callable[[str], bool]
+BOUNDARIES: list[tuple[str, Seen]] = [
+    ("flow began", lambda t: "Beginning flow run" in t),
+    ("storage prepared", lambda t: finished(t, "prepare-storage") >= 1),
+    ("listed", lambda t: finished(t, "list-objects") >= 1),
+    ("changes found", lambda t: finished(t, "find-changes") >= 1),
+    ("downloaded", lambda t: finished(t, "download-batch") >= BATCHES),
+    ("extracted", lambda t: finished(t, "extract-batch") >= BATCHES),
+    ("lake maintained", lambda t: finished(t, "maintain-lake") >= 1),
+    ("summary published", lambda t: finished(t, "publish-summary") >= 1),
+    ("committed", lambda t: finished(t, "commit-run") >= 1),
+]
+# A stage is the span between two boundaries; the kill targets five of them.
+STAGES = {
+    "listing": ("storage prepared", "listed"),
+    "downloads": ("changes found", "downloaded"),
+    "extraction": ("downloaded", "extracted"),
+    "summary": ("lake maintained", "summary published"),
+    "table commits": ("summary published", "committed"),
+}
+# What the run was doing when a boundary had not been seen yet.
+DOING = {
+    "flow began": "start-up",
+    "storage prepared": "start-up",
+    "listed": "listing",
+    "changes found": "finding changes",
+    "downloaded": "downloads",
+    "extracted": "extraction",
+    "lake maintained": "lake maintenance",
+    "summary published": "summary",
+    "committed": "table commits",
+}
 
 
 def text_for(i: int) -> bytes:
     return (f"document {i} " + "floor plan section " * (200 + i * 13)).encode()
 
 
+def _seen(name: str) -> Seen:
+    return dict(BOUNDARIES)[name]
+
+
+def landed(text: str) -> str:
+    """The stage a run was in, from its log: the first boundary not yet seen."""
+    for name, seen in BOUNDARIES:
+        if not seen(text):
+            return DOING[name]
+    return "after the commit"
+
+
 def _api_env() -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
-    return {"PREFECT_API_URL": str(PREFECT_API_URL.value()), "INGEST_S3_BATCH_SIZE": "8"}
+    return {
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "INGEST_S3_BATCH_SIZE": str(BATCH),
+        "PYTHONUNBUFFERED": "1",  # each log line reaches the file when it is written
+    }
 
 
 def start(bucket: str, url: str, data_dir: Path, log: Path) -> Any:
@@ -72,58 +135,68 @@ def start(bucket: str, url: str, data_dir: Path, log: Path) -> Any:
         )
 
 
-def wait_for_flow(proc: Any, log: Path) -> float:
-    """Poll the log for the flow's start (an observable event); its monotonic time."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if "Beginning flow run" in log.read_text(errors="replace"):
-            return time.monotonic()
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text())
-        time.sleep(0.02)
-    raise AssertionError("the flow did not begin")
+def reference(proc: Any, log: Path) -> dict[str, float]:
+    """When each boundary appeared in a run's log (monotonic seconds), until it exits."""
+    at: dict[str, float] = {}
+    while len(at) < len(BOUNDARIES):
+        text = log.read_text(errors="replace")
+        now = time.monotonic()
+        for name, seen in BOUNDARIES:
+            if name not in at and seen(text):
+                at[name] = now
+        if proc.poll() is not None and len(at) < len(BOUNDARIES):
+            text = log.read_text(errors="replace")
+            missing = [n for n, s in BOUNDARIES if n not in at and not s(text)]
+            assert not missing, (missing, text[-3000:])
+            at.update({n: now for n, _ in BOUNDARIES if n not in at})
+        time.sleep(0.005)  # polling the reference run's log
+    return at
 
 
-def stage_reached(log: Path) -> str:
-    seen = [
-        m
-        for m in re.findall(r"([a-z]+(?:-[a-z]+)+)", log.read_text(errors="replace"))
-        if m in STAGES
-    ]
-    return seen[-1] if seen else "start-up"
+def plan(r: Any, n: int) -> list[str]:
+    """The stage each trial aims at: evenly spread, seeded order."""
+    names = list(STAGES)
+    aims = [names[i % len(names)] for i in range(n)]
+    r.shuffle(aims)
+    return aims
 
 
 @pytest.mark.timeout(3600)
 def test_kill_at_random_points_then_rerun(tmp_path: Path) -> None:
     n = trials(20, 1)
     r = rng(FAULT)
-    objects = {f"docs/{i:03d}.txt": text_for(i) for i in range(40)}
-    with DevServer(latency_ms=30) as slow:
+    objects = {f"docs/{i:03d}.txt": text_for(i) for i in range(OBJECTS)}
+    with DevServer(latency_ms=30) as slow, FaultProxy(slow.url) as proxy:
+        proxy.plan([{"kind": "delay", "on": "list", "seconds": LIST_DELAY}])
         client = s3_client(slow.url)
         bucket = f"kill-{uuid.uuid4().hex[:8]}"
         client.create_bucket(Bucket=bucket)
         put_many(client, bucket, objects)
 
-        # Reference run: how long the flow takes from its start to the process exit.
+        # Reference run: when each stage begins and ends.
         ref_log = tmp_path / "ref.log"
-        proc = start(bucket, slow.url, tmp_path / "ref", ref_log)
-        began = wait_for_flow(proc, ref_log)
+        proc = start(bucket, proxy.url, tmp_path / "ref", ref_log)
+        at = reference(proc, ref_log)
         assert proc.wait(300) == 0, ref_log.read_text()[-3000:]
-        duration = time.monotonic() - began
+        lengths = {s: max(at[b] - at[a], 0.0) for s, (a, b) in STAGES.items()}
 
-        problems = []
-        for i in range(n):
-            delay = r.uniform(0, duration) if FULL else duration * 0.5
+        aims = plan(r, n) if FULL else ["downloads"]
+        problems, landings = [], []
+        for i, aim in enumerate(aims):
+            begin, _ = STAGES[aim]
+            share = r.uniform(0.05, 0.9)
+            delay = share * lengths[aim]
             data_dir = tmp_path / f"t{i}"
             log = tmp_path / f"t{i}.log"
-            proc = start(bucket, slow.url, data_dir, log)
-            wait_for_flow(proc, log)
-            time.sleep(delay)  # the fault's random point, not a synchronisation
+            proc = start(bucket, proxy.url, data_dir, log)
+            wait_for_log(proc, log, _seen(begin))
+            time.sleep(delay)  # the fault's random point inside the stage, not a synchronisation
             proc.send_signal(signal.SIGKILL)
             code = proc.wait()
-            point = f"{delay:.2f} s of {duration:.1f} s: {stage_reached(log)}"
+            stage = landed(log.read_text(errors="replace"))
+            point = f"aimed at {aim}, {delay:.2f} s in ({share:.0%} of {lengths[aim]:.2f} s)"
             if code != -signal.SIGKILL:
-                point += " (run had ended)"
+                stage = "after the run ended"
             # What a killed run leaves must be whole where users look.
             root = data_dir / "objects" / bucket
             torn = [
@@ -134,6 +207,7 @@ def test_kill_at_random_points_then_rerun(tmp_path: Path) -> None:
                 and objects.get(p.relative_to(root).as_posix()) != p.read_bytes()
             ]
             unreadable = lake_problems(data_dir)
+            landings.append((aim, stage, point))
             with timed() as took:
                 summary = s3_ingest(bucket=bucket, endpoint_url=slow.url, data_dir=str(data_dir))
             check = check_s3(client, bucket, data_dir, documents=True)
@@ -147,8 +221,13 @@ def test_kill_at_random_points_then_rerun(tmp_path: Path) -> None:
                     duplicates=check.duplicates,
                     partial=check.partial + len(torn) + unreadable,
                     recover_seconds=took[0],
+                    stage=stage,
                 )
             )
             if not (ended and check.clean and not torn and not unreadable):
                 problems.append((trial, check.detail, torn[:3]))
+        if FULL:
+            # The points must really spread over the run: every aimed stage was hit.
+            hit = {stage for _, stage, _ in landings}
+            assert set(STAGES) <= hit, landings
     assert not problems, problems
