@@ -1,15 +1,16 @@
 """``kill -9`` of ``ingest s3`` at seeded random points of each stage of its run.
 
-The points are placed by what the run shows, not by wall-clock guesses. A
-reference run records when each stage boundary appears in the command's log
-(Prefect writes a line when each task run finishes: ``plan-listing``,
-``list-objects``, the last ``download-batch``, the last ``extract-batch``,
-``publish-summary``, ``commit-run``). Each trial picks a stage (the 20 points
-are spread evenly over listing, downloads, extraction, summary and table
-commits, in seeded order), waits in the live run for the boundary where that
-stage begins, and kills the process after a seeded share of the stage's length
-in the reference run. The stage the kill really landed in is read back from the
-log as it stood at the kill, and recorded; the README shows the distribution.
+The points are placed by what the run shows, not by wall-clock guesses. Prefect
+writes a line to the command's log when each task run finishes
+(``prepare-storage``, ``find-changes``, each ``download-batch``, ...). Each
+trial picks a stage (the 20 points are spread evenly over listing, downloads,
+extraction, summary and table commits, in seeded order), waits in the live run
+for the progress where that stage is under way (storage prepared; j download
+batches finished; downloads done; lake maintained; summary published), and
+kills the process a seeded delay later, shorter than the stage takes at its
+quickest (``aim_at``). The stage the kill really landed in is read back from
+the log as it stood at the kill, and recorded; the README shows the
+distribution.
 
 Listing 40 keys takes milliseconds, so the command reaches the S3 server
 through the fault proxy, which holds each listing request for a second (a
@@ -135,22 +136,24 @@ def start(bucket: str, url: str, data_dir: Path, log: Path) -> Any:
         )
 
 
-def reference(proc: Any, log: Path) -> dict[str, float]:
-    """When each boundary appeared in a run's log (monotonic seconds), until it exits."""
-    at: dict[str, float] = {}
-    while len(at) < len(BOUNDARIES):
-        text = log.read_text(errors="replace")
-        now = time.monotonic()
-        for name, seen in BOUNDARIES:
-            if name not in at and seen(text):
-                at[name] = now
-        if proc.poll() is not None and len(at) < len(BOUNDARIES):
-            text = log.read_text(errors="replace")
-            missing = [n for n, s in BOUNDARIES if n not in at and not s(text)]
-            assert not missing, (missing, text[-3000:])
-            at.update({n: now for n, _ in BOUNDARIES if n not in at})
-        time.sleep(0.005)  # polling the reference run's log
-    return at
+def aim_at(stage: str, r: Any) -> tuple[Seen, float, str]:
+    """Where a kill aimed at ``stage`` waits in the log, the longest seeded delay after
+    that, and a description. The waits are progress the run shows (batches finished), and
+    the delays are shorter than the stage takes at its quickest (listing: the proxy holds
+    each of its two listing requests ``LIST_DELAY``; downloads and extraction: the next
+    batches take longer than 0.05 s; summary ~0.15 s; commits ~0.4 s), so a point lands
+    in its stage however loaded the machine is."""
+    if stage == "listing":
+        return _seen("storage prepared"), 1.8 * LIST_DELAY, "storage prepared"
+    if stage == "downloads":
+        j = r.randrange(BATCHES - 1)
+        done = _seen("changes found")
+        return (lambda t: done(t) and finished(t, "download-batch") >= j), 0.05, f"{j} batches"
+    if stage == "extraction":
+        return _seen("downloaded"), 0.3, "downloads done"
+    if stage == "summary":
+        return _seen("lake maintained"), 0.1, "lake maintained"
+    return _seen("summary published"), 0.3, "summary published"
 
 
 def plan(r: Any, n: int) -> list[str]:
@@ -173,28 +176,20 @@ def test_kill_at_random_points_then_rerun(tmp_path: Path) -> None:
         client.create_bucket(Bucket=bucket)
         put_many(client, bucket, objects)
 
-        # Reference run: when each stage begins and ends.
-        ref_log = tmp_path / "ref.log"
-        proc = start(bucket, proxy.url, tmp_path / "ref", ref_log)
-        at = reference(proc, ref_log)
-        assert proc.wait(300) == 0, ref_log.read_text()[-3000:]
-        lengths = {s: max(at[b] - at[a], 0.0) for s, (a, b) in STAGES.items()}
-
         aims = plan(r, n) if FULL else ["downloads"]
         problems, landings = [], []
         for i, aim in enumerate(aims):
-            begin, _ = STAGES[aim]
-            share = r.uniform(0.05, 0.9)
-            delay = share * lengths[aim]
+            ready, longest, after = aim_at(aim, r)
+            delay = r.uniform(0.0, longest)
             data_dir = tmp_path / f"t{i}"
             log = tmp_path / f"t{i}.log"
             proc = start(bucket, proxy.url, data_dir, log)
-            wait_for_log(proc, log, _seen(begin))
+            wait_for_log(proc, log, ready)
             time.sleep(delay)  # the fault's random point inside the stage, not a synchronisation
             proc.send_signal(signal.SIGKILL)
             code = proc.wait()
             stage = landed(log.read_text(errors="replace"))
-            point = f"aimed at {aim}, {delay:.2f} s in ({share:.0%} of {lengths[aim]:.2f} s)"
+            point = f"aimed at {aim}: {delay:.2f} s after {after}"
             if code != -signal.SIGKILL:
                 stage = "after the run ended"
             # What a killed run leaves must be whole where users look.
