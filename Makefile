@@ -44,7 +44,7 @@ test: setup
 test-cluster: setup
 	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py $(PYTEST_ARGS)
 
-# The fault-injection suite, every trial (about 12 min); `make test` runs a short seeded
+# The fault-injection suite, every trial (about 18 min); `make test` runs a short seeded
 # subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".
 chaos: setup
 	rm -f chaos-results.json
