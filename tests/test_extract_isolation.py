@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from multiprocessing import forkserver
 from pathlib import Path
 
+from ingest.extract import pool as pool_module
 from ingest.extract.batch import INTERRUPTED, extract_batch, to_document
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.settings import Settings
@@ -73,6 +74,9 @@ def test_a_job_whose_worker_and_fork_server_are_killed_is_tried_again(tmp_path: 
     """Killed from outside with the fork server, the worker's exit status is lost (255):
     not the file's fault, so the job gets its one more try and completes."""
     flag = tmp_path / "started"
+    # The process's shared pools have workers of the fork server killed below: close them
+    # first, so later tests get fresh pools (their workers' status would be lost too).
+    pool_module._close_shared()
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
         future = pool.submit(STARTED, str(flag), 1.0)
         worker = job_started(flag)
