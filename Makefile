@@ -42,7 +42,7 @@ test: setup
 # The long Dask scenarios (about 3 min): the ingest command from three folders with the
 # downloads on object storage, a worker killed mid-run. `make test` runs the short one.
 test-cluster: setup
-	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py tests/test_github_dask.py $(PYTEST_ARGS)
 
 # The fault-injection suite, every trial (about 18 min); `make test` runs a short seeded
 # subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".

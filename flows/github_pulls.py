@@ -1,11 +1,14 @@
 """The ``github-pulls`` flow: pull requests of many repositories, incrementally.
 
-One task fetches every repository concurrently (one shared HTTP client, one
-in-flight limit, one rate-limit governor) and stores each repository as it
-ends; the flow loads the stored state first and publishes the summary last.
-A run stopped by the rate limit completes with the reason in its summary and
-in ``github_syncs.stop_reason``; the next run resumes. A missing repository
-fails the run after the others are stored; a rejected token fails it at once.
+On the thread runner one task fetches every repository concurrently (one shared
+HTTP client, one in-flight limit, one rate-limit governor) and stores each
+repository as it ends; on a Dask cluster each repository is a task of its own,
+spread over the workers under the in-flight limit and budget they share on the
+Prefect server (``ingest.rest.shared``). The flow loads the stored state first
+and publishes the summary last. A run stopped by the rate limit completes with
+the reason in its summary and in ``github_syncs.stop_reason``; the next run
+resumes. A missing repository fails the run after the others are stored; a
+rejected token fails it at once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pydantic import Field
 from flows.parameters import described
 from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
+from ingest.github.run import merge_summaries
 from ingest.github.sync import check_repo
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
@@ -136,16 +140,24 @@ def github_pulls(
     with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
         priors = load_sync_state(settings, repos, full_refresh)
-        summary = submit(
-            runner,
-            fetch_pulls,
-            settings=settings,
-            repos=repos,
-            priors=priors,
-            run_id=run_id,
-            token_block=token_block,
-            full_refresh=full_refresh,
-        ).result()
+        # Thread runner: one task, every repository in one event loop. Dask: one task per
+        # repository, so that the cluster's workers share the repositories.
+        groups = [repos] if settings.task_runner == "thread" else [[r] for r in repos]
+        futures = [
+            submit(
+                runner,
+                fetch_pulls,
+                settings=settings,
+                repos=group,
+                priors={r: priors[r] for r in group},
+                run_id=run_id,
+                token_block=token_block,
+                full_refresh=full_refresh,
+                part="" if len(groups) == 1 else f"-{i}",
+            )
+            for i, group in enumerate(groups)
+        ]
+        summary = merge_summaries(run_id, [f.result() for f in futures])
         maintain_lake(settings, list(GITHUB_TABLES))
         summary.seconds = time.perf_counter() - started
         summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")

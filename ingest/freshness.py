@@ -41,8 +41,9 @@ class SourceNight:
 
 def current(data_dir: DataDir) -> dict[str, dict[str, Any]]:
     """The stored ``source_freshness`` rows by source (what earlier nights committed)."""
+    relation = storage.scan(data_dir, TABLE)  # before connecting: a remote lake registers it
     with duck.connect() as con:
-        cur = con.execute(f"SELECT * FROM {storage.scan(data_dir, TABLE)}")
+        cur = con.execute(f"SELECT * FROM {relation}")
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
     return {r["source"]: r for r in rows}

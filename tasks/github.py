@@ -1,11 +1,14 @@
 """GitHub tasks: load the stored sync state, fetch pull requests, publish the summary.
 
-The whole fetch of a run is one task: every repository's pages share one
-event loop, one ``httpx.AsyncClient``, one in-flight limit and one rate-limit
-governor, which a task per page or per repository could not share (and a
-task per page would cost more orchestration than the request itself). The
-fetch has no Prefect retries: failed pages are rows, the watermark does not
-advance past them, and the next run fetches them again.
+On the thread runner the whole fetch of a run is one task: every repository's
+pages share one event loop, one ``httpx.AsyncClient``, one in-flight window and
+one rate-limit governor (a task per page would cost more orchestration than the
+request itself). On a Dask cluster the flow submits one task per repository,
+spread over the workers; each pages its repository and stages its rows to the
+lake on its worker, and the in-flight limit and the budget they share are kept
+on the Prefect server (``ingest.rest.shared``). The fetch has no Prefect
+retries: failed pages are rows, the watermark does not advance past them, and
+the next run fetches them again.
 """
 
 from __future__ import annotations
@@ -70,12 +73,21 @@ def fetch_pulls(
     run_id: str,
     token_block: str | None = None,
     full_refresh: bool = False,
+    part: str = "",
 ) -> GitHubSummary:
-    """Page every repository concurrently and store each as it ends (one part per repository)."""
+    """Page every repository concurrently and store each as it ends (one part per repository).
+
+    ``part`` tells apart the staged parts of several such tasks of one run."""
     token = resolve_token(settings, token_block)  # resolved here: never a task parameter
     with timed(settings.lake, noun="pull requests") as t:
         summary = fetch_pulls_plain(
-            settings, repos, run_id=run_id, token=token, priors=priors, full_refresh=full_refresh
+            settings,
+            repos,
+            run_id=run_id,
+            token=token,
+            priors=priors,
+            full_refresh=full_refresh,
+            part=part,
         )
         t.items = summary.pulls
     logger = get_run_logger()

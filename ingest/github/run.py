@@ -56,8 +56,13 @@ def fetch_pulls(
     priors: dict[str, RepoState] | None = None,
     full_refresh: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
+    part: str = "",
 ) -> GitHubSummary:
     """Sync the pull requests of ``repos`` into ``data_dir`` and summarise the run.
+
+    ``part`` names this call's staged parts that belong to no repository (the
+    ``/rate_limit`` probe, the host's window) when several calls of one run each
+    fetch some of its repositories (one task per repository on a cluster).
 
     Raises ``BadCredentialsError`` (401) at once; every other outcome is in the
     summary (per repository: complete or why it stopped, errors such as 404).
@@ -67,7 +72,7 @@ def fetch_pulls(
         priors = store.load_states(settings.lake, repos, settings.github_state)
     remembered = rest_store.load_window(settings.lake, host_of(settings.github_base_url))
     return run_async(
-        _fetch(settings, repos, run_id, token, priors, full_refresh, transport, remembered)
+        _fetch(settings, repos, run_id, token, priors, full_refresh, transport, remembered, part)
     )
 
 
@@ -95,6 +100,7 @@ async def _fetch(
     full_refresh: bool,
     transport: httpx.AsyncBaseTransport | None,
     remembered: tuple[int, int | None] | None = None,
+    part: str = "",
 ) -> GitHubSummary:
     async with shared_for(
         settings,
@@ -103,7 +109,16 @@ async def _fetch(
         remembered=remembered,
     ) as shared:
         return await _fetch_with(
-            settings, repos, run_id, token, priors, full_refresh, transport, remembered, shared
+            settings,
+            repos,
+            run_id,
+            token,
+            priors,
+            full_refresh,
+            transport,
+            remembered,
+            shared,
+            part,
         )
 
 
@@ -117,6 +132,7 @@ async def _fetch_with(
     transport: httpx.AsyncBaseTransport | None,
     remembered: tuple[int, int | None] | None,
     shared: SharedLimits | None,
+    part: str = "",
 ) -> GitHubSummary:
     started = time.perf_counter()
     window = window_for(settings, remembered)
@@ -188,14 +204,14 @@ async def _fetch_with(
             results = await sync_repos(gh, repos, opts_for, priors, on_result)
         finally:
             store.write_requests(
-                settings.lake, run_id, "rate-limit", [r for r in gh.requests if not r.repo]
+                settings.lake, run_id, f"rate-limit{part}", [r for r in gh.requests if not r.repo]
             )
             size, ceiling = window.remembered()
             if settings.http_adaptive:
                 rest_store.write_run(
                     settings.lake,
                     run_id,
-                    "github",
+                    f"github{part}",
                     [],
                     HostWindow(
                         host=host_of(settings.github_base_url),
@@ -227,3 +243,31 @@ async def _fetch_with(
         summary.shared_round_trips = shared.round_trips
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummary:
+    """One summary of a run whose repositories were fetched by several calls (tasks on
+    a cluster): counts add up; ``max_in_flight`` is the most one call had in flight
+    (the host's own count is the cluster's); the window is the smallest one remembered."""
+    if len(parts) == 1:
+        return parts[0]
+    out = GitHubSummary(run_id=run_id)
+    for s in parts:
+        out.repos += s.repos
+        out.errors += s.errors
+        out.pulls += s.pulls
+        out.requests += s.requests
+        out.not_modified += s.not_modified
+        out.budget_spent += s.budget_spent
+        out.failed_pages += s.failed_pages
+        out.limit_answers += s.limit_answers
+        out.shared_round_trips += s.shared_round_trips
+        out.per_page = max(out.per_page, s.per_page)
+        out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
+        out.shared_limit = out.shared_limit or s.shared_limit
+    stops = {reason for s in parts if s.stopped for reason in s.stopped.split("; ")}
+    out.stopped = "; ".join(sorted(stops)) or None
+    out.window = min((s.window for s in parts), default=0)
+    ceilings = [s.ceiling for s in parts if s.ceiling is not None]
+    out.ceiling = min(ceilings) if ceilings else None
+    return out

@@ -30,10 +30,15 @@ def load_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dict[str
     if not repos:
         return states
     repo_list = list(repos)
+    # scanned before connecting: on object storage a scan registers the table's relation,
+    # which only connections made afterwards see (a fresh process has none yet)
+    pages_sql, syncs_sql, pulls_sql = (
+        storage.scan(data_dir, t) for t in ("github_pages", "github_syncs", "pull_requests")
+    )
     with duck.connect() as con:
         pages = con.execute(
             f"""
-            SELECT * FROM {storage.scan(data_dir, "github_pages")}
+            SELECT * FROM {pages_sql}
             WHERE list_contains(?, repo) AND state = ?
             """,
             [repo_list, state],
@@ -47,7 +52,7 @@ def load_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dict[str
             f"""
             SELECT repo, arg_max(per_page, ended_at), arg_max(complete, ended_at),
                    max(watermark) FILTER (WHERE complete)
-            FROM {storage.scan(data_dir, "github_syncs")}
+            FROM {syncs_sql}
             WHERE list_contains(?, repo) AND state = ?
             GROUP BY repo
             """,
@@ -58,7 +63,7 @@ def load_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dict[str
             st.per_page, st.last_complete, st.watermark = per_page, bool(complete), watermark
         counts = con.execute(
             f"""
-            SELECT repo, count(DISTINCT number) FROM {storage.scan(data_dir, "pull_requests")}
+            SELECT repo, count(DISTINCT number) FROM {pulls_sql}
             WHERE list_contains(?, repo) GROUP BY repo
             """,
             [repo_list],

@@ -65,8 +65,9 @@ def stored_records(data_dir: DataDir, table: str) -> list[tuple[str, Any]]:
     """(key, record) of every stored row of a resource table (a child's parents)."""
     if storage.open_table(data_dir, table) is None:
         return []
+    relation = storage.scan(data_dir, table)  # before connecting: see load_window
     with duck.connect() as con:
-        rows = con.execute(f"SELECT key, data FROM {storage.scan(data_dir, table)}").fetchall()
+        rows = con.execute(f"SELECT key, data FROM {relation}").fetchall()
     return [(key, json.loads(data)) for key, data in rows if data]
 
 
@@ -74,9 +75,12 @@ def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
     if storage.open_table(data_dir, "api_windows") is None:
         return None
+    # scan() first: on object storage it registers the table's relation, which only the
+    # connections made afterwards see (a fresh process, a Dask worker, has none yet)
+    relation = storage.scan(data_dir, "api_windows")
     with duck.connect() as con:
         row = con.execute(
-            f"""SELECT window_size, ceiling FROM {storage.scan(data_dir, "api_windows")}
+            f"""SELECT window_size, ceiling FROM {relation}
                 WHERE host = ? ORDER BY updated_at DESC LIMIT 1""",
             [host],
         ).fetchone()
