@@ -41,7 +41,12 @@ from typing import Any
 import httpx
 
 from ingest.github.client import GitHubClient, safe_url
-from ingest.github.errors import BadCredentialsError, GitHubTerminalError, PageError
+from ingest.github.errors import (
+    BadCredentialsError,
+    GitHubTerminalError,
+    PageError,
+    RateLimitStop,
+)
 from ingest.github.records import PageRecord, PullRequest, RepoResult, RepoState, SyncRecord
 from ingest.redact import redact
 from ingest.rest.engine import Page, walk
@@ -174,8 +179,13 @@ class _RepoSync:
         (unchanged pages answer 304).
         """
         complete, stop = await self._page()
-        if complete and self.page_count > 1 and await self._listing_moved():
-            return False, LISTING_MOVED
+        if complete and self.page_count > 1:
+            try:
+                moved = await self._listing_moved()
+            except RateLimitStop as exc:  # the budget ran out just before the check
+                return False, str(exc)
+            if moved:
+                return False, LISTING_MOVED
         return complete, stop
 
     async def _listing_moved(self) -> bool:

@@ -167,7 +167,22 @@ class RateLimitGovernor:
                 budget = self.budget
                 if budget is None:  # not known yet: one request at a time learns it
                     if self.pending == 0:
-                        break
+                        spent_reset = None
+                        if self.shared is not None:
+                            spent_reset = await self.shared.before_learning(self.clock())
+                        if spent_reset is None:
+                            break
+                        wait = spent_reset - self.clock() + 1.0
+                        if wait > self.max_wait:
+                            raise RateLimitStop(
+                                "primary rate limit: spent by the processes sharing it; "
+                                f"resets in {wait:.0f} s, beyond max_wait {self.max_wait:.0f} s",
+                                reset_at=spent_reset,
+                            )
+                        self.primary_waits += 1
+                        self.waited_seconds += wait
+                        self.paused_until = time.monotonic() + wait
+                        continue
                     await self._cond.wait()
                     continue
                 above = budget.remaining - self.pending - self.effective_reserve

@@ -360,7 +360,32 @@ class SharedBudget:
     round_trips: int = 0
     taken: int = 0
     windows_seen: list[str] = field(default_factory=list)
+    prepaid: int | None = None  # the window this process's learning request was charged to
     _next: asyncio.Task[None] | None = None
+
+    async def before_learning(self, now: float) -> float | None:
+        """Charge the request about to learn the window to the window the cluster already
+        shares, if any (a process that starts late in a window would otherwise send it
+        unaccounted, into the reserve). None: send it; else the reset (epoch seconds) of
+        the window, which the cluster has spent."""
+        if self.window is not None:  # this process knows the window: charged on joining
+            return None
+        self.round_trips += 1
+        prefix = f"{self.base}-budget-"
+        every = await self.client.read_global_concurrency_limits(limit=200)
+        resets = [
+            int(x.name[len(prefix) :])
+            for x in every
+            if x.name.startswith(prefix) and x.name[len(prefix) :].isdigit()
+        ]
+        current = [r for r in resets if r > now]
+        if not current:
+            return None
+        key = max(current)
+        if await self._increment(self.name_for(key), 1):
+            self.prepaid = key
+            return None
+        return float(key)
 
     def name_for(self, reset: float) -> str:
         return f"{self.base}-budget-{int(reset)}"
@@ -423,7 +448,9 @@ class SharedBudget:
         if created and await ensure_limit(self.client, name, max(0, spendable) + 1) is None:
             log.info("shared budget %s: %d requests above the reserve", name, spendable)
         self.windows_seen.append(name)
-        await self._increment(name, 1)  # the learning request, already spent
+        if self.prepaid != key:
+            await self._increment(name, 1)  # the learning request, already spent
+        self.prepaid = None
         if previous is not None:  # a window that ended: nobody spends from it any more
             with contextlib.suppress(ObjectNotFound, httpx.HTTPError):
                 await self.client.delete_global_concurrency_limit_by_name(self.name_for(previous))
