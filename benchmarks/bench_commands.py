@@ -52,6 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.bench_s3 import child_env
+from benchmarks.measure import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "commands.md"
@@ -144,14 +145,7 @@ def no_bytecode(env: dict[str, str], scratch: Path) -> dict[str, str]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     import prefect
 
     return (

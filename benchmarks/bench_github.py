@@ -66,6 +66,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.measure import cpu_model
 from devservers.github import DevGitHub
 from ingest import storage
 from ingest.github.run import fetch_pulls
@@ -234,19 +235,12 @@ def ratios(results: list[Result]) -> list[str]:
 
 
 def machine() -> str:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     date = subprocess.run(
         ["date", "-u", "+%Y-%m-%d %H:%M UTC"], capture_output=True, text=True
     ).stdout.strip()
     return (
-        f"{date}; {os.cpu_count()} cores ({cpu or platform.processor()}); "
+        f"{date}; {os.cpu_count()} cores ({cpu}); "
         f"Python {platform.python_version()}; {platform.system()}"
     )
 

@@ -6,10 +6,12 @@ Shared by the benchmarks that run commands side by side (``bench_s3``, ``bench_s
 from __future__ import annotations
 
 import os
+import platform
 import resource
 import subprocess
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 
 def wait_measured(
@@ -40,3 +42,14 @@ def wait_measured(
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     return usage
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
