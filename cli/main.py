@@ -123,7 +123,7 @@ def s3_command(
     include: Annotated[list[str] | None, typer.Option(help="Glob to keep (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="Glob to drop (repeatable).")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Requests in flight [env INGEST_S3_CONCURRENCY, 64].")
+        int | None, typer.Option(help="Requests in flight [env INGEST_S3_CONCURRENCY, 128].")
     ] = None,
     data_dir: DataDir = None,
     download_dir: Annotated[

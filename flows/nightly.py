@@ -138,7 +138,7 @@ def nightly(
         prefix: Only S3 keys under this prefix.
         endpoint_url: S3-compatible endpoint (MinIO, Ceph, moto). Empty means AWS.
         s3_concurrency: S3 requests in flight, 1-512, sized for latency rather than cores.
-            Empty: INGEST_S3_CONCURRENCY or 64.
+            Empty: INGEST_S3_CONCURRENCY or 128.
         extract: Extract the text of new and changed documents.
         github_base_url: GitHub API root. Empty: https://api.github.com.
         github_per_page: Pull requests per page, 1-100. Empty chooses it from the

@@ -10,15 +10,18 @@ The run's rows are staged as batches finish and committed to the lake at the
 end, one commit per table.
 
 Where each task runs (``task_runner``, see ``tasks.runners``): the batch tasks
-(``fetch-batch``, ``extract-stored``) go to the chosen runner, the flow's threads
-or a Dask cluster. On a cluster a batch is one ``fetch-batch``: download and
-extraction of an object happen in one task on one worker, so no local path
-crosses machines. Everything else stays in the flow's process on its own
-threads: ``list-objects`` and ``find-changes`` share the run's listing database
-(an in-process DuckDB in ``ingest.changes``, fed chunk by chunk, released when
-the listing is compared), a worker would have neither; the listing is a few
-requests per thousand keys, cheap next to the batches; and the checks, the
-summary and the one commit per table belong to the run, not to a batch.
+(``fetch-batch``, ``extract-stored``) go to the chosen runner, threads of this
+process (a pool of their own, so the listing never queues behind them) or a Dask
+cluster. On threads, the flow hands out batches as they finish, a few ahead: the
+listing runs just ahead of the downloads instead of holding the bucket's batches in
+memory. On a cluster a batch is one ``fetch-batch``: download and extraction of an
+object happen in one task on one worker, so no local path crosses machines.
+Everything else stays in the flow's process on its own threads: ``list-objects`` and
+``find-changes`` share the run's listing database (an in-process DuckDB in
+``ingest.changes``, fed chunk by chunk, released when the listing is compared), a
+worker would have neither; the listing is a few requests per thousand keys, cheap
+next to the batches; and the checks, the summary and the one commit per table belong
+to the run, not to a batch.
 """
 
 from __future__ import annotations
@@ -66,6 +69,13 @@ S3_TABLES = (
     "task_timings",
     "flow_runs",
 )
+
+
+# Threads of the batch tasks (the thread runner): a download batch mostly waits for its
+# requests on the shared lanes; eight keep ``s3_concurrency`` requests queued.
+BATCH_THREADS = 8
+# Batches handed out and not yet folded into the summary (running or queued).
+BATCHES_AHEAD = 2 * BATCH_THREADS
 
 
 class TooManyFailuresError(IngestError):
@@ -184,22 +194,27 @@ def s3_ingest(
     # another machine or its files do not stay in a local folder a later task could read.
     whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
 
-    with run_staging(settings, run_id), batch_runner(settings) as runner:
+    with run_staging(settings, run_id), batch_runner(settings, BATCH_THREADS) as runner:
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
         shards = plan_listing(settings, spec)
 
         summary = RunSummary(run_id=run_id)
+        # On a cluster the workers, not this process, decide how many batches run at once.
+        ahead = None if settings.task_runner == "dask" else BATCHES_AHEAD - 1
         downloads: deque[PrefectFuture[BatchSummary]] = deque()
         extracting: deque[PrefectFuture[ExtractSummary]] = deque()
         comparing: deque[PrefectFuture[ChunkResult]] = deque()
         submitted = 0
         finished: set[PrefectFuture[Any]] = set()  # filled by the futures' done callbacks
 
-        def collect(wait: bool) -> None:
+        def collect(keep: int | None) -> None:
             """Fold finished batches into the summary, oldest first, and let their futures
-            go: the flow holds the batches in flight, not every batch of the run."""
-            while downloads and (wait or downloads[0] in finished):
+            go: the flow holds the batches in flight, not every batch of the run. With
+            ``keep``, wait for the oldest until at most ``keep`` batches are in flight."""
+            while downloads and (
+                downloads[0] in finished or (keep is not None and len(downloads) > keep)
+            ):
                 fut = downloads.popleft()
                 finished.discard(fut)
                 part = fut.result()
@@ -207,7 +222,7 @@ def s3_ingest(
                 summary.add_batch(part)
                 if part.extracted is not None:  # a fetch-batch extracted it too
                     summary.add_extracted(part.extracted)
-            while extracting and (wait or extracting[0] in finished):
+            while extracting and (keep == 0 or extracting[0] in finished):
                 ext = extracting.popleft()
                 finished.discard(ext)
                 summary.add_extracted(ext.result())
@@ -215,8 +230,11 @@ def s3_ingest(
         def hand_out(chunk: ChunkResult) -> None:
             nonlocal submitted
             summary.add_chunk(chunk)
-            collect(wait=False)
+            collect(keep=None)
             for batch in chunk.fetch:
+                # Hand out batches only as fast as they finish: the listing stays a few
+                # batches ahead of the downloads, not the whole bucket ahead in memory.
+                collect(keep=ahead)
                 submitted += 1
                 if whole_batches:
                     downloads.append(
@@ -231,13 +249,20 @@ def s3_ingest(
                     )
                     downloads[-1].add_done_callback(finished.add)
                     continue
-                downloads.append(download_batch.submit(settings, spec, batch))
+                downloads.append(
+                    submit(runner, download_batch, settings=settings, spec=spec, batch=batch)
+                )
                 downloads[-1].add_done_callback(finished.add)
                 if extract:  # starts when its download ends: overlaps the later ones
                     extracting.append(
-                        # ignore: Prefect resolves the future to its result at run time
-                        extract_batch.submit(  # type: ignore[call-overload]
-                            settings, bucket, run_id, downloads[-1]
+                        # Prefect resolves the future to its result at run time.
+                        submit(
+                            runner,
+                            extract_batch,
+                            settings=settings,
+                            bucket=bucket,
+                            run_id=run_id,
+                            downloaded=downloads[-1],
                         )
                     )
                     extracting[-1].add_done_callback(finished.add)
@@ -274,7 +299,7 @@ def s3_ingest(
             hand_out(comparing.popleft().result())
         changes.release()  # the listing is compared: its database's memory goes back
 
-        collect(wait=True)
+        collect(keep=0)
         maintain_lake(settings, list(S3_TABLES))
         summary.seconds = time.perf_counter() - started
         summary = publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}")

@@ -154,14 +154,14 @@ class Settings(BaseSettings):
         "each file once its text is extracted (only the rows and the text are kept).",
     )
     s3_concurrency: int = Field(
-        64,
+        128,
         ge=1,
         le=512,
         description="Requests in flight. Sized for latency (in flight = rate x latency), "
         "not for CPU cores.",
     )
     s3_batch_size: int = Field(
-        250, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
+        1000, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
     )
     s3_list_shards: int = Field(
         4,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -41,7 +40,7 @@ def download_batch(
     """
     now = datetime.now(UTC)
     results: list[ObjectResult] = []
-    jobs: list[tuple[S3Object, Path]] = []
+    jobs: list[tuple[S3Object, str]] = []
     root = settings.download_root(objects[0].bucket) if objects else settings.local_path
 
     def row(obj: S3Object, **kw: Any) -> ObjectResult:
@@ -69,7 +68,7 @@ def download_batch(
             results.append(
                 row(
                     obj,
-                    local_path=str(dest),
+                    local_path=dest,
                     status="downloaded",
                     attempts=outcome.attempts,
                     seconds=round(outcome.seconds, 6),

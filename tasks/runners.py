@@ -5,7 +5,8 @@ own process (the listing and its comparison with the stored state: an
 in-process DuckDB over the run's listing; the commit at the end), and hands its
 *batch* tasks to the runner chosen by ``task_runner``:
 
-* ``thread``: the flow's own ``ThreadPoolTaskRunner`` (one machine, the default);
+* ``thread``: the flow's own ``ThreadPoolTaskRunner``, or one of the batches' own
+  (one machine, the default);
 * ``dask``: a ``prefect_dask.DaskTaskRunner`` on the scheduler at ``dask_address``,
   or on a ``LocalCluster`` started for the run when the address is empty.
 
@@ -26,20 +27,28 @@ from typing import Any
 
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture
-from prefect.task_runners import TaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import Task
 
 from ingest.settings import Settings
 
 
 @contextmanager
-def batch_runner(settings: Settings) -> Iterator[TaskRunner[Any]]:
-    """The started runner for the flow's batch tasks (see the module docstring)."""
+def batch_runner(settings: Settings, threads: int | None = None) -> Iterator[TaskRunner[Any]]:
+    """The started runner for the flow's batch tasks (see the module docstring).
+
+    With the thread runner and ``threads``, the batches get a thread pool of their own:
+    tasks the flow submits to its decorator's runner (the listing) then never queue
+    behind batches waiting for their downloads."""
     if settings.task_runner == "thread":
         ctx = FlowRunContext.get()
         if ctx is None or ctx.task_runner is None:
             raise RuntimeError("batch_runner() is used inside a flow run")
-        yield ctx.task_runner
+        if threads is None:
+            yield ctx.task_runner
+            return
+        with ThreadPoolTaskRunner(max_workers=threads) as own:  # type: ignore[var-annotated]
+            yield own
         return
     from prefect_dask import DaskTaskRunner
 

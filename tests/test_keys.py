@@ -50,7 +50,7 @@ def test_absolute_key_is_refused_without_a_prefix(tmp_path: Path) -> None:
 
 
 def test_safe_keys_stay_inside_the_root(tmp_path: Path) -> None:
-    path = keys.local_path_for("p/a b/ünï 도면.pdf", "p/", tmp_path)
+    path = Path(keys.local_path_for("p/a b/ünï 도면.pdf", "p/", tmp_path))
     assert path == tmp_path / "a b" / "ünï 도면.pdf"
     assert path.resolve().is_relative_to(tmp_path.resolve())
 

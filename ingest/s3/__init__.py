@@ -2,8 +2,8 @@
 
 Modules, one per concern:
 
-- ``client``: the boto3 client (``make_client``), the shared request pool
-  (``request_pool``) and the obstore store of a client (``object_store``), cached per
+- ``client``: the boto3 client (``make_client``), the shared request lanes
+  (``request_lanes``) and the obstore store of a client (``object_store``), cached per
   process.
 - ``errors``: botocore failures translated into ``TerminalError`` (``translate_errors``).
 - ``listing``: the bucket check and ListObjectsV2 pages (``check_bucket``, ``list_page``).
@@ -11,7 +11,7 @@ Modules, one per concern:
 - ``get``: the GET path, obstore with ``client.get_object`` as the fallback, its
   request retries and stream resumption (``_get``, ``_stream``).
 - ``files``: temporary files, their sweep, the integrity check and the atomic rename.
-- ``download``: one object (``fetch_small``) or many on the shared pool
+- ``download``: one object (``fetch_small``) or many on the shared lanes
   (``BatchDownloader``).
 
 Retry layers, one per failure kind:
@@ -36,7 +36,7 @@ So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
 requests in a run.
 """
 
-from ingest.s3.client import make_client, object_store, request_pool
+from ingest.s3.client import make_client, object_store, request_lanes
 from ingest.s3.download import BatchDownloader, Fetched, fetch_small
 from ingest.s3.errors import attempts_of, error_code, translate_errors
 from ingest.s3.files import sweep_temp, temp_path
@@ -57,7 +57,7 @@ __all__ = [
     "list_page",
     "make_client",
     "object_store",
-    "request_pool",
+    "request_lanes",
     "sweep_temp",
     "temp_path",
     "translate_errors",

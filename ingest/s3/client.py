@@ -2,8 +2,8 @@
 
 ``make_client`` builds (and caches per process) the boto3 client used for listing;
 ``object_store`` builds, from the same session and settings, the obstore ``S3Store``
-the GETs go through (``ingest.s3.get``); ``request_pool`` is the process-wide thread
-pool those GETs run on.
+the GETs go through (``ingest.s3.get``); ``request_lanes`` are the process-wide
+threads those GETs run on.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -80,17 +82,58 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
         return client
 
 
-_executors: dict[int, ThreadPoolExecutor] = {}
+_lanes: dict[int, RequestLanes] = {}
 
 
-def request_pool(concurrency: int) -> ThreadPoolExecutor:
-    """The process-wide pool that bounds requests in flight, shared by all batches."""
+class RequestLanes:
+    """The process-wide bound on requests in flight, shared by every batch.
+
+    Up to ``limit`` *lanes* (jobs on a thread pool of that size) each take the next
+    queued request until the queue is empty, then end. A batch queues its requests
+    (``add``) and starts lanes only while fewer than ``limit`` run, so a steady stream
+    of batches keeps the same lanes busy across batch boundaries instead of handing the
+    pool dozens of new jobs per batch (at 128 in flight and 250 objects a batch, those
+    hand-offs were a tenth of the client's Python time). Requests run in the order
+    queued: the oldest batch finishes first.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pool = ThreadPoolExecutor(limit, thread_name_prefix="s3-get")
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def add(self, jobs: Iterable[Callable[[], None]]) -> None:
+        """Queue ``jobs`` (each catches its own errors) and start the lanes they need."""
+        with self._lock:
+            self._jobs.extend(jobs)
+            start = min(self.limit - self._running, len(self._jobs))
+            self._running += start
+        for _ in range(start):
+            self.pool.submit(self._lane)
+
+    def _lane(self) -> None:
+        jobs, lock = self._jobs, self._lock
+        while True:
+            with lock:
+                if not jobs:
+                    self._running -= 1
+                    return
+                job = jobs.popleft()
+            try:
+                job()
+            except BaseException:  # a job reports its own outcome; never lose the lane
+                log.exception("request job failed outside its own handler")
+
+
+def request_lanes(concurrency: int) -> RequestLanes:
+    """The process-wide request lanes for ``concurrency`` requests in flight."""
     with _clients_lock:
-        pool = _executors.get(concurrency)
-        if pool is None:
-            pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-get")
-            _executors[concurrency] = pool
-        return pool
+        lanes = _lanes.get(concurrency)
+        if lanes is None:
+            lanes = _lanes[concurrency] = RequestLanes(concurrency)
+        return lanes
 
 
 def object_store(client: Any, bucket: str) -> S3Store | None:

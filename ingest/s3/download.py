@@ -3,21 +3,20 @@ shared request pool (``BatchDownloader``), large ones as parallel byte ranges.""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ingest.errors import IntegrityError, ItemError
 from ingest.records import S3Object
-from ingest.s3.client import request_pool
-from ingest.s3.files import _publish, _verify, temp_path
+from ingest.s3.client import request_lanes
+from ingest.s3.files import _publish, _verify, remove, temp_path
 from ingest.s3.get import _stream, get_attempts
 from ingest.settings import Settings
 
@@ -39,8 +38,8 @@ class _Ranged:
     """State of one object fetched as parallel byte ranges."""
 
     obj: S3Object
-    dest: Path
-    tmp: Path
+    dest: str
+    tmp: str
     fd: int
     started: float
     pending: int
@@ -49,7 +48,9 @@ class _Ranged:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Settings) -> Fetched:
+def fetch_small(
+    client: Any, obj: S3Object, dest: str, root: str | os.PathLike[str], settings: Settings
+) -> Fetched:
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
 
     The bytes go to a temporary file that is renamed over ``dest`` only once
@@ -63,13 +64,16 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
         md5 = hashlib.md5(usedforsecurity=False)
         made = 0  # requests of this pass
         written = [0]
+        # A raw descriptor: no buffered file object, and none of the stat, isatty and seek
+        # calls open() makes (a small object is one write).
+        fd = os.open(tmp, _TEMP_FLAGS, 0o644)
         try:
-            with open(tmp, "wb") as f:
+            try:
 
                 def write(
-                    offset: int, chunk: bytes, f: Any = f, md5: Any = md5, n: Any = written
+                    offset: int, chunk: bytes, fd: int = fd, md5: Any = md5, n: Any = written
                 ) -> None:
-                    f.write(chunk)
+                    _write_all(fd, chunk)
                     md5.update(chunk)
                     n[0] += len(chunk)
 
@@ -83,11 +87,13 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
                         settings.s3_stream_retries,
                         get_attempts(settings),
                     )
+            finally:
+                os.close(fd)
             _verify(obj, tmp, md5.hexdigest(), attempts + made, size=written[0])
             _publish(tmp, dest)
             return Fetched(attempts + made, time.perf_counter() - started)
         except IntegrityError as exc:
-            tmp.unlink(missing_ok=True)
+            remove(tmp)
             # Raised by _stream (made == 0, exc counts this pass) or by _verify.
             attempts += made or exc.attempts
             exc.attempts = attempts
@@ -95,91 +101,88 @@ def fetch_small(client: Any, obj: S3Object, dest: Path, root: Path, settings: Se
                 raise
             log.info("s3://%s/%s: %s; fetching again", obj.bucket, obj.key, exc)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            remove(tmp)
             raise
     raise AssertionError("unreachable")
 
 
-class BatchDownloader:
-    """Download many objects on the shared request pool.
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
-    Small objects are fetched by *lanes*: up to ``concurrency`` jobs on the pool
-    that each take the batch's next object until none is left, so the pool sees a
-    few dozen jobs per batch instead of one future, callback and condition per
-    object (a third of the client's Python time per small object before). An
-    object of at least
-    ``s3_range_threshold`` bytes is split into range jobs written in place
-    (``os.pwrite``) to one temporary file. Memory stays bounded by
-    ``concurrency x CHUNK`` whatever the object sizes.
+
+def _write_all(fd: int, chunk: Any) -> None:
+    """Write every byte of ``chunk`` (a regular file takes it in one call, but may not)."""
+    written = os.write(fd, chunk)
+    if written < len(chunk):
+        view = memoryview(chunk)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+class BatchDownloader:
+    """Download many objects on the process-wide request lanes (``request_lanes``).
+
+    A small object is one queued job; an object of at least ``s3_range_threshold``
+    bytes is split into range jobs written in place (``os.pwrite``) to one temporary
+    file. The lanes are shared by every batch of the process, so the requests in
+    flight stay at ``s3_concurrency`` across batch boundaries, and memory stays bounded
+    by ``concurrency x CHUNK`` whatever the object sizes.
     """
 
-    def __init__(self, client: Any, settings: Settings, root: Path) -> None:
+    def __init__(self, client: Any, settings: Settings, root: str | os.PathLike[str]) -> None:
         self.client = client
         self.settings = settings
         self.root = root
-        self.pool = request_pool(settings.s3_concurrency)
+        self.lanes = request_lanes(settings.s3_concurrency)
 
     def run(
-        self, jobs: list[tuple[S3Object, Path]]
-    ) -> Iterator[tuple[S3Object, Path, Fetched | BaseException]]:
-        """Yield ``(object, dest, Fetched or the error)`` as lanes and ranged objects end."""
-        done: list[tuple[S3Object, Path, Fetched | BaseException]] = []
-        cond = threading.Condition()
+        self, jobs: list[tuple[S3Object, str]]
+    ) -> list[tuple[S3Object, str, Fetched | BaseException]]:
+        """``(object, dest, Fetched or the error)`` of every job, once all have ended
+        (in the order they ended)."""
+        done: list[tuple[S3Object, str, Fetched | BaseException]] = []
         total = len(jobs)
+        if not total:
+            return done
+        ended = threading.Event()
 
-        def finish(obj: S3Object, dest: Path, outcome: Fetched | BaseException) -> None:
-            with cond:
-                done.append((obj, dest, outcome))
-                cond.notify()
+        def finish(obj: S3Object, dest: str, outcome: Fetched | BaseException) -> None:
+            done.append((obj, dest, outcome))
+            # list.append and len are atomic: whichever job appends the last outcome
+            # sees the full count (several may, and setting twice is harmless).
+            if len(done) == total:
+                ended.set()
 
-        small: list[tuple[S3Object, Path]] = []
+        client, settings, root = self.client, self.settings, self.root
+
+        def small(obj: S3Object, dest: str) -> Callable[[], None]:
+            def job() -> None:
+                try:
+                    outcome: Fetched | BaseException = fetch_small(
+                        client, obj, dest, root, settings
+                    )
+                except BaseException as exc:
+                    outcome = exc
+                finish(obj, dest, outcome)
+
+            return job
+
+        queued: list[Callable[[], None]] = []
         for obj, dest in jobs:
-            if obj.size >= self.settings.s3_range_threshold:
-                self._submit_ranged(obj, dest, finish)
+            if obj.size >= settings.s3_range_threshold:
+                queued.extend(self._ranged(obj, dest, finish))
             else:
-                small.append((obj, dest))
-        queue = iter(small)
-        take = threading.Lock()
+                queued.append(small(obj, dest))
+        self.lanes.add(queued)
+        ended.wait()
+        return done
 
-        def lane() -> None:
-            out: list[tuple[S3Object, Path, Fetched | BaseException]] = []
-            try:
-                while True:
-                    with take:
-                        job = next(queue, None)
-                    if job is None:
-                        return
-                    obj, dest = job
-                    try:
-                        outcome: Fetched | BaseException = fetch_small(
-                            self.client, obj, dest, self.root, self.settings
-                        )
-                    except BaseException as exc:
-                        outcome = exc
-                    out.append((obj, dest, outcome))
-            finally:
-                with cond:
-                    done.extend(out)
-                    cond.notify()
-
-        for _ in range(min(len(small), self.settings.s3_concurrency)):
-            self.pool.submit(lane)
-        yielded = 0
-        while yielded < total:
-            with cond:
-                while not done:
-                    cond.wait()
-                ready, done[:] = list(done), []
-            for item in ready:
-                yielded += 1
-                yield item
-
-    def _submit_ranged(
+    def _ranged(
         self,
         obj: S3Object,
-        dest: Path,
-        finish: Callable[[S3Object, Path, Fetched | BaseException], None],
-    ) -> None:
+        dest: str,
+        finish: Callable[[S3Object, str, Fetched | BaseException], None],
+    ) -> list[Callable[[], None]]:
+        """The range jobs of one large object; the last to end verifies and publishes."""
         size = self.settings.s3_range_size
         ranges = [(start, min(start + size, obj.size)) for start in range(0, obj.size, size)]
         tmp = temp_path(self.root)
@@ -190,21 +193,23 @@ class BatchDownloader:
         def write(offset: int, chunk: bytes) -> None:
             os.pwrite(fd, chunk, offset)
 
-        def one_range(start: int, end: int) -> int:
+        def one_range(start: int, end: int) -> None:
+            outcome: int | BaseException
             if state.error is not None:  # another range failed: do not spend requests
-                return 0
-            return _stream(
-                self.client,
-                obj,
-                start,
-                end,
-                write,
-                self.settings.s3_stream_retries,
-                get_attempts(self.settings),
-            )
-
-        def range_done(fut: Future[int]) -> None:
-            outcome = _outcome(fut)
+                outcome = 0
+            else:
+                try:
+                    outcome = _stream(
+                        self.client,
+                        obj,
+                        start,
+                        end,
+                        write,
+                        self.settings.s3_stream_retries,
+                        get_attempts(self.settings),
+                    )
+                except BaseException as exc:
+                    outcome = exc
             with state.lock:
                 if isinstance(outcome, BaseException):
                     state.error = state.error or outcome
@@ -215,12 +220,10 @@ class BatchDownloader:
                 state.pending -= 1
                 last = state.pending == 0
             if last:
-                # Verification hashes the whole file: run it off the callback thread's hot path
-                # only once, when every range is in.
+                # Verification hashes the whole file: only once, when every range is in.
                 finish(obj, dest, self._finish_ranged(state))
 
-        for start, end in ranges:
-            self.pool.submit(one_range, start, end).add_done_callback(range_done)
+        return [functools.partial(one_range, start, end) for start, end in ranges]
 
     def _finish_ranged(self, state: _Ranged) -> Fetched | BaseException:
         try:
@@ -231,12 +234,7 @@ class BatchDownloader:
             _publish(state.tmp, state.dest)
             return Fetched(state.attempts, time.perf_counter() - state.started)
         except BaseException as exc:
-            state.tmp.unlink(missing_ok=True)
+            remove(state.tmp)
             if isinstance(exc, ItemError) and not exc.attempts:
                 exc.attempts = state.attempts
             return exc
-
-
-def _outcome(fut: Future[Any]) -> Any:
-    exc = fut.exception()
-    return exc if exc is not None else fut.result()

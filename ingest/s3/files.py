@@ -7,6 +7,7 @@ against single-part ETags (``_verify``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -26,28 +27,34 @@ _names = itertools.count()
 _token = uuid.uuid4().hex[:8]
 
 
-def ensure_dir(path: Path) -> None:
-    key = str(path)
-    if key not in _made_dirs:
-        path.mkdir(parents=True, exist_ok=True)
-        _made_dirs.add(key)
+def ensure_dir(path: str) -> None:
+    if path not in _made_dirs:
+        os.makedirs(path, exist_ok=True)
+        _made_dirs.add(path)
 
 
-def temp_path(root: Path) -> Path:
+def temp_path(root: str | os.PathLike[str]) -> str:
     """A unique temporary name on the same filesystem as the destination.
 
     The owner's pid is part of the name so that leftovers of a killed run can
-    be told from files a live run is still writing (``sweep_temp``).
+    be told from files a live run is still writing (``sweep_temp``). Paths on the
+    per-object path are strings (a ``Path`` join costs microseconds).
     """
-    tmp_dir = root / TMP_DIR_NAME
+    tmp_dir = os.path.join(root, TMP_DIR_NAME)
     ensure_dir(tmp_dir)
-    return tmp_dir / f"{os.getpid()}-{_token}-{next(_names)}.part"
+    return f"{tmp_dir}/{os.getpid()}-{_token}-{next(_names)}.part"
+
+
+def remove(path: str) -> None:
+    """Remove a file if it is there."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def sweep_temp(root: Path) -> int:
     """Remove temporary files left by runs whose process is gone."""
     removed = 0
-    tmp_dir = root / TMP_DIR_NAME
+    tmp_dir = Path(root, TMP_DIR_NAME)
     if not tmp_dir.is_dir():
         return 0
     for path in tmp_dir.iterdir():
@@ -69,11 +76,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _verify(
-    obj: S3Object, tmp: Path, md5_hex: str | None, attempts: int, size: int | None = None
+    obj: S3Object, tmp: str, md5_hex: str | None, attempts: int, size: int | None = None
 ) -> None:
     """Size (``size`` bytes written, else the file's) and MD5 against the listing."""
     if size is None:
-        size = tmp.stat().st_size
+        size = os.stat(tmp).st_size
     if size != obj.size:
         raise IntegrityError(
             f"size {size} differs from the listed {obj.size}", key=obj.key, attempts=attempts
@@ -87,7 +94,7 @@ def _verify(
             )
 
 
-def _file_md5(path: Path) -> str:
+def _file_md5(path: str) -> str:
     md5 = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK * 4):
@@ -95,18 +102,19 @@ def _file_md5(path: Path) -> str:
     return md5.hexdigest()
 
 
-def _publish(tmp: Path, dest: Path) -> None:
+def _publish(tmp: str, dest: str) -> None:
     """Atomically move a complete file to its final name. Not synced here, one by one: the
     batch syncs once after its renames and before its rows are written
     (``ingest.sync.download_batch``), so a power loss never leaves a renamed but empty file
     that a stored row calls downloaded."""
     try:
-        ensure_dir(dest.parent)
+        folder = os.path.dirname(dest)
+        ensure_dir(folder)
         try:
             os.replace(tmp, dest)
         except FileNotFoundError:  # the folder went away under the run: make it again
-            _made_dirs.discard(str(dest.parent))
-            ensure_dir(dest.parent)
+            _made_dirs.discard(folder)
+            ensure_dir(folder)
             os.replace(tmp, dest)
     except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:
         raise ItemError(

@@ -156,6 +156,8 @@ def _get_obstore(
         attempt += 1
         try:
             result = obstore.get(store, obj.key, options=options)  # type: ignore[arg-type]
+            if end - start <= STREAM_CHUNK:  # one chunk: the body in one call, no iterator
+                return _body(result), attempt
             return result.stream(min_chunk_size=STREAM_CHUNK), attempt
         except obstore_exc.PreconditionError as exc:
             raise ObjectChangedError(
@@ -190,6 +192,12 @@ def _get_obstore(
                 attempts=attempt,
                 retryable=verdict == "retry",
             ) from exc
+
+
+def _body(result: Any) -> Iterator[Any]:
+    """The whole body of a small answer as one chunk; read when iterated, so a body that
+    breaks is resumed like a broken stream (``_stream``)."""
+    yield result.bytes()
 
 
 def _first_line(exc: BaseException) -> str:
