@@ -11,8 +11,8 @@ c. our first run, ``ingest s3 --bucket ... --endpoint-url ... --data-dir D --no-
 d. our rerun with nothing changed;
 e. after 1 % of the keys changed and 1 % deleted: our rerun, ``s5cmd sync`` on
    s5cmd's folder, and, as the floor of any incremental tool, fetching exactly
-   the changed keys (obstore GETs on 64 threads, the flow's data path and
-   concurrency, timed inside the worker);
+   the changed keys (obstore GETs, the flow's data path, on as many threads as
+   the flow's default concurrency, timed inside the worker);
 
 then at ``--nights-size`` it simulates ``--nights`` further nights (each: ~1 %
 changed, 0.5 % deleted, 0.5 % added; our rerun, and ``s5cmd sync`` to keep its
@@ -59,6 +59,7 @@ from typing import Any
 
 from benchmarks.bench_s3 import boto_client, child_env, ingest_options, s5cmd_binary
 from benchmarks.measure import wait_measured
+from ingest.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -68,7 +69,7 @@ SCALE_MD = HERE / "scale.md"
 BIN = Path(sys.executable).parent
 INGEST = (str(BIN / "ingest"), "s3")
 OBJECTS_SUBDIR = "objects"  # the flow's default download folder: DIR/objects/<bucket>/
-FETCH_THREADS = 64  # the flow's default concurrency (INGEST_S3_CONCURRENCY)
+FETCH_THREADS = Settings().s3_concurrency  # the flow's default (INGEST_S3_CONCURRENCY)
 PAGE = 4096
 
 SUMMARY_RE = re.compile(
@@ -93,7 +94,7 @@ LABELS = {
     "ingest-nochange": "ingest s3, rerun, nothing changed",
     "ingest-changed": "ingest s3, rerun after 1 % changed + 1 % deleted",
     "s5cmd-sync": "s5cmd sync after 1 % changed + 1 % deleted",
-    "fetch-changed": "fetch only the changed keys (obstore, 64 threads)",
+    "fetch-changed": f"fetch only the changed keys (obstore, {FETCH_THREADS} threads)",
     "ingest-night": "ingest s3, nightly rerun",
     "s5cmd-sync-night": "s5cmd sync, nightly",
 }
@@ -119,7 +120,7 @@ def list_worker(endpoint: str, bucket: str) -> dict[str, Any]:
 
 
 def fetch_worker(endpoint: str, bucket: str, keys_file: Path, dest: Path) -> dict[str, Any]:
-    """GET exactly the keys listed in ``keys_file`` with obstore on 64 threads (the
+    """GET exactly the keys listed in ``keys_file`` with obstore on FETCH_THREADS threads (the
     flow's data path and default concurrency) and write them under ``dest``."""
     import obstore
     from obstore.store import S3Store
@@ -964,7 +965,7 @@ def report(
         "",
         "Listing = the faster of the boto3 loop (its own timing, interpreter start-up "
         "excluded) and `s5cmd ls`. The fetch of the 1 % = obstore GETs of exactly the "
-        "changed keys on 64 threads, timed inside the worker.",
+        f"changed keys on {FETCH_THREADS} threads, timed inside the worker.",
         "",
         "### Every run",
         "",

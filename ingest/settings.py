@@ -161,7 +161,7 @@ class Settings(BaseSettings):
         "not for CPU cores.",
     )
     s3_batch_size: int = Field(
-        1000, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
+        500, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
     )
     s3_list_shards: int = Field(
         4,
