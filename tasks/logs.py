@@ -5,7 +5,7 @@ The library logs with the standard ``logging`` module and knows nothing of Prefe
 crashes belong in the run's logs, so the ``ingest`` logger gets Prefect's API log
 handler, as ``PREFECT_LOGGING_EXTRA_LOGGERS=ingest`` would do, but without
 depending on the worker's environment. Lines logged outside any flow or task run
-(a thread of the shared request pool, a plain script) stay on the console instead
+(a thread of the shared request lanes, a plain script) stay on the console instead
 of raising Prefect's "without a flow run id" warning.
 """
 

@@ -39,8 +39,9 @@ COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to t
 TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
 CHECKPOINT_EVERY = 10  # commits between two checkpoints written by maintenance
 # Stored rows one MERGE of a partitioned state table reads at most (whole parts): with
-# 16 parts, a table of up to this many rows takes one commit per run, not sixteen.
-MERGE_TARGET_ROWS = 60_000
+# 16 parts, a table of up to this many rows takes one commit per run, not sixteen
+# (halved from 60,000 with commit.SLICE_ROWS: a first run's commit peak, see there).
+MERGE_TARGET_ROWS = 30_000
 # Log entries older than a week are dropped after a checkpoint (Delta's default keeps 30
 # days), so a table's log stays a few dozen files whatever its age; time travel reaches
 # back as far as vacuum keeps files (vacuum_retention_hours, a week by default).
