@@ -26,7 +26,7 @@ from ingest.rest import store as rest_store
 from ingest.rest.aio import run_async
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow
-from ingest.rest.shared import SharedLimits, shared_for
+from ingest.rest.shared import SharedLimits, with_shared_limits
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -72,7 +72,24 @@ def fetch_pulls(
         priors = store.load_states(settings.lake, repos, settings.github_state)
     remembered = rest_store.load_window(settings.lake, host_of(settings.github_base_url))
     return run_async(
-        _fetch(settings, repos, run_id, token, priors, full_refresh, transport, remembered, part)
+        with_shared_limits(
+            settings,
+            settings.github_base_url,
+            lambda shared: _fetch(
+                settings,
+                repos,
+                run_id,
+                token,
+                priors,
+                full_refresh,
+                transport,
+                remembered,
+                shared,
+                part,
+            ),
+            in_flight=settings.github_concurrency,
+            remembered=remembered,
+        )
     )
 
 
@@ -92,37 +109,6 @@ def window_for(settings: Settings, remembered: tuple[int, int | None] | None) ->
 
 
 async def _fetch(
-    settings: Settings,
-    repos: list[str],
-    run_id: str,
-    token: str | None,
-    priors: dict[str, RepoState],
-    full_refresh: bool,
-    transport: httpx.AsyncBaseTransport | None,
-    remembered: tuple[int, int | None] | None = None,
-    part: str = "",
-) -> GitHubSummary:
-    async with shared_for(
-        settings,
-        settings.github_base_url,
-        in_flight=settings.github_concurrency,
-        remembered=remembered,
-    ) as shared:
-        return await _fetch_with(
-            settings,
-            repos,
-            run_id,
-            token,
-            priors,
-            full_refresh,
-            transport,
-            remembered,
-            shared,
-            part,
-        )
-
-
-async def _fetch_with(
     settings: Settings,
     repos: list[str],
     run_id: str,

@@ -46,7 +46,7 @@ from ingest.rest.errors import AuthError, MalformedPageError
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow, RestSummary
-from ingest.rest.shared import SharedLimits, shared_for
+from ingest.rest.shared import SharedLimits, with_shared_limits
 from ingest.rest.sizing import choose_per_page
 from ingest.rest.source import PLACEHOLDER, Resource, Source, make_paginator
 from ingest.rest.window import AdaptiveWindow
@@ -432,55 +432,29 @@ def fetch_source(
     host = host_of(base_url or source.client.base_url)
     remembered = store.load_window(settings.lake, host)
     return run_async(
-        _fetch(
+        with_shared_limits(
             settings,
-            source,
-            state,
-            run_id,
-            base_url,
-            load_block,
-            full_refresh,
-            remembered,
-            transport,
-            host,
+            base_url or source.client.base_url,
+            lambda shared: _fetch(
+                settings,
+                source,
+                state,
+                run_id,
+                base_url,
+                load_block,
+                full_refresh,
+                remembered,
+                transport,
+                host,
+                shared,
+            ),
+            in_flight=source.client.concurrency,
+            remembered=remembered,
         )
     )
 
 
 async def _fetch(
-    settings: Settings,
-    source: Source,
-    state: store.SourceState,
-    run_id: str,
-    base_url: str | None,
-    load_block: SecretLoader | None,
-    full_refresh: bool,
-    remembered: tuple[int, int | None] | None,
-    transport: httpx.AsyncBaseTransport | None,
-    host: str,
-) -> RestSummary:
-    async with shared_for(
-        settings,
-        base_url or source.client.base_url,
-        in_flight=source.client.concurrency,
-        remembered=remembered,
-    ) as shared:
-        return await _fetch_with(
-            settings,
-            source,
-            state,
-            run_id,
-            base_url,
-            load_block,
-            full_refresh,
-            remembered,
-            transport,
-            host,
-            shared,
-        )
-
-
-async def _fetch_with(
     settings: Settings,
     source: Source,
     state: store.SourceState,

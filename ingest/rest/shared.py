@@ -42,9 +42,9 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SharedMode = Literal["auto", "on", "off"]
 _LOCKED = 423
@@ -107,6 +108,20 @@ async def shared_for(
         lease_seconds=settings.shared_lease_seconds,
     ) as shared:
         yield shared
+
+
+async def with_shared_limits(
+    settings: Settings,
+    base_url: str,
+    fetch: Callable[[SharedLimits | None], Awaitable[T]],
+    *,
+    in_flight: int,
+    remembered: tuple[int, int | None] | None,
+) -> T:
+    """``await fetch(shared)`` inside the run's shared limits of ``base_url`` (None when
+    not shared): the limits are held for the whole fetch and returned after it."""
+    async with shared_for(settings, base_url, in_flight=in_flight, remembered=remembered) as shared:
+        return await fetch(shared)
 
 
 def _api_url() -> str | None:
