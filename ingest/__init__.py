@@ -7,4 +7,19 @@ library never imports flows, tasks, deployments, cli or devservers
 (tests/test_layout.py checks).
 """
 
+import os
+import sys
+
 __version__ = "0.1.0"
+
+# Arrow's default allocator on Linux wheels is mimalloc, which keeps the pages of every
+# thread that touched it: a run's many short-lived Arrow tables (a staged part per batch,
+# state lookups) on a dozen task threads left 60-70 MB resident that Arrow itself counted
+# as free (at most 3 MB allocated). The C library's allocator hands them back. Set before
+# pyarrow makes its first allocation (or switched, when pyarrow came first); an explicit
+# ARROW_DEFAULT_MEMORY_POOL wins. Child processes (Dask workers) inherit the setting.
+if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    if "pyarrow" in sys.modules:
+        _pa = sys.modules["pyarrow"]
+        _pa.set_memory_pool(_pa.system_memory_pool())
