@@ -193,7 +193,6 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
         ]
     totals: dict[str, int] = {}
     for predicate, source in groups:
-
         # streamed_exec=False: the source (at most a commit slice) is in memory anyway, and
         # only then does delta-rs prune target files by the source's key range (min/max
         # statistics). Streamed, every MERGE read the whole part: a first run over 1M
@@ -202,9 +201,7 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
         def write(predicate: str = predicate, source: pa.Table = source) -> dict[str, int]:
             dt.update_incremental()
             return dict(
-                dt.merge(
-                    source, predicate, source_alias="s", target_alias="t", streamed_exec=False
-                )
+                dt.merge(source, predicate, source_alias="s", target_alias="t", streamed_exec=False)
                 .when_matched_update_all(predicate=newer)
                 .when_not_matched_insert_all()
                 .execute()
