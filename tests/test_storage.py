@@ -15,7 +15,7 @@ import pytest
 
 from ingest import storage
 from ingest.storage import commit, lake, staging
-from ingest.storage.tables import STATE_PARTS
+from ingest.storage.tables import SPECS, STATE_PARTS
 
 
 def obj_row(key: str, etag: str, status: str = "downloaded", when: datetime | None = None):
@@ -253,9 +253,11 @@ def test_a_merge_reads_a_bounded_number_of_stored_rows(
     storage.commit_run(tmp_path, "r1")
     dt = lake.open_table(tmp_path, "s3_objects")
     parts = sorted({p.as_py() for p in lake.part_of(pa.array(keys), 16)})
-    assert lake.part_groups(dt, parts) == [parts]  # 40 rows: one group
+    spec = SPECS["s3_objects"]
+    again = lake.conform(spec, pa.Table.from_pylist([obj_row(k, "2") for k in keys]))
+    assert lake.part_groups(dt, again, "key") == [parts]  # 40 rows: one group
     monkeypatch.setattr(lake, "MERGE_TARGET_ROWS", 6)
-    groups = lake.part_groups(dt, parts)
+    groups = lake.part_groups(dt, again, "key")
     assert len(groups) > 1 and sorted(p for g in groups for p in g) == parts
     before = dt.version()
     storage.stage(tmp_path, "r2", "s3_objects", "a", [obj_row(k, "2") for k in keys])
@@ -266,16 +268,22 @@ def test_a_merge_reads_a_bounded_number_of_stored_rows(
     ]
 
 
-def test_a_merge_of_new_keys_skips_the_stored_files_outside_their_range(tmp_path: Path) -> None:
+def test_a_merge_of_new_keys_skips_the_stored_files_outside_their_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A first run commits in listing order: each slice's keys lie past every stored
-    one, so its MERGE reads no stored file (pruned by key statistics); a slice that
-    reaches back into stored keys reads the files it may match and updates them."""
+    one, so its MERGE reads no stored file (pruned by key statistics) and all its hash
+    parts go in one commit, however small MERGE_TARGET_ROWS; a slice that reaches back
+    into stored keys reads the files it may match and updates them."""
+    monkeypatch.setattr(lake, "MERGE_TARGET_ROWS", 10)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     first = pa.Table.from_pylist([obj_row(f"a/{i:04d}", "1", when=t0) for i in range(200)])
     lake.merge(tmp_path, "s3_objects", first)
+    version = lake.open_table(tmp_path, "s3_objects").version()
     later = pa.Table.from_pylist([obj_row(f"b/{i:04d}", "1", when=t0) for i in range(200)])
     metrics = lake.merge(tmp_path, "s3_objects", later)
     assert metrics["num_target_files_scanned"] == 0
+    assert lake.open_table(tmp_path, "s3_objects").version() == version + 1
     assert metrics["num_target_rows_inserted"] == 200
     back = pa.Table.from_pylist([obj_row("a/0007", "2", when=t0 + timedelta(1))])
     metrics = lake.merge(tmp_path, "s3_objects", back)

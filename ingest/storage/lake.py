@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,9 +38,10 @@ LAKE_DIR = "lake"
 COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to this often
 TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
 CHECKPOINT_EVERY = 10  # commits between two checkpoints written by maintenance
-# Stored rows one MERGE of a partitioned state table reads at most (whole parts): with
-# 16 parts, a table of up to this many rows takes one commit per run, not sixteen
-# (halved from 60,000 with commit.SLICE_ROWS: a first run's commit peak, see there).
+# Stored rows one MERGE of a partitioned state table reads at most (whole parts, less
+# the files outside the source's key range; see part_groups): with 16 parts, a table of
+# up to this many rows takes one commit per run, not sixteen (halved from 60,000 with
+# commit.SLICE_ROWS: a first run's commit peak, see there).
 MERGE_TARGET_ROWS = 30_000
 # Log entries older than a week are dropped after a checkpoint (Delta's default keeps 30
 # days), so a table's log stays a few dozen files whatever its age; time travel reaches
@@ -189,7 +190,7 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
                 f"t.part IN ({', '.join(map(str, parts))}) AND {on}",
                 data.filter(pc.is_in(column, pa.array(parts, column.type))),
             )
-            for parts in part_groups(dt, sorted(set(column.to_pylist())))
+            for parts in part_groups(dt, data, spec.keys[-1])
         ]
     totals: dict[str, int] = {}
     for predicate, source in groups:
@@ -213,23 +214,44 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     return totals
 
 
-def part_groups(dt: DeltaTable, parts: Sequence[int]) -> list[list[int]]:
-    """``parts`` in groups holding at most ``MERGE_TARGET_ROWS`` stored rows each (a part
-    bigger than that alone): one MERGE, so one commit, per group. A small table is one
-    commit a run; a large one is merged a few parts at a time, because delta-rs holds the
-    rows a MERGE reads in memory."""
+def part_groups(dt: DeltaTable, source: pa.Table, key: str) -> list[list[int]]:
+    """The ``part`` values of ``source`` in groups whose MERGE reads at most
+    ``MERGE_TARGET_ROWS`` stored rows each (a part reading more alone): one MERGE, so
+    one commit, per group. delta-rs holds the rows a MERGE reads in memory, and it reads
+    only the stored files of those parts whose ``key`` range (file statistics) meets the
+    source's: a first run, committed in listing order, reads none and takes one MERGE a
+    slice; a night whose changes spread over the key space reads its parts whole."""
+    ranges: dict[int, tuple[Any, Any]] = {}
+    bounds = source.group_by("part").aggregate([(key, "min"), (key, "max")])
+    for part, low, high in zip(
+        *(bounds.column(c).to_pylist() for c in ("part", f"{key}_min", f"{key}_max")),
+        strict=True,
+    ):
+        ranges[int(part)] = (low, high)
     stored: dict[int, int] = {}
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows and "partition.part" in actions.column_names:
-        for part, n in zip(
+        names = actions.column_names
+
+        def stat(name: str) -> list[Any]:
+            return actions.column(name).to_pylist() if name in names else [None] * len(actions)
+
+        for part, n, low, high in zip(
             actions.column("partition.part").to_pylist(),
             actions.column("num_records").to_pylist(),
+            stat(f"min.{key}"),
+            stat(f"max.{key}"),
             strict=True,
         ):
+            wanted = ranges.get(int(part))
+            if wanted is None:
+                continue
+            if low is not None and high is not None and (high < wanted[0] or low > wanted[1]):
+                continue  # outside the source's keys: the MERGE skips the file
             stored[int(part)] = stored.get(int(part), 0) + int(n or 0)
     groups: list[list[int]] = []
     rows = 0
-    for part in parts:
+    for part in sorted(ranges):
         n = stored.get(part, 0)
         if not groups or (groups[-1] and rows + n > MERGE_TARGET_ROWS):
             groups.append([])
