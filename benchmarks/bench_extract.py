@@ -267,7 +267,7 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     from prefect import flow
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from ingest import report
+    from ingest import report, storage
     from ingest.records import BatchSummary
     from tasks.extraction import extract_batch
 
@@ -277,9 +277,18 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     def bench_extract(groups: list[list[tuple[str, str, str]]]) -> str:
         from prefect.runtime import flow_run
 
+        run_id = str(flow_run.id)
+        names = []
+        for i, group in enumerate(groups):  # as download-batch leaves them: staged rows
+            rows = [
+                {"bucket": "bench", "key": k, "etag": e, "local_path": p, "status": "downloaded"}
+                for k, e, p in group
+            ]
+            storage.stage(flow_settings.lake, run_id, "s3_objects", f"batch-{i}", rows)
+            names.append(f"batch-{i}")
         futures = [
-            extract_batch.submit(flow_settings, "bench", BatchSummary(stored=g), "bench", i)
-            for i, g in enumerate(groups)
+            extract_batch.submit(flow_settings, "bench", run_id, BatchSummary(name=name))
+            for name in names
         ]
         for f in futures:
             f.result()
@@ -344,7 +353,7 @@ def run_overlap(
 
         def download(cfg: Any, batch: list[Any], i: int) -> list[tuple[str, str, str]]:
             results = sync.download_batch(
-                s3.make_client(cfg), cfg, batch, {}, prefix="in/", run_id=f"r{i}"
+                s3.make_client(cfg), cfg, batch, prefix="in/", run_id=f"r{i}"
             )
             return [(r.key, r.etag or "", r.local_path) for r in results if r.local_path]
 
