@@ -14,10 +14,12 @@ __version__ = "0.1.0"
 
 # Arrow's default allocator on Linux wheels is mimalloc, which keeps the pages of every
 # thread that touched it: a run's many short-lived Arrow tables (a staged part per batch,
-# state lookups) on a dozen task threads left 60-70 MB resident that Arrow itself counted
-# as free (at most 3 MB allocated). The C library's allocator hands them back. Set before
-# pyarrow makes its first allocation (or switched, when pyarrow came first); an explicit
-# ARROW_DEFAULT_MEMORY_POOL wins. Child processes (Dask workers) inherit the setting.
+# state lookups) on a dozen task threads left 55-65 MB resident that Arrow itself counted
+# as free (at most 3 MB allocated). Side by side on a first run over 200,000 objects,
+# the C library's allocator: peak RSS 452 MB against 526-538 MB, flow body 10-16 %
+# shorter. Set before pyarrow makes its first allocation (or switched, when pyarrow came
+# first); an explicit ARROW_DEFAULT_MEMORY_POOL wins. Child processes (Dask workers)
+# inherit the setting.
 if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
     if "pyarrow" in sys.modules:
