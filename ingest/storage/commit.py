@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 # Rows per commit: a first run over a million objects commits in slices. Measured on
 # a first-run commit of 1M rows: +277 MB peak at 100,000 rows, +233 MB at 50,000; with
 # 128 requests in flight the whole first run peaked at 642 MB with 50,000 rows a slice
-# (and 60,000 rows a MERGE, lake.MERGE_TARGET_ROWS), 583 MB with 25,000 (and 30,000).
+# (and 60,000 rows a MERGE, lake.MERGE_TARGET_ROWS), 583 MB with 25,000 (and 30,000),
+# 491-512 MB once its MERGEs skipped the stored files outside each slice's keys (see
+# lake.merge) and Arrow used the C library's allocator (see ingest/__init__.py).
 SLICE_ROWS = 25_000
 STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts as abandoned
 # Commit order within a run: rows first, then what says they are stored (ETags, the sync
