@@ -185,9 +185,11 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     groups: list[tuple[str, pa.Table]] = [(on, data)]
     if spec.parts:
         column = data.column("part")
+        # t.part = s.part (true of any matching pair) makes delta-rs prune by each part's
+        # own key range, the ranges part_groups counts with.
         groups = [
             (
-                f"t.part IN ({', '.join(map(str, parts))}) AND {on}",
+                f"t.part IN ({', '.join(map(str, parts))}) AND t.part = s.part AND {on}",
                 data.filter(pc.is_in(column, pa.array(parts, column.type))),
             )
             for parts in part_groups(dt, data, spec.keys[-1])
