@@ -223,13 +223,11 @@ def part_groups(dt: DeltaTable, source: pa.Table, key: str) -> list[list[int]]:
     only the stored files of those parts whose ``key`` range (file statistics) meets the
     source's: a first run, committed in listing order, reads none and takes one MERGE a
     slice; a night whose changes spread over the key space reads its parts whole."""
-    ranges: dict[int, tuple[Any, Any]] = {}
     bounds = source.group_by("part").aggregate([(key, "min"), (key, "max")])
-    for part, low, high in zip(
-        *(bounds.column(c).to_pylist() for c in ("part", f"{key}_min", f"{key}_max")),
-        strict=True,
-    ):
-        ranges[int(part)] = (low, high)
+    columns = (bounds.column(c).to_pylist() for c in ("part", f"{key}_min", f"{key}_max"))
+    ranges: dict[int, tuple[Any, Any]] = {
+        int(part): (low, high) for part, low, high in zip(*columns, strict=True)
+    }
     stored: dict[int, int] = {}
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows and "partition.part" in actions.column_names:
