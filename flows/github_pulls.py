@@ -30,7 +30,7 @@ from ingest.settings import Settings
 from tasks import limits
 from tasks.github import fetch_pulls, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
-from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
+from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 GITHUB_TABLES = (
@@ -160,8 +160,11 @@ def github_pulls(
         summary = merge_summaries(run_id, [f.result() for f in futures])
         maintain_lake(settings, list(GITHUB_TABLES))
         summary.seconds = time.perf_counter() - started
-        summary = publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)")
-        commit_run(settings, run_id)
+        summary = publish_and_commit(
+            settings,
+            run_id,
+            lambda: publish_summary(settings, summary, f"github-pulls ({len(repos)} repositories)"),
+        )
 
     if summary.stopped:
         get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)

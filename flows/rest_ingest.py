@@ -26,7 +26,7 @@ from ingest.settings import Settings
 from tasks import limits
 from tasks.rest import fetch_source, publish_summary
 from tasks.runners import batch_runner, submit
-from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
+from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
@@ -112,8 +112,11 @@ def rest_ingest(
         ).result()
         maintain_lake(settings, [*tables, *REST_TABLES])
         summary.seconds = time.perf_counter() - started
-        summary = publish_summary(settings, summary, f"rest-ingest ({declared.name})")
-        commit_run(settings, run_id)
+        summary = publish_and_commit(
+            settings,
+            run_id,
+            lambda: publish_summary(settings, summary, f"rest-ingest ({declared.name})"),
+        )
 
     if summary.stopped:
         get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)

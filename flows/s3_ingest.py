@@ -58,7 +58,7 @@ from tasks.s3 import (
     list_objects,
     plan_listing,
 )
-from tasks.storage import commit_run, maintain_lake, prepare_storage, run_staging
+from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 S3_TABLES = (
@@ -302,8 +302,11 @@ def s3_ingest(
         collect(keep=0)
         maintain_lake(settings, list(S3_TABLES))
         summary.seconds = time.perf_counter() - started
-        summary = publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}")
-        commit_run(settings, run_id)
+        summary = publish_and_commit(
+            settings,
+            run_id,
+            lambda: publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}"),
+        )
 
     looked_at = summary.total - summary.counts.get("deleted", 0)
     if looked_at and summary.failed / looked_at > settings.max_failed_ratio:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -15,6 +16,12 @@ from ingest import storage
 from ingest.records import TaskTiming
 from ingest.settings import Settings
 from tasks.timing import timed
+
+T = TypeVar("T")
+
+# A run's own history: what its summary reads (and adds its flow-run row to) while the
+# rest of its rows commit.
+RUN_HISTORY = ("task_timings", "flow_runs")
 
 
 @task(name="prepare-storage", cache_policy=NO_CACHE)
@@ -50,13 +57,30 @@ def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceR
 
 
 @task(
+    name="commit-rows",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=[2, 10],
+)
+def commit_rows(settings: Settings, run_id: str) -> storage.CommitReport:
+    """Commit the run's staged rows but its own history (one commit per table)."""
+    with timed(settings.lake, noun="rows") as t:
+        report = storage.commit_run(settings.lake, run_id, exclude=RUN_HISTORY)
+        t.items = sum(report.rows.values())
+    return report
+
+
+@task(
     name="commit-run",
     cache_policy=NO_CACHE,
     retries=2,
     retry_delay_seconds=[2, 10],
 )
-def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
-    """Commit the run's staged rows (one commit per table), then refresh warehouse.duckdb."""
+def commit_run(
+    settings: Settings, run_id: str, committed: storage.CommitReport | None = None
+) -> storage.CommitReport:
+    """Commit what the run still has staged (one commit per table; with ``committed``,
+    what ``commit-rows`` left: the run's own history), then refresh warehouse.duckdb."""
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     report = storage.commit_run(settings.lake, run_id, exclude=("task_timings",))
@@ -73,6 +97,8 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
     storage.stage(settings.lake, run_id, "task_timings", "commit-run", [timing.as_row()])
     last = storage.commit_run(settings.lake, run_id)
     report.rows.update(last.rows)
+    if committed is not None:
+        report.rows.update(committed.rows)
     if not storage.refresh_warehouse(settings.lake, tables=report.rows):
         report.warehouse_refreshed = False
         get_run_logger().warning(
@@ -88,6 +114,19 @@ def commit_run(settings: Settings, run_id: str) -> storage.CommitReport:
         ", ".join(f"{k} {v}" for k, v in sorted(report.rows.items())) or "nothing new",
     )
     return report
+
+
+def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:
+    """A run's end: its rows commit (``commit-rows``, on the flow's task runner) while
+    ``publish`` builds its summary, which reads only the run's own history; then that
+    history commits and the warehouse views follow (``commit-run``)."""
+    committing = commit_rows.submit(settings, run_id)
+    try:
+        published = publish()
+    finally:
+        committing.wait()  # never leave a commit running behind a failed summary
+    commit_run(settings, run_id, committing.result())
+    return published
 
 
 @contextmanager
