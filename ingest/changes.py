@@ -21,12 +21,14 @@ range read per chunk.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from ingest import duck, keys, storage
 from ingest.storage.location import DataDir
@@ -95,7 +97,7 @@ def diff_chunk(
     state_sql = state_sql or storage.scan(data_dir, "s3_objects")
     conds, params = _bounds(after, upto, shard_start, shard_end, last)
     where = " AND ".join(["bucket = ?", "starts_with(key, ?)", *conds])
-    with _cursor() as con:
+    with cursor() as con:
         con.register("listing", listing)
         con.execute(
             f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path
@@ -139,7 +141,7 @@ _db: duckdb.DuckDBPyConnection | None = None
 _db_lock = threading.Lock()
 
 
-def _cursor() -> duckdb.DuckDBPyConnection:
+def cursor() -> duckdb.DuckDBPyConnection:
     """A connection of the process's one in-memory database (a cursor per call, so
     threads never share one): the Parquet footers of the state's files are read once
     per process and cached, not once per chunk."""
@@ -174,33 +176,57 @@ def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -
         ),
         pc.is_in(joined.column("prev_status"), pa.array(_STORED)),
     )
-    same = pc.fill_null(same, False)
-    flags = same.to_pylist()
+    flags = pc.fill_null(same, False).to_pylist()
+    if not local_files:
+        return pa.array(flags, pa.bool_())
+    # A row with a local path holds only while that file is there with the object's size.
     paths = joined.column("prev_path").to_pylist()
+    check = [i for i, ok in enumerate(flags) if ok and _is_local(paths[i])]
     sizes = joined.column("size").to_pylist()
-    for i, ok in enumerate(flags):
-        if ok:
-            flags[i] = _kept(paths[i], sizes[i], local_files)
+    for i, size in zip(check, _file_sizes([paths[i] for i in check]), strict=True):
+        flags[i] = size == sizes[i]
     return pa.array(flags, pa.bool_())
 
 
-def _kept(path: str | None, size: int, local_files: bool) -> bool:
-    """Whether the object is still kept as its row says.
+def _is_local(path: str | None) -> bool:
+    """Whether a stored path is a file of this machine to check.
 
     No path: the file was dropped after extraction on purpose (``keep_files``
     false), only the row and the text were wanted. A copy on object storage
     (``s3://``) is trusted: a HEAD per object each night would cost as much as the
-    listing. A local path is checked for its size when it is this machine's.
+    listing. A local path is checked for its size (on a Dask worker's disk it cannot
+    be: ``local_files`` false).
     """
-    if not path or path.startswith("s3://") or not local_files:
-        return True
-    return _file_has_size(path, size)
-
-
-def _file_has_size(path: str | None, size: int) -> bool:
     if not path:
         return False
+    return not path.startswith("s3://")
+
+
+_LOCAL = pafs.LocalFileSystem()
+
+
+def _file_sizes(paths: list[str]) -> list[int | None]:
+    """Sizes of local files (None: missing or not a file), in one call.
+
+    One C++ call for the chunk, which lets go of the GIL once: ``os.stat`` per
+    file lets go and takes it back per file, and with the run's other threads
+    wanting it (a night's listing, comparing and downloading at once) each
+    return waited its turn: 40,000 stats took 1.2 s of a 1 % night at 50,000
+    objects, against 0.1 s alone.
+    """
+    if not paths:
+        return []
+    absolute = [p if os.path.isabs(p) else os.path.abspath(p) for p in paths]
     try:
-        return os.stat(path).st_size == size
+        infos = _LOCAL.get_file_info(absolute)
+    except (OSError, pa.ArrowException):  # e.g. a folder it may not read: file by file
+        return [_file_size(p) for p in absolute]
+    return [i.size if i.type == pafs.FileType.File else None for i in infos]
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        st = os.stat(path)
     except OSError:
-        return False
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ingest import changes, duck, storage
+from ingest import changes, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
@@ -181,7 +181,7 @@ def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> 
     """``documents`` rows marking the extracted documents of deleted objects ``deleted``:
     their text goes (search drops them; ``document_log`` keeps what they said), their kind
     and etag stay. Objects never extracted get no row."""
-    with duck.connect() as con:
+    with changes.cursor() as con:  # the run's comparing database: no connection per chunk
         con.register("gone", deleted.select(["key"]))
         rows = con.execute(
             f"""SELECT bucket, key, etag, kind, 'deleted' AS status, ? AS run_id,

@@ -97,6 +97,28 @@ def test_deleted_then_readded_and_full_refresh(s3, s3_server, bucket, data_dir) 
     assert state == [{"n": 40, "d": 40}]
 
 
+def test_a_local_copy_removed_or_cut_short_is_fetched_again(
+    s3, s3_server, bucket, data_dir
+) -> None:
+    """An unchanged object whose file is gone, cut short or replaced by a folder is
+    fetched again; the others are skipped with no request."""
+    objects = {f"k/{i:03d}.txt": body_for(f"k{i}") for i in range(30)}
+    put_many(s3, bucket, objects)
+    ingest(bucket, s3_server.url, data_dir, extract=False)
+    folder = data_dir / "objects" / bucket / "k"
+    (folder / "003.txt").unlink()
+    (folder / "011.txt").write_bytes(objects["k/011.txt"][:-1])
+    (folder / "020.txt").unlink()
+    (folder / "020.txt").mkdir()
+    (folder / "020.txt" / "x").write_bytes(b"x" * len(objects["k/020.txt"]))
+    s3_server.reset_stats()
+    again = ingest(bucket, s3_server.url, data_dir, extract=False)
+    assert again.counts == {"skipped": 27, "downloaded": 2, "failed": 1}
+    assert s3_server.stats().get("GET object", 0) == 3
+    assert (folder / "003.txt").read_bytes() == objects["k/003.txt"]
+    assert (folder / "011.txt").read_bytes() == objects["k/011.txt"]
+
+
 def test_sharded_listing_finds_the_same_changes(s3, s3_server, bucket, data_dir) -> None:
     objects = {
         f"s/{group}/{i:03d}.txt": body_for(f"{group}{i}")
