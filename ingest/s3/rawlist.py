@@ -116,6 +116,18 @@ def _text(raw: bytes) -> str:
     return html.unescape(text) if "&" in text else text
 
 
+_QUOT = b"&quot;"
+
+
+def _etag(raw: bytes) -> str:
+    """An ETag's text without its quotes: S3 writes them as ``&quot;``, and this skips
+    the general unescaping (a regular-expression pass per key) when nothing else is
+    escaped."""
+    if raw.startswith(_QUOT) and raw.endswith(_QUOT) and b"&" not in raw[6:-6]:
+        return raw[6:-6].decode()
+    return _text(raw).strip('"')
+
+
 def _first(pattern: re.Pattern[bytes], body: bytes) -> str | None:
     # Element text never holds a raw "<", so a tag's first match is that element.
     found = pattern.search(body)
@@ -137,7 +149,7 @@ def _parse_plain(body: bytes) -> RawPage | None:
             keys = [unquote_plus(k) if "%" in k or "+" in k else k for k in keys]
         page = RawPage(
             keys=keys,
-            etags=[_text(e).strip('"') for e in raw_etags],
+            etags=[_etag(e) for e in raw_etags],
             sizes=[int(x) for x in raw_sizes],
             modified=[m.decode() for m in raw_modified],
         )
