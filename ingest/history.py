@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from ingest import duck, report, storage
+from ingest.storage import lake
 from ingest.storage.location import DataDir
 
 # A stage counts as slower or faster only beyond this share and this many seconds,
 # so the noise of a one-second stage does not read as a regression.
 CHANGE_SHARE = 0.2
 CHANGE_SECONDS = 0.5
+# How far back the previous run is looked for first.
+RECENT = timedelta(days=8)
 
 
 @dataclass(slots=True)
@@ -107,13 +110,20 @@ def previous_run(
     data_dir: DataDir, *, flow_name: str, deployment_id: str, flow_run_id: str
 ) -> dict[str, Any] | None:
     """The latest earlier ``flow_runs`` row of the same flow and deployment."""
-    sql = f"""
-        SELECT * FROM {storage.scan(data_dir, "flow_runs")}
-        WHERE flow_name = ? AND coalesce(deployment_id, '') = ? AND flow_run_id <> ?
-          AND started_at IS NOT NULL
-        ORDER BY started_at DESC, ended_at DESC LIMIT 1
-    """
-    return _first(data_dir, sql, [flow_name, deployment_id, flow_run_id])
+    params = [flow_name, deployment_id, flow_run_id]
+    # The last week's files first (the previous run of a nightly is a day old), then all.
+    recent: lake.Prune = [("started_at", ">=", datetime.now(UTC) - RECENT)]
+    for prune in (recent, None):
+        sql = f"""
+            SELECT * FROM {storage.scan(data_dir, "flow_runs", prune=prune)}
+            WHERE flow_name = ? AND coalesce(deployment_id, '') = ? AND flow_run_id <> ?
+              AND started_at IS NOT NULL
+            ORDER BY started_at DESC, ended_at DESC LIMIT 1
+        """
+        found = _first(data_dir, sql, params)
+        if found is not None:
+            return found
+    return None
 
 
 def child_runs(data_dir: DataDir, parent_flow_run_id: str) -> list[dict[str, Any]]:
@@ -126,15 +136,18 @@ def child_runs(data_dir: DataDir, parent_flow_run_id: str) -> list[dict[str, Any
     return _all(data_dir, sql, [parent_flow_run_id])
 
 
-def stages_of(data_dir: DataDir, runs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def stages_of(
+    data_dir: DataDir, runs: Sequence[tuple[str, str]], *, since: date | None = None
+) -> list[dict[str, Any]]:
     """Stage tables of several runs, each stage named ``<label>: <stage>``.
 
     ``runs`` holds (label, flow_run_id) pairs; an empty label keeps the plain
-    stage names (a single flow run).
+    stage names (a single flow run). ``since``: the first day their tasks may have
+    started (``report.stage_table``).
     """
     rows: list[dict[str, Any]] = []
     for label, run_id in runs:
-        for s in report.stage_table(data_dir, run_id):
+        for s in report.stage_table(data_dir, run_id, since=since):
             rows.append({**s, "stage": f"{label}: {s['stage']}" if label else s["stage"]})
     return rows
 

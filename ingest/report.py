@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from ingest import duck, storage
@@ -60,12 +61,27 @@ class RunSummary:
         return self.counts.get("failed", 0)
 
 
-def stage_table(data_dir: DataDir, flow_run_id: str) -> list[dict[str, Any]]:
-    """Per-stage figures of one flow run, from ``task_timings``.
+def first_day(seconds: float) -> date:
+    """A day no later than the first (UTC) a task of a run that has lasted ``seconds`` so
+    far started on: ``stage_table``'s ``since`` for the running flow (a day early, for
+    the clocks of other machines)."""
+    return (datetime.now(UTC) - timedelta(seconds=seconds, days=1)).date()
+
+
+def stage_table(
+    data_dir: DataDir, flow_run_id: str, *, since: date | None = None
+) -> list[dict[str, Any]]:
+    """Per-stage figures of one flow run, from ``task_timings`` (with ``since``, the
+    first day the run's tasks may have started: older days' files are not read, nor the
+    files whose flow-run-id statistics leave the run out, so the cost follows the run,
+    not the months of history kept).
 
     ``busy_seconds`` adds up the task attempts (they overlap);
     ``wall_seconds`` is first start to last end.
     """
+    prune: list[tuple[str, str, Any]] = [("flow_run_id", "=", flow_run_id)]
+    if since is not None:
+        prune.append(("day", ">=", since))
     sql = f"""
         SELECT task_name AS stage,
                count(*) AS task_runs,
@@ -75,7 +91,7 @@ def stage_table(data_dir: DataDir, flow_run_id: str) -> list[dict[str, Any]]:
                round(epoch(max(ended_at)) - epoch(min(started_at)), 3) AS wall_seconds,
                max(attempts) AS max_attempt,
                count(*) FILTER (WHERE state <> 'completed') AS failed_attempts
-        FROM {storage.scan(data_dir, "task_timings", staged_run=flow_run_id)}
+        FROM {storage.scan(data_dir, "task_timings", staged_run=flow_run_id, prune=prune)}
         WHERE flow_run_id = ?
         GROUP BY task_name ORDER BY min(started_at)
     """

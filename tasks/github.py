@@ -106,7 +106,9 @@ def fetch_pulls(
 @task(name="publish-github-summary", cache_policy=NO_CACHE)
 def publish_summary(settings: Settings, summary: GitHubSummary, title: str) -> GitHubSummary:
     """Per-stage timing and per-repository figures as artifacts on the flow run."""
-    summary.stages = report.stage_table(settings.lake, summary.run_id)
+    summary.stages = report.stage_table(
+        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
+    )
     create_table_artifact(
         key="github-repos", table=summary.repos, description=f"{title}: per repository"
     )

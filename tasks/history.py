@@ -104,8 +104,9 @@ def compare_with_previous(
         heading = "Compared with the previous run started outside a deployment"
     rows: list[dict[str, Any]] = []
     if previous is not None:
+        since = (previous["started_at"] - timedelta(days=1)).date()  # whatever its zone
         rows = history.compare_stages(
-            stages, history.stages_of(data_dir, [("", previous["flow_run_id"])])
+            stages, history.stages_of(data_dir, [("", previous["flow_run_id"])], since=since)
         )
         for r in rows:
             if r["verdict"] in ("slower", "faster"):

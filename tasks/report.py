@@ -25,7 +25,9 @@ def publish_summary(
     settings: Settings, summary: report.RunSummary, title: str
 ) -> report.RunSummary:
     """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
-    summary.stages = report.stage_table(settings.lake, summary.run_id)
+    summary.stages = report.stage_table(
+        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
+    )
     logger = get_run_logger()
     for s in summary.stages:
         logger.info(

@@ -73,7 +73,9 @@ def fetch_source(
 @task(name="publish-rest-summary", cache_policy=NO_CACHE)
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
     """Per-stage timing and per-resource figures as artifacts on the flow run."""
-    summary.stages = report.stage_table(settings.lake, summary.run_id)
+    summary.stages = report.stage_table(
+        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
+    )
     create_table_artifact(
         key="rest-resources", table=summary.resources, description=f"{title}: per resource"
     )

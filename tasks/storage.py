@@ -67,6 +67,8 @@ def commit_rows(settings: Settings, run_id: str) -> storage.CommitReport:
     with timed(settings.lake, noun="rows") as t:
         report = storage.commit_run(settings.lake, run_id, exclude=RUN_HISTORY)
         t.items = sum(report.rows.values())
+        if report.rows:  # their views now, beside the summary, not after it
+            report.warehouse_refreshed = refresh_views(settings, report.rows)
     return report
 
 
@@ -97,16 +99,12 @@ def commit_run(
     storage.stage(settings.lake, run_id, "task_timings", "commit-run", [timing.as_row()])
     last = storage.commit_run(settings.lake, run_id)
     report.rows.update(last.rows)
+    if committed is not None and not committed.warehouse_refreshed:
+        report.warehouse_refreshed = False  # held open just now: the next run catches up
+    else:
+        report.warehouse_refreshed = refresh_views(settings, report.rows)
     if committed is not None:
         report.rows.update(committed.rows)
-    if not storage.refresh_warehouse(settings.lake, tables=report.rows):
-        report.warehouse_refreshed = False
-        get_run_logger().warning(
-            "warehouse.duckdb not refreshed: another process holds it open read-write (the "
-            "duckdb CLI opens files read-write unless started with -readonly). Every row is "
-            "stored in the lake and `ingest query` answers from it now; close that session "
-            "and the next run brings the file's views up to date."
-        )
     get_run_logger().info(
         "commit-run %s rows in %.2f s: %s",
         sum(report.rows.values()),
@@ -114,6 +112,20 @@ def commit_run(
         ", ".join(f"{k} {v}" for k, v in sorted(report.rows.items())) or "nothing new",
     )
     return report
+
+
+def refresh_views(settings: Settings, tables: dict[str, int]) -> bool:
+    """Bring warehouse.duckdb's views of ``tables`` to their new versions; False (and a
+    warning) when another process holds the file."""
+    if storage.refresh_warehouse(settings.lake, tables=tables):
+        return True
+    get_run_logger().warning(
+        "warehouse.duckdb not refreshed: another process holds it open read-write (the "
+        "duckdb CLI opens files read-write unless started with -readonly). Every row is "
+        "stored in the lake and `ingest query` answers from it now; close that session "
+        "and the next run brings the file's views up to date."
+    )
+    return False
 
 
 def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 
-from ingest import history, nightly, storage
+from ingest import history, nightly, report, storage
 from ingest.errors import BucketNotFoundError
 from ingest.records import TaskTiming
 from tests.helpers import write_rows
@@ -86,6 +86,44 @@ def test_previous_run_is_the_latest_of_the_same_deployment(tmp_path: Path) -> No
     before = history.stages_of(tmp_path, [("s3-ingest", "a")])
     [row] = history.compare_stages(now, before)
     assert row["stage"] == "s3-ingest: download-batch" and row["verdict"] == "slower"
+
+
+def test_a_run_s_stages_are_read_from_the_files_that_may_hold_them(tmp_path: Path) -> None:
+    """A stage table reads the files of the run's days whose statistics may hold its id,
+    not months of history; the previous run is looked for in the last week first."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for i, run in enumerate(["a", "b", "c"]):
+        write_timing(tmp_path, run, "download-batch", t0 + timedelta(days=2 * i), 1.0 + i)
+    every = storage.data_files(tmp_path, "task_timings")
+    assert len(every) == 3
+    [b_file] = storage.data_files(tmp_path, "task_timings", prune=[("flow_run_id", "=", "b")])
+    assert "day=2026-01-03" in b_file
+    [stage_b] = report.stage_table(tmp_path, "b", since=date(2026, 1, 2))
+    assert (stage_b["stage"], stage_b["items"], stage_b["busy_seconds"]) == (
+        "download-batch",
+        10,
+        2.0,
+    )
+    assert report.stage_table(tmp_path, "b", since=date(2026, 1, 4)) == []  # a lower bound
+
+    now = datetime.now(UTC)
+    for run, started in [("old", now - timedelta(days=40)), ("new", now - timedelta(days=1))]:
+        history.record_flow_run(
+            tmp_path,
+            history.FlowRunRecord(
+                flow_run_id=run,
+                flow_name="s3-ingest",
+                started_at=started,
+                ended_at=started + timedelta(seconds=5),
+            ),
+        )
+        storage.commit_run(tmp_path, run)
+    prev = history.previous_run(tmp_path, flow_name="s3-ingest", deployment_id="", flow_run_id="x")
+    assert prev is not None and prev["flow_run_id"] == "new"
+    prev = history.previous_run(
+        tmp_path, flow_name="s3-ingest", deployment_id="", flow_run_id="new"
+    )
+    assert prev is not None and prev["flow_run_id"] == "old"  # past the last week: all
 
 
 def test_failed_child_advice_says_what_failed_and_what_to_do() -> None:

@@ -98,10 +98,19 @@ def ensure_table(data_dir: DataDir, table: str) -> DeltaTable:
         return dt
 
 
-def data_files(data_dir: DataDir, table: str) -> list[str]:
-    """The Parquet files of the table's current version (what a reader must read)."""
+# Files a reader may skip: (column, op, value) filters, all of which a wanted row meets.
+Prune = list[tuple[str, str, Any]]
+
+
+def data_files(data_dir: DataDir, table: str, prune: Prune | None = None) -> list[str]:
+    """The Parquet files of the table's current version (what a reader must read); with
+    ``prune``, only those whose partition values and column statistics may hold a row
+    meeting every filter (a superset of the files holding such rows: exact on
+    partition columns, by min/max elsewhere)."""
     dt = open_table(data_dir, table)
-    return dt.file_uris() if dt is not None else []
+    if dt is None:
+        return []
+    return dt.file_uris(file_pruning_predicate=prune) if prune else dt.file_uris()
 
 
 def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:

@@ -129,14 +129,15 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     return dt.to_pyarrow_dataset(schema=schema)
 
 
-def table_sql(data_dir: DataDir, table: str) -> str:
+def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) -> str:
     """``SELECT`` over the table's current version that any library connection can run:
-    the listed Parquet files of a local lake, or delta-rs's Arrow dataset of a lake on
-    object storage."""
+    the listed Parquet files of a local lake (with ``prune``, the files that may hold
+    the rows the caller's query asks for: ``lake.data_files``), or delta-rs's Arrow
+    dataset of a lake on object storage (filtered by DuckDB's pushed-down predicates)."""
     spec = SPECS[table]
     loc = locate(data_dir)
     if not loc.remote:
-        return view_sql(spec, lake.data_files(loc, table))
+        return view_sql(spec, lake.data_files(loc, table, prune))
     dt = lake.open_table(loc, table)
     if dt is None:
         return view_sql(spec, [])
@@ -283,15 +284,22 @@ def snapshot_warehouse(data_dir: DataDir) -> dict[str, int]:
     return counts
 
 
-def scan(data_dir: DataDir, table: str, *, staged_run: str | None = None) -> str:
+def scan(
+    data_dir: DataDir,
+    table: str,
+    *,
+    staged_run: str | None = None,
+    prune: lake.Prune | None = None,
+) -> str:
     """A parenthesised ``SELECT`` over ``table`` at its current version, for use in
     ``FROM`` in any connection of ``ingest.duck``; with ``staged_run``, plus the rows that
     run has staged but not yet committed (a run reading its own figures before its
-    commit)."""
+    commit). ``prune`` skips the stored files that cannot hold a row meeting it (the
+    query must still filter: whole files are skipped, not rows)."""
     from ingest.storage import staging
 
     spec = SPECS[table]
-    body = table_sql(data_dir, table)
+    body = table_sql(data_dir, table, prune)
     staged = staging.scan_parts(data_dir, staged_run, table) if staged_run is not None else None
     if staged:
         day = f', CAST("{spec.day_from}" AS DATE) AS "day"' if spec.kind == "history" else ""
