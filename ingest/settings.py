@@ -174,8 +174,9 @@ class Settings(BaseSettings):
         10,
         ge=1,
         le=100,
-        description="Listing pages (1,000 keys each) per list-objects task; the first chunks "
-        "are smaller so downloads start early.",
+        description="Listing pages (1,000 keys each) per list-objects task; on a first "
+        "listing (nothing stored under the prefix yet) the first chunks are smaller so "
+        "downloads start early.",
     )
     s3_range_threshold: int = Field(
         16 * MiB, ge=MiB, description="Objects at least this large are fetched as byte ranges."

@@ -8,12 +8,14 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import storage
+from ingest import listing, storage
+from ingest.settings import Settings
 from ingest.storage import commit, lake, staging
 from ingest.storage.tables import SPECS, STATE_PARTS
 
@@ -388,3 +390,24 @@ def storage_client(settings):
     from ingest import s3 as s3_lib
 
     return s3_lib.make_client(settings)
+
+
+def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Path) -> None:
+    """Small first chunks (downloads start early) only when most objects will be fetched:
+    nothing stored under the prefix yet, or a full refresh."""
+    settings = Settings(s3_list_chunk_pages=10).with_data_dir(str(tmp_path))
+
+    def pages(run: str, prefix: str = "", **kw: Any) -> list[int]:
+        spec = listing.ListSpec(run_id=run, bucket="b", prefix=prefix, **kw)
+        return [listing.chunk_pages(settings, spec, i) for i in range(5)]
+
+    assert pages("first") == [2, 4, 8, 10, 10]
+    storage.stage(tmp_path, "r1", "s3_objects", "batch-0", [obj_row("docs/a", "1")])
+    storage.commit_run(tmp_path, "r1")
+    assert pages("night") == [10, 10, 10, 10, 10]
+    assert pages("night-docs", prefix="docs/") == [10, 10, 10, 10, 10]
+    assert pages("other-prefix", prefix="img/") == [2, 4, 8, 10, 10]  # nothing there yet
+    assert pages("refresh", full_refresh=True) == [2, 4, 8, 10, 10]
+    storage.stage(tmp_path, "r2", "s3_objects", "batch-0", [obj_row("docs/a", "1", "deleted")])
+    storage.commit_run(tmp_path, "r2")
+    assert pages("all-deleted") == [2, 4, 8, 10, 10]
