@@ -171,7 +171,7 @@ class Settings(BaseSettings):
         "below the prefix; a prefix with fewer folders gets fewer shards, a flat one 1).",
     )
     s3_list_chunk_pages: int = Field(
-        10,
+        25,
         ge=1,
         le=100,
         description="Listing pages (1,000 keys each) per list-objects task; on a first "
