@@ -204,7 +204,7 @@ def s3_ingest(
         ahead = None if settings.task_runner == "dask" else BATCHES_AHEAD - 1
         downloads: deque[PrefectFuture[BatchSummary]] = deque()
         extracting: deque[PrefectFuture[ExtractSummary]] = deque()
-        comparing: deque[PrefectFuture[ChunkResult]] = deque()
+        comparing: set[PrefectFuture[ChunkResult]] = set()
         submitted = 0
         finished: set[PrefectFuture[Any]] = set()  # filled by the futures' done callbacks
 
@@ -280,23 +280,29 @@ def s3_ingest(
                 )
                 extracting[-1].add_done_callback(finished.add)
 
-        # Each shard's chunks one after another, the shards side by side (whichever
-        # chunk is listed first goes on first); a chunk is compared with the stored
-        # state while the next one is listed.
+        # Each shard's chunks one after another, the shards side by side: whichever
+        # listing or comparison ends first is acted on first. A chunk is compared while
+        # the shard's next one is listed, and its batches go out as soon as its comparison
+        # ends (its result is let go once they are out); at most a chunk per shard, plus
+        # one, waits to be compared, so a slow comparison holds the listing back.
         pending: dict[PrefectFuture[ListedChunk], Shard] = {
             list_objects.submit(settings, spec, s, Cursor()): s for s in shards
         }
-        while pending:
-            done = next(as_completed(list(pending)))
+        compare_at_most = len(shards) + 1
+        while pending or comparing:
+            ready: list[PrefectFuture[Any]] = [*comparing]
+            if len(comparing) < compare_at_most:
+                ready += pending
+            done: PrefectFuture[Any] = next(as_completed(ready))
+            if done in comparing:
+                comparing.discard(done)
+                hand_out(done.result())
+                continue
             shard = pending.pop(done)
-            listed = done.result()
+            listed: ListedChunk = done.result()
             if listed.next is not None:
                 pending[list_objects.submit(settings, spec, shard, listed.next)] = shard
-            comparing.append(find_changes.submit(settings, spec, listed))
-            while len(comparing) > 1:  # all but the newest (a chunk's result is let go
-                hand_out(comparing.popleft().result())  # once its batches are out)
-        while comparing:
-            hand_out(comparing.popleft().result())
+            comparing.add(find_changes.submit(settings, spec, listed))
         changes.release()  # the listing is compared: its database's memory goes back
 
         collect(keep=0)
