@@ -16,7 +16,11 @@ e. after 1 % of the keys changed and 1 % deleted: our rerun, ``s5cmd sync`` on
 
 then at ``--nights-size`` it simulates ``--nights`` further nights (each: ~1 %
 changed, 0.5 % deleted, 0.5 % added; our rerun, and ``s5cmd sync`` to keep its
-folder comparable) and repeats (d) and (e).
+folder comparable) and repeats (d) and (e). At that size (d) and (e) run
+``--repeat`` times (3) on the first night and after the nights, (e) on a new 1 %
+each time, and the report takes the median run: a figure of a second or two moves
+by a third between single runs on a shared machine. The drift table also sets the
+median of the first five nightly runs against the last five (the same night's work).
 
 Every command is a child process; for each: wall seconds, client CPU (user +
 system of the process tree, ``os.wait4``), peak RSS of the process tree
@@ -43,6 +47,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -578,7 +583,8 @@ def scale_runs(b: Bench, size: int, a: argparse.Namespace) -> None:
     if ours.returncode != 0:
         print(f"size {size}: the first run failed; skipping the reruns", flush=True)
         return cleanup(b, bucket, base, a.keep)
-    changed_night(b, size, first, bucket, data, s5dir, seed=size * 1000)
+    repeat = a.repeat if size == a.nights_size and a.nights > 0 else 1
+    changed_night(b, size, first, bucket, data, s5dir, seed=size * 1000, repeat=repeat)
     if size == a.nights_size and a.nights > 0:
         for night in range(1, a.nights + 1):
             b.day = night if a.clock == "days" else 0
@@ -590,22 +596,38 @@ def scale_runs(b: Bench, size: int, a: argparse.Namespace) -> None:
             b.s5cmd_copy(size, phase, "s5cmd-sync-night", "sync", bucket, s5dir, 0)
         after = f"after {a.nights} nights"
         b.day = a.nights + 1 if a.clock == "days" else 0
-        changed_night(b, size, after, bucket, data, s5dir, seed=size * 1000 + 999)
+        changed_night(b, size, after, bucket, data, s5dir, seed=size * 1000 + 999, repeat=repeat)
         b.day = 0
     cleanup(b, bucket, base, a.keep)
 
 
 def changed_night(
-    b: Bench, size: int, phase: str, bucket: str, data: Path, s5dir: Path, seed: int
+    b: Bench,
+    size: int,
+    phase: str,
+    bucket: str,
+    data: Path,
+    s5dir: Path,
+    seed: int,
+    repeat: int = 1,
 ) -> None:
     """(d) a rerun with nothing changed; (e) 1 % changed + 1 % deleted: our rerun,
-    s5cmd sync, and fetching exactly the changed keys. After the nights, the listing
+    s5cmd sync, and fetching exactly the changed keys; each ``repeat`` times ((e) on a
+    new 1 % each time; the report takes the median run). After the nights, the listing
     is measured again first (the first night's was measured before s5cmd cp)."""
     if phase != "first night":
         objects = b.s3.info()["buckets"][bucket]["objects"]
         b.list_boto3(size, phase, bucket, objects)
         b.list_s5cmd(size, phase, bucket, objects)
-    b.ingest(size, phase, "ingest-nochange", bucket, data)
+    for _ in range(repeat):
+        b.ingest(size, phase, "ingest-nochange", bucket, data)
+    for i in range(repeat):
+        one_percent(b, size, phase, bucket, data, s5dir, seed=seed + 100 * i)
+
+
+def one_percent(
+    b: Bench, size: int, phase: str, bucket: str, data: Path, s5dir: Path, seed: int
+) -> None:
     mutation = b.s3.mutate(bucket, change=1, delete=1, seed=seed, return_keys=True)
     keys = mutation.pop("changed_keys")
     for extra in ("deleted_keys", "added_keys"):
@@ -726,7 +748,13 @@ def runs_table(runs: Sequence[Run]) -> str:
 
 
 def find(runs: Sequence[Run], size: int, phase: str, name: str) -> Run | None:
-    return next((r for r in runs if (r.size, r.phase, r.name) == (size, phase, name)), None)
+    """The run of ``name`` at ``size`` in ``phase``; of repeated runs (``--repeat``), the
+    one with the median wall time (the upper middle of an even count)."""
+    found = sorted(
+        (r for r in runs if (r.size, r.phase, r.name) == (size, phase, name)),
+        key=lambda r: r.wall,
+    )
+    return found[len(found) // 2] if found else None
 
 
 def verdict(ok: bool) -> str:
@@ -878,6 +906,40 @@ def drift(runs: Sequence[Run], size: int, nights: int) -> str:
             result = verdict(ratio <= NIGHTS_DRIFT) if judged else "(reference)"
             rows.append(
                 (LABELS[name], what, f"{x:.{digits}f}", f"{y:.{digits}f}", f"{ratio:.2f}", result)
+            )
+    # The same night's work (1 % changed, 0.5 % deleted, 0.5 % added) early and late in
+    # the nights: the median of the first five against the last five, which a single
+    # slow moment of the machine does not decide.
+    nightly = [r for r in runs if r.size == size and r.name == "ingest-night"]
+    k = min(5, len(nightly) // 2)
+    if k:
+        early, late = nightly[:k], nightly[-k:]
+        label = (
+            f"{LABELS['ingest-night']}, median of nights "
+            f"{early[0].phase.removeprefix('night ')}-{early[-1].phase.removeprefix('night ')} / "
+            f"{late[0].phase.removeprefix('night ')}-{late[-1].phase.removeprefix('night ')}"
+        )
+        for what, get, digits in (
+            ("wall s", lambda r: r.wall, 2),
+            ("flow body / work s", lambda r: r.work_seconds, 2),
+            ("client CPU s", lambda r: r.cpu, 2),
+            ("peak RSS MB", lambda r: r.peak_rss_mb, 0),
+        ):
+            xs = [v for v in map(get, early) if v is not None]
+            ys = [v for v in map(get, late) if v is not None]
+            if not xs or not ys:
+                continue
+            x, y = statistics.median(xs), statistics.median(ys)
+            ratio = y / x if x else 1.0
+            rows.append(
+                (
+                    label,
+                    what,
+                    f"{x:.{digits}f}",
+                    f"{y:.{digits}f}",
+                    f"{ratio:.2f}",
+                    verdict(ratio <= NIGHTS_DRIFT),
+                )
             )
     return _table(
         ["run", "figure", "first night", after, f"ratio (target <= {NIGHTS_DRIFT})", "result"],
@@ -1078,6 +1140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--rtt-ms", type=float, default=20, help="added per request (default 20)")
     p.add_argument("--nights", type=int, default=30, help="nights to simulate (default 30)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="at the nights size, runs of (d) and (e) on the first night and after the "
+        "nights; the report takes the median (default 3)",
+    )
     p.add_argument(
         "--nights-size", type=int, help="the size to simulate the nights at (default: smallest)"
     )
