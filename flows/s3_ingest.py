@@ -197,6 +197,10 @@ def s3_ingest(
     with run_staging(settings, run_id), batch_runner(settings, BATCH_THREADS) as runner:
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
+        # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
+        # runs beside the listing, which waits on the network: nothing of the run is
+        # committed before it ends, and the listing reads the state's files as they were.
+        upkeep = maintain_lake.submit(settings, list(S3_TABLES))
         shards = plan_listing(settings, spec)
 
         summary = RunSummary(run_id=run_id)
@@ -306,7 +310,7 @@ def s3_ingest(
         changes.release()  # the listing is compared: its database's memory goes back
 
         collect(keep=0)
-        maintain_lake(settings, list(S3_TABLES))
+        upkeep.result()
         summary.seconds = time.perf_counter() - started
         summary = publish_and_commit(
             settings,
