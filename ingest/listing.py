@@ -13,10 +13,11 @@ state is read per key range (``ingest.changes``), never loaded whole.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.feather as feather
@@ -26,6 +27,8 @@ from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
 from ingest.storage.location import DataDir
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,24 +65,25 @@ def plan(client: Any, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     return chunks.plan_shards(client, spec.bucket, spec.prefix, settings.s3_list_shards)
 
 
-_scans: dict[tuple[str, str, str], str] = {}
-_scans_lock = threading.Lock()
+_per_run: dict[tuple[str, ...], Any] = {}
+_per_run_lock = threading.RLock()
+
+
+def _once_per_run(key: tuple[str, ...], make: Callable[[], T]) -> T:
+    """``make()`` once per ``key`` (which names the run) for all of the run's chunks;
+    the values of the last few dozen runs are kept."""
+    with _per_run_lock:
+        if key not in _per_run:
+            if len(_per_run) > 64:
+                _per_run.clear()
+            _per_run[key] = make()
+        return _per_run[key]  # type: ignore[no-any-return]
 
 
 def _scan(data_dir: DataDir, table: str, run_id: str) -> str:
     """``storage.scan`` resolved once per run and table: the state is only written by
     the run's commit at its end, so its files do not change under the run's chunks."""
-    key = (str(data_dir), table, run_id)
-    with _scans_lock:
-        sql = _scans.get(key)
-        if sql is None:
-            if len(_scans) > 64:
-                _scans.clear()
-            sql = _scans[key] = storage.scan(data_dir, table)
-        return sql
-
-
-_first_runs: dict[tuple[str, str], bool] = {}
+    return _once_per_run((str(data_dir), table, run_id), lambda: storage.scan(data_dir, table))
 
 
 def chunk_pages(settings: Settings, spec: ListSpec, chunk: int) -> int:
@@ -93,15 +97,10 @@ def chunk_pages(settings: Settings, spec: ListSpec, chunk: int) -> int:
     full = settings.s3_list_chunk_pages
     if 2 ** (chunk + 1) >= full:
         return full
-    key = (str(settings.lake), spec.run_id)
-    with _scans_lock:
-        first = _first_runs.get(key)
-    if first is None:
-        first = spec.full_refresh or not _stored_any(settings.lake, spec)
-        with _scans_lock:
-            if len(_first_runs) > 64:
-                _first_runs.clear()
-            _first_runs[key] = first
+    first = _once_per_run(
+        (str(settings.lake), "first listing", spec.run_id),
+        lambda: spec.full_refresh or not _stored_any(settings.lake, spec),
+    )
     return min(full, 2 ** (chunk + 1)) if first else full
 
 
