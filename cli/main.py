@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import gc
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,27 +19,39 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
+import click
 import typer
 
 from ingest.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=__doc__,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
 
-# Quiet, offline-friendly Prefect defaults; any value the user set wins.
-_PREFECT_DEFAULTS = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
-    "PREFECT_LOGGING_LEVEL": "INFO",
-}
+
+@app.callback()
+def options(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Show the traceback of a configuration or environment error too.",
+        ),
+    ] = False,
+) -> None:
+    ctx.obj = {"debug": debug}
 
 
 def prefect_env() -> None:
-    for k, v in _PREFECT_DEFAULTS.items():
-        os.environ.setdefault(k, v)
-    from deployments.local_api import use_running_serve
+    """Prefect's quiet, offline defaults for a command that needs no flow run of its own."""
+    from deployments.local_api import prefect_defaults, use_running_serve
 
+    prefect_defaults()
     use_running_serve()  # no temporary server per command while `ingest serve` runs
 
 
@@ -46,6 +59,147 @@ def foreground(flow_fn: Callable[..., Any], **parameters: Any) -> Any:
     """Run a flow in this process as the command's own run (``foreground_run``)."""
     with foreground_run():
         return flow_fn(**parameters)
+
+
+def debugging() -> bool:
+    """``ingest --debug ...``: tracebacks of the user's and the environment's mistakes too."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(obj, dict) and obj.get("debug"))
+
+
+def run_flow(flow_fn: Any, **parameters: Any) -> Any:
+    """Run one flow as this command: its parameters checked against the flow's own bounds
+    before anything starts, a Prefect API found or started (``command_api``), a mistake of
+    configuration or environment (``TerminalError``) said in one line with exit code 2, and
+    Ctrl-C ending the run with exit code 130. A bug of ours keeps its traceback."""
+    from ingest.errors import TerminalError
+
+    check_parameters(flow_fn, parameters)
+    check_data_dir(parameters.get("data_dir"))
+    from deployments.local_api import ServerStartError, command_api
+
+    try:
+        with command_api(echo=lambda line: typer.echo(line, err=True)), first_interrupt():
+            quiet = None if debugging() else quiet_console()
+            try:
+                return foreground(flow_fn, **parameters)
+            finally:
+                if quiet is not None:
+                    quiet.remove()
+    except TerminalError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        if not debugging():
+            typer.echo("(the run's logs keep the traceback; --debug shows it here)", err=True)
+        raise typer.Exit(2) from None
+    except ServerStartError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(
+            "interrupted: the run stopped; what it had staged is committed by the next run",
+            err=True,
+        )
+        raise typer.Exit(130) from None
+
+
+@contextmanager
+def first_interrupt() -> Iterator[None]:
+    """The first Ctrl-C stops the run soon: the requests not yet sent end at once (those in
+    flight finish), then the run ends as Python's KeyboardInterrupt ends it. A second Ctrl-C
+    interrupts whatever is still cleaning up."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        from ingest.s3.client import stop_requests
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        stop_requests()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def check_parameters(flow_fn: Any, parameters: dict[str, Any]) -> None:
+    """The flow's own validation (the bounds of its parameters' ``Field``s, the same the UI's
+    run form shows), before a server starts: an invalid value costs milliseconds, not the
+    server's start-up."""
+    from prefect.exceptions import ParameterTypeError
+
+    try:
+        flow_fn.validate_parameters(parameters)
+    except ParameterTypeError as exc:
+        lines = [ln.strip(" -") for ln in str(exc).splitlines()[1:] if ln.strip()]
+        typer.echo(f"error: invalid option: {'; '.join(lines) or exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def check_data_dir(data_dir: str | None) -> None:
+    """A local data folder that cannot be one (a file, or under a file) is refused at once."""
+    root = data_dir or str(Settings().data_dir)
+    if "://" in root:
+        return
+    path = Path(root).expanduser()
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                typer.echo(
+                    f"error: the data folder {path} cannot be created: {p} is a file "
+                    "(give --data-dir or INGEST_DATA_DIR a folder)",
+                    err=True,
+                )
+                raise typer.Exit(2)
+            return
+
+
+class QuietConsole:
+    """On the console, a ``TerminalError`` is said once, by the command, without the
+    tracebacks Prefect prints for the failed task and flow (their records still reach the
+    run's logs in the API: the filter sits on the console handlers only)."""
+
+    def __init__(self, handlers: list[logging.Handler]) -> None:
+        self.handlers = handlers
+        self.texts: set[str] = set()
+        for h in handlers:
+            h.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from ingest.errors import TerminalError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None:
+            if isinstance(exc, TerminalError):
+                self.texts.add(str(exc))
+                return False
+            exc = exc.__cause__ or exc.__context__
+        if self.texts:
+            message = record.getMessage()
+            return not any(t in message for t in self.texts)
+        return True
+
+    def remove(self) -> None:
+        for h in self.handlers:
+            h.removeFilter(self)
+
+
+def quiet_console() -> QuietConsole:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    found: list[logging.Handler] = []
+    for name in (None, "prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for h in logging.getLogger(name).handlers:
+            if isinstance(h, PrefectConsoleHandler) and h not in found:
+                found.append(h)
+    return QuietConsole(found)
 
 
 @contextmanager
@@ -166,10 +320,9 @@ def s3_command(
     bucket = bucket or settings.s3_bucket
     if not bucket:
         raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
-    prefect_env()
     from flows.s3_ingest import s3_ingest
 
-    summary = foreground(
+    summary = run_flow(
         s3_ingest,
         bucket=bucket,
         prefix=settings.s3_prefix if prefix is None else prefix,
@@ -233,30 +386,24 @@ def github_command(
 ) -> None:
     """Run the github-pulls flow once and print its summary."""
     runner = runner_choice(task_runner)
-    from ingest.github.errors import GitHubTerminalError
     from ingest.github.summary import headline
 
     if state not in (None, "open", "closed", "all"):
         raise typer.BadParameter("use open, closed or all", param_hint="--state")
-    prefect_env()
     from flows.github_pulls import github_pulls
 
-    try:
-        summary = foreground(
-            github_pulls,
-            repos=repo,
-            state=state,  # type: ignore[arg-type]
-            per_page=per_page,
-            concurrency=concurrency,
-            base_url=base_url,
-            token_block=token_block,
-            data_dir=str(data_dir) if data_dir else None,
-            full_refresh=full_refresh,
-            task_runner=runner,
-        )
-    except GitHubTerminalError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    summary = run_flow(
+        github_pulls,
+        repos=repo,
+        state=state,
+        per_page=per_page,
+        concurrency=concurrency,
+        base_url=base_url,
+        token_block=token_block,
+        data_dir=str(data_dir) if data_dir else None,
+        full_refresh=full_refresh,
+        task_runner=runner,
+    )
     typer.echo(headline(summary))
     for r in summary.repos:
         note = "complete" if r["complete"] else f"incomplete: {r['stop_reason']}"
@@ -281,25 +428,18 @@ def rest_command(
 ) -> None:
     """Run the rest-ingest flow once for a declared source and print its summary."""
     runner = runner_choice(task_runner)
-    from ingest.rest.errors import RestTerminalError
+    from flows.rest_ingest import rest_ingest
     from ingest.rest.summary import headline
 
-    prefect_env()
-    from flows.rest_ingest import rest_ingest
-
-    try:
-        summary = foreground(
-            rest_ingest,
-            source=source,
-            base_url=base_url,
-            concurrency=concurrency,
-            data_dir=str(data_dir) if data_dir else None,
-            full_refresh=full_refresh,
-            task_runner=runner,
-        )
-    except RestTerminalError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    summary = run_flow(
+        rest_ingest,
+        source=source,
+        base_url=base_url,
+        concurrency=concurrency,
+        data_dir=str(data_dir) if data_dir else None,
+        full_refresh=full_refresh,
+        task_runner=runner,
+    )
     typer.echo(headline(summary))
     for r in summary.resources:
         note = "complete" if r["complete"] else f"incomplete: {r['note']}"
@@ -448,10 +588,19 @@ def demo_command(
 ) -> None:
     """Run the main job end to end on embedded defaults: a local S3-compatible
     server on loopback, generated sample documents, no account, no network."""
-    prefect_env()
+    from deployments.local_api import ServerStartError, command_api
     from devservers import demo
 
-    raise typer.Exit(demo.run(data_dir))
+    try:
+        with command_api(echo=lambda line: typer.echo(line, err=True)):
+            code = demo.run(data_dir)
+    except ServerStartError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
 
 
 @app.command("alerts")

@@ -11,7 +11,9 @@
         ├── IntegrityError       size or MD5 differs from the listing
         ├── ObjectChangedError   the object changed while it was being read
         └── DownloadError        retries exhausted (``retryable`` says whether
-                                 a later run may succeed)
+            │                    a later run may succeed)
+            └── NotFetchedError  never sent: the run was interrupted (no row:
+                                 the next run finds the object new)
 
 Library errors (botocore) are translated at one boundary, ``ingest.s3.errors.translate_errors``.
 """
@@ -72,3 +74,7 @@ class DownloadError(ItemError):
     ) -> None:
         super().__init__(message, key=key, attempts=attempts)
         self.retryable = retryable
+
+
+class NotFetchedError(DownloadError):
+    """The request was never sent because the run was interrupted (Ctrl-C)."""

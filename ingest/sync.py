@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest import keys, s3, storage
-from ingest.errors import ItemError, TerminalError
+from ingest.errors import ItemError, NotFetchedError, TerminalError
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.settings import Settings
@@ -76,6 +76,8 @@ def download_batch(
             )
         elif isinstance(outcome, TerminalError):
             raise outcome
+        elif isinstance(outcome, NotFetchedError):
+            continue  # no row: the next run finds the object new and fetches it
         else:
             attempts = outcome.attempts if isinstance(outcome, ItemError) else 1
             message = describe_error(outcome)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.errors import IntegrityError, ItemError
+from ingest.errors import IntegrityError, ItemError, NotFetchedError
 from ingest.records import S3Object
 from ingest.s3.client import request_lanes
 from ingest.s3.files import _publish, _verify, remove, temp_path
@@ -118,6 +118,16 @@ def _write_all(fd: int, chunk: Any) -> None:
             view = view[os.write(fd, view) :]
 
 
+def interrupted(obj: S3Object) -> NotFetchedError:
+    """The outcome of a request not sent because the run was interrupted (Ctrl-C)."""
+    return NotFetchedError(
+        f"s3://{obj.bucket}/{obj.key}: not fetched, the run was interrupted",
+        key=obj.key,
+        attempts=0,
+        retryable=True,
+    )
+
+
 class BatchDownloader:
     """Download many objects on the process-wide request lanes (``request_lanes``).
 
@@ -152,10 +162,13 @@ class BatchDownloader:
             if len(done) == total:
                 ended.set()
 
-        client, settings, root = self.client, self.settings, self.root
+        client, settings, root, lanes = self.client, self.settings, self.root, self.lanes
 
         def small(obj: S3Object, dest: str) -> Callable[[], None]:
             def job() -> None:
+                if lanes.stopped:
+                    finish(obj, dest, interrupted(obj))
+                    return
                 try:
                     outcome: Fetched | BaseException = fetch_small(
                         client, obj, dest, root, settings
@@ -197,6 +210,8 @@ class BatchDownloader:
             outcome: int | BaseException
             if state.error is not None:  # another range failed: do not spend requests
                 outcome = 0
+            elif self.lanes.stopped:
+                outcome = interrupted(obj)
             else:
                 try:
                     outcome = _stream(
