@@ -1,0 +1,156 @@
+"""A new user's first commands: a fresh Prefect home and no server, mistakes said in a few
+lines, Ctrl-C that stops the run and keeps what it did.
+
+Each command runs as a user's shell runs it: a child process with a new, empty HOME (no
+``~/.prefect``), no ``PREFECT_API_URL`` and ``PYTHONDONTWRITEBYTECODE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from deployments import local_api
+from devservers.s3 import DevServer
+from tests.helpers import body_for, put_many, rows, run_cli
+
+pytestmark = pytest.mark.flow
+
+
+def new_user_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    return out
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_fresh_prefect_home_without_a_server(
+    s3: Any, s3_server: DevServer, bucket: str, tmp_path: Path
+) -> None:
+    """The first command on a new machine creates Prefect's database, runs, and stops the
+    server it started (it used to fail when that first start took over 20 s)."""
+    objects = {f"docs/{i}.txt": body_for(f"{bucket}/{i}") for i in range(12)}
+    put_many(s3, bucket, objects)
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    args = ["s3", "--bucket", bucket, "--prefix", "docs/", "--endpoint-url", s3_server.url]
+    out = finish(run_cli([*args, "--data-dir", str(data)], env=new_user_env(home)))
+    assert "12 objects (downloaded 12)" in out, out
+    assert (home / ".prefect" / "prefect.db").stat().st_size > 0
+    assert "Traceback" not in out and "Timed out" not in out
+    # The run's link names the command's own server, which is gone once the command ends.
+    api = re.search(r"View at (http://127\.0\.0\.1:\d+)/", out)
+    assert api is not None, out
+    assert not answers(f"{api.group(1)}/api/health")
+    assert {r["status"] for r in rows(data, "SELECT status FROM s3_objects")} == {"downloaded"}
+
+
+def test_startup_timeout_covers_a_first_migration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(local_api.STARTUP_TIMEOUT_VARIABLE, raising=False)
+    assert local_api.startup_timeout() >= 300  # Prefect's own default is 20 s
+    monkeypatch.setenv(local_api.STARTUP_TIMEOUT_VARIABLE, "45")
+    assert local_api.startup_timeout() == 45.0
+
+
+def test_invalid_option_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = run_cli(["s3", "--bucket", "some-bucket", "--concurrency", "0"], env=new_user_env(home))
+    out = finish(proc)
+    assert proc.returncode == 2, out
+    assert "concurrency" in out and "greater than or equal to 1" in out
+    assert "Traceback" not in out and len(out.strip().splitlines()) <= 3
+    assert not (home / ".prefect" / "prefect.db").exists()  # no server was started
+
+
+def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "afile").write_text("not a folder")
+    data = tmp_path / "afile" / "data"
+    proc = run_cli(["s3", "--bucket", "some-bucket", "--data-dir", str(data)], env=new_user_env(home))
+    out = finish(proc)
+    assert proc.returncode == 2, out
+    assert "is a file" in out and "Traceback" not in out
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_missing_bucket_says_what_to_fix(
+    prefect_harness: None, s3_server: DevServer, data_dir: Path
+) -> None:
+    args = ["s3", "--bucket", "no-such-bucket-here", "--endpoint-url", s3_server.url]
+    args += ["--data-dir", str(data_dir)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "NoSuchBucket (check the bucket name, the endpoint URL and the region)" in result.output
+    assert "Traceback" not in result.output
+    debug = CliRunner().invoke(app, ["--debug", *args])
+    assert debug.exit_code == 2
+    assert "Traceback" in debug.output  # --debug shows what the run's logs keep
+
+
+@pytest.fixture
+def slow_s3(tmp_path: Path) -> Iterator[DevServer]:
+    """A link where every request takes 150 ms: a run of 600 objects at 8 in flight takes
+    over 10 s, so an interrupt lands mid-run."""
+    with DevServer(latency_ms=150) as server:
+        yield server
+
+
+def test_ctrl_c_stops_the_run_and_keeps_its_work(slow_s3: DevServer, tmp_path: Path) -> None:
+    client = boto3.client("s3", endpoint_url=slow_s3.url, region_name="us-east-1")
+    client.create_bucket(Bucket="slow-docs")
+    objects = {f"docs/{i:04}.txt": body_for(f"slow/{i}") for i in range(600)}
+    put_many(client, "slow-docs", objects)
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    env = new_user_env(home)
+    args = ["s3", "--bucket", "slow-docs", "--prefix", "docs/", "--endpoint-url", slow_s3.url]
+    args += ["--data-dir", str(data), "--concurrency", "8"]
+    env["INGEST_S3_BATCH_SIZE"] = "100"
+    # Its own session, so the interrupt goes to its process group, as a terminal's Ctrl-C.
+    proc = run_cli(args, env=env, start_new_session=True)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    for line in proc.stdout:  # the first batch's end: the run is under way
+        seen.append(line)
+        if "download-batch" in line and "objects" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    out = "".join(seen) + finish(proc, timeout=120)
+    assert proc.returncode == 130, out
+    assert out.strip().splitlines()[-1].startswith("interrupted:")
+    assert "Error logging to API" not in out and "Connection refused" not in out
+    # The next run takes up where it stopped: the objects done before are not fetched again.
+    rerun = finish(run_cli(args, env=env))
+    done = re.search(r"600 objects \(downloaded (\d+), skipped (\d+)\)", rerun)
+    assert done is not None, rerun
+    assert 0 < int(done.group(1)) < 600
+    stored = rows(data, "SELECT status, count(*) AS n FROM s3_objects GROUP BY status")
+    assert stored == [{"status": "downloaded", "n": 600}]
+    # Every object has its document row (the bodies are random bytes: some are not text).
+    docs = rows(data, "SELECT count(DISTINCT key) AS n, count(*) AS r FROM documents")
+    assert docs == [{"n": 600, "r": 600}]
