@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -64,6 +64,11 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# docs/reference/cli.md and settings.md, rendered from the code (the ingest command's
+# options and help, every setting's variable, default and description): never edited.
+docs-reference: setup
+	$(VENV)/bin/python -m tools.gen_reference
 
 bench-s3: setup
 	$(VENV)/bin/python -m benchmarks.bench_s3
