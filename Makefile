@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -45,11 +45,12 @@ test-cluster: setup
 	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py tests/test_github_dask.py $(PYTEST_ARGS)
 
 # The fault-injection suite, every trial (about 18 min); `make test` runs a short seeded
-# subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".
+# subset of it. Writes chaos-results.json and the table of "Faults it survives" in
+# docs/reliability.md.
 chaos: setup
 	rm -f chaos-results.json
 	CHAOS_FULL=1 CHAOS_RESULTS=chaos-results.json $(VENV)/bin/pytest -m chaos $(PYTEST_ARGS); \
-	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json README.md; exit $$status
+	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json docs/reliability.md; exit $$status
 
 # Two `ingest github` commands under shared limits, and without them (the control);
 # `make test` runs the same scenario with the plain fetch in two processes.
