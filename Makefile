@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -70,6 +70,12 @@ format: setup
 # options and help, every setting's variable, default and description): never edited.
 docs-reference: setup
 	$(VENV)/bin/python -m tools.gen_reference
+
+# The documentation site into site/ (mkdocs.yml: MkDocs, Material theme, offline), with
+# warnings (a broken link or anchor) as errors, after checking docs/reference/ is current.
+docs: setup
+	$(VENV)/bin/python -m tools.gen_reference --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench-s3: setup
 	$(VENV)/bin/python -m benchmarks.bench_s3
