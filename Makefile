@@ -106,4 +106,4 @@ bench-server-db: setup
 	$(VENV)/bin/python -m benchmarks.bench_server_db $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TOOLS) data site .pytest_cache .ruff_cache .mypy_cache
