@@ -14,14 +14,14 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	$(UV) sync --frozen --all-extras --group docs --python $(PYTHON)
 	@touch $@
 
 setup: $(VENV)/.synced
@@ -45,11 +45,12 @@ test-cluster: setup
 	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py tests/test_github_dask.py $(PYTEST_ARGS)
 
 # The fault-injection suite, every trial (about 18 min); `make test` runs a short seeded
-# subset of it. Writes chaos-results.json and the table of the README's "Faults it survives".
+# subset of it. Writes chaos-results.json and the table of "Faults it survives" in
+# docs/reliability.md.
 chaos: setup
 	rm -f chaos-results.json
 	CHAOS_FULL=1 CHAOS_RESULTS=chaos-results.json $(VENV)/bin/pytest -m chaos $(PYTEST_ARGS); \
-	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json README.md; exit $$status
+	status=$$?; $(VENV)/bin/python -m tests.chaos.table chaos-results.json docs/reliability.md; exit $$status
 
 # Two `ingest github` commands under shared limits, and without them (the control);
 # `make test` runs the same scenario with the plain fetch in two processes.
@@ -64,6 +65,17 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# docs/reference/cli.md and settings.md, rendered from the code (the ingest command's
+# options and help, every setting's variable, default and description): never edited.
+docs-reference: setup
+	$(VENV)/bin/python -m tools.gen_reference
+
+# The documentation site into site/ (mkdocs.yml: MkDocs, Material theme, offline), with
+# warnings (a broken link or anchor) as errors, after checking docs/reference/ is current.
+docs: setup
+	$(VENV)/bin/python -m tools.gen_reference --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench-s3: setup
 	$(VENV)/bin/python -m benchmarks.bench_s3
@@ -94,4 +106,4 @@ bench-server-db: setup
 	$(VENV)/bin/python -m benchmarks.bench_server_db $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) data .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TOOLS) data site .pytest_cache .ruff_cache .mypy_cache

@@ -3,7 +3,7 @@
 1. Use the configured Prefect API (``PREFECT_API_URL``) when there is one;
    otherwise start ``prefect server start`` on loopback (SQLite under
    ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
-   task-run recorder batching of DESIGN.md, analytics off).
+   task-run recorder batching of ``SERVER_ENV``, analytics off).
 2. Create the work pools that ``prefect.yaml`` names (type ``process``).
 3. With ``--demo``, start the local S3-compatible and GitHub-compatible servers
    on the ports of the nightly deployment's default parameters, and seed them.
@@ -45,8 +45,9 @@ from ingest.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-# The task-run recorder batching measured in DESIGN.md (75-90 s of "database is
-# locked" after a large run with the defaults, 4-5 s with these), analytics off.
+# The task-run recorder batching: with Prefect's defaults a SQLite server took 75-90 s to
+# record a 2,000-task run and answered "database is locked" meanwhile, 4-5 s with these
+# (benchmarks/findings.md, "Prefect"); analytics off.
 SERVER_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",

@@ -156,7 +156,8 @@ class PostgresServer:
 
     def create_database(self, name: str, owner: str = "prefect") -> str:
         """A new database owned by a new role without superuser rights (what a database
-        administrator hands out: the README's recipe); its URL for the Prefect server."""
+        administrator hands out: the recipe of docs/deployments-and-ui.md); its URL for the
+        Prefect server."""
         self.psql(f"CREATE ROLE \"{owner}\" LOGIN PASSWORD '{self.password}'")
         self.psql(f'CREATE DATABASE "{name}" OWNER "{owner}"')
         return self.url(name, owner)

@@ -2,7 +2,7 @@
 (``download-batch``, extracted by a later task), or download and extract it in one
 task (``fetch-batch``, the whole job on the worker that runs it).
 
-One retry layer per failure kind (see ``ingest.s3`` and the README): S3 requests
+One retry layer per failure kind (see ``ingest.s3`` and docs/reliability.md): S3 requests
 are retried by botocore (listing) and ``ingest.s3.get`` (GETs), so a task never
 retries them again on top (``_whole_task_retry``: a listing page would cost up to
 24 requests). A batch's staged Parquet part that cannot be written is written

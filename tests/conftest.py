@@ -14,7 +14,8 @@ import pytest
 
 from devservers.s3 import DevServer
 
-# Offline, quiet Prefect; fast task-run recording (see DESIGN.md).
+# Offline, quiet Prefect; fast task-run recording (the recorder batching of
+# deployments.serve.SERVER_ENV: benchmarks/findings.md, "Prefect").
 os.environ.update(
     PREFECT_SERVER_ANALYTICS_ENABLED="false",
     PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE="100",

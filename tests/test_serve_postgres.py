@@ -2,7 +2,7 @@
 
 The test starts its own PostgreSQL (Debian's ``postgresql`` package, which
 ``.ci/run`` installs) in a temporary folder on a free port, creates a database
-owned by a role without superuser rights (the README's recipe), runs
+owned by a role without superuser rights (the recipe of docs/deployments-and-ui.md), runs
 ``ingest serve --database-url postgresql+asyncpg://...`` as a user would,
 triggers a deployment and finds its flow run in PostgreSQL's ``flow_run``
 table. The password never shows in what ``ingest serve`` prints.

@@ -1,5 +1,6 @@
 """What every fault scenario shares: trial counts, the check against the source of
-truth, and the record of each trial that ``make chaos`` turns into the README table.
+truth, and the record of each trial that ``make chaos`` turns into the table of
+docs/reliability.md.
 
 A scenario runs trials at seeded random points. ``make chaos`` sets
 ``CHAOS_FULL=1`` (every trial) and ``CHAOS_RESULTS`` (where the figures go);

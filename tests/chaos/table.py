@@ -1,8 +1,9 @@
-"""Turn the suite's results (``chaos-results.json``) into the README's table.
+"""Turn the suite's results (``chaos-results.json``) into the table of "Faults it survives".
 
-``python -m tests.chaos.table chaos-results.json [README.md]`` prints the table
-and, given a README, replaces the part between ``<!-- chaos-table -->`` and
-``<!-- /chaos-table -->`` with it (machine and date included).
+``python -m tests.chaos.table chaos-results.json [docs/reliability.md]`` prints the
+table and, given a page, replaces the part between ``<!-- chaos-table -->`` and
+``<!-- /chaos-table -->`` with it (machine and date included). A page without both
+markers is left as it is and the command fails, so a moved table is never lost silently.
 """
 
 from __future__ import annotations
@@ -53,17 +54,25 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PAGE = Path("docs/reliability.md")  # where `make chaos` writes the table
+
+
+def write_table(page: Path, table: str) -> None:
+    """Replace the part of ``page`` between the markers with ``table``."""
+    text = page.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise SystemExit(f"{page}: no {START} ... {END} markers to write the table between")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    page.write_text(f"{head}{START}\n{table}\n{END}{tail}", encoding="utf-8")
+
+
 def main(argv: list[str]) -> None:
     data = json.loads(Path(argv[0]).read_text())
     table = render(data)
     print(table)
     if len(argv) > 1:
-        readme = Path(argv[1])
-        text = readme.read_text()
-        if START in text and END in text:
-            head, rest = text.split(START, 1)
-            _, tail = rest.split(END, 1)
-            readme.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+        write_table(Path(argv[1]), table)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ for the progress where that stage is under way (storage prepared; j download
 batches finished; downloads done; lake maintained; summary published), and
 kills the process a seeded delay later, shorter than the stage takes at its
 quickest (``aim_at``). The stage the kill really landed in is read back from
-the log as it stood at the kill, and recorded; the README shows the
+the log as it stood at the kill, and recorded; docs/reliability.md shows the
 distribution.
 
 Listing 40 keys takes milliseconds, so the command reaches the S3 server
