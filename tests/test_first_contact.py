@@ -91,7 +91,8 @@ def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
     home.mkdir()
     (tmp_path / "afile").write_text("not a folder")
     data = tmp_path / "afile" / "data"
-    proc = run_cli(["s3", "--bucket", "some-bucket", "--data-dir", str(data)], env=new_user_env(home))
+    args = ["s3", "--bucket", "some-bucket", "--data-dir", str(data)]
+    proc = run_cli(args, env=new_user_env(home))
     out = finish(proc)
     assert proc.returncode == 2, out
     assert "is a file" in out and "Traceback" not in out
