@@ -157,3 +157,17 @@ def test_text_flavours(name: str, body: str, kind: str) -> None:
     result = extract_document(body.encode("utf-8"), name)
     assert (result.kind, result.status) == (kind, "ok")
     assert "밸브" in result.text or "제목" in result.text
+
+
+@pytest.mark.parametrize("name", ["blob.bin", "notes.txt", "noext"])
+def test_random_bytes_without_nul_are_not_text(name: str) -> None:
+    """Random or compressed bytes carry a control byte in ten; text carries none (tabs and
+    newlines aside). Even with no NUL in its head and a .txt name, such a file is no text."""
+    import random
+
+    rng = random.Random(7)
+    data = bytes(b for b in rng.randbytes(20_000) if b)[:8_000]
+    result = extract_document(data, name)
+    assert result.kind == "unsupported" and result.status == "unsupported", result.kind
+    legacy = "Café, naïve façade\tß\r\n\x1b[0m".encode("cp1252") * 200  # a terminal log
+    assert extract_document(legacy, name).status == "ok"

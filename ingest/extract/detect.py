@@ -94,13 +94,20 @@ def _is_docx(data: bytes) -> bool:
     return "word/document.xml" in names or any(n.startswith("word/") for n in names)
 
 
+# C0 control bytes that text does not carry (tab, newlines, form feed and escape it does).
+_CONTROLS = bytes([*range(1, 9), 11, *range(14, 27), *range(28, 32), 127])
+_NOT_CONTROL = bytes(b for b in range(256) if b not in _CONTROLS)
+
+
 def _looks_textual(head: bytes) -> bool:
-    """No NUL bytes, or NULs in the alternating pattern of UTF-16/32 text."""
+    """No NUL bytes and almost no other control bytes (random or compressed bytes carry
+    one in ten), or NULs in the alternating pattern of UTF-16/32 text."""
     if head.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
         return True
     nul = head.count(0)
     if not nul:
-        return True
+        controls = len(head.translate(None, _NOT_CONTROL))
+        return controls * 50 <= len(head)  # at most 2 %
     even, odd = head[0::2].count(0), head[1::2].count(0)
     # UTF-16 text: the NULs (high bytes of ASCII characters) all sit on one side; CJK text
     # has few of them. Binary formats have NULs on both sides.
