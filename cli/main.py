@@ -178,7 +178,9 @@ class QuietConsole:
         exc = record.exc_info[1] if record.exc_info else None
         while exc is not None:
             if isinstance(exc, TerminalError):
-                self.texts.add(str(exc))
+                first = str(exc).strip().splitlines()
+                if first:  # states quote the message with its newlines escaped
+                    self.texts.add(first[0])
                 return False
             exc = exc.__cause__ or exc.__context__
         if self.texts:
