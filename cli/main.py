@@ -115,11 +115,11 @@ def first_interrupt() -> Iterator[None]:
         yield
         return
 
-    def on_interrupt(signum: int, frame: Any) -> None:
-        from ingest.s3.client import stop_requests
+    from ingest import interrupt
 
+    def on_interrupt(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        stop_requests()
+        interrupt.request()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
@@ -127,6 +127,7 @@ def first_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        interrupt.clear()
 
 
 def check_parameters(flow_fn: Any, parameters: dict[str, Any]) -> None:

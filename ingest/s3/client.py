@@ -23,6 +23,7 @@ from botocore.config import Config
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
+from ingest import interrupt
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,12 @@ class RequestLanes:
         self._jobs: deque[Callable[[], None]] = deque()
         self._lock = threading.Lock()
         self._running = 0
-        self.stopped = False  # set by stop_requests: jobs not yet started end at once
+
+    @property
+    def stopped(self) -> bool:
+        """The run was interrupted (``ingest.interrupt``): a job not yet started reports
+        itself not fetched instead of sending its request; those in flight finish."""
+        return interrupt.requested()
 
     def add(self, jobs: Iterable[Callable[[], None]]) -> None:
         """Queue ``jobs`` (each catches its own errors) and start the lanes they need."""
@@ -126,15 +132,6 @@ class RequestLanes:
                 job()
             except BaseException:  # a job reports its own outcome; never lose the lane
                 log.exception("request job failed outside its own handler")
-
-
-def stop_requests() -> None:
-    """Ctrl-C: every queued request of the process ends without being sent (each job sees
-    ``RequestLanes.stopped`` and reports itself interrupted); those in flight finish. The
-    run's batches then end within a request's time instead of after all their objects."""
-    with _clients_lock:
-        for lanes in _lanes.values():
-            lanes.stopped = True
 
 
 def request_lanes(concurrency: int) -> RequestLanes:

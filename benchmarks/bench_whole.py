@@ -1,0 +1,261 @@
+"""The whole command, as a user waits for it: process start to exit, start-up and commits
+included, side by side with ``import prefect`` and with s5cmd on the same objects.
+
+One run starts an S3-compatible server (moto's app behind ``devservers.s3``, 20 ms added
+to every request) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of
+random bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
+(SQLite under a temporary ``PREFECT_HOME``, as a deployment has). Then, ``--rounds`` times,
+the commands interleaved round by round, each a fresh child process with
+``PYTHONDONTWRITEBYTECODE=1`` (as on these machines and in CI):
+
+* ``import prefect``: the floor of any command that runs a Prefect flow;
+* ``no-op``: ``ingest s3`` over an empty prefix, against the running server;
+* ``no-change``: ``ingest s3`` over the 2,000 objects, nothing changed (a data folder
+  the first round filled), against the running server;
+* ``first run``: ``ingest s3`` over the 2,000 objects into a new data folder each round,
+  with text extraction (the default), against the running server;
+* ``s5cmd cp``: the same 2,000 objects into a new folder each round;
+* ``no-op, no API``: the command starts its own local server, on a Prefect home that
+  exists (a later command), and on a new, empty one each round (a new machine's first
+  command: the server creates and migrates its database first).
+
+Targets (the first-contact work): no-op <= import prefect + 1 s; no-change <= import
+prefect + 1.5 s; first run <= s5cmd + 3 s. With ``--before REV`` the ``ingest`` commands
+of that revision run in the same rounds (from a worktree of it under benchmarks/.work).
+
+Run ``python -m benchmarks.bench_whole [--rounds 3] [--before REV]``; results are
+printed and appended to benchmarks/whole.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.bench_commands import Command, checkout, machine, timed
+from benchmarks.bench_s3 import BUCKET, child_env, plan, s5cmd_binary
+from benchmarks.bench_s3 import seed as seed_objects
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path(__file__).resolve().parent / "whole.md"
+WORK = Path(__file__).resolve().parent / ".work"
+OBJECTS = 2000
+LARGE = 5
+LATENCY_MS = 20
+
+
+@dataclass
+class Case:
+    """A command measured every round; ``fresh`` gives each round its own new folders."""
+
+    name: str
+    make: Callable[[int], Command]
+    walls: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.walls) if self.walls else None
+
+
+def run(a: argparse.Namespace, scratch: Path) -> str:
+    import boto3
+
+    from deployments.serve import PrefectServer
+    from devservers.s3 import DevServer, free_port
+
+    base = child_env(scratch)
+    os.environ.update({k: v for k, v in base.items() if k.startswith("AWS_")})  # seeding
+    base["PYTHONDONTWRITEBYTECODE"] = "1"
+    base["PREFECT_HOME"] = str(scratch / "client-home")
+    base.pop("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", None)  # Prefect's default
+    py = sys.executable
+    with ExitStack() as stack:
+        s3 = stack.enter_context(DevServer(latency_ms=LATENCY_MS))
+        boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1").create_bucket(
+            Bucket=BUCKET
+        )
+        specs = plan("docs/", OBJECTS, LARGE)
+        seed_objects(s3.url, specs)
+        total_mb = sum(sp.size for sp in specs) / 1e6
+        log = stack.enter_context(open(scratch / "prefect-server.log", "w"))
+        server = stack.enter_context(
+            PrefectServer(port=free_port(), home=scratch / "server-home", env=base, log=log)
+        )
+        served = {**base, "PREFECT_API_URL": server.api_url}
+        trees = {"": ROOT}
+        if a.before:
+            trees[f", at {a.before}"] = stack.enter_context(checkout(a.before))
+
+        def ingest(env: dict[str, str], prefix: str, data: Path, cwd: Path) -> Command:
+            args = [py, "-m", "cli.main", "s3", "--bucket", BUCKET, "--prefix", prefix]
+            args += ["--endpoint-url", s3.url, "--data-dir", str(data)]
+            return Command("", args, env, cwd)
+
+        def new_home(r: int) -> dict[str, str]:
+            return {**base, "PREFECT_HOME": str(scratch / f"new-home-{r}")}
+
+        cases = [
+            Case("import prefect", lambda r: Command("", [py, "-c", "import prefect"], base)),
+        ]
+        for label, tree in trees.items():
+            cases += [
+                Case(
+                    f"no-op{label}",
+                    lambda r, t=tree, lb=label: ingest(served, "empty/", scratch / f"noop{lb}", t),
+                ),
+                Case(
+                    f"no-change{label}",
+                    lambda r, t=tree, lb=label: ingest(served, "docs/", scratch / f"same{lb}", t),
+                ),
+                Case(
+                    f"first run{label}",
+                    lambda r, t=tree, lb=label: ingest(
+                        served, "docs/", scratch / f"first{lb}-{r}", t
+                    ),
+                ),
+            ]
+        cases.append(
+            Case(
+                "s5cmd cp",
+                lambda r: Command(
+                    "",
+                    [
+                        str(s5cmd_binary()),
+                        "--endpoint-url",
+                        s3.url,
+                        "cp",
+                        f"s3://{BUCKET}/docs/*",
+                        str(scratch / f"s5cmd-{r}") + "/",
+                    ],
+                    base,
+                ),
+            )
+        )
+        for label, tree in trees.items():
+            cases += [
+                Case(
+                    f"no-op, no API, existing Prefect home{label}",
+                    lambda r, t=tree, lb=label: ingest(base, "empty/", scratch / f"noapi{lb}", t),
+                ),
+                Case(
+                    f"no-op, no API, new Prefect home{label}",
+                    lambda r, t=tree, lb=label: ingest(
+                        new_home(r if not lb else 1000 + r), "empty/", scratch / f"new{lb}", t
+                    ),
+                ),
+            ]
+        # Warm-up, not measured: fills the no-change folders and the existing Prefect home.
+        for case in cases:
+            if case.name.startswith(("no-op", "no-change")) and "new Prefect home" not in case.name:
+                cmd = case.make(-1)
+                cmd.flow = False
+                try:
+                    timed(cmd)
+                except RuntimeError as exc:
+                    print(f"warm-up of {case.name} failed: {str(exc)[:300]}", flush=True)
+        for r in range(a.rounds):
+            print(f"round {r + 1}/{a.rounds}", flush=True)
+            for case in cases:
+                cmd = case.make(r)
+                cmd.name, cmd.flow = case.name, False
+                try:
+                    case.walls.append(timed(cmd).wall)
+                    print(f"  {case.name}: {case.walls[-1]:.2f} s", flush=True)
+                except RuntimeError as exc:
+                    first = str(exc).splitlines()
+                    case.failures.append(next((ln for ln in first if "Error" in ln), first[0]))
+                    print(f"  {case.name}: FAILED {case.failures[-1][:200]}", flush=True)
+    return report(a, cases, total_mb)
+
+
+def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str:
+    by = {c.name: c for c in cases}
+    floor = by["import prefect"].median or 0.0
+    s5 = by["s5cmd cp"].median or 0.0
+    rows = []
+    for c in cases:
+        med = c.median
+        ratio = ""
+        if med is not None and c.name.startswith("first run"):
+            ratio = f"{med / s5:.2f}x s5cmd" if s5 else ""
+        elif med is not None and c.name != "import prefect" and c.name != "s5cmd cp":
+            ratio = f"import prefect {med - floor:+.2f} s"
+        walls = ", ".join(f"{w:.2f}" for w in c.walls)
+        failed = f"{len(c.failures)} failed: {c.failures[0][:120]}" if c.failures else ""
+        rows.append(
+            f"| {c.name} | {'' if med is None else f'{med:.2f}'} | {walls} | {ratio} | {failed} |"
+        )
+    targets = []
+    for name, budget, what in (
+        ("no-op", floor + 1.0, "import prefect + 1 s"),
+        ("no-change", floor + 1.5, "import prefect + 1.5 s"),
+        ("first run", s5 + 3.0, "s5cmd + 3 s"),
+    ):
+        med = by[name].median
+        if med is None:
+            continue
+        verdict = "PASS" if med <= budget else "FAIL"
+        targets.append(f"| {name} | {med:.2f} s | {what} = {budget:.2f} s | {verdict} |")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    args = " ".join(sys.argv[1:])
+    return "\n".join(
+        [
+            f"## Run of {now}",
+            "",
+            f"`python -m benchmarks.bench_whole{(' ' + args) if args else ''}`",
+            "",
+            f"Machine: {machine()}; {a.rounds} rounds, commands interleaved; "
+            f"{OBJECTS} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
+            "PYTHONDONTWRITEBYTECODE=1.",
+            "",
+            "| command | median wall s | rounds s | against | failures |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            "| target | median | budget | result |",
+            "|---|---|---|---|",
+            *targets,
+            "",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_whole",
+        description="Whole ingest commands, start-up included, beside import prefect and s5cmd.",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds per command (default 3)")
+    p.add_argument("--before", help="also measure the ingest commands of this git revision")
+    p.add_argument("--no-save", action="store_true", help="print only")
+    a = p.parse_args(argv)
+    WORK.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="whole-", dir=WORK))
+    try:
+        text = run(a, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print("\n" + text)
+    if not a.no_save:
+        if not OUT.exists():
+            OUT.write_text(
+                "# The whole command\n\nWritten by `python -m benchmarks.bench_whole` "
+                "(see its docstring for what is measured).\n\n"
+            )
+        with OUT.open("a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Ctrl-C for the work that runs on other threads than the one the signal reaches.
+
+Python raises ``KeyboardInterrupt`` in the main thread only; a run's requests go on in
+worker threads (the S3 request lanes, the REST paging loops) until their queues are
+empty. The command that owns the terminal calls ``request()`` on the first Ctrl-C: every
+queued S3 request then ends unsent (``requested()``), and every paging loop registered
+with ``stoppable`` is cancelled, so the run ends within a request's time. What was
+fetched and staged before stays for the next run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+_requested = threading.Event()
+_lock = threading.Lock()
+_stoppers: dict[int, Callable[[], None]] = {}
+_ids = itertools.count()
+
+
+def requested() -> bool:
+    """Whether the run was interrupted: work not yet started should not start."""
+    return _requested.is_set()
+
+
+def request() -> None:
+    """Interrupt the process's work: flag it, and call every registered stopper once."""
+    _requested.set()
+    with _lock:
+        stoppers = list(_stoppers.values())
+        _stoppers.clear()
+    for stop in stoppers:
+        stop()
+
+
+def clear() -> None:
+    """The interrupted run is over (the command that called ``request`` ends its run)."""
+    _requested.clear()
+
+
+@contextmanager
+def stoppable(stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` (from another thread) if the run is interrupted while the block runs."""
+    key = next(_ids)
+    with _lock:
+        _stoppers[key] = stop
+    if _requested.is_set():
+        request()
+    try:
+        yield
+    finally:
+        with _lock:
+            _stoppers.pop(key, None)
