@@ -60,6 +60,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any, Literal
 
 from ingest.extract.forkserver import FORK, PID, READY, STATUS
@@ -211,7 +212,13 @@ class _Server:
 
 
 def _import_path() -> list[str]:
-    return [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
+    """This process's ``sys.path`` (``""``: the working folder), and the folder of the
+    ``ingest`` it runs when an import hook found it instead (an editable install's finder)."""
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in paths:
+        paths.append(root)
+    return paths
 
 
 def _stderr() -> int:
