@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import resource
 import signal
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -178,3 +179,35 @@ def test_the_pool_works_inside_a_daemonic_process(tmp_path: Path) -> None:
     assert result["memory_limit"] == 1024 * 1024 * 1024  # RLIMIT_AS in the worker itself
     assert result["threaded"] == ["ok"]
     assert result["recycled"]
+
+
+def pool_then_wait(flag: str, conn: Connection) -> None:
+    """Start a pool with a job that runs for minutes, send its processes' pids, wait."""
+    pool = WorkerPool(PoolConfig(workers=2, time_limit=600))
+    pool.submit(STARTED, flag, 600.0)
+    job_started(Path(flag))
+    conn.send((pool.server_pid, pool.pids()))
+    threading.Event().wait()  # until killed
+
+
+def test_a_process_killed_takes_its_extraction_processes_with_it(tmp_path: Path) -> None:
+    """The nanny kills its worker process at the memory limit, a machine loses it: the fork
+    server sees its socket close and ends with its workers, even one busy with a job."""
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=False)
+    child = ctx.Process(
+        target=pool_then_wait, args=(str(tmp_path / "started"), theirs), daemon=True
+    )
+    child.start()
+    theirs.close()
+    try:
+        assert ours.poll(120), "the pool did not start"
+        server, workers = ours.recv()
+    finally:
+        child.kill()
+        child.join()
+    assert server and len(workers) == 2
+    deadline = time.monotonic() + 30
+    while not all(gone(pid) for pid in [server, *workers]):  # polling for them to end
+        assert time.monotonic() < deadline, [(pid, gone(pid)) for pid in [server, *workers]]
+        time.sleep(0.01)
