@@ -4,8 +4,11 @@
 machines, for the tests and the scaling benchmark: every worker runs in a folder
 of its own (working directory, temporary files, Prefect home), shares no file
 with the others or with the flow, and reports its task runs to the Prefect API
-it is given. Workers run without a nanny, so a worker is one process: killing
-it is losing that machine.
+it is given. Workers run under their nanny, as ``dask worker`` starts them by
+default (and LocalCluster, dask-kubernetes, dask-jobqueue): the worker is a
+daemonic process the nanny restarts. Each worker's processes (nanny, worker,
+the extraction pool's) are a session of their own, so ``kill`` takes them all at
+once, as losing that machine would; ``nanny=False`` starts ``--no-nanny`` workers.
 
     with DaskCluster(root, workers=2, env={"PREFECT_API_URL": url}) as cluster:
         cluster.address  # tcp://127.0.0.1:PORT, for INGEST_DASK_ADDRESS
@@ -13,6 +16,7 @@ it is losing that machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -38,6 +42,7 @@ class DaskCluster:
         threads: int = 2,
         env: dict[str, str] | None = None,
         start_timeout: float = 120.0,
+        nanny: bool = True,
     ) -> None:
         self.root = root
         self.port = free_port()
@@ -46,6 +51,7 @@ class DaskCluster:
         self.threads = threads
         self.env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING", **(env or {})}
         self.start_timeout = start_timeout
+        self.nanny = nanny
         self.scheduler: subprocess.Popen[bytes] | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
@@ -60,12 +66,16 @@ class DaskCluster:
         log = open(folder / f"{name}.log", "wb")  # noqa: SIM115 (closed in __exit__)
         self._logs.append(log)
         return subprocess.Popen(
-            [DASK, *args], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT
+            [DASK, *args],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its process group: the machine's processes, for kill()
         )
 
     def temp_folder(self, name: str) -> Path:
-        """The worker's TMPDIR: short, as a machine's /tmp is (multiprocessing's
-        forkserver socket lives there, and a socket path may have at most 107 bytes)."""
+        """The worker's TMPDIR, outside its working folder, as a machine's /tmp is."""
         if name not in self._temps:
             self._temps[name] = Path(tempfile.mkdtemp(prefix=f"dask-{name}-"))
         return self._temps[name]
@@ -86,7 +96,7 @@ class DaskCluster:
                 name,
                 "--nthreads",
                 str(self.threads),
-                "--no-nanny",
+                "--nanny" if self.nanny else "--no-nanny",
                 "--no-dashboard",
                 "--local-directory",
                 str(folder / "dask"),
@@ -138,9 +148,10 @@ class DaskCluster:
             return [str(k) for k in client.processing(workers=addresses).get(addresses[0], ())]
 
     def kill(self, name: str) -> None:
-        """SIGKILL a worker: the machine is gone, nothing of it says goodbye."""
+        """SIGKILL a worker's processes (nanny, worker, extraction pool) at once: the machine
+        is gone, nothing of it says goodbye."""
         proc = self.workers[name]
-        proc.send_signal(signal.SIGKILL)
+        _kill_group(proc)
         proc.wait()
 
     def __exit__(self, *exc: object) -> None:
@@ -155,7 +166,14 @@ class DaskCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            _kill_group(proc)  # whatever of its session outlived it
         for log in self._logs:
             log.close()
         for temp in self._temps.values():
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group (session) ``proc`` leads, if any of it is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

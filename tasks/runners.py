@@ -57,14 +57,9 @@ def batch_runner(settings: Settings, threads: int | None = None) -> Iterator[Tas
             warm(runner)
             yield runner
         return
-    import dask
-
-    # A nanny starts its worker as a daemonic process, which may not start the extraction
-    # pool's processes; the nanny still ends the worker with the cluster.
-    with (
-        dask.config.set({"distributed.worker.daemon": False}),
-        DaskTaskRunner(cluster_kwargs=local_cluster_kwargs()) as runner,
-    ):
+    # A LocalCluster with Dask's defaults: each worker under a nanny, as a daemonic process
+    # (the extraction pool starts its processes with subprocess, which a daemon may).
+    with DaskTaskRunner(cluster_kwargs=local_cluster_kwargs()) as runner:
         warm(runner)
         yield runner
 

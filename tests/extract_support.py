@@ -27,11 +27,14 @@ KOREAN = "배관 도면 검토 결과 밸브 위치를 재확인할 것"
 
 
 def misbehaving_extractor(path: str, name: str, max_pages: int, in_memory_bytes: int) -> Extraction:
-    """Hangs on names containing 'hang', segfaults on 'crash', else extracts normally."""
+    """Hangs on names containing 'hang', segfaults on 'crash', leaves at once on 'exit'
+    (``os._exit``: no cleanup, no reply), raises on 'raise', else extracts normally."""
     if "hang" in name:
         threading.Event().wait()  # a parser stuck for ever (the pool's time limit ends it)
     if "crash" in name:
         os.kill(os.getpid(), signal.SIGSEGV)  # a native library dying under us
+    if "exit" in name:
+        os._exit(70)  # a library that ends the process it runs in
     if "raise" in name:
         raise RuntimeError("parser bug")
     return extract_stored(path, name, max_pages, in_memory_bytes)

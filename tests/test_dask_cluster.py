@@ -1,17 +1,20 @@
 """s3-ingest on a real Dask cluster: ``dask scheduler`` and two ``dask worker``
-processes, each in a folder of its own with no file shared with the others or with
-the flow (as separate machines), a moto S3 server process for the source bucket and
-another for the lake (``s3://lake-.../nightly``, so that the source's request counters
-count the source's requests only), and a Prefect server.
+processes under their nannies (Dask's default: each worker a daemonic process), each
+in a folder of its own with no file shared with the others or with the flow (as
+separate machines), a moto S3 server process for the source bucket and another for
+the lake (``s3://lake-.../nightly``, so that the source's request counters count the
+source's requests only), and a Prefect server.
 
-The short scenario runs in ``make test``; the long ones (the ``ingest`` command
-from three folders, downloads to object storage, a worker killed mid-run) carry
-the ``cluster`` marker: ``make test-cluster``.
+The short scenarios run in ``make test`` (a run, then a rerun; a batch whose parsers
+crash, exit and hang); the long ones (the ``ingest`` command from three folders,
+downloads to object storage, a worker killed mid-run) carry the ``cluster`` marker:
+``make test-cluster``.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -28,6 +31,8 @@ from devservers.s3 import DevServer
 from ingest.settings import Settings
 from ingest.storage import LakeLocation
 from tests.helpers import put_many, rows
+
+HOOK = "tests.extract_support:misbehaving_extractor"
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -75,6 +80,19 @@ def cluster(
         yield c
 
 
+def who_am_i() -> tuple[bool, int]:
+    """Run on each Dask worker: is its process daemonic (a nanny's worker), and its pid."""
+    return multiprocessing.current_process().daemon, os.getpid()
+
+
+def on_each_worker(cluster: DaskCluster) -> dict[str, tuple[bool, int]]:
+    from distributed import Client
+
+    with Client(cluster.address, timeout=30) as client:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        return {str(info[a]["name"]): v for a, v in client.run(who_am_i).items()}
+
+
 def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
     s3: Any,
     s3_server: DevServer,
@@ -85,6 +103,11 @@ def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
 ) -> None:
     from flows.s3_ingest import s3_ingest
 
+    # Stock workers: each under its nanny, a daemonic process, with no setting changed.
+    assert {name: daemon for name, (daemon, _pid) in on_each_worker(cluster).items()} == {
+        "w1": True,
+        "w2": True,
+    }
     bucket = f"src-{uuid.uuid4().hex[:10]}"
     sentences = seed(s3, bucket)
     uri, lake = lake_bucket(lake_server, tmp_path / "local")
@@ -125,6 +148,118 @@ def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
     second = run()
     assert second.counts == {"skipped": TEXT_KEYS}
     assert s3_server.stats().get("GET object", 0) == 0
+
+
+def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
+    s3: Any, s3_server: DevServer, lake_server: DevServer, cluster: DaskCluster, tmp_path: Path
+) -> None:
+    """One fetch-batch on the cluster with the test hook as its extractor: a segfault, an
+    ``os._exit`` and a hang past the time limit in the extraction workers of a nanny's
+    (daemonic) Dask worker; each is one row, the rest of the batch is extracted, and the
+    Dask workers themselves live on (same processes: no nanny restart)."""
+    import pyarrow as pa
+    from prefect import flow
+
+    from ingest.listing import ListSpec
+    from ingest.records import ObjectBatch
+    from ingest.storage import staging
+    from tasks.runners import batch_runner, submit
+    from tasks.s3 import fetch_batch
+
+    before = on_each_worker(cluster)
+    assert all(daemon for daemon, _pid in before.values())
+    bucket = f"src-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(Bucket=bucket)
+    names = ["a-good.txt", "b-crash.txt", "c-hang.txt", "d-exit.txt", "e-good.txt"]
+    bodies = {f"in/{n}": f"note of {n}" for n in names}
+    put_many(s3, bucket, {k: v.encode() for k, v in bodies.items()})
+    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    batch = ObjectBatch.from_table(
+        "batch-0",
+        pa.Table.from_pylist(
+            [
+                {
+                    "bucket": bucket,
+                    "key": o["Key"],
+                    "etag": o["ETag"].strip('"'),
+                    "size": o["Size"],
+                    "last_modified": o["LastModified"],
+                }
+                for o in listed
+            ]
+        ),
+    )
+    uri, lake = lake_bucket(lake_server, tmp_path / "local")
+    settings = Settings(
+        data_dir=uri,
+        lake_endpoint_url=lake_server.url,
+        local_dir=tmp_path / "local",
+        s3_endpoint_url=s3_server.url,
+        task_runner="dask",
+        dask_address=cluster.address,
+        keep_files=False,
+        extract_workers=2,
+        extract_time_limit=3,
+    )
+    run_id = f"faults-{uuid.uuid4().hex[:8]}"
+
+    @flow
+    def one_batch_on_the_cluster() -> Any:
+        with batch_runner(settings) as runner:
+            spec = ListSpec(run_id=run_id, bucket=bucket, prefix="in/")
+            return submit(
+                runner,
+                fetch_batch,
+                settings=settings,
+                spec=spec,
+                batch=batch,
+                extract=True,
+                extractor=HOOK,
+            ).result()
+
+    summary = one_batch_on_the_cluster()
+    assert summary.counts == {"downloaded": len(names)}
+    docs = staging.read_parts(lake, staging.parts(lake, run_id, "documents"), "documents")
+    by_key = {r["key"]: r for r in docs.to_pylist()}
+    assert sorted(by_key) == sorted(bodies) and docs.num_rows == len(names)  # one row each
+    crash, hang, exit_ = by_key["in/b-crash.txt"], by_key["in/c-hang.txt"], by_key["in/d-exit.txt"]
+    assert crash["status"] == "failed" and "parser crashed" in crash["error"], crash
+    assert "SIGSEGV" in crash["error"]
+    assert exit_["status"] == "failed" and "exited with code 70" in exit_["error"], exit_
+    assert hang["status"] == "timeout" and "3 s time limit" in hang["error"], hang
+    for key in ("in/a-good.txt", "in/e-good.txt"):
+        assert by_key[key]["status"] == "ok" and by_key[key]["text"].strip() == bodies[key]
+    assert summary.extracted.counts == {"ok": 2, "failed": 2, "timeout": 1}
+    assert on_each_worker(cluster) == before  # the Dask workers were never restarted
+
+
+@pytest.mark.cluster
+def test_a_local_cluster_with_dask_defaults_extracts(
+    s3: Any, s3_server: DevServer, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """No address: a LocalCluster started by the run, with Dask's defaults (processes under
+    nannies, daemonic), extracts every document; no Dask setting is changed for it."""
+    import dask
+    import distributed  # noqa: F401 (its defaults join dask's configuration)
+
+    from flows.s3_ingest import s3_ingest
+
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__DAEMON", raising=False)
+    assert dask.config.get("distributed.worker.daemon") is True
+    bucket = f"src-{uuid.uuid4().hex[:10]}"
+    sentences = seed(s3, bucket, n=6)
+    monkeypatch.setenv("INGEST_S3_BATCH_SIZE", "3")
+    result = s3_ingest(
+        bucket=bucket,
+        endpoint_url=s3_server.url,
+        data_dir=str(tmp_path / "lake"),
+        task_runner="dask",
+    )
+    assert result.counts == {"downloaded": 6}
+    docs = rows(tmp_path / "lake", "SELECT key, status, text FROM documents")
+    assert {r["key"]: (r["status"], r["text"].strip()) for r in docs} == {
+        k: ("ok", v) for k, v in sentences.items()
+    }
 
 
 # --- the long scenarios (make test-cluster) -----------------------------------------

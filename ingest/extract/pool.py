@@ -10,28 +10,37 @@ Why not the obvious tools (measured on this 2-core machine, see
   (a hung parser holds its worker for ever) and a worker that dies (a
   segfault in a native library) breaks the whole executor
   (``BrokenProcessPool``): every pending file fails with it.
+* ``multiprocessing`` (which this pool used before) refuses to start children
+  from a daemonic process, and a Dask worker under its nanny is one: the
+  default of ``dask worker``, ``LocalCluster``, dask-kubernetes, dask-jobqueue.
 
-So this pool keeps N worker processes (N = cores by default) started from a
-fork server that has imported the parsers once; each worker is sent one job
-at a time over its own pipe. A dispatcher thread in the parent waits on the
-pipes, the process sentinels and the earliest deadline:
+So this pool keeps N worker processes (N = cores by default), forked from a
+fork server of its own (``ingest.extract.forkserver``) that it starts with
+``subprocess`` on the first job, and that imports the parsers once; each worker
+is sent one job at a time over its own socket. Nothing is started before a job
+arrives, so a run with nothing to extract pays nothing. A dispatcher thread in
+the parent waits on the sockets, the workers' status pipes (their exit codes,
+relayed by the fork server) and the earliest deadline:
 
 * a result (or an exception inside the job) completes that job's future;
 * a deadline passed: the worker is killed and replaced, the job is a ``timeout``;
 * a worker that dies (segfault, killed by the memory limit, ``os._exit``):
   the job is ``crashed``, the worker is replaced, the pool goes on;
 * a worker killed from outside (SIGKILL: someone killing the pool, the kernel's
-  OOM killer; or its status lost with a killed fork server): the file is not
-  known to be at fault, so it gets one more try on a fresh worker; killed
-  again, the job is ``interrupted`` (as are jobs of a pool whose dispatcher
-  broke), which the caller records so that the next run tries it again.
+  OOM killer; or its status lost with a killed fork server, which is started
+  again): the file is not known to be at fault, so it gets one more try on a
+  fresh worker; killed again, the job is ``interrupted`` (as are jobs of a pool
+  whose dispatcher broke), which the caller records so that the next run tries
+  it again.
 
 Memory: each worker's address space is capped (``RLIMIT_AS``), so a parser
 that balloons gets a ``MemoryError`` (a ``failed`` row) or dies (a
 ``crashed`` one) instead of taking the machine with it. Workers are also
 recycled after ``max_jobs_per_worker`` jobs to bound slow leaks in the
 native libraries. The pool is thread-safe: Prefect task threads submit to it
-concurrently, and one pool is kept warm per process (``shared_pool``).
+concurrently, and one pool is kept warm per process (``shared_pool``). The
+fork server ends when this process does (end of file on its socket), and its
+workers with it.
 """
 
 from __future__ import annotations
@@ -40,29 +49,29 @@ import atexit
 import collections
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any, Literal
+
+from ingest.extract.forkserver import FORK, PID, READY, STATUS
 
 log = logging.getLogger(__name__)
 
-# Tries to start one worker: a fork server that died is replaced on a later try, once
-# multiprocessing sees it gone (a SIGKILL takes a moment to land).
-START_ATTEMPTS = 5
-START_PAUSE = 0.2  # seconds, times the attempt
-
 OutcomeStatus = Literal["ok", "error", "timeout", "crashed", "interrupted"]
-# A forkserver process's exit status is relayed by the fork server; when the fork server
-# itself was killed, multiprocessing reports 255 (the status is lost).
+# A worker's exit status is relayed by the fork server; when the fork server itself was
+# killed, the status is lost and the worker is reported with this code.
 STATUS_LOST = 255
-PRELOAD = ["ingest.extract.worker"]
+SERVER = "ingest.extract.forkserver"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +82,9 @@ class PoolConfig:
     time_limit: float = 120.0  # seconds per job
     memory_limit_mb: int = 2048  # address space per worker; 0: no limit
     max_jobs_per_worker: int = 1000
-    # Job functions ("module:function") each worker imports before it says it is ready.
+    # Job functions ("module:function") the fork server imports before it forks a worker.
     preload: tuple[str, ...] = ()
-    start_timeout: float = 120.0  # seconds a new worker may take to become ready
+    start_timeout: float = 120.0  # seconds the fork server, or a new worker, may take to start
 
     @property
     def size(self) -> int:
@@ -103,10 +112,127 @@ class _Job:
     retried: bool = False  # sent again after its worker was killed from outside
 
 
+class _Process:
+    """A worker forked by the fork server. Not this process's child, so its exit code
+    arrives on its status pipe (``sentinel``: readable once the worker has ended)."""
+
+    def __init__(self, pid: int, sentinel: int) -> None:
+        self.pid = pid
+        self.sentinel = sentinel
+        self.exitcode: int | None = None
+        self._closed = False
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.exitcode is None and not self._closed and wait([self.sentinel], timeout):
+            try:
+                data = os.read(self.sentinel, STATUS.size)
+            except OSError:
+                data = b""
+            self.exitcode = STATUS.unpack(data)[0] if len(data) == STATUS.size else STATUS_LOST
+
+    def is_alive(self) -> bool:
+        self.join(0)
+        return self.exitcode is None and not self._closed
+
+    def kill(self) -> None:
+        if self.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self.sentinel)
+
+
+class _Server:
+    """The pool's fork server, started with ``subprocess`` (a daemonic process may)."""
+
+    def __init__(self, config: PoolConfig) -> None:
+        ours, theirs = socket.socketpair()
+        # The server imports what this process would: the same ``ingest``, a test's job
+        # hooks, a checkout run without installing it. -P: nothing from its working folder.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(_import_path())}
+        args = [str(theirs.fileno()), str(config.memory_limit_mb), *config.preload]
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", "-m", SERVER, *args],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=_stderr(),  # a parser's prints never mix into a command's output
+                env=env,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.ctrl = ours
+        self.ready = False
+        self.deadline = time.monotonic() + config.start_timeout
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def started(self) -> bool:
+        """Read the server's word once its socket is readable: ready, or ended."""
+        try:
+            self.ready = self.ctrl.recv(1) == READY
+        except OSError:
+            self.ready = False
+        return self.ready
+
+    def fork(self, timeout: float) -> tuple[Connection, _Process]:
+        """A new worker: its job connection and its process."""
+        self.ctrl.settimeout(timeout)
+        self.ctrl.sendall(FORK)
+        data, fds, _flags, _addr = socket.recv_fds(self.ctrl, PID.size, 2)
+        while data and len(data) < PID.size:
+            more = self.ctrl.recv(PID.size - len(data))
+            if not more:
+                break
+            data += more
+        if len(data) != PID.size or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise ConnectionError("the fork server ended")
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        return Connection(fds[0]), _Process(PID.unpack(data)[0], fds[1])
+
+    def close(self) -> None:
+        """End of file on its socket: the server kills its workers and exits."""
+        self.ctrl.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _import_path() -> list[str]:
+    """This process's ``sys.path`` (``""``: the working folder), and the folder of the
+    ``ingest`` it runs when an import hook found it instead (an editable install's finder)."""
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in paths:
+        paths.append(root)
+    return paths
+
+
+def _stderr() -> int:
+    try:
+        os.fstat(2)
+    except OSError:
+        return subprocess.DEVNULL
+    return 2
+
+
 @dataclass(slots=True)
 class _Worker:
-    process: Any
-    conn: Connection
+    process: _Process | None = None  # None: waiting for the fork server
+    conn: Connection | None = None
     job: _Job | None = None
     started: float = 0.0
     deadline: float = 0.0
@@ -129,8 +255,6 @@ class WorkerPool:
     def __init__(self, config: PoolConfig | None = None) -> None:
         self.config = config or PoolConfig()
         self.stats = PoolStats()
-        self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(PRELOAD)
         self._lock = threading.Lock()
         self._queue: collections.deque[_Job] = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -138,7 +262,8 @@ class WorkerPool:
         self._closing = False
         self._next_id = 0
         self._start_failures = 0
-        self._workers: list[_Worker] = [self._start_worker() for _ in range(self.config.size)]
+        self._server: _Server | None = None
+        self._workers: list[_Worker] = []  # filled on the first job
         self._thread = threading.Thread(target=self._run, name="extract-pool", daemon=True)
         self._thread.start()
 
@@ -168,10 +293,17 @@ class WorkerPool:
             return len(self._queue) + sum(1 for w in self._workers if w.job is not None)
 
     def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        """The workers' process ids (none before the first job)."""
+        return [w.process.pid for w in list(self._workers) if w.process is not None]
+
+    @property
+    def server_pid(self) -> int | None:
+        """The fork server's process id, while it runs."""
+        server = self._server
+        return server.pid if server is not None else None
 
     def close(self) -> None:
-        """Finish queued jobs, then stop the workers."""
+        """Finish queued jobs, then stop the workers and the fork server."""
         with self._lock:
             if self._closing:
                 return
@@ -179,15 +311,22 @@ class WorkerPool:
         self._wake()
         self._thread.join()
         for w in self._workers:
-            with contextlib.suppress(OSError):
-                w.conn.send(None)
+            if w.conn is not None:
+                with contextlib.suppress(OSError):
+                    w.conn.send(None)
         deadline = time.monotonic() + 5
         for w in self._workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join()
-            w.conn.close()
+            if w.process is not None:
+                w.process.join(max(0.0, deadline - time.monotonic()))
+                if w.process.is_alive():
+                    w.process.kill()
+                    w.process.join(1)
+                w.process.close()
+            if w.conn is not None:
+                w.conn.close()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         os.close(self._wake_r)
         os.close(self._wake_w)
 
@@ -203,40 +342,44 @@ class WorkerPool:
         with contextlib.suppress(BlockingIOError):  # already awake
             os.write(self._wake_w, b"x")
 
-    def _start_worker(self) -> _Worker:
-        from ingest.extract.worker import serve
-
-        if mp.current_process().daemon:
-            raise RuntimeError(
-                "text extraction starts worker processes, which a daemonic process cannot: "
-                "start Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False (or --no-nanny)"
-            )
-
-        for attempt in range(1, START_ATTEMPTS + 1):
-            parent, child = self._ctx.Pipe(duplex=True)
-            process = self._ctx.Process(
-                target=serve,
-                args=(child, self.config.memory_limit_mb, self.config.preload),
-                daemon=True,
-                name="extract-worker",
-            )
+    def _start_pending(self) -> None:
+        """Fork the workers that wait for one; start the fork server first if needed
+        (its imports take a moment: the loop goes on and forks once it says ready)."""
+        pending = [w for w in self._workers if w.process is None]
+        if not pending:
+            return
+        if self._server is None:
+            self._server = _Server(self.config)
+            return
+        if not self._server.ready:
+            return
+        for w in pending:
             try:
-                process.start()
-                break
-            except (EOFError, OSError) as exc:
-                # The fork server died (killed with the workers, say): multiprocessing
-                # starts a new one on the next start, once it has reaped the old one.
-                parent.close()
-                child.close()
-                if attempt == START_ATTEMPTS:
-                    raise
-                log.warning("extraction worker did not start (%r); starting it again", exc)
-                time.sleep(START_PAUSE * attempt)
-        child.close()
-        self.stats.started += 1
-        return _Worker(
-            process=process, conn=parent, deadline=time.monotonic() + self.config.start_timeout
-        )
+                w.conn, w.process = self._server.fork(self.config.start_timeout)
+            except OSError as exc:
+                log.warning("the extraction pool's fork server is gone (%r)", exc)
+                self._server_failed()
+                return
+            w.deadline = time.monotonic() + self.config.start_timeout
+            self.stats.started += 1
+
+    def _server_failed(self) -> None:
+        """The fork server ended, or never got ready: a new one starts for the next fork.
+        Its workers end with it (their exit status is lost: see ``_crashed``)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        if not server.ready:
+            self._start_failed("the extraction pool's fork server failed to start")
+        if server.process.poll() is None:
+            server.process.kill()
+        server.close()
+
+    def _start_failed(self, what: str) -> None:
+        self._start_failures += 1
+        log.error("%s (%s in a row)", what, self._start_failures)
+        if self._start_failures > 5 * self.config.size:
+            raise RuntimeError("extraction workers keep failing to start")
 
     def _run(self) -> None:
         try:
@@ -258,22 +401,45 @@ class WorkerPool:
             with self._lock:
                 if self._closing and not self._queue and all(w.job is None for w in self._workers):
                     return
+                if self._queue and not self._workers:  # the first job: start the workers
+                    self._workers = [_Worker() for _ in range(self.config.size)]
+            self._start_pending()
+            with self._lock:
                 for w in self._workers:
                     if w.ready and w.job is None and self._queue:
                         self._send(w, self._queue.popleft())
-            busy = [w for w in self._workers if w.job is not None or not w.ready]
+            server = self._server
             now = time.monotonic()
-            timeout = min((w.deadline for w in busy), default=now + 60) - now
+            deadlines = [w.deadline for w in self._workers if w.job is not None or not w.ready]
             waitables: list[Any] = [self._wake_r]
-            for w in busy:
-                waitables += [w.conn, w.process.sentinel]
+            if server is not None:
+                waitables.append(server.ctrl)  # its "ready", or its end
+                if not server.ready:
+                    deadlines.append(server.deadline)
+            workers = [w for w in self._workers if w.process is not None]
+            for w in workers:
+                assert w.process is not None and w.conn is not None
+                waitables.append(w.process.sentinel)
+                if w.job is not None or not w.ready:
+                    waitables.append(w.conn)
+            timeout = min(deadlines, default=now + 60) - now
             ready = set(wait(waitables, timeout=max(0.0, timeout)))
             if self._wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 4096)
-            for w in busy:
+            if server is not None and server is self._server:
+                if server.ctrl in ready:
+                    if server.ready or not server.started():
+                        self._server_failed()  # it ended (anything it says once ready is wrong)
+                elif not server.ready and time.monotonic() >= server.deadline:
+                    self._server_failed()
+            for w in workers:
+                assert w.process is not None
                 if not w.ready:
                     self._starting(w, ready)
+                elif w.job is None:
+                    if w.process.sentinel in ready:  # an idle worker ended
+                        self._replace(w, kill=True)
                 elif w.conn in ready:
                     self._receive(w)
                 elif w.process.sentinel in ready:
@@ -283,6 +449,7 @@ class WorkerPool:
 
     def _starting(self, w: _Worker, ready: set[Any]) -> None:
         """A new worker: wait for its ``ready``; one that dies or hangs starting is replaced."""
+        assert w.conn is not None and w.process is not None
         if w.conn in ready:
             try:
                 w.ready = w.conn.recv() == "ready"
@@ -292,13 +459,11 @@ class WorkerPool:
                 pass
         elif w.process.sentinel not in ready and time.monotonic() < w.deadline:
             return
-        self._start_failures += 1
-        log.error("an extraction worker failed to start (%s in a row)", self._start_failures)
-        if self._start_failures > 5 * self.config.size:
-            raise RuntimeError("extraction workers keep failing to start")
+        self._start_failed("an extraction worker failed to start")
         self._replace(w, kill=True)
 
     def _send(self, w: _Worker, job: _Job) -> None:
+        assert w.conn is not None
         w.job = job
         w.started = time.monotonic()
         w.deadline = w.started + self.config.time_limit
@@ -308,6 +473,7 @@ class WorkerPool:
             self._crashed(w)
 
     def _receive(self, w: _Worker) -> None:
+        assert w.conn is not None
         try:
             job_id, ok, value, error, pid = w.conn.recv()
         except (EOFError, OSError):
@@ -326,7 +492,8 @@ class WorkerPool:
             self._replace(w, kill=False)
 
     def _crashed(self, w: _Worker) -> None:
-        w.process.join(1)
+        assert w.process is not None
+        w.process.join(5)  # the fork server reaps it and sends its exit code
         code = w.process.exitcode
         if code == STATUS_LOST:
             how = "ended, its exit status lost with the fork server (killed with it)"
@@ -361,6 +528,7 @@ class WorkerPool:
     def _fail(self, w: _Worker, status: OutcomeStatus, error: str) -> None:
         """Replace the worker first, then complete the job, so a caller that sees the
         outcome also sees the pool whole again."""
+        assert w.process is not None
         job, w.job = w.job, None
         seconds, pid = time.monotonic() - w.started, w.process.pid
         self._replace(w, kill=True)
@@ -370,22 +538,27 @@ class WorkerPool:
             job.future.set_result(Outcome(status, error=error, seconds=seconds, pid=pid))
 
     def _replace(self, w: _Worker, *, kill: bool) -> None:
-        if kill and w.process.is_alive():
-            w.process.kill()
-        elif not kill:
-            try:
-                w.conn.send(None)
-            except (OSError, BrokenPipeError):
-                w.process.kill()
-        w.process.join(5)
-        if w.process.is_alive():
-            w.process.kill()
-            w.process.join()
-        w.conn.close()
-        fresh = self._start_worker()
+        """Stop ``w`` and put a new worker in its place (forked at once when the fork
+        server runs, else once a new one is ready)."""
+        process, conn = w.process, w.conn
+        if process is not None:
+            if kill:
+                process.kill()
+            elif conn is not None:
+                try:
+                    conn.send(None)
+                except (OSError, BrokenPipeError):
+                    process.kill()
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+            process.close()
+        if conn is not None:
+            conn.close()
+        self._workers[self._workers.index(w)] = _Worker()
         self.stats.replaced += 1
-        index = self._workers.index(w)
-        self._workers[index] = fresh
+        self._start_pending()
 
 
 _shared: dict[PoolConfig, WorkerPool] = {}

@@ -1,8 +1,9 @@
 """The loop each extraction worker process runs.
 
-Imported by the fork server before any worker starts (``pool``), so the
-parsers are imported once (ezdxf alone takes ~1.2 s) and every worker, and
-every replacement of a crashed one, starts warm.
+Imported by the pool's fork server (``ingest.extract.forkserver``) before it
+forks any worker, so the parsers are imported once (ezdxf alone takes ~1.2 s
+uncompiled) and every worker, and every replacement of a crashed one, starts
+warm.
 """
 
 from __future__ import annotations

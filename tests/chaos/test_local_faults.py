@@ -401,9 +401,9 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
 
 def parsing(pid: int) -> bool:
     """An extraction worker is parsing a document: a grandchild of the command (the fork
-    server's child; the command's own children are the fork server and multiprocessing's
-    resource tracker) that is on the CPU (state R; a worker waiting for a job sleeps on
-    its pipe) and older than a worker's start-up (~20 ms here; 1.5 s allowed)."""
+    server's child; the command's own children are the pools' fork servers) that is on the
+    CPU (state R; a worker waiting for a job sleeps on its socket) and older than a
+    worker's start-up (a few ms here; 1.5 s allowed)."""
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     ticks = os.sysconf("SC_CLK_TCK")
     for worker in descendants(pid, depth=2):
