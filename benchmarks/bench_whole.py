@@ -1,9 +1,10 @@
 """The whole command, as a user waits for it: process start to exit, start-up and commits
 included, side by side with ``import prefect`` and with s5cmd on the same objects.
 
-One run starts an S3-compatible server (moto's app behind ``devservers.s3``, 20 ms added
-to every request) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of
-random bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
+One run starts an S3-compatible server (``devservers.memory_s3``, in memory, 20 ms added
+to every request: moto's own CPU would otherwise be most of what is timed, for every
+contender) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of random
+bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
 (SQLite under a temporary ``PREFECT_HOME``, as a deployment has). Then, ``--rounds`` times,
 the commands interleaved round by round, each a fresh child process with
 ``PYTHONDONTWRITEBYTECODE=1`` (as on these machines and in CI):
@@ -71,7 +72,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
     import boto3
 
     from deployments.serve import PrefectServer
-    from devservers.s3 import DevServer, free_port
+    from devservers.memory_s3 import MemoryS3, free_port
 
     base = child_env(scratch)
     os.environ.update({k: v for k, v in base.items() if k.startswith("AWS_")})  # seeding
@@ -80,7 +81,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
     base.pop("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", None)  # Prefect's default
     py = sys.executable
     with ExitStack() as stack:
-        s3 = stack.enter_context(DevServer(latency_ms=LATENCY_MS))
+        s3 = stack.enter_context(MemoryS3(latency_ms=LATENCY_MS))
         boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1").create_bucket(
             Bucket=BUCKET
         )
