@@ -30,6 +30,9 @@ from ingest.extract.detect import HEAD, detect_kind
 EXTRACTOR_VERSION = "1.0"
 
 IN_MEMORY_BYTES = 32 * 1024 * 1024
+# Kinds whose outcome the first bytes decide (the error names them): the rest of the file
+# is not read.
+_HEAD_IS_ENOUGH = ("unsupported", "dwg")
 TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 
 
@@ -50,17 +53,21 @@ def extract_document(
         size = source.stat().st_size
         if size == 0:
             return _empty(name)
-        if size <= in_memory_bytes:
-            data: bytes | None = source.read_bytes()
-        else:
-            with source.open("rb") as f:
-                head = f.read(HEAD)
-            data = None if not head.startswith(b"PK\x03\x04") else source.read_bytes()
+        with source.open("rb") as f:
+            head = f.read(HEAD)
+        # A zip is told (DOCX or not) from its whole package.
+        whole = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
+        kind = detect_kind(whole if whole is not None else head, name)
+        data: bytes | None = whole
+        if kind in _HEAD_IS_ENOUGH:
+            data = head  # no need to read the rest of a file that is not parsed
+        elif data is None and size <= in_memory_bytes:
+            data = source.read_bytes()
     else:
         data, size = source, len(source)
         if size == 0:
             return _empty(name)
-    kind = detect_kind(data if data is not None else head, name)
+        kind = detect_kind(data, name)
     body: bytes | Path = data if data is not None else source
     try:
         return _dispatch(kind, body, max_pages)
