@@ -347,21 +347,9 @@ def s3_command(
 
 
 def print_summary(summary: Any) -> None:
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
-    from ingest.timing import human_bytes
+    from ingest import console
 
-    typer.echo(
-        f"run {summary.run_id}: {summary.total} objects ({counts}), "
-        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
-    )
-    if getattr(summary, "extracted", None):
-        extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
-        typer.echo(f"text extraction: {extracted}")
-    if summary.stages:
-        cols = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"]
-        print_table(cols, [tuple(s[c] for c in cols) for s in summary.stages])
-    for key, error in summary.failures[:10]:
-        typer.echo(f"  failed: {key}: {error}")
+    typer.echo(console.run_summary(summary))
 
 
 @app.command("github")
@@ -489,20 +477,9 @@ def _json_default(value: Any) -> Any:
 
 
 def print_table(columns: list[str], rows: list[tuple[Any, ...]], width: int = 60) -> None:
-    cells = [[_cell(v, width) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    typer.echo(line)
-    typer.echo("  ".join("-" * w for w in widths))
-    for r in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
-    typer.echo(f"({len(rows)} rows)")
+    from ingest import console
 
-
-def _cell(value: Any, width: int) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    typer.echo(console.table(columns, rows, width))
 
 
 @app.command("warehouse")

@@ -20,7 +20,7 @@ from devservers import samples
 from devservers.github_demo import run_github_demo
 from devservers.rest_demo import run_rest_demo
 from devservers.s3 import DevServer
-from ingest import search, storage
+from ingest import console, search, storage
 
 BUCKET = "demo-documents"
 PREFIX = "incoming/"
@@ -37,7 +37,6 @@ def seed(endpoint_url: str) -> int:
 
 def run(data_dir: Path) -> int:
     """Run the demo; returns the exit code."""
-    from cli.main import print_summary, print_table
     from flows.s3_ingest import s3_ingest
 
     # moto accepts any credentials; these never reach AWS.
@@ -52,20 +51,19 @@ def run(data_dir: Path) -> int:
             summary = s3_ingest(
                 bucket=BUCKET, prefix=PREFIX, endpoint_url=server.url, data_dir=str(data_dir)
             )
-            print_summary(summary)
+            typer.echo(console.run_summary(summary))
     run_github_demo(data_dir)
     run_rest_demo(data_dir)
     sql = "SELECT key, status, size, error FROM s3_objects ORDER BY key"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))
     sql = "SELECT key, kind, status, chars, text FROM documents ORDER BY key"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))
     for words in ("도면", "floor plan"):
         typer.echo(f'\n== ingest search --data-dir {data_dir} "{words}"')
         hits = search.search(data_dir, words, limit=5)
-        print_table(
-            ["key", "kind", "score", "snippet"], [(h.key, h.kind, h.score, h.snippet) for h in hits]
-        )
+        rows = [(h.key, h.kind, h.score, h.snippet) for h in hits]
+        typer.echo(console.table(["key", "kind", "score", "snippet"], rows))
     typer.echo(f"\nOpen the same tables with: duckdb {data_dir / 'warehouse.duckdb'}")
     return 0

@@ -21,7 +21,7 @@ import typer
 
 from devservers.github import DevGitHub
 from devservers.rest import DevRest
-from ingest import storage
+from ingest import console, storage
 from ingest.rest.summary import headline
 
 DEMO_KEY = "demo-api-key-not-a-secret"
@@ -61,7 +61,6 @@ def _env(**values: str) -> Iterator[None]:
 
 
 def run_rest_demo(data_dir: Path) -> None:
-    from cli.main import print_table
     from flows.rest_ingest import rest_ingest
 
     with (
@@ -101,7 +100,7 @@ def run_rest_demo(data_dir: Path) -> None:
         "FROM github__pulls GROUP BY ALL"
     )
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))
     sql = "SELECT host, window_size, ceiling, limit_answers, requests FROM api_windows"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))
