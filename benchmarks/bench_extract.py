@@ -53,7 +53,7 @@ BATCH = 100  # objects per batch task (the flow's s3_batch_size; 250 by default)
 
 def build_corpus(folder: Path, copies: int) -> list[Path]:
     """Fixture documents and generated ones, ``copies`` times under distinct names."""
-    from devservers import samples
+    from dev import samples
     from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
 
     originals: dict[str, bytes] = {}
@@ -319,7 +319,7 @@ def run_overlap(
     """Download + extract, one after the other or overlapped batch by batch (as the flow)."""
     import boto3
 
-    from devservers.s3 import DevServer
+    from dev.servers.s3 import DevServer
     from ingest import s3, sync
     from ingest.extract.batch import extract_batch, pool_config
     from ingest.extract.pool import shared_pool

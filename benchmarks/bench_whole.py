@@ -1,7 +1,7 @@
 """The whole command, as a user waits for it: process start to exit, start-up and commits
 included, side by side with ``import prefect`` and with s5cmd on the same objects.
 
-One run starts an S3-compatible server (moto's app behind ``devservers.s3``, 20 ms added
+One run starts an S3-compatible server (moto's app behind ``dev.servers.s3``, 20 ms added
 to every request) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of
 random bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
 (SQLite under a temporary ``PREFECT_HOME``, as a deployment has). Then, ``--rounds`` times,
@@ -71,7 +71,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
     import boto3
 
     from deployments.serve import PrefectServer
-    from devservers.s3 import DevServer, free_port
+    from dev.servers.s3 import DevServer, free_port
 
     base = child_env(scratch)
     os.environ.update({k: v for k, v in base.items() if k.startswith("AWS_")})  # seeding

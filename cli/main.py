@@ -569,7 +569,7 @@ def demo_command(
     """Run the main job end to end on embedded defaults: a local S3-compatible
     server on loopback, generated sample documents, no account, no network."""
     from deployments.local_api import ServerStartError, command_api
-    from devservers import demo
+    from dev import demo
 
     try:
         with command_api(echo=lambda line: typer.echo(line, err=True)):

@@ -54,7 +54,7 @@ SERVER_ENV = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
 }
-DEMO_PULL_REQUESTS = 120  # per demo repository without a count in devservers.github_demo
+DEMO_PULL_REQUESTS = 120  # per demo repository without a count in dev.github_demo
 
 
 def prefect_exe() -> str:
@@ -267,11 +267,11 @@ class DemoServers:
         self.stack = ExitStack()
 
     def __enter__(self) -> DemoServers:
-        from devservers import samples
-        from devservers.github import DevGitHub
-        from devservers.github_demo import DEMO_REPOS
-        from devservers.rest_demo import tickets_server
-        from devservers.s3 import DevServer
+        from dev import samples
+        from dev.github_demo import DEMO_REPOS
+        from dev.rest_demo import tickets_server
+        from dev.servers.github import DevGitHub
+        from dev.servers.s3 import DevServer
 
         e = self.endpoints
         try:
@@ -329,7 +329,7 @@ def create_alerts(api_url: str) -> list[str]:
 def demo_credentials() -> dict[str, str]:
     """The local S3 server accepts any key; these never reach AWS. The demo ticket API's
     key is the one its source file reads (``TICKETS_API_KEY``), a demo value."""
-    from devservers.rest_demo import DEMO_KEY
+    from dev.rest_demo import DEMO_KEY
 
     return {
         "AWS_ACCESS_KEY_ID": "demo",

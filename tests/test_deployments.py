@@ -28,9 +28,9 @@ import httpx
 import pytest
 
 from deployments import local_api, project, serve
-from devservers import samples
-from devservers.github_demo import DEMO_REPOS
-from devservers.s3 import free_port
+from dev import samples
+from dev.github_demo import DEMO_REPOS
+from dev.servers.s3 import free_port
 from tests.helpers import ROOT, put_many, rows, run_cli
 
 pytestmark = pytest.mark.deployment
@@ -230,7 +230,7 @@ def test_rest_ingest_run_from_the_api_completes(client: Any, served: Served) -> 
     run = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
     worker_log = (served.log_dir / "worker.log").read_text()[-4000:]
     assert run.state.is_completed(), (run.state, worker_log)
-    from devservers.rest_demo import TICKETS
+    from dev.rest_demo import TICKETS
 
     counts = rows(
         served.data_dir,
@@ -345,7 +345,7 @@ def project_repository(path: Path) -> Path:
     branch ``release`` has the project; the default branch has moved on without the flows,
     so a run that ignores the ref cannot start."""
     path.mkdir()
-    for name in ("flows", "tasks", "ingest", "deployments", "sources", "devservers"):
+    for name in ("flows", "tasks", "ingest", "deployments", "sources"):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, path / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "uv.lock", "README.md", "prefect.yaml"):

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from deployments import local_api
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 from tests.helpers import body_for, put_many, rows, run_cli
 
 pytestmark = pytest.mark.flow

@@ -1,7 +1,7 @@
 """The import direction of the project's packages, read from the source with ``ast``.
 
 ``ingest/`` is the library: it never imports the layers built on it (``flows``,
-``tasks``, ``deployments``, ``cli``) nor the development tools (``devservers``),
+``tasks``, ``deployments``, ``cli``) nor the development tools (``dev``),
 not even lazily inside a function. ``tasks/`` never imports ``flows``, ``cli`` or
 ``deployments``. Imports flow one way: cli -> flows -> tasks -> ingest.
 """
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 RULES = {
-    "ingest": {"flows", "tasks", "deployments", "cli", "devservers"},
+    "ingest": {"flows", "tasks", "deployments", "cli", "dev"},
     "tasks": {"flows", "cli", "deployments"},
 }
 DYNAMIC = {"import_module", "__import__"}  # importlib.import_module("flows.x"), __import__(...)
@@ -72,7 +72,7 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "def f():\n"
         "    from cli.main import app\n"
         "    import importlib\n"
-        "    importlib.import_module('devservers.s3')\n"
+        "    importlib.import_module('dev.servers.s3')\n"
         "from . import keys\n"
     )
     (pkg / "sub").mkdir()
@@ -81,5 +81,5 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "ingest/bad.py:1 imports flows.s3_ingest",
         "ingest/bad.py:2 imports tasks",
         "ingest/bad.py:4 imports cli.main",
-        "ingest/bad.py:6 imports devservers.s3",
+        "ingest/bad.py:6 imports dev.servers.s3",
     ]

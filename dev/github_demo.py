@@ -1,5 +1,5 @@
 """The GitHub part of ``ingest demo``: the ``github-pulls`` flow against a local
-GitHub-compatible server (``devservers.github``) on loopback, no account needed.
+GitHub-compatible server (``dev.servers.github``) on loopback, no account needed.
 
 Three runs show the incremental path: a first full run, a re-run with nothing
 changed (every answer a 304, no budget spent), and a run after two pull
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from ingest import console, storage
 from ingest.github.summary import headline
 

@@ -4,8 +4,8 @@ Starts the stock ``moto_server`` on a free loopback port, seeds a bucket with
 generated sample documents, runs the ``s3-ingest`` flow twice (the second
 run shows the incremental path: nothing changed, no GET), prints the summary
 and a sample query, and stops the server. Then the ``github-pulls`` flow
-(``devservers.github_demo``) and the ``rest-ingest`` flow over the two example
-source files of ``sources/`` (``devservers.rest_demo``), each on a local server.
+(``dev.github_demo``) and the ``rest-ingest`` flow over the two example
+source files of ``sources/`` (``dev.rest_demo``), each on a local server.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 import boto3
 import typer
 
-from devservers import samples
-from devservers.github_demo import run_github_demo
-from devservers.rest_demo import run_rest_demo
-from devservers.s3 import DevServer
+from dev import samples
+from dev.github_demo import run_github_demo
+from dev.rest_demo import run_rest_demo
+from dev.servers.s3 import DevServer
 from ingest import console, search, storage
 
 BUCKET = "demo-documents"

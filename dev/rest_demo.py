@@ -1,12 +1,12 @@
 """The declared-REST part of ``ingest demo``: the ``rest-ingest`` flow runs the two
 example source files of ``sources/`` against local servers, no account needed.
 
-* ``sources/tickets.yaml``: the generic REST server (``devservers.rest``) with a
+* ``sources/tickets.yaml``: the generic REST server (``dev.servers.rest``) with a
   cursor in the body, an API key, and a hidden ceiling of 8 requests in flight
   that the client has to find; a first run, then a run after three tickets
   changed (only they come back, through ``since``).
 * ``sources/github_pulls.yaml``: the GitHub-compatible server
-  (``devservers.github``): an owner's repositories, then each one's pull
+  (``dev.servers.github``): an owner's repositories, then each one's pull
   requests, sorted newest first, incremental.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import typer
 
-from devservers.github import DevGitHub
-from devservers.rest import DevRest
+from dev.servers.github import DevGitHub
+from dev.servers.rest import DevRest
 from ingest import console, storage
 from ingest.rest.summary import headline
 
