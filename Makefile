@@ -26,8 +26,9 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 
 setup: $(VENV)/.synced
 
+# The demo is a development tool of the checkout (dev/demo.py), not a command of the package.
 demo: setup
-	$(VENV)/bin/ingest demo
+	$(VENV)/bin/python -m dev.demo
 
 # The deployments of prefect.yaml on this machine, UI at http://127.0.0.1:4200 (Ctrl-C stops).
 # SERVE_ARGS=--demo also starts the local S3 and GitHub servers the defaults point at.

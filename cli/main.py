@@ -562,25 +562,20 @@ def search_command(
     )
 
 
-@app.command("demo")
-def demo_command(
-    data_dir: Annotated[Path, typer.Option(help="Output folder.")] = Path("data/demo"),
-) -> None:
-    """Run the main job end to end on embedded defaults: a local S3-compatible
-    server on loopback, generated sample documents, no account, no network."""
-    from deployments.local_api import ServerStartError, command_api
-    from dev import demo
+# The demo needs the development tools of a checkout (dev/: the local servers and the sample
+# documents), which the package leaves out. The command stays, hidden, to say where it went.
+FROM_A_CHECKOUT = "runs from a checkout of the project"
 
-    try:
-        with command_api(echo=lambda line: typer.echo(line, err=True)):
-            code = demo.run(data_dir)
-    except ServerStartError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
-    raise typer.Exit(code)
+
+@app.command(
+    "demo",
+    hidden=True,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def demo_command() -> None:
+    """Say where the demo runs: from a checkout, ``make demo`` (``python -m dev.demo``)."""
+    typer.echo(f"error: the demo {FROM_A_CHECKOUT}: make demo (python -m dev.demo)", err=True)
+    raise typer.Exit(2)
 
 
 @app.command("alerts")

@@ -1,4 +1,5 @@
-"""``ingest demo``: the main job end to end on embedded defaults.
+"""The demo (``make demo``, or ``python -m dev.demo [--data-dir DIR]`` from a checkout):
+the main job end to end on embedded defaults.
 
 Starts the stock ``moto_server`` on a free loopback port, seeds a bucket with
 generated sample documents, runs the ``s3-ingest`` flow twice (the second
@@ -6,11 +7,18 @@ run shows the incremental path: nothing changed, no GET), prints the summary
 and a sample query, and stops the server. Then the ``github-pulls`` flow
 (``dev.github_demo``) and the ``rest-ingest`` flow over the two example
 source files of ``sources/`` (``dev.rest_demo``), each on a local server.
+
+The flows need a Prefect API, found or started as the ``ingest`` commands find or start
+theirs (``deployments.local_api.command_api``): the configured one, a running ``ingest
+serve``, else a local server of its own for the demo's length.
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import os
+import sys
 from pathlib import Path
 
 import boto3
@@ -67,3 +75,34 @@ def run(data_dir: Path) -> int:
         typer.echo(console.table(["key", "kind", "score", "snippet"], rows))
     typer.echo(f"\nOpen the same tables with: duckdb {data_dir / 'warehouse.duckdb'}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dev.demo``: the exit code of the demo (2 when no Prefect server could be
+    started, 130 on Ctrl-C)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dev.demo",
+        description="The main job end to end on embedded defaults: local S3, local APIs, "
+        "local tables; no account, no network.",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("data/demo"), help="Output folder [data/demo]."
+    )
+    args = parser.parse_args(argv)
+    from deployments.local_api import ServerStartError, command_api
+
+    try:
+        with command_api(echo=lambda line: typer.echo(line, err=True)):
+            return run(args.data_dir)
+    except ServerStartError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        return 130
+
+
+if __name__ == "__main__":
+    code = main()
+    gc.freeze()  # as the ingest command does: no final collection over Prefect's heap
+    sys.exit(code)

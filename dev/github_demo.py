@@ -1,4 +1,4 @@
-"""The GitHub part of ``ingest demo``: the ``github-pulls`` flow against a local
+"""The GitHub part of the demo (``make demo``): the ``github-pulls`` flow against a local
 GitHub-compatible server (``dev.servers.github``) on loopback, no account needed.
 
 Three runs show the incremental path: a first full run, a re-run with nothing

@@ -1,4 +1,4 @@
-"""The declared-REST part of ``ingest demo``: the ``rest-ingest`` flow runs the two
+"""The declared-REST part of the demo (``make demo``): the ``rest-ingest`` flow runs the two
 example source files of ``sources/`` against local servers, no account needed.
 
 * ``sources/tickets.yaml``: the generic REST server (``dev.servers.rest``) with a

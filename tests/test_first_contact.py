@@ -99,6 +99,18 @@ def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
     assert len(out.strip().splitlines()) == 1
 
 
+def test_the_demo_command_says_it_runs_from_a_checkout() -> None:
+    """The demo needs the dev tools that the package leaves out: ``ingest demo`` (hidden,
+    options and all) says in one line where it runs instead of "No such command"."""
+    for args in (["demo"], ["demo", "--data-dir", "x"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == (
+            "error: the demo runs from a checkout of the project: make demo (python -m dev.demo)"
+        )
+    assert " demo " not in CliRunner().invoke(app, ["--help"]).output
+
+
 def test_missing_bucket_says_what_to_fix(
     prefect_harness: None, s3_server: DevServer, data_dir: Path
 ) -> None:
