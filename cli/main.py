@@ -614,13 +614,7 @@ def alerts_command(
 
 @app.command("serve")
 def serve_command(
-    demo: Annotated[
-        bool,
-        typer.Option(
-            help="Also start and seed the local S3 and GitHub servers the default "
-            "parameters of prefect.yaml point at (127.0.0.1:9000 and :9100)."
-        ),
-    ] = False,
+    demo: Annotated[bool, typer.Option(hidden=True)] = False,
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="Port of the local Prefect server and UI.")
     ] = 4200,
@@ -637,12 +631,19 @@ def serve_command(
     """Serve the deployments of prefect.yaml on this machine: the configured Prefect API
     (else a local server), the work pools, the deployments, a worker per pool. Ctrl-C
     stops all."""
+    if demo:  # its local servers are dev tools of a checkout, which the package leaves out
+        typer.echo(
+            f"error: the demo {FROM_A_CHECKOUT}: make serve SERVE_ARGS=--demo "
+            "(python -m dev.serve_demo)",
+            err=True,
+        )
+        raise typer.Exit(2)
     prefect_env()
     from deployments import database, serve
     from ingest.redact import redact
 
     try:
-        code = serve.run(demo=demo, port=port, database_url=database_url, echo=typer.echo)
+        code = serve.run(port=port, database_url=database_url, echo=typer.echo)
     except database.DatabaseUrlError as exc:
         typer.echo(f"error: {redact(str(exc))}", err=True)
         raise typer.Exit(2) from None

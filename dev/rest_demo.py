@@ -26,9 +26,9 @@ from ingest.rest.summary import headline
 
 DEMO_KEY = "demo-api-key-not-a-secret"
 DEMO_TOKEN = "demo-token-not-a-secret"
-# The ticket API of the demo (and of `ingest serve --demo`, which the rest-ingest
-# deployment's defaults point at): 12 projects of 200 tickets, a cursor in the body, an
-# API key, and a ceiling of 8 in flight that nothing announces.
+# The ticket API of the demo (and of dev/serve_demo.py, which points the rest-ingest
+# deployment at it through dev/prefect.demo.yaml): 12 projects of 200 tickets, a cursor
+# in the body, an API key, and a ceiling of 8 in flight that nothing announces.
 TICKETS = {
     "api_key": DEMO_KEY,
     "paginator": "cursor",
