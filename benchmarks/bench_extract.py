@@ -266,9 +266,10 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     ``data_dir`` must be new: with the rows of an earlier round there, every object
     would be skipped as unchanged.
     """
-    from cli.main import prefect_env
+    from deployments.local_api import prefect_defaults, use_running_serve
 
-    prefect_env()
+    prefect_defaults()  # as the ingest command's: quiet, offline, a running serve's API
+    use_running_serve()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # The temporary server starts slowly when other runs load the machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
