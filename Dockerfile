@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
-# The image of a worker machine: this project at the commit it is built from, the
-# dependencies locked in uv.lock (no dev tools), git for the pull step of nightly-cluster,
-# a non-root user, and `ingest` and `prefect` on the PATH.
+# The image of a worker machine: the product at the commit it is built from (the wheel's
+# packages, prefect.yaml, automations.yaml and sources/; .dockerignore lets nothing else
+# into the context: no dev tools, tests, benchmarks or docs), the dependencies locked in
+# uv.lock (no dev tools), git for the pull step of nightly-cluster, a non-root user, and
+# `ingest` and `prefect` on the PATH.
 #
 #   docker build -t nightly-ingest .
 #   docker run --rm -e PREFECT_API_URL=http://prefect.example.com:4200/api \
@@ -36,6 +38,7 @@ COPY --chown=ingest:ingest pyproject.toml uv.lock README.md ./
 RUN --mount=type=cache,target=/home/ingest/.cache/uv,uid=10001,gid=10001 \
     uv sync --frozen --no-dev --no-install-project
 
+# The product only (.dockerignore).
 COPY --chown=ingest:ingest . .
 RUN --mount=type=cache,target=/home/ingest/.cache/uv,uid=10001,gid=10001 \
     uv sync --frozen --no-dev --no-editable

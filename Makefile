@@ -26,13 +26,16 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 
 setup: $(VENV)/.synced
 
+# The demo is a development tool of the checkout (dev/demo.py), not a command of the package.
 demo: setup
-	$(VENV)/bin/ingest demo
+	$(VENV)/bin/python -m dev.demo
 
 # The deployments of prefect.yaml on this machine, UI at http://127.0.0.1:4200 (Ctrl-C stops).
-# SERVE_ARGS=--demo also starts the local S3 and GitHub servers the defaults point at.
+# SERVE_ARGS=--demo serves the demo of the checkout instead (dev/serve_demo.py): the local S3,
+# GitHub and ticket API servers, seeded, and the deployments pointed at them
+# (dev/prefect.demo.yaml over prefect.yaml); the other SERVE_ARGS go to either.
 serve: setup
-	$(VENV)/bin/ingest serve $(SERVE_ARGS)
+	$(if $(filter --demo,$(SERVE_ARGS)),$(VENV)/bin/python -m dev.serve_demo $(filter-out --demo,$(SERVE_ARGS)),$(VENV)/bin/ingest serve $(SERVE_ARGS))
 
 test: setup
 	$(UV) lock --check

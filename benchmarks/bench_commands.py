@@ -1,8 +1,8 @@
 """The fixed cost of an ``ingest`` command: what a run costs beyond its work.
 
-One run starts an S3-compatible server (``devservers.memory_s3``, 2,000
+One run starts an S3-compatible server (``dev.servers.memory_s3``, 2,000
 objects of ~2 KB, no added latency), a GitHub-compatible server
-(``devservers.github``, one repository of 100 pull requests) and one real
+(``dev.servers.github``, one repository of 100 pull requests) and one real
 ``prefect server start`` (SQLite under a temporary ``PREFECT_HOME``, as a
 deployment has). Each command below runs ``--rounds`` times, the commands
 interleaved round by round, each a fresh child process; every figure is the
@@ -158,8 +158,8 @@ def machine() -> str:
 def run(a: argparse.Namespace, scratch: Path) -> str:
     from deployments import local_api
     from deployments.serve import PrefectServer
-    from devservers.github import DevGitHub
-    from devservers.memory_s3 import MemoryS3, free_port
+    from dev.servers.github import DevGitHub
+    from dev.servers.memory_s3 import MemoryS3, free_port
 
     base = child_env(scratch)
     base["PREFECT_HOME"] = str(scratch / "client-home")

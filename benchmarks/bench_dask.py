@@ -2,12 +2,12 @@
 
 A latency-bound workload: many small objects behind a fixed round trip (80 ms by
 default) added to every S3 request by the in-memory S3 server
-(``devservers.memory_s3``, a loop timer: no CPU while waiting). One run, side by
+(``dev.servers.memory_s3``, a loop timer: no CPU while waiting). One run, side by
 side, on the same bucket and one running ``prefect server start``:
 
 * ``thread``   ``ingest s3 ... --task-runner thread`` (the flow's own threads);
 * ``dask-N``   ``ingest s3 ... --task-runner dask`` with ``INGEST_DASK_ADDRESS`` of a
-               cluster of N ``dask worker`` processes (``devservers.dask_cluster``:
+               cluster of N ``dask worker`` processes (``dev.servers.dask_cluster``:
                one folder each, 2 threads each), started before the command as an
                existing cluster is;
 * ``dask-local`` (``--local``) the same with no address: a LocalCluster started by the
@@ -162,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from deployments.serve import PrefectServer
-    from devservers.child import free_port
-    from devservers.dask_cluster import DaskCluster
-    from devservers.memory_s3 import MemoryS3
+    from dev.servers.child import free_port
+    from dev.servers.dask_cluster import DaskCluster
+    from dev.servers.memory_s3 import MemoryS3
 
     started = datetime.now(UTC)
     info = machine()

@@ -53,7 +53,7 @@ BATCH = 100  # objects per batch task (the flow's s3_batch_size; 250 by default)
 
 def build_corpus(folder: Path, copies: int) -> list[Path]:
     """Fixture documents and generated ones, ``copies`` times under distinct names."""
-    from devservers import samples
+    from dev import samples
     from tests.extract_support import KOREAN, cid_pdf, drawing, word_document
 
     originals: dict[str, bytes] = {}
@@ -266,9 +266,10 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     ``data_dir`` must be new: with the rows of an earlier round there, every object
     would be skipped as unchanged.
     """
-    from cli.main import prefect_env
+    from deployments.local_api import prefect_defaults, use_running_serve
 
-    prefect_env()
+    prefect_defaults()  # as the ingest command's: quiet, offline, a running serve's API
+    use_running_serve()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # The temporary server starts slowly when other runs load the machine.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -319,7 +320,7 @@ def run_overlap(
     """Download + extract, one after the other or overlapped batch by batch (as the flow)."""
     import boto3
 
-    from devservers.s3 import DevServer
+    from dev.servers.s3 import DevServer
     from ingest import s3, sync
     from ingest.extract.batch import extract_batch, pool_config
     from ingest.extract.pool import shared_pool

@@ -2,7 +2,7 @@
 sequential paging as the popular clients do it (octokit's ``paginate``,
 PyGithub, dlt's REST client: one page after another, following ``next``).
 
-One GitHub-compatible server (``devservers.github``) runs in its own process
+One GitHub-compatible server (``dev.servers.github``) runs in its own process
 on loopback per scenario, with GitHub's secondary limit at 100 requests in
 flight and a latency of ``base + per item`` per page (80 ms + 8 ms by
 default, which makes ``per_page=10`` answer ~5x faster than ``per_page=100``,
@@ -67,7 +67,7 @@ from typing import Any
 import httpx
 
 from benchmarks.measure import cpu_model
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from ingest import storage
 from ingest.github.run import fetch_pulls
 from ingest.settings import Settings
@@ -381,7 +381,7 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         f"Measured {machine()}, with `python -m benchmarks.bench_github --only ceilings"
         f" --rounds {args.rounds}`.",
         "",
-        "Server: `devservers.github` in its own process on loopback, latency "
+        "Server: `dev.servers.github` in its own process on loopback, latency "
         f"{args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item of a page; beyond C requests "
         'in flight it answers 403 "secondary rate limit" with `Retry-After: 1` (honoured '
         "exactly: every request pauses 1 s). "
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
         + (" " + " ".join(argv or sys.argv[1:]) if (argv or sys.argv[1:]) else "")
         + "`.",
         "",
-        "Server: `devservers.github` in its own process on loopback, "
+        "Server: `dev.servers.github` in its own process on loopback, "
         f"latency {args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item of a page, "
         f"secondary limit above {GITHUB_IN_FLIGHT} requests in flight, 5,000 requests of "
         f"budget. `ingest` runs with concurrency {args.concurrency}; its figures are the "

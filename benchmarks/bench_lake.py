@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 from ingest import duck
 from ingest.settings import Settings
 from ingest.storage import lake, warehouse

@@ -144,8 +144,8 @@ def fetch_once(cwd: Path, env: dict[str, str], data_dir: Path) -> dict[str, floa
 
 def run(a: argparse.Namespace, scratch: Path) -> str:
     from deployments.serve import PrefectServer
-    from devservers.github import DevGitHub
-    from devservers.s3 import free_port
+    from dev.servers.github import DevGitHub
+    from dev.servers.s3 import free_port
 
     with ExitStack() as stack:
         log = stack.enter_context(open(scratch / "prefect-server.log", "w"))

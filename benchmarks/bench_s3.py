@@ -709,7 +709,7 @@ def scratch(keep: bool) -> Iterator[Path]:
 
 
 def run(a: argparse.Namespace, contenders: Sequence[str], workdir: Path) -> int:
-    from devservers.s3 import DevServer
+    from dev.servers.s3 import DevServer
 
     prefix, few_prefix = a.prefix, "few/"
     specs = plan(prefix, a.objects, a.large)

@@ -1,6 +1,6 @@
 """Scale benchmark: ``ingest s3`` on 50k-1M small objects, first run, reruns and 30 nights.
 
-One run starts the in-memory S3 server (``devservers.memory_s3``, a fixed
+One run starts the in-memory S3 server (``dev.servers.memory_s3``, a fixed
 latency added to every request, like ``tc netem``) and one real ``prefect
 server start`` (SQLite under a temporary PREFECT_HOME, as a deployment has),
 then for each size in ``--sizes``, on a bucket of that many ~2 KB objects:
@@ -1055,7 +1055,7 @@ def server_rate(a: argparse.Namespace) -> int:
     """Requests per second the in-memory server answers to s5cmd: GETs (``s5cmd cp`` of
     N objects) and LIST pages (``s5cmd ls`` of 10 N keys), with no added latency and
     with ``--rtt-ms``; and the server's own CPU per request."""
-    from devservers.memory_s3 import MemoryS3
+    from dev.servers.memory_s3 import MemoryS3
 
     n_get, n_list = a.rate_objects, 10 * a.rate_objects
     env = child_env(WORK)
@@ -1215,7 +1215,7 @@ def scratch(keep: bool) -> Iterator[Path]:
 
 def run(a: argparse.Namespace, workdir: Path, command: str) -> int:
     from deployments.serve import PrefectServer
-    from devservers.memory_s3 import MemoryS3, free_port
+    from dev.servers.memory_s3 import MemoryS3, free_port
 
     started = datetime.now(UTC)
     clock = time.monotonic()

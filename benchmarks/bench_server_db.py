@@ -2,7 +2,7 @@
 
 Several machines means several processes writing flow and task run states to one
 Prefect server at once. This runs the same load against ``prefect server start``
-on its embedded SQLite and on PostgreSQL (``devservers.postgres``: Debian's
+on its embedded SQLite and on PostgreSQL (``dev.servers.postgres``: Debian's
 package, a throwaway cluster on loopback), one after the other, on the same
 machine and in one run, so the ratios are side by side:
 
@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 from deployments import database, serve
-from devservers import postgres
-from devservers.s3 import free_port
+from dev.servers import postgres
+from dev.servers.s3 import free_port
 
 RESULTS = Path(__file__).with_name("server_db.md")
 CLIENT = """

@@ -1,7 +1,7 @@
 """The whole command, as a user waits for it: process start to exit, start-up and commits
 included, side by side with ``import prefect`` and with s5cmd on the same objects.
 
-One run starts an S3-compatible server (``devservers.memory_s3``, in memory, 20 ms added
+One run starts an S3-compatible server (``dev.servers.memory_s3``, in memory, 20 ms added
 to every request: moto's own CPU would otherwise be most of what is timed, for every
 contender) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of random
 bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
@@ -72,7 +72,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
     import boto3
 
     from deployments.serve import PrefectServer
-    from devservers.memory_s3 import MemoryS3, free_port
+    from dev.servers.memory_s3 import MemoryS3, free_port
 
     base = child_env(scratch)
     os.environ.update({k: v for k, v in base.items() if k.startswith("AWS_")})  # seeding

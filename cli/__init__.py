@@ -1,3 +1,3 @@
-"""The ``ingest`` command (``cli.main``): runs the flows of ``flows/``, serves
-``deployments/`` and the demo of ``devservers/``. Kept outside ``ingest/`` so the
-library never imports the flows that import it."""
+"""The ``ingest`` command (``cli.main``): runs the flows of ``flows/`` and serves
+``deployments/``. Kept outside ``ingest/`` so the library never imports the flows that
+import it; nothing imports it but the console script (``tests/test_layout.py`` checks)."""

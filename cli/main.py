@@ -356,21 +356,9 @@ def s3_command(
 
 
 def print_summary(summary: Any) -> None:
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
-    from ingest.timing import human_bytes
+    from ingest import console
 
-    typer.echo(
-        f"run {summary.run_id}: {summary.total} objects ({counts}), "
-        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
-    )
-    if getattr(summary, "extracted", None):
-        extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
-        typer.echo(f"text extraction: {extracted}")
-    if summary.stages:
-        cols = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"]
-        print_table(cols, [tuple(s[c] for c in cols) for s in summary.stages])
-    for key, error in summary.failures[:10]:
-        typer.echo(f"  failed: {key}: {error}")
+    typer.echo(console.run_summary(summary))
 
 
 @app.command("github")
@@ -498,20 +486,9 @@ def _json_default(value: Any) -> Any:
 
 
 def print_table(columns: list[str], rows: list[tuple[Any, ...]], width: int = 60) -> None:
-    cells = [[_cell(v, width) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    typer.echo(line)
-    typer.echo("  ".join("-" * w for w in widths))
-    for r in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
-    typer.echo(f"({len(rows)} rows)")
+    from ingest import console
 
-
-def _cell(value: Any, width: int) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    typer.echo(console.table(columns, rows, width))
 
 
 @app.command("warehouse")
@@ -594,25 +571,20 @@ def search_command(
     )
 
 
-@app.command("demo")
-def demo_command(
-    data_dir: Annotated[Path, typer.Option(help="Output folder.")] = Path("data/demo"),
-) -> None:
-    """Run the main job end to end on embedded defaults: a local S3-compatible
-    server on loopback, generated sample documents, no account, no network."""
-    from deployments.local_api import ServerStartError, command_api
-    from devservers import demo
+# The demo needs the development tools of a checkout (dev/: the local servers and the sample
+# documents), which the package leaves out. The command stays, hidden, to say where it went.
+FROM_A_CHECKOUT = "runs from a checkout of the project"
 
-    try:
-        with command_api(echo=lambda line: typer.echo(line, err=True)):
-            code = demo.run(data_dir)
-    except ServerStartError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
-    raise typer.Exit(code)
+
+@app.command(
+    "demo",
+    hidden=True,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def demo_command() -> None:
+    """Say where the demo runs: from a checkout, ``make demo`` (``python -m dev.demo``)."""
+    typer.echo(f"error: the demo {FROM_A_CHECKOUT}: make demo (python -m dev.demo)", err=True)
+    raise typer.Exit(2)
 
 
 @app.command("alerts")
@@ -651,13 +623,7 @@ def alerts_command(
 
 @app.command("serve")
 def serve_command(
-    demo: Annotated[
-        bool,
-        typer.Option(
-            help="Also start and seed the local S3 and GitHub servers the default "
-            "parameters of prefect.yaml point at (127.0.0.1:9000 and :9100)."
-        ),
-    ] = False,
+    demo: Annotated[bool, typer.Option(hidden=True)] = False,
     port: Annotated[
         int, typer.Option(min=1, max=65535, help="Port of the local Prefect server and UI.")
     ] = 4200,
@@ -674,12 +640,19 @@ def serve_command(
     """Serve the deployments of prefect.yaml on this machine: the configured Prefect API
     (else a local server), the work pools, the deployments, a worker per pool. Ctrl-C
     stops all."""
+    if demo:  # its local servers are dev tools of a checkout, which the package leaves out
+        typer.echo(
+            f"error: the demo {FROM_A_CHECKOUT}: make serve SERVE_ARGS=--demo "
+            "(python -m dev.serve_demo)",
+            err=True,
+        )
+        raise typer.Exit(2)
     prefect_env()
     from deployments import database, serve
     from ingest.redact import redact
 
     try:
-        code = serve.run(demo=demo, port=port, database_url=database_url, echo=typer.echo)
+        code = serve.run(port=port, database_url=database_url, echo=typer.echo)
     except database.DatabaseUrlError as exc:
         typer.echo(f"error: {redact(str(exc))}", err=True)
         raise typer.Exit(2) from None

@@ -6,9 +6,9 @@ schedules all come from the file.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
@@ -54,30 +54,23 @@ def work_pools(config: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def demo_endpoints(config: dict[str, Any]) -> dict[str, Any]:
-    """What ``ingest serve --demo`` must serve: the nightly deployment's default
-    S3 endpoint, bucket and prefix, GitHub API root and repositories, and the
-    rest-ingest deployment's API root (the demo ticket API), when it is deployed."""
-    params = deployment(config, "nightly").get("parameters") or {}
-    rest: dict[str, Any] = {}
-    if any(d["name"] == "rest-ingest" for d in deployments(config)):
-        rest = deployment(config, "rest-ingest").get("parameters") or {}
-    return {
-        "s3_url": params.get("endpoint_url"),
-        "bucket": params["bucket"],
-        "prefix": params.get("prefix", ""),
-        "github_url": params.get("github_base_url"),
-        "repos": list(params.get("repos") or []),
-        "rest_url": rest.get("base_url"),
-        "rest_source": rest.get("source"),
-    }
+def with_parameters(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the parameters of ``overrides`` merged over those of its deployments.
 
-
-def loopback_port(url: str | None) -> int | None:
-    """The port of a loopback URL (a demo server to start), else None."""
-    if not url:
-        return None
-    parts = urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost"):
-        return None
-    return parts.port
+    ``overrides`` is shaped like ``prefect.yaml`` (``deployments:``, each entry a ``name``
+    and the ``parameters`` it sets; other top-level keys such as ``definitions`` hold its
+    anchors and are ignored): what one installation sets for its site without editing the
+    file, such as the demo's local servers. Nothing but parameters can be overridden, and
+    only in deployments ``config`` declares.
+    """
+    merged = copy.deepcopy(config)
+    for entry in deployments(overrides):
+        unknown = set(entry) - {"name", "parameters"}
+        if unknown:
+            raise ValueError(
+                f"deployment {entry.get('name')!r} of the overrides sets {sorted(unknown)}: "
+                "only parameters can be overridden"
+            )
+        target = deployment(merged, entry["name"])
+        target["parameters"] = {**(target.get("parameters") or {}), **entry["parameters"]}
+    return merged

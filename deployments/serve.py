@@ -5,19 +5,15 @@
    ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
    task-run recorder batching of ``SERVER_ENV``, analytics off).
 2. Create the work pools that ``prefect.yaml`` names (type ``process``).
-3. With ``--demo``, start the local S3-compatible and GitHub-compatible servers
-   on the ports of the nightly deployment's default parameters, and seed them.
-4. ``prefect deploy --all --no-prompt`` from the project folder.
-5. Create the alerts of ``automations.yaml`` (Prefect automations) when
+3. ``prefect deploy --all --no-prompt`` from the project folder: ``prefect.yaml``
+   as it is, or with parameters merged over it (``project.with_parameters``).
+4. Create the alerts of ``automations.yaml`` (Prefect automations) when
    ``INGEST_ALERT_BLOCK`` names a notification block.
-6. Start a worker per pool, and wait; Ctrl-C stops everything, in reverse order.
+5. Start a worker per pool, and wait; Ctrl-C stops everything, in reverse order.
 
-With ``--demo`` and no configured API, the local server keeps its database in
-its own Prefect home, ``<data folder>/prefect``, so the demo's dashboard holds
-the demo's runs only.
-
-The pieces (``PrefectServer``, ``DemoServers``, ``ensure_work_pools``,
-``deploy_all``, ``Worker``) are also what the tests use.
+The pieces (``PrefectServer``, ``ensure_work_pools``, ``deploy_all``, ``Worker``,
+``serving``) are also what the demo of a checkout (``dev/serve_demo.py``: its local
+servers, and their parameters over ``prefect.yaml``) and the tests use.
 """
 
 from __future__ import annotations
@@ -31,12 +27,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import boto3
+import yaml
 
 from deployments import alerts, database, local_api, project
 from ingest.redact import redact
@@ -54,7 +50,6 @@ SERVER_ENV = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
 }
-DEMO_PULL_REQUESTS = 120  # per demo repository without a count in devservers.github_demo
 
 
 def prefect_exe() -> str:
@@ -238,83 +233,31 @@ def ensure_work_pools(api_url: str, pools: list[str]) -> None:
                 client.create_work_pool(WorkPoolCreate(name=name, type="process"))
 
 
-def deploy_all(env: Mapping[str, str], log: TextIO | None = None) -> None:
-    """``prefect deploy --all --no-prompt`` from the project folder."""
-    proc = subprocess.run(
-        [prefect_exe(), "--no-prompt", "deploy", "--all"],
-        cwd=project.PROJECT_ROOT,
-        env=dict(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+def deploy_all(
+    env: Mapping[str, str], log: TextIO | None = None, config: dict[str, Any] | None = None
+) -> None:
+    """``prefect deploy --all --no-prompt`` from the project folder: of ``prefect.yaml``, or
+    of ``config`` (``prefect.yaml`` with other parameters) written to a temporary file; the
+    entrypoints and the working folder of the runs are the project folder's either way."""
+    cmd = [prefect_exe(), "--no-prompt", "deploy", "--all"]
+    with tempfile.TemporaryDirectory(prefix="ingest-deploy-") as tmp:
+        if config is not None:
+            path = Path(tmp) / "prefect.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+            cmd += ["--prefect-file", str(path)]
+        proc = subprocess.run(
+            cmd,
+            cwd=project.PROJECT_ROOT,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
     if log is not None:
         log.write(proc.stdout)
     if proc.returncode != 0:
         raise RuntimeError(f"prefect deploy --all failed:\n{proc.stdout[-4000:]}")
-
-
-class DemoServers:
-    """The local S3-compatible, GitHub-compatible and ticket API servers the default
-    parameters of ``prefect.yaml`` point at, seeded with the demo data."""
-
-    def __init__(self, config: dict[str, Any], *, any_port: bool = False) -> None:
-        """``any_port`` serves on free ports instead (tests, which may run side by side);
-        ``endpoints`` then holds the URLs actually served."""
-        self.endpoints = project.demo_endpoints(config)
-        self.any_port = any_port
-        self.stack = ExitStack()
-
-    def __enter__(self) -> DemoServers:
-        from devservers import samples
-        from devservers.github import DevGitHub
-        from devservers.github_demo import DEMO_REPOS
-        from devservers.rest_demo import tickets_server
-        from devservers.s3 import DevServer
-
-        e = self.endpoints
-        try:
-            s3_port = project.loopback_port(e["s3_url"])
-            if s3_port:
-                if not self.any_port:
-                    require_free_port(s3_port, "the demo S3 server")
-                server = self.stack.enter_context(
-                    DevServer(port=None if self.any_port else s3_port)
-                )
-                e["s3_url"] = server.url
-                client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
-                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-                    client.create_bucket(Bucket=e["bucket"])
-                for key, body in samples.documents().items():
-                    client.put_object(Bucket=e["bucket"], Key=e["prefix"] + key, Body=body)
-            gh_port = project.loopback_port(e["github_url"])
-            if gh_port:
-                if not self.any_port:
-                    require_free_port(gh_port, "the demo GitHub server")
-                repos = {r: DEMO_REPOS.get(r, DEMO_PULL_REQUESTS) for r in e["repos"]}
-                github = DevGitHub(port=None if self.any_port else gh_port, repos=repos)
-                e["github_url"] = self.stack.enter_context(github).url
-            rest_port = project.loopback_port(e["rest_url"])
-            if rest_port:
-                if not self.any_port:
-                    require_free_port(rest_port, "the demo ticket API")
-                api = tickets_server(port=None if self.any_port else rest_port)
-                e["rest_url"] = self.stack.enter_context(api).url
-        except BaseException:
-            self.stack.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()
-
-
-def demo_home() -> Path:
-    """The Prefect home of ``ingest serve --demo``: ``<data folder>/prefect``."""
-    home = (Settings().local_path / "prefect").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    return home
 
 
 def create_alerts(api_url: str) -> list[str]:
@@ -326,34 +269,27 @@ def create_alerts(api_url: str) -> list[str]:
         return alerts.apply(Settings())
 
 
-def demo_credentials() -> dict[str, str]:
-    """The local S3 server accepts any key; these never reach AWS. The demo ticket API's
-    key is the one its source file reads (``TICKETS_API_KEY``), a demo value."""
-    from devservers.rest_demo import DEMO_KEY
-
-    return {
-        "AWS_ACCESS_KEY_ID": "demo",
-        "AWS_SECRET_ACCESS_KEY": "demo",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "TICKETS_API_KEY": DEMO_KEY,
-    }
-
-
 @contextlib.contextmanager
 def serving(
     *,
-    demo: bool = False,
     port: int = 4200,
     database_url: str | None = None,
     echo: Any = print,
+    home: Path | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Everything ``ingest serve`` starts, stopped in reverse order on exit.
 
     ``database_url`` (else ``INGEST_SERVE_DATABASE_URL``, else Prefect's
     ``PREFECT_SERVER_DATABASE_CONNECTION_URL``) is the database of the local Prefect
-    server; a configured API has its own, so the two together are refused.
+    server; a configured API has its own, so the two together are refused. ``home`` is
+    the Prefect home of that local server (its SQLite database) when one is started,
+    instead of ``PREFECT_HOME``. ``overrides`` are parameters merged over those of
+    ``prefect.yaml`` as it is deployed (``project.with_parameters``).
     """
     config = project.load()
+    if overrides is not None:
+        config = project.with_parameters(config, overrides)
     if database_url is None:
         secret = Settings().serve_database_url
         database_url = secret.get_secret_value() if secret else None
@@ -376,9 +312,8 @@ def serving(
             wait_healthy(api_url, time.monotonic() + 30)
             ui_url = api_url.removesuffix("/api")
         else:
-            # The demo's dashboard shows the demo's runs only: its own Prefect home (and
-            # SQLite database) under the data folder, not the shared ~/.prefect.
-            home = demo_home() if demo else None
+            if home is not None:
+                home.mkdir(parents=True, exist_ok=True)
             where = f", Prefect home {home}" if home else ""
             if db is not None:
                 where = f" {database.describe(db)}{where}"
@@ -393,19 +328,11 @@ def serving(
         env["PREFECT_API_URL"] = api_url
         stack.enter_context(local_api.advertise(api_url))  # `ingest` commands use it
         env.setdefault("PREFECT_UI_URL", ui_url)
-        if demo:
-            env.update(demo_credentials())
-            os.environ.update(demo_credentials())
-            servers = stack.enter_context(DemoServers(config))
-            e = servers.endpoints
-            echo(f"Demo S3 server on {e['s3_url']} (s3://{e['bucket']}/{e['prefix']}, seeded)")
-            echo(f"Demo GitHub server on {e['github_url']} ({', '.join(e['repos'])})")
-            if e["rest_url"]:
-                echo(f"Demo ticket API on {e['rest_url']} (for {e['rest_source']})")
         pools = project.work_pools(config)
         ensure_work_pools(api_url, pools)
-        echo(f"Work pools: {', '.join(pools)}; deploying prefect.yaml ...")
-        deploy_all(env)
+        merged = ", parameters overridden," if overrides is not None else ""
+        echo(f"Work pools: {', '.join(pools)}; deploying prefect.yaml{merged} ...")
+        deploy_all(env, config=config if overrides is not None else None)
         names = [d["name"] for d in project.deployments(config)]
         echo(f"Deployed: {', '.join(names)}")
         created = create_alerts(api_url)
@@ -418,10 +345,17 @@ def serving(
         yield {"api_url": api_url, "ui_url": ui_url, "workers": workers}
 
 
-def run(
-    *, demo: bool = False, port: int = 4200, database_url: str | None = None, echo: Any = print
+def run(*, echo: Any = print, **options: Any) -> int:
+    """``ingest serve``: ``serving(**options)`` until Ctrl-C or SIGTERM (or a worker
+    exits); returns the exit code."""
+    return until_stopped(lambda: serving(echo=echo, **options), echo=echo)
+
+
+def until_stopped(
+    start: Callable[[], AbstractContextManager[dict[str, Any]]], echo: Any = print
 ) -> int:
-    """Serve until Ctrl-C or SIGTERM (or a worker exits); returns the exit code."""
+    """Enter ``start()`` (``serving``, or more around it) and wait until Ctrl-C or SIGTERM,
+    or until one of its workers exits; returns the exit code."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -430,7 +364,7 @@ def run(
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        with serving(demo=demo, port=port, database_url=database_url, echo=echo) as state:
+        with start() as state:
             while all(w.proc and w.proc.poll() is None for w in state["workers"]):
                 time.sleep(0.5)  # waiting for Ctrl-C; nothing to synchronise
             echo("A worker exited; stopping.")

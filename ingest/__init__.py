@@ -3,8 +3,8 @@
 The package holds the plain, typed logic (listing, downloading, storing,
 timing); ``tasks/`` wraps it in thin Prefect tasks and ``flows/`` composes
 those tasks. Imports flow one way: cli -> flows -> tasks -> ingest; the
-library never imports flows, tasks, deployments, cli or devservers
-(tests/test_layout.py checks).
+library never imports flows, tasks, deployments, cli or the development tools of
+``dev/`` (tests/test_layout.py checks).
 """
 
 import os

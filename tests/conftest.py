@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 
 # Offline, quiet Prefect; fast task-run recording (the recorder batching of
 # deployments.serve.SERVER_ENV: benchmarks/findings.md, "Prefect").

@@ -14,7 +14,7 @@ import time
 import zlib
 from pathlib import Path
 
-from devservers import samples
+from dev import samples
 from ingest.extract import extract_stored
 from ingest.extract.base import Extraction
 

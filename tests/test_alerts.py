@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from deployments import alerts, serve
-from devservers.s3 import DevServer, free_port
+from dev.servers.s3 import DevServer, free_port
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.deployment

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from devservers.dask_cluster import DaskCluster
-from devservers.s3 import DevServer
+from dev.servers.dask_cluster import DaskCluster
+from dev.servers.s3 import DevServer
 from ingest.settings import Settings
 from ingest.storage import LakeLocation
 from tests.helpers import put_many, rows

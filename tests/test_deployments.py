@@ -4,9 +4,11 @@ One ``prefect server start`` on a free loopback port for this module (SQLite in
 a temporary folder, the recorder batching of ``deployments.serve.SERVER_ENV``); the work pool is
 created, ``prefect deploy --all --no-prompt`` deploys prefect.yaml, and one
 ``prefect worker start`` runs what is triggered. The demo S3, GitHub and
-ticket API servers are the ones ``ingest serve --demo`` starts, with the demo's
-credentials in the worker's environment, so the defaults are what is tested
-(on free ports: the runs point at them as a user would in the run form).
+ticket API servers are the ones the demo of the checkout (``dev/serve_demo.py``)
+starts, with the demo's credentials in the worker's environment, and prefect.yaml
+is deployed as the demo deploys it: the demo's parameters (``dev/prefect.demo.yaml``)
+merged over it, on free ports (test sessions may run side by side), so the
+deployed defaults are what is tested.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import httpx
 import pytest
 
 from deployments import local_api, project, serve
-from devservers import samples
-from devservers.github_demo import DEMO_REPOS
-from devservers.s3 import free_port
+from dev import samples, serve_demo
+from dev.github_demo import DEMO_REPOS
+from dev.servers.s3 import free_port
 from tests.helpers import ROOT, put_many, rows, run_cli
 
 pytestmark = pytest.mark.deployment
@@ -43,10 +45,10 @@ class Served:
     api_url: str
     ui_url: str
     data_dir: Path
-    config: dict[str, Any]
+    config: dict[str, Any]  # prefect.yaml with the demo's parameters, as deployed
     log_dir: Path
-    deployed_nightly_parameters: dict[str, Any]
     endpoints: dict[str, Any]
+    production: dict[str, dict[str, Any]]  # parameters of prefect.yaml as it is, deployed
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +57,6 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
     root = tmp_path_factory.mktemp("deployments")
     home, data_dir, logs = root / "prefect-home", root / "data", root / "logs"
     logs.mkdir()
-    config = project.load()
     port = free_port()
     with (
         open(logs / "server.log", "w") as server_log,
@@ -75,46 +76,41 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
             "PREFECT_HOME": str(home),
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "INGEST_DATA_DIR": str(data_dir),
-            **serve.demo_credentials(),  # as `ingest serve --demo` gives its worker
+            **serve_demo.credentials(),  # as the demo gives its worker
             # uv for the install step of the cluster deployments, as a worker machine has it
             "PATH": os.pathsep.join([str(ROOT / ".tools" / "bin"), os.environ["PATH"]]),
         }
-        serve.ensure_work_pools(server.api_url, project.work_pools(config))
-        serve.deploy_all(env, log=deploy_log)
-        with serve.DemoServers(config, any_port=True) as demo:
-            deployed = point_nightly_at(server.api_url, demo.endpoints)
+        serve.ensure_work_pools(server.api_url, project.work_pools(project.load()))
+        serve.deploy_all(env, log=deploy_log)  # prefect.yaml as it is, as `ingest serve` does
+        production = deployed_parameters(server.api_url)
+        with serve_demo.DemoServers(any_port=True) as demo:
+            config = project.with_parameters(project.load(), demo.overrides)
+            serve.deploy_all(env, log=deploy_log, config=config)  # then as the demo does
             workers = [serve.Worker(p, env, log=worker_log) for p in project.work_pools(config)]
             for w in workers:
                 w.__enter__()
             try:
                 yield Served(
-                    server.api_url, server.ui_url, data_dir, config, logs, deployed, demo.endpoints
+                    server.api_url,
+                    server.ui_url,
+                    data_dir,
+                    config,
+                    logs,
+                    demo.endpoints,
+                    production,
                 )
             finally:
                 for w in workers:
                     w.__exit__()
 
 
-def point_nightly_at(api_url: str, endpoints: dict[str, Any]) -> dict[str, Any]:
-    """Point the nightly deployment's default endpoints at this session's demo servers.
-
-    ``ingest serve --demo`` serves them on the ports prefect.yaml names; test
-    sessions may run side by side, so theirs listen on free ports, and the
-    defaults are edited as a user would in the UI. Returns the deployed defaults.
-    """
+def deployed_parameters(api_url: str) -> dict[str, dict[str, Any]]:
+    """The default parameters of every deployment on the server, by deployment name."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import DeploymentUpdate
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
-        d = c.read_deployment_by_name("nightly/nightly")
-        params = {
-            **d.parameters,
-            "endpoint_url": endpoints["s3_url"],
-            "github_base_url": endpoints["github_url"],
-        }
-        c.update_deployment(d.id, DeploymentUpdate(parameters=params))
-        return dict(d.parameters)
+        return {d.name: dict(d.parameters) for d in c.read_deployments()}
 
 
 @pytest.fixture
@@ -165,15 +161,17 @@ def children_of(client: Any, flow_run_id: UUID) -> dict[str, Any]:
 def test_prefect_yaml_is_deployed_as_declared(client: Any, served: Served) -> None:
     names = {e["name"] for e in project.deployments(served.config)}
     assert names == {"nightly", "s3-ingest", "github-pulls", "rest-ingest", "nightly-cluster"}
+    # prefect.yaml as it is (ingest serve): production's defaults, no loopback server
+    production = {e["name"]: e.get("parameters", {}) for e in project.deployments(project.load())}
+    assert served.production == production
+    assert "127.0.0.1" not in repr(production) and "localhost" not in repr(production)
+    # then with the demo's parameters over it: the demo's servers, everything else as declared
     for entry in project.deployments(served.config):
         d = client.read_deployment_by_name(f"{project.flow_name(entry)}/{entry['name']}")
         assert d.description and d.description.split()[0] in entry["description"]
         assert set(d.tags) == set(entry["tags"])
         assert d.work_pool_name == entry["work_pool"]["name"]
-        parameters = d.parameters
-        if entry["name"] == "nightly":
-            parameters = served.deployed_nightly_parameters
-        assert parameters == entry.get("parameters", {})
+        assert d.parameters == entry.get("parameters", {})
         assert d.enforce_parameter_schema
         [declared] = entry["schedules"]
         [schedule] = d.schedules
@@ -222,15 +220,16 @@ def test_rest_ingest_form_explains_every_field(client: Any) -> None:
 
 
 def test_rest_ingest_run_from_the_api_completes(client: Any, served: Served) -> None:
-    """The rest-ingest deployment on its defaults (sources/tickets.yaml, the demo ticket
-    API with its key in the worker's environment), pointed at this test run's server."""
+    """The rest-ingest deployment on its defaults as the demo deploys it (sources/tickets.yaml,
+    the demo ticket API with its key in the worker's environment)."""
     d = client.read_deployment_by_name("rest-ingest/rest-ingest")
     assert d.parameters["source"] == served.endpoints["rest_source"]
-    params = {**d.parameters, "base_url": served.endpoints["rest_url"]}
+    assert d.parameters["base_url"] == served.endpoints["rest_url"]
+    params = dict(d.parameters)
     run = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
     worker_log = (served.log_dir / "worker.log").read_text()[-4000:]
     assert run.state.is_completed(), (run.state, worker_log)
-    from devservers.rest_demo import TICKETS
+    from dev.rest_demo import TICKETS
 
     counts = rows(
         served.data_dir,
@@ -310,7 +309,7 @@ def test_nightly_run_from_the_api_completes(client: Any, served: Served) -> None
 
     objects = rows(served.data_dir, "SELECT count(*) AS n FROM s3_objects")[0]["n"]
     assert objects == len(samples.documents())
-    repos = project.demo_endpoints(served.config)["repos"]
+    repos = serve_demo.demo_endpoints(served.config)["repos"]
     pulls = rows(served.data_dir, "SELECT count(*) AS n FROM pull_requests")[0]["n"]
     assert pulls == sum(DEMO_REPOS[r] for r in repos)
     [row] = rows(served.data_dir, f"SELECT * FROM flow_runs WHERE flow_run_id = '{run.id}'")
@@ -345,7 +344,7 @@ def project_repository(path: Path) -> Path:
     branch ``release`` has the project; the default branch has moved on without the flows,
     so a run that ignores the ref cannot start."""
     path.mkdir()
-    for name in ("flows", "tasks", "ingest", "deployments", "sources", "devservers"):
+    for name in ("flows", "tasks", "ingest", "deployments", "sources"):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, path / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "uv.lock", "README.md", "prefect.yaml"):
@@ -393,10 +392,8 @@ def test_cluster_nightly_runs_from_a_clone_at_the_ref(
     entry = project.deployment(served.config, "nightly-cluster")
     d = client.read_deployment_by_name(f"{project.flow_name(entry)}/nightly-cluster")
     assert d.work_pool_name == "ingest-cluster"
-    nightly = nightly_deployment(client).parameters  # this session's demo servers
-    params = {**d.parameters, "endpoint_url": nightly["endpoint_url"]}
-    params["github_base_url"] = nightly["github_base_url"]
-    run = client.create_flow_run_from_deployment(d.id, parameters=params)
+    assert d.parameters["endpoint_url"] == served.endpoints["s3_url"]  # the demo's, deployed
+    run = client.create_flow_run_from_deployment(d.id, parameters=dict(d.parameters))
     run = wait_final(client, run.id)
     logs = flow_run_logs(client, run.id)
     assert run.state.is_completed(), (run.state, logs[-3000:])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devservers import samples
+from dev import samples
 from flows.s3_ingest import s3_ingest
 from ingest import search
 from tests.extract_support import KOREAN, cid_pdf, drawing, word_document

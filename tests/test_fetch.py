@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 from ingest import fetch
 from ingest.records import S3Object
 from ingest.settings import Settings

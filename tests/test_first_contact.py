@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from deployments import local_api
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 from tests.helpers import body_for, put_many, rows, run_cli
 
 pytestmark = pytest.mark.flow
@@ -97,6 +97,26 @@ def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
     assert proc.returncode == 2, out
     assert "is a file" in out and "Traceback" not in out
     assert len(out.strip().splitlines()) == 1
+
+
+def test_the_demo_says_it_runs_from_a_checkout() -> None:
+    """The demo needs the dev tools that the package leaves out: ``ingest demo`` (hidden,
+    options and all) and ``ingest serve --demo`` say in one line where it runs instead of
+    "No such command" (or starting production's deployments)."""
+    for args in (["demo"], ["demo", "--data-dir", "x"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == (
+            "error: the demo runs from a checkout of the project: make demo (python -m dev.demo)"
+        )
+    assert " demo " not in CliRunner().invoke(app, ["--help"]).output
+    result = CliRunner().invoke(app, ["serve", "--demo"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: the demo runs from a checkout of the project: make serve SERVE_ARGS=--demo "
+        "(python -m dev.serve_demo)"
+    )
+    assert "--demo" not in CliRunner().invoke(app, ["serve", "--help"]).output
 
 
 def test_missing_bucket_says_what_to_fix(

@@ -1,5 +1,5 @@
 """github-pulls on a real Dask cluster: a ``dask scheduler`` and two ``dask worker``
-processes (``devservers.dask_cluster``), the GitHub-compatible dev server with
+processes (``dev.servers.dask_cluster``), the GitHub-compatible dev server with
 several repositories, a Prefect server holding the shared limits, and the lake
 on a moto S3 bucket (no path of the flow's machine reaches a worker).
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from devservers.dask_cluster import DaskCluster
-from devservers.github import DevGitHub
-from devservers.s3 import DevServer
+from dev.servers.dask_cluster import DaskCluster
+from dev.servers.github import DevGitHub
+from dev.servers.s3 import DevServer
 from ingest.settings import Settings
 from tests.helpers import rows
 

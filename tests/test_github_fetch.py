@@ -1,5 +1,5 @@
 """The GitHub source against a real GitHub-compatible HTTP server on loopback
-(``devservers.github`` in its own process), real Parquet files and DuckDB.
+(``dev.servers.github`` in its own process), real Parquet files and DuckDB.
 No Prefect here (see test_github_flow.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from ingest import storage
 from ingest.github.errors import BadCredentialsError
 from ingest.github.records import GitHubSummary

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from flows.github_pulls import github_pulls
 from ingest import storage
 from ingest.github.errors import BadCredentialsError, GitHubTerminalError

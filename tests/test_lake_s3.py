@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from devservers.s3 import DevServer, free_port
+from dev.servers.s3 import DevServer, free_port
 from ingest import storage
 from ingest.errors import CredentialsError, EndpointError
 from ingest.settings import Settings

@@ -1,49 +1,72 @@
-"""The import direction of the project's packages, read from the source with ``ast``.
+"""The layout of the project's packages, read from the source with ``ast``, and the wheel.
 
-``ingest/`` is the library: it never imports the layers built on it (``flows``,
-``tasks``, ``deployments``, ``cli``) nor the development tools (``devservers``),
-not even lazily inside a function. ``tasks/`` never imports ``flows``, ``cli`` or
-``deployments``. Imports flow one way: cli -> flows -> tasks -> ingest.
+The product is ``ingest`` (the library), ``tasks``, ``flows``, ``deployments`` and ``cli``
+(the ``ingest`` command); imports flow one way: cli -> flows -> tasks -> ingest, and cli ->
+deployments. Nothing shipped imports the development tools (``dev/``, moto, werkzeug),
+not even lazily inside a function: they run from a checkout and the wheel leaves them out.
+Nothing imports ``cli`` but the console script (``ingest = cli.main:main``); the tests,
+which drive the command, and the reference generator, which documents it, aside. No
+module of the product imports itself again through others (no import cycle).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+UV = ROOT / ".tools" / "bin" / "uv"  # make setup installs it
 
+SHIPPED = ("ingest", "tasks", "flows", "deployments", "cli")
+DEV_TOOLS = {"dev", "moto", "werkzeug"}
 RULES = {
-    "ingest": {"flows", "tasks", "deployments", "cli", "devservers"},
-    "tasks": {"flows", "cli", "deployments"},
+    "ingest": {"flows", "tasks", "deployments", "cli", *DEV_TOOLS},
+    "tasks": {"flows", "cli", "deployments", *DEV_TOOLS},
+    "flows": {"cli", "deployments", *DEV_TOOLS},
+    "deployments": {"flows", "tasks", "cli", *DEV_TOOLS},  # flows by entrypoint, not import
+    "cli": DEV_TOOLS,
+    "dev": {"cli"},  # the demo prints through ingest.console, as the command does
+    "benchmarks": {"cli"},  # they run the command as a user does: python -m cli.main
 }
 DYNAMIC = {"import_module", "__import__"}  # importlib.import_module("flows.x"), __import__(...)
 
 
-def imported_modules(root: Path, path: Path) -> Iterator[tuple[int, str]]:
-    """``(line, dotted module name)`` of every import in ``path``, wherever it sits."""
+def imports_in(root: Path, path: Path) -> Iterator[tuple[int, str, list[str]]]:
+    """``(line, dotted module name, names imported from it)`` of every import in ``path``,
+    wherever it sits (``import a.b``: no names)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     here = list(path.relative_to(root).parts[:-1])  # the package a relative import starts from
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, []
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = here[: len(here) - node.level + 1]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            yield node.lineno, module
+            yield node.lineno, module, [alias.name for alias in node.names]
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             arg = node.args[0]
             if name in DYNAMIC and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                yield node.lineno, arg.value
+                yield node.lineno, arg.value, []
+
+
+def imported_modules(root: Path, path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, dotted module name)`` of every import in ``path``, wherever it sits."""
+    for line, module, _ in imports_in(root, path):
+        yield line, module
 
 
 def violations(root: Path, package: str, forbidden: set[str]) -> list[str]:
@@ -72,7 +95,7 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "def f():\n"
         "    from cli.main import app\n"
         "    import importlib\n"
-        "    importlib.import_module('devservers.s3')\n"
+        "    importlib.import_module('dev.servers.s3')\n"
         "from . import keys\n"
     )
     (pkg / "sub").mkdir()
@@ -81,5 +104,120 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
         "ingest/bad.py:1 imports flows.s3_ingest",
         "ingest/bad.py:2 imports tasks",
         "ingest/bad.py:4 imports cli.main",
-        "ingest/bad.py:6 imports devservers.s3",
+        "ingest/bad.py:6 imports dev.servers.s3",
     ]
+
+
+def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted name -> file of every module of ``packages`` (a package is its __init__)."""
+    found = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports, lazily or not. ``from p import m``
+    of a submodule ``m`` is an edge to ``p.m`` alone: the package's ``__init__`` that
+    Python runs first is a parent, not an import of the module."""
+    known = modules(root, packages)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets: set[str | None] = set()
+        for _, module, names in imports_in(root, path):
+            submodules = {f"{module}.{n}" for n in names} & known.keys()
+            targets |= submodules
+            if not names or len(submodules) < len(names):  # names of the module itself
+                targets.add(resolve(module))
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_cycle_among_shipped_modules() -> None:
+    assert cycles(import_graph(ROOT, SHIPPED)) == []
+
+
+def test_the_cycle_check_sees_lazy_cycles_not_parent_packages(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import x\n")
+    (pkg / "a.py").write_text("from pkg import b\nx = 1\n")  # b, not pkg/__init__
+    (pkg / "b.py").write_text("def f():\n    from pkg.c import y\n")
+    (pkg / "c.py").write_text("import pkg.b\ny = 2\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.a"] == {"pkg.b"}
+    assert cycles(graph) == [["pkg.b", "pkg.c"]]
+
+
+def test_the_wheel_packages_are_the_product() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wheel = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert sorted(wheel["packages"]) == sorted(SHIPPED)
+    assert pyproject["project"]["scripts"] == {"ingest": "cli.main:main"}
+
+
+@pytest.mark.skipif(not UV.exists(), reason="uv is installed into .tools by make setup")
+def test_the_built_wheel_holds_the_product_only(tmp_path: Path) -> None:
+    """The wheel as built (about a second): the shipped packages and its metadata, none of
+    dev/, tests/, benchmarks/ or tools/, and no module of it imports the dev tools."""
+    subprocess.run(
+        [str(UV), "build", "--wheel", "--quiet", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "UV_PYTHON": sys.executable},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    [wheel] = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(tmp_path / "wheel")
+    top = {n.split("/")[0] for n in names}
+    [dist_info] = [t for t in top if t.endswith(".dist-info")]
+    assert top - {dist_info} == set(SHIPPED)
+    entry_points = (tmp_path / "wheel" / dist_info / "entry_points.txt").read_text()
+    assert "ingest = cli.main:main" in entry_points
+    sources = [n for n in names if n.endswith(".py")]
+    assert sources and all(n.split("/")[0] in SHIPPED for n in sources)
+    found = [v for package in SHIPPED for v in violations(tmp_path / "wheel", package, DEV_TOOLS)]
+    assert found == []

@@ -1,4 +1,4 @@
-"""The in-memory S3 server of the scale benchmark (``devservers.memory_s3``), checked
+"""The in-memory S3 server of the scale benchmark (``dev.servers.memory_s3``), checked
 with the clients that use it: boto3 (listing), obstore (the flow's GETs) and s5cmd.
 No Prefect; a few seconds."""
 
@@ -18,7 +18,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from devservers.memory_s3 import MemoryS3
+from dev.servers.memory_s3 import MemoryS3
 
 BUCKET = "scale-test"
 COUNT = 2500  # seeded under docs/: d0000/ and d0001/ hold 1,000 keys each, d0002/ 500

@@ -1,5 +1,5 @@
 """Component tests of declared REST sources against the generic REST dev server
-(``devservers.rest``), a real HTTP server on loopback: every paginator kind,
+(``dev.servers.rest``), a real HTTP server on loopback: every paginator kind,
 incremental runs, parent/child resources, a hidden in-flight ceiling, a request
 quota, malformed pages. Rows are committed to real Delta tables and read back."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from devservers.rest import DevRest
+from dev.servers.rest import DevRest
 from ingest import storage
 from ingest.rest.errors import AuthError
 from ingest.rest.records import RestSummary

@@ -12,8 +12,8 @@ from prefect.blocks.system import Secret
 from typer.testing import CliRunner
 
 from cli.main import app
-from devservers.github import DevGitHub
-from devservers.rest import DevRest
+from dev.servers.github import DevGitHub
+from dev.servers.rest import DevRest
 from flows.rest_ingest import rest_ingest
 from ingest import storage
 from ingest.rest.errors import AuthError, RestTerminalError, SourceError

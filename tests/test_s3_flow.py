@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from devservers.s3 import DevServer
+from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
 from ingest.keys import TMP_DIR_NAME
 from tests.helpers import body_for, files_under, put_many, rows, run_cli

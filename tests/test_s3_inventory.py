@@ -1,6 +1,6 @@
 """S3 Inventory reports as the listing source, against the real moto server process.
 
-The reports are written by ``devservers.inventory.write_inventory`` in AWS's layout
+The reports are written by ``dev.inventory.write_inventory`` in AWS's layout
 and formats; what is read back is compared with a LIST of the same bucket.
 """
 
@@ -17,8 +17,8 @@ import boto3
 import pyarrow as pa
 import pytest
 
-from devservers.inventory import InventoryRow, write_inventory
-from devservers.s3 import DevServer
+from dev.inventory import InventoryRow, write_inventory
+from dev.servers.s3 import DevServer
 from ingest.errors import BucketNotFoundError, TerminalError
 from ingest.s3 import list_objects
 from ingest.s3.inventory import (

@@ -191,7 +191,7 @@ def test_old_data_folder_is_migrated_by_the_next_run(s3, s3_server, bucket, data
 def test_inventory_report_as_the_listing_source(s3, s3_server, bucket, data_dir) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from devservers.inventory import write_inventory
+    from dev.inventory import write_inventory
 
     objects = {f"inv/{i:03d} file.txt": body_for(f"inv{i}") for i in range(120)}
     put_many(s3, bucket, objects)

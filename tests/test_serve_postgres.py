@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from devservers import postgres
-from devservers.s3 import free_port
+from dev.servers import postgres
+from dev.servers.s3 import free_port
 from tests.helpers import put_many, rows, run_cli
 from tests.test_deployments import RUN_DEADLINE, wait_final
 

@@ -1,7 +1,7 @@
 """Limits shared by every process that calls one API host (``ingest.rest.shared``).
 
 Two processes page different repositories of one GitHub-compatible server
-(``devservers.github``) under one token, with one real Prefect server holding
+(``dev.servers.github``) under one token, with one real Prefect server holding
 the shared limits. The server allows 6 requests in flight (a 7th is answered
 with a secondary limit) and counts what it saw; each process alone may have 6
 in flight, so only a limit held for both keeps the server's count at 6. The
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from ingest.rest import shared
 from tests.helpers import ROOT, run_cli
 
@@ -288,7 +288,7 @@ def test_slots_of_a_killed_process_come_back_when_its_lease_expires(tmp_path: Pa
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from deployments.serve import PrefectServer
-    from devservers.s3 import free_port
+    from dev.servers.s3 import free_port
 
     env = {"PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1"}
     with (

@@ -77,6 +77,8 @@ def render_cli() -> str:
     commands = []
     for name in names:
         command = group.get_command(ctx, name)
+        if command.hidden:  # kept only to say where something went (ingest demo)
+            continue
         commands.append((name, command))
         first = paragraphs(command.help).split("\n\n")[0]
         lines.append(f"| [`ingest {name}`](#ingest-{name}) | {md(first)} |")

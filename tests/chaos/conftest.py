@@ -10,8 +10,8 @@ from typing import Any
 import boto3
 import pytest
 
-from devservers.faultproxy import FaultProxy
-from devservers.s3 import DevServer
+from dev.servers.faultproxy import FaultProxy
+from dev.servers.s3 import DevServer
 from tests.chaos.support import RESULTS
 
 

@@ -2,7 +2,7 @@
 pages that change while paging, and ``Link`` headers naming another host.
 
 Each trial runs the real command, ``ingest github``, in its own process against
-the GitHub-compatible server (``devservers.github``) with seeded faults, and
+the GitHub-compatible server (``dev.servers.github``) with seeded faults, and
 reads what the person sees (exit status, the summary it prints); then the
 github-pulls flow runs again without the faults, and the stored pull requests
 are compared with the server's own listing: every one present once, at its
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devservers.github import DevGitHub
+from dev.servers.github import DevGitHub
 from ingest import storage
 from tests.chaos.support import Trial, record, rng, timed, trials
 from tests.helpers import run_cli

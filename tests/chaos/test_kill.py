@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 
-from devservers.faultproxy import FaultProxy
-from devservers.s3 import DevServer
+from dev.servers.faultproxy import FaultProxy
+from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
 from ingest.keys import TMP_DIR_NAME
 from tests.chaos.conftest import s3_client

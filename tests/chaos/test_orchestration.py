@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from deployments import serve
-from devservers.github import DevGitHub
-from devservers.s3 import DevServer, free_port
+from dev.servers.github import DevGitHub
+from dev.servers.s3 import DevServer, free_port
 from tests.chaos.conftest import s3_client
 from tests.chaos.support import Trial, check_s3, record, rng, timed, trials
 from tests.helpers import ROOT, put_many, rows

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from devservers.faultproxy import FaultProxy
+from dev.servers.faultproxy import FaultProxy
 from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
 from tests.chaos.support import Trial, check_s3, record, rng, timed, trials

@@ -1,7 +1,7 @@
 """A fault-injecting HTTP proxy in front of an S3-compatible server.
 
-The proxy sits between a client and any S3-compatible server (``devservers.s3``
-or ``devservers.memory_s3``) and answers each request from the upstream server,
+The proxy sits between a client and any S3-compatible server (``dev.servers.s3``
+or ``dev.servers.memory_s3``) and answers each request from the upstream server,
 unless a rule of its *plan* picks it for a fault. It speaks HTTP/1.1 on raw
 sockets, so it can do on the wire what a real network and a real S3 do and an
 HTTP framework refuses to: reset a connection half-way through a body, stall a
@@ -35,7 +35,7 @@ Control endpoints (JSON, never forwarded): ``POST /_dev/plan``
 (``{"rules": [...], "seed": N}``, resets the counters), ``GET /_dev/stats``
 (requests proxied, faults fired by kind), ``POST /_dev/reset``.
 
-Run ``python -m devservers.faultproxy --upstream http://127.0.0.1:5000`` or use
+Run ``python -m dev.servers.faultproxy --upstream http://127.0.0.1:5000`` or use
 ``FaultProxy`` as a context manager.
 """
 
@@ -55,7 +55,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from devservers.child import ChildServer
+from dev.servers.child import ChildServer
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 _ERRORS = {
@@ -246,7 +246,7 @@ class FaultProxy(ChildServer):
         self.cmd = [
             sys.executable,
             "-m",
-            "devservers.faultproxy",
+            "dev.servers.faultproxy",
             "--upstream",
             upstream,
             "--port",

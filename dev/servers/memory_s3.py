@@ -1,6 +1,6 @@
 """An in-memory S3-compatible HTTP server for benchmarks at scale.
 
-moto's server (``devservers.s3``) costs ~2.5 ms of CPU per GET and its
+moto's server (``dev.servers.s3``) costs ~2.5 ms of CPU per GET and its
 listings are O(n) per page, so past a few thousand objects a benchmark
 measures moto rather than its client. This server keeps, per bucket, the keys
 in a sorted list (``bisect`` finds a key or a page start in O(log n)) and the
@@ -52,7 +52,7 @@ prefix),
 ``POST /_dev/drop`` (``{"bucket"}``), ``POST /_dev/latency`` (``{"ms"}``),
 ``GET /_dev/info`` (objects, bytes, memory of the server).
 
-Run ``python -m devservers.memory_s3 --port 5000`` or use ``MemoryS3`` as a
+Run ``python -m dev.servers.memory_s3 --port 5000`` or use ``MemoryS3`` as a
 context manager.
 """
 
@@ -82,7 +82,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote_plus, unquote
 from xml.etree import ElementTree
 
-from devservers.child import ChildServer, free_port
+from dev.servers.child import ChildServer, free_port
 
 __all__ = ["MemoryS3", "S3App", "free_port", "serve"]
 
@@ -1117,7 +1117,7 @@ class MemoryS3(ChildServer):
         self.cmd = [
             sys.executable,
             "-m",
-            "devservers.memory_s3",
+            "dev.servers.memory_s3",
             "--port",
             str(self.port),
             "--latency-ms",

@@ -27,7 +27,7 @@ Control endpoints for tests: ``GET /_dev/stats``, ``POST /_dev/reset``,
 (remaining, limit, reset_in) and ``POST /_dev/touch`` (update or add pull
 requests, which moves them to the top of the listing).
 
-Run ``python -m devservers.github --repo octo/demo:480`` or use ``DevGitHub``
+Run ``python -m dev.servers.github --repo octo/demo:480`` or use ``DevGitHub``
 as a context manager (a child process on a free loopback port).
 """
 
@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from devservers.child import ConfiguredServer, serve_uvicorn
+from dev.servers.child import ConfiguredServer, serve_uvicorn
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 ANONYMOUS = "anonymous"
@@ -465,7 +465,7 @@ class DevGitHub(ConfiguredServer):
 
     label = "GitHub dev server"
 
-    module = "devservers.github"
+    module = "dev.servers.github"
     config_type = Config
 
     def set_budget(self, **spec: Any) -> None:

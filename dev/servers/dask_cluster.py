@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Self
 
-from devservers.child import free_port
+from dev.servers.child import free_port
 
 DASK = str(Path(sys.executable).with_name("dask"))
 

@@ -1,7 +1,7 @@
 """A local server run as a child process on a free loopback port.
 
-The base of the project's development servers (``devservers.s3`` for S3,
-``devservers.github`` for GitHub): start the command, wait until its port
+The base of the project's development servers (``dev.servers.s3`` for S3,
+``dev.servers.github`` for GitHub): start the command, wait until its port
 answers, stop it on exit, and read its request counters at ``/_dev/stats``.
 """
 

@@ -1,5 +1,5 @@
-"""The GitHub part of ``ingest demo``: the ``github-pulls`` flow against a local
-GitHub-compatible server (``devservers.github``) on loopback, no account needed.
+"""The GitHub part of the demo (``make demo``): the ``github-pulls`` flow against a local
+GitHub-compatible server (``dev.servers.github``) on loopback, no account needed.
 
 Three runs show the incremental path: a first full run, a re-run with nothing
 changed (every answer a 304, no budget spent), and a run after two pull
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from devservers.github import DevGitHub
-from ingest import storage
+from dev.servers.github import DevGitHub
+from ingest import console, storage
 from ingest.github.summary import headline
 
 DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
@@ -21,7 +21,6 @@ DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
 
 def run_github_demo(data_dir: Path) -> None:
     """Run ``github-pulls`` three times against the local server and print the results."""
-    from cli.main import print_table
     from flows.github_pulls import github_pulls
 
     with DevGitHub(repos=DEMO_REPOS, latency_base_ms=80, latency_per_item_ms=8) as server:
@@ -42,4 +41,4 @@ def run_github_demo(data_dir: Path) -> None:
         "GROUP BY repo ORDER BY repo"
     )
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))

@@ -29,7 +29,7 @@ records under another key), ``missing_key`` (records without ``id``),
 Control endpoints: ``GET /_dev/stats``, ``POST /_dev/reset``, ``POST /_dev/config``,
 ``POST /_dev/touch`` (update or add tickets of a project).
 
-Run ``python -m devservers.rest`` or use ``DevRest`` as a context manager.
+Run ``python -m dev.servers.rest`` or use ``DevRest`` as a context manager.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from devservers.child import ConfiguredServer, serve_uvicorn
+from dev.servers.child import ConfiguredServer, serve_uvicorn
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -347,7 +347,7 @@ class DevRest(ConfiguredServer):
 
     label = "REST dev server"
 
-    module = "devservers.rest"
+    module = "dev.servers.rest"
     config_type = Config
 
     def touch(self, project: int, numbers: list[int] | None = None, add: int = 0) -> list[int]:

@@ -17,7 +17,7 @@ separate process on loopback, with three additions that a plain
   interleave; here writes carrying a condition run one at a time, as S3
   guarantees (Delta commits and the staging area's claims rely on it).
 
-Run ``python -m devservers.s3 --port 5000`` or use ``DevServer`` as a
+Run ``python -m dev.servers.s3 --port 5000`` or use ``DevServer`` as a
 context manager. Needs the ``demo`` extra (moto[server]).
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from devservers.child import ChildServer, free_port
+from dev.servers.child import ChildServer, free_port
 
 __all__ = ["DevServer", "Fault", "Middleware", "free_port", "serve"]
 from urllib.parse import unquote
@@ -207,7 +207,7 @@ class DevServer(ChildServer):
             self.cmd = [
                 sys.executable,
                 "-m",
-                "devservers.s3",
+                "dev.servers.s3",
                 "--port",
                 str(self.port),
                 "--latency-ms",

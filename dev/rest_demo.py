@@ -1,12 +1,12 @@
-"""The declared-REST part of ``ingest demo``: the ``rest-ingest`` flow runs the two
+"""The declared-REST part of the demo (``make demo``): the ``rest-ingest`` flow runs the two
 example source files of ``sources/`` against local servers, no account needed.
 
-* ``sources/tickets.yaml``: the generic REST server (``devservers.rest``) with a
+* ``sources/tickets.yaml``: the generic REST server (``dev.servers.rest``) with a
   cursor in the body, an API key, and a hidden ceiling of 8 requests in flight
   that the client has to find; a first run, then a run after three tickets
   changed (only they come back, through ``since``).
 * ``sources/github_pulls.yaml``: the GitHub-compatible server
-  (``devservers.github``): an owner's repositories, then each one's pull
+  (``dev.servers.github``): an owner's repositories, then each one's pull
   requests, sorted newest first, incremental.
 """
 
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import typer
 
-from devservers.github import DevGitHub
-from devservers.rest import DevRest
-from ingest import storage
+from dev.servers.github import DevGitHub
+from dev.servers.rest import DevRest
+from ingest import console, storage
 from ingest.rest.summary import headline
 
 DEMO_KEY = "demo-api-key-not-a-secret"
 DEMO_TOKEN = "demo-token-not-a-secret"
-# The ticket API of the demo (and of `ingest serve --demo`, which the rest-ingest
-# deployment's defaults point at): 12 projects of 200 tickets, a cursor in the body, an
-# API key, and a ceiling of 8 in flight that nothing announces.
+# The ticket API of the demo (and of dev/serve_demo.py, which points the rest-ingest
+# deployment at it through dev/prefect.demo.yaml): 12 projects of 200 tickets, a cursor
+# in the body, an API key, and a ceiling of 8 in flight that nothing announces.
 TICKETS = {
     "api_key": DEMO_KEY,
     "paginator": "cursor",
@@ -61,7 +61,6 @@ def _env(**values: str) -> Iterator[None]:
 
 
 def run_rest_demo(data_dir: Path) -> None:
-    from cli.main import print_table
     from flows.rest_ingest import rest_ingest
 
     with (
@@ -101,7 +100,7 @@ def run_rest_demo(data_dir: Path) -> None:
         "FROM github__pulls GROUP BY ALL"
     )
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))
     sql = "SELECT host, window_size, ceiling, limit_answers, requests FROM api_windows"
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
-    print_table(*storage.query(data_dir, sql))
+    typer.echo(console.table(*storage.query(data_dir, sql)))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devservers.s3 import free_port
+from dev.servers.s3 import free_port
 
 USER = "ingest"
 

@@ -1,0 +1,55 @@
+"""What a run looks like as text on a terminal: a table of rows, an s3-ingest summary.
+
+The ``ingest`` command prints these, and so does anything else that shows a run or a
+query to a person (the demo), without importing the command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ingest.timing import human_bytes
+
+if TYPE_CHECKING:
+    from ingest.report import RunSummary
+
+STAGE_COLUMNS = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"]
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 60) -> str:
+    """``rows`` under ``columns``, each column as wide as its widest cell, a cell cut at
+    ``width`` characters (newlines as spaces), then the count of rows."""
+    cells = [[_cell(v, width) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+        *("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells),
+        f"({len(rows)} rows)",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def run_summary(summary: RunSummary) -> str:
+    """An s3-ingest run: its counts and bytes, the text extraction's outcome, the table of
+    its stages and its first ten failures."""
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    lines = [
+        f"run {summary.run_id}: {summary.total} objects ({counts}), "
+        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
+    ]
+    if summary.extracted:
+        extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
+        lines.append(f"text extraction: {extracted}")
+    if summary.stages:
+        stages = [tuple(s[c] for c in STAGE_COLUMNS) for s in summary.stages]
+        lines.append(table(STAGE_COLUMNS, stages))
+    lines += [f"  failed: {key}: {error}" for key, error in summary.failures[:10]]
+    return "\n".join(lines)
