@@ -176,6 +176,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                     first = str(exc).splitlines()
                     case.failures.append(next((ln for ln in first if "Error" in ln), first[0]))
                     print(f"  {case.name}: FAILED {case.failures[-1][:200]}", flush=True)
+                    print("    " + "\n    ".join(first[-12:]), flush=True)
     return report(a, cases, total_mb)
 
 

@@ -150,6 +150,13 @@ def check_data_dir(data_dir: str | None) -> None:
     if "://" in root:
         return
     path = Path(root).expanduser()
+    if "%" in str(path.resolve()):
+        typer.echo(
+            f"error: the data folder {path} has a '%' in its path, which the table format's "
+            "library (delta-rs) cannot open: choose another folder",
+            err=True,
+        )
+        raise typer.Exit(2)
     for p in (path, *path.parents):
         if p.exists():
             if not p.is_dir():

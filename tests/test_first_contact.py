@@ -97,6 +97,9 @@ def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
     assert proc.returncode == 2, out
     assert "is a file" in out and "Traceback" not in out
     assert len(out.strip().splitlines()) == 1
+    args = ["s3", "--bucket", "some-bucket", "--data-dir", str(tmp_path / "100%")]
+    proc = run_cli(args, env=new_user_env(home))
+    assert "'%'" in finish(proc) and proc.returncode == 2
 
 
 def test_the_demo_says_it_runs_from_a_checkout() -> None:
@@ -146,7 +149,7 @@ def test_ctrl_c_stops_the_run_and_keeps_its_work(slow_s3: DevServer, tmp_path: P
     client.create_bucket(Bucket="slow-docs")
     objects = {f"docs/{i:04}.txt": body_for(f"slow/{i}") for i in range(600)}
     put_many(client, "slow-docs", objects)
-    home, data = tmp_path / "home", tmp_path / "data"
+    home, data = tmp_path / "home", tmp_path / "my data, 2026"  # a space: URIs escape it
     home.mkdir()
     env = new_user_env(home)
     args = ["s3", "--bucket", "slow-docs", "--prefix", "docs/", "--endpoint-url", slow_s3.url]

@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -110,7 +111,10 @@ def data_files(data_dir: DataDir, table: str, prune: Prune | None = None) -> lis
     dt = open_table(data_dir, table)
     if dt is None:
         return []
-    return dt.file_uris(file_pruning_predicate=prune) if prune else dt.file_uris()
+    uris = dt.file_uris(file_pruning_predicate=prune) if prune else dt.file_uris()
+    # delta-rs gives local files as percent-encoded paths ("My%20Data/..."): DuckDB and the
+    # file system want the path itself.
+    return [unquote(u) if "://" not in u else u for u in uris]
 
 
 def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
