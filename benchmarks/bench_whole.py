@@ -97,6 +97,9 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         if a.before:
             trees[f", at {a.before}"] = stack.enter_context(checkout(a.before))
 
+        def slug(label: str) -> str:  # folder names without spaces: an old revision
+            return label.replace(", at ", "-at-")  # could not open a lake in such a path
+
         def ingest(env: dict[str, str], prefix: str, data: Path, cwd: Path) -> Command:
             args = [py, "-m", "cli.main", "s3", "--bucket", BUCKET, "--prefix", prefix]
             args += ["--endpoint-url", s3.url, "--data-dir", str(data)]
@@ -112,16 +115,16 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             cases += [
                 Case(
                     f"no-op{label}",
-                    lambda r, t=tree, lb=label: ingest(served, "empty/", scratch / f"noop{lb}", t),
+                    lambda r, t=tree, lb=label: ingest(served, "empty/", scratch / f"noop{slug(lb)}", t),
                 ),
                 Case(
                     f"no-change{label}",
-                    lambda r, t=tree, lb=label: ingest(served, "docs/", scratch / f"same{lb}", t),
+                    lambda r, t=tree, lb=label: ingest(served, "docs/", scratch / f"same{slug(lb)}", t),
                 ),
                 Case(
                     f"first run{label}",
                     lambda r, t=tree, lb=label: ingest(
-                        served, "docs/", scratch / f"first{lb}-{r}", t
+                        served, "docs/", scratch / f"first{slug(lb)}-{r}", t
                     ),
                 ),
             ]
@@ -146,12 +149,12 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             cases += [
                 Case(
                     f"no-op, no API, existing Prefect home{label}",
-                    lambda r, t=tree, lb=label: ingest(base, "empty/", scratch / f"noapi{lb}", t),
+                    lambda r, t=tree, lb=label: ingest(base, "empty/", scratch / f"noapi{slug(lb)}", t),
                 ),
                 Case(
                     f"no-op, no API, new Prefect home{label}",
                     lambda r, t=tree, lb=label: ingest(
-                        new_home(r if not lb else 1000 + r), "empty/", scratch / f"new{lb}", t
+                        new_home(r if not lb else 1000 + r), "empty/", scratch / f"new{slug(lb)}", t
                     ),
                 ),
             ]
