@@ -97,10 +97,9 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         if a.before:
             trees[f", at {a.before}"] = stack.enter_context(checkout(a.before))
 
-        def slug(label: str) -> str:  # folder names without spaces: an old revision
-            return label.replace(", at ", "-at-")  # could not open a lake in such a path
-
-        def ingest(env: dict[str, str], prefix: str, data: Path, cwd: Path) -> Command:
+        def ingest(env: dict[str, str], prefix: str, folder: str, cwd: Path) -> Command:
+            # Folder names without spaces: an old revision could not open a lake in such a path.
+            data = scratch / folder.replace(", at ", "-at-")
             args = [py, "-m", "cli.main", "s3", "--bucket", BUCKET, "--prefix", prefix]
             args += ["--endpoint-url", s3.url, "--data-dir", str(data)]
             return Command("", args, env, cwd)
@@ -115,17 +114,15 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             cases += [
                 Case(
                     f"no-op{label}",
-                    lambda r, t=tree, lb=label: ingest(served, "empty/", scratch / f"noop{slug(lb)}", t),
+                    lambda r, t=tree, lb=label: ingest(served, "empty/", f"noop{lb}", t),
                 ),
                 Case(
                     f"no-change{label}",
-                    lambda r, t=tree, lb=label: ingest(served, "docs/", scratch / f"same{slug(lb)}", t),
+                    lambda r, t=tree, lb=label: ingest(served, "docs/", f"same{lb}", t),
                 ),
                 Case(
                     f"first run{label}",
-                    lambda r, t=tree, lb=label: ingest(
-                        served, "docs/", scratch / f"first{slug(lb)}-{r}", t
-                    ),
+                    lambda r, t=tree, lb=label: ingest(served, "docs/", f"first{lb}-{r}", t),
                 ),
             ]
         cases.append(
@@ -149,12 +146,12 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             cases += [
                 Case(
                     f"no-op, no API, existing Prefect home{label}",
-                    lambda r, t=tree, lb=label: ingest(base, "empty/", scratch / f"noapi{slug(lb)}", t),
+                    lambda r, t=tree, lb=label: ingest(base, "empty/", f"noapi{lb}", t),
                 ),
                 Case(
                     f"no-op, no API, new Prefect home{label}",
                     lambda r, t=tree, lb=label: ingest(
-                        new_home(r if not lb else 1000 + r), "empty/", scratch / f"new{slug(lb)}", t
+                        new_home(r if not lb else 1000 + r), "empty/", f"new{lb}", t
                     ),
                 ),
             ]
