@@ -19,7 +19,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
-import click
 import typer
 
 from ingest.settings import Settings
@@ -61,14 +60,13 @@ def foreground(flow_fn: Callable[..., Any], **parameters: Any) -> Any:
         return flow_fn(**parameters)
 
 
-def debugging() -> bool:
+def debugging(ctx: typer.Context) -> bool:
     """``ingest --debug ...``: tracebacks of the user's and the environment's mistakes too."""
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx is not None else None
+    obj = ctx.find_root().obj
     return bool(isinstance(obj, dict) and obj.get("debug"))
 
 
-def run_flow(flow_fn: Any, **parameters: Any) -> Any:
+def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
     """Run one flow as this command: its parameters checked against the flow's own bounds
     before anything starts, a Prefect API found or started (``command_api``), a mistake of
     configuration or environment (``TerminalError``) said in one line with exit code 2, and
@@ -81,7 +79,7 @@ def run_flow(flow_fn: Any, **parameters: Any) -> Any:
 
     try:
         with command_api(echo=lambda line: typer.echo(line, err=True)), first_interrupt():
-            quiet = None if debugging() else quiet_console()
+            quiet = None if debugging(ctx) else quiet_console()
             try:
                 return foreground(flow_fn, **parameters)
             finally:
@@ -89,7 +87,7 @@ def run_flow(flow_fn: Any, **parameters: Any) -> Any:
                     quiet.remove()
     except TerminalError as exc:
         typer.echo(f"error: {exc}", err=True)
-        if not debugging():
+        if not debugging(ctx):
             typer.echo("(the run's logs keep the traceback; --debug shows it here)", err=True)
         raise typer.Exit(2) from None
     except ServerStartError as exc:
@@ -288,6 +286,7 @@ def lake_of(data_dir: str | None) -> Any:
 
 @app.command("s3")
 def s3_command(
+    ctx: typer.Context,
     bucket: Annotated[str | None, typer.Option(help="Bucket [env INGEST_S3_BUCKET].")] = None,
     prefix: Annotated[str | None, typer.Option(help="Key prefix [env INGEST_S3_PREFIX].")] = None,
     endpoint_url: Annotated[
@@ -342,6 +341,7 @@ def s3_command(
     from flows.s3_ingest import s3_ingest
 
     summary = run_flow(
+        ctx,
         s3_ingest,
         bucket=bucket,
         prefix=settings.s3_prefix if prefix is None else prefix,
@@ -370,6 +370,7 @@ def print_summary(summary: Any) -> None:
 
 @app.command("github")
 def github_command(
+    ctx: typer.Context,
     repo: Annotated[list[str], typer.Option("--repo", help="owner/name (repeatable).")],
     base_url: Annotated[
         str | None,
@@ -400,6 +401,7 @@ def github_command(
     from flows.github_pulls import github_pulls
 
     summary = run_flow(
+        ctx,
         github_pulls,
         repos=repo,
         state=state,
@@ -421,6 +423,7 @@ def github_command(
 
 @app.command("rest")
 def rest_command(
+    ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="Source file (YAML), e.g. sources/tickets.yaml.")],
     base_url: Annotated[
         str | None, typer.Option(help="API root instead of the file's client.base_url.")
@@ -439,6 +442,7 @@ def rest_command(
     from ingest.rest.summary import headline
 
     summary = run_flow(
+        ctx,
         rest_ingest,
         source=source,
         base_url=base_url,

@@ -123,17 +123,24 @@ def test_the_demo_says_it_runs_from_a_checkout() -> None:
 
 
 def test_missing_bucket_says_what_to_fix(
-    prefect_harness: None, s3_server: DevServer, data_dir: Path
+    prefect_harness: None, s3_server: DevServer, data_dir: Path, tmp_path: Path
 ) -> None:
+    from prefect.settings import get_current_settings
+
+    env = new_user_env(tmp_path)
+    env["PREFECT_API_URL"] = str(get_current_settings().api.url)  # the session's server
     args = ["s3", "--bucket", "no-such-bucket-here", "--endpoint-url", s3_server.url]
     args += ["--data-dir", str(data_dir)]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2, result.output
-    assert "NoSuchBucket (check the bucket name, the endpoint URL and the region)" in result.output
-    assert "Traceback" not in result.output
-    debug = CliRunner().invoke(app, ["--debug", *args])
-    assert debug.exit_code == 2
-    assert "Traceback" in debug.output  # --debug shows what the run's logs keep
+    proc = run_cli(args, env=env)
+    out = finish(proc)
+    assert proc.returncode == 2, out
+    assert "NoSuchBucket (check the bucket name, the endpoint URL and the region)" in out
+    assert "Traceback" not in out
+    assert len(out.strip().splitlines()) <= 4  # the run's two lines, the cause, the hint
+    debug = run_cli(["--debug", *args], env=env)
+    out = finish(debug)
+    assert debug.returncode == 2
+    assert "Traceback" in out  # --debug shows what the run's logs keep
 
 
 @pytest.fixture
