@@ -161,6 +161,7 @@ class GitHubSummary:
     failed_pages: int = 0
     stopped: str | None = None
     per_page: int = 0
+    size_plan: str | None = None  # how the automatic page size was chosen (SizePlan)
     max_in_flight: int = 0
     window: int = 0  # requests in flight the host allowed at the end (remembered)
     ceiling: int | None = None  # the most the host accepted, when it refused more
