@@ -59,7 +59,7 @@ def _sql_str(value: str) -> str:
 
 
 def _duck_types(schema: pa.Schema) -> list[str]:
-    with duck.connect() as con:
+    with duck.cursor() as con:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
 
 
