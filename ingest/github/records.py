@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ingest.rest.records import ApiRequest as ApiRequest  # re-exported: a GitHub row too
+from ingest.rest.records import as_row
 
 PullState = Literal["open", "closed", "all"]
 
@@ -67,7 +68,7 @@ class PullRequest:
         )
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -93,7 +94,7 @@ class PageRecord:
     fetched_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -121,7 +122,7 @@ class SyncRecord:
     ended_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
