@@ -5,10 +5,10 @@ HTTP client, one in-flight limit, one rate-limit governor) and stores each
 repository as it ends; on a Dask cluster each repository is a task of its own,
 spread over the workers under the in-flight limit and budget they share on the
 Prefect server (``ingest.rest.shared``). The flow loads the stored state first
-(the lake's upkeep runs beside the fetch) and publishes the summary last. A run stopped by the rate limit completes with
-the reason in its summary and in ``github_syncs.stop_reason``; the next run
-resumes. A missing repository fails the run after the others are stored; a
-rejected token fails it at once.
+(the lake's upkeep runs beside the fetch) and publishes the summary last. A run
+stopped by the rate limit completes with the reason in its summary and in
+``github_syncs.stop_reason``; the next run resumes. A missing repository fails
+the run after the others are stored; a rejected token fails it at once.
 """
 
 from __future__ import annotations
