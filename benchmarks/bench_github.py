@@ -49,6 +49,24 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
 Every contender but ``seq-100`` runs once per round (``--rounds``, 5), in an order
 that rotates between rounds; the figures are medians with their spread, and the
 ratios are medians of per-round ratios.
+
+First contact (``--only first-contact``, a section of ``benchmarks/github.md``; about
+4 minutes): one repository of 480 pull requests on a server allowing 20 requests in
+flight, which the client is not told, side by side in one run:
+
+* ``flow``           the ``github-pulls`` flow, a real flow run against a ``prefect
+                     server`` the benchmark starts, in a warm child process, a fresh data
+                     folder each run (a first run); its figure is the flow run's whole
+                     work, Running to Completed (fetch, every commit, the summary, the
+                     warehouse views); with ``--before REV`` also ``flow at REV``, the same
+                     from a temporary worktree of REV;
+* ``fixed-PxC``      the best plain client of fixed concurrency for that server
+                     (per_page P, C in flight), found by a search over both first;
+* ``seq-100``        the sequential client.
+
+Rounds rotate the order (``--rounds``, 5); ratios are medians of per-round ratios.
+The section adds each flow run's stages and the commit path alone per checkout
+(``make bench-github ARGS="--only first-contact --before main"``).
 """
 
 from __future__ import annotations
@@ -297,16 +315,22 @@ def commit_cost(job):
     return out
 
 
+try:  # as `ingest github` runs it: without Prefect's heartbeat thread, joined at the end
+    from cli.main import foreground_run
+except ImportError:
+    from contextlib import nullcontext as foreground_run
+
 for line in sys.stdin:
     job = json.loads(line)
     if job.get("kind") == "commit":
         print("RESULT " + json.dumps(commit_cost(job)), flush=True)
         continue
     t0 = time.perf_counter()
-    state = github_pulls(
-        repos=[job["repo"]], base_url=job["base_url"], data_dir=job["data_dir"],
-        return_state=True,
-    )
+    with foreground_run():
+        state = github_pulls(
+            repos=[job["repo"]], base_url=job["base_url"], data_dir=job["data_dir"],
+            return_state=True,
+        )
     call = time.perf_counter() - t0
     s = state.result()
     with get_client(sync_client=True) as client:
@@ -585,7 +609,8 @@ def first_contact_report(
         "",
         "* `flow`: the `github-pulls` flow of this tree, a real flow run against a running "
         "`prefect server` (started by the benchmark, SQLite), in a warm process of its own "
-        "(one flow run before the rounds, not measured), a fresh data folder each run: "
+        "(one flow run before the rounds, not measured; as `ingest github` runs it, without "
+        "Prefect's heartbeat thread), a fresh data folder each run: "
         "a first run, automatic `per_page`, default settings. Its figure is the flow run's "
         "whole work: Running to Completed as the server recorded it (load the state, "
         "fetch, commit every table, the summary's artifacts, the warehouse views)."
@@ -1006,16 +1031,25 @@ def main(argv: list[str] | None = None) -> None:
         "A page costs `base + per_item x per_page` seconds and one request of the budget. "
         "Small pages answer sooner and spread over more requests in flight, but cost more "
         "budget; once there are more pages than requests in flight they queue in waves and "
-        "larger pages win again (the `ingest-pN` rows). When `per_page` is not given, "
-        "`ingest.github.sync.choose_per_page` models the run's wall time "
-        "(`estimate_seconds`: every repository's first page in parallel, then the remaining "
-        "pages in waves of `concurrency`) for each page size from 10 to 100, keeps the sizes "
-        "whose request count fits the budget share (`github_budget_share` of what is left "
-        "above the reserve, read from the free `GET /rate_limit`), and takes the largest size "
-        "within 10 % of the fastest: fewer requests for the same time. The expected number of "
-        "pull requests per repository is what earlier runs stored, else "
-        "`github_expected_pulls` (500). A repository keeps the page size of its previous sync, "
-        "so its stored ETags stay valid and an unchanged re-run costs nothing.",
+        "larger pages win again (the `ingest-pN` rows). When `per_page` is not given and the "
+        "repositories to size are fewer than the in-flight window admits at once (one-repo), "
+        'each is probed first: page 1 with one pull request, whose `rel="last"` is the '
+        "listing's exact size and whose latency scales the latency model "
+        "(`github_latency_base`, `github_latency_per_item`); "
+        "`ingest.rest.sizing.plan_per_page` then times every size from 10 to 100 with the "
+        "in-flight window's own model (`AdaptiveWindow.finish_seconds`: the levels open now, "
+        "the paced ramp while the host's limit is unknown, a known ceiling's waves), keeps "
+        "the sizes whose request count fits the budget share (`github_budget_share` of what "
+        "is left above the reserve, as the probes' answers announce it), and takes the "
+        "largest size within 10 % of the fastest: fewer requests for about the same time "
+        "(the run summary says what it chose and what the fastest would have cost). Every "
+        "page, page 1 included, then goes out at once. More repositories than that fill the "
+        "window with their first pages anyway: their size is chosen before any answer "
+        "(`choose_per_page`: every repository's first page in parallel, then waves of the "
+        "window planned for, the budget read from the free `GET /rate_limit`), over the "
+        "pull requests earlier runs stored, else `github_expected_pulls` (500). A repository "
+        "keeps the page size of its previous sync, so its stored ETags stay valid and an "
+        "unchanged re-run costs nothing.",
     ]
     _, kept = split_first_contact(args.out.read_text() if args.out.exists() else "")
     args.out.write_text("\n".join(text) + "\n" + (f"\n{kept}\n" if kept else ""))
