@@ -315,10 +315,7 @@ def commit_cost(job):
     return out
 
 
-try:  # as `ingest github` runs it: without Prefect's heartbeat thread, joined at the end
-    from cli.main import foreground_run
-except ImportError:
-    from contextlib import nullcontext as foreground_run
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 for line in sys.stdin:
     job = json.loads(line)
@@ -326,7 +323,9 @@ for line in sys.stdin:
         print("RESULT " + json.dumps(commit_cost(job)), flush=True)
         continue
     t0 = time.perf_counter()
-    with foreground_run():
+    # as `ingest github` runs it: without Prefect's heartbeat thread, which the end of a
+    # flow run joins while it sleeps out its second (the same for every revision)
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         state = github_pulls(
             repos=[job["repo"]], base_url=job["base_url"], data_dir=job["data_dir"],
             return_state=True,
