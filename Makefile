@@ -83,8 +83,11 @@ docs: setup
 bench-s3: setup
 	$(VENV)/bin/python -m benchmarks.bench_s3
 
+# GitHub paging: the page-size scenarios, hidden ceilings, and the first contact (the flow's
+# whole work beside the best fixed client); ARGS="--only first-contact --before main" runs the
+# last alone, with the flow of main beside this tree's (about 4 min).
 bench-github: setup
-	$(VENV)/bin/python -m benchmarks.bench_github
+	$(VENV)/bin/python -m benchmarks.bench_github $(ARGS)
 
 bench-extract: setup
 	$(VENV)/bin/python -m benchmarks.bench_extract

@@ -49,18 +49,42 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
 Every contender but ``seq-100`` runs once per round (``--rounds``, 5), in an order
 that rotates between rounds; the figures are medians with their spread, and the
 ratios are medians of per-round ratios.
+
+First contact (``--only first-contact``, a section of ``benchmarks/github.md``; about
+4 minutes): one repository of 480 pull requests on a server allowing 20 requests in
+flight, which the client is not told, side by side in one run:
+
+* ``flow``           the ``github-pulls`` flow, a real flow run against a ``prefect
+                     server`` the benchmark starts, in a warm child process, a fresh data
+                     folder each run (a first run); its figure is the flow run's whole
+                     work, Running to Completed (fetch, every commit, the summary, the
+                     warehouse views); with ``--before REV`` also ``flow at REV``, the same
+                     from a temporary worktree of REV;
+* ``fixed-PxC``      the best plain client of fixed concurrency for that server
+                     (per_page P, C in flight), found by a search over both first;
+* ``seq-100``        the sequential client.
+
+Rounds rotate the order (``--rounds``, 5); ratios are medians of per-round ratios.
+The section adds each flow run's stages and the commit path alone per checkout
+(``make bench-github ARGS="--only first-contact --before main"``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import platform
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +97,8 @@ from ingest.github.run import fetch_pulls
 from ingest.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "github.md"
+ROOT = Path(__file__).resolve().parent.parent
+WORK = Path(__file__).resolve().parent / ".work"
 TOKEN = "bench-token-not-a-secret"
 GITHUB_IN_FLIGHT = 100
 
@@ -243,6 +269,493 @@ def machine() -> str:
         f"{date}; {os.cpu_count()} cores ({cpu}); "
         f"Python {platform.python_version()}; {platform.system()}"
     )
+
+
+# ------------------------------------------------------------------ first contact
+#
+# One repository on a host the client has never seen: the github-pulls flow's whole
+# work (a real flow run against a running `prefect server`) beside the best client of
+# fixed concurrency for that server, found by a search, and the sequential client.
+
+FIRST_REPO = "octo/first"
+SEARCH_PER_PAGE = (10, 16, 20, 24, 30, 40, 48, 60, 100)
+SEARCH_IN_FLIGHT = (4, 8, 12, 16, 20, 24)
+
+# The flow in a child process of its own checkout (this tree, or --before's): one flow
+# run per line read, a fresh data folder each (a first run); it answers one JSON line.
+# Only what every revision has is used: the flow, the Prefect client, ingest.storage.
+FLOW_CHILD = """
+import json, sys, time
+from flows.github_pulls import github_pulls
+from ingest import storage
+from prefect.client.orchestration import get_client
+
+
+def commit_cost(job):
+    # The commit path alone: a first run staged by the fetch, committed to new tables with
+    # the warehouse views, then a full refresh of the same folder (a MERGE into them).
+    import os
+    from ingest.github.run import fetch_pulls
+    from ingest.settings import Settings
+
+    settings = Settings(data_dir=job["data_dir"], github_base_url=job["base_url"])
+    out = {}
+    for label, full in (("first", False), ("again", True)):
+        run_id = f"commit-{label}-{time.time_ns()}"
+        storage.prepare(settings.lake, current_run=run_id)
+        fetch_pulls(
+            settings, [job["repo"]], run_id=run_id, token=os.environ["GITHUB_TOKEN"],
+            full_refresh=full,
+        )
+        t0 = time.perf_counter()
+        report = storage.commit_run(settings.lake, run_id)
+        t1 = time.perf_counter()
+        storage.refresh_warehouse(settings.lake, tables=report.rows)
+        out[label] = [t1 - t0, time.perf_counter() - t1, sum(report.rows.values())]
+    return out
+
+
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+for line in sys.stdin:
+    job = json.loads(line)
+    if job.get("kind") == "commit":
+        print("RESULT " + json.dumps(commit_cost(job)), flush=True)
+        continue
+    t0 = time.perf_counter()
+    # as `ingest github` runs it: without Prefect's heartbeat thread, which the end of a
+    # flow run joins while it sleeps out its second (the same for every revision)
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        state = github_pulls(
+            repos=[job["repo"]], base_url=job["base_url"], data_dir=job["data_dir"],
+            return_state=True,
+        )
+    call = time.perf_counter() - t0
+    s = state.result()
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+    _, rows = storage.query(
+        job["data_dir"],
+        "SELECT task_name, sum(seconds) FROM task_timings GROUP BY task_name",
+    )
+    _, stored = storage.query(
+        job["data_dir"], "SELECT count(*), count(DISTINCT number) FROM pull_requests"
+    )
+    print("RESULT " + json.dumps({
+        "span": (run.end_time - run.start_time).total_seconds(),
+        "call": call,
+        "per_page": s.per_page,
+        "pulls": s.pulls,
+        "stored": list(stored[0]),
+        "tasks": {name: float(sec) for name, sec in rows},
+    }), flush=True)
+"""
+
+
+class FlowChild:
+    """A warm process running the github-pulls flow of one checkout, run by run."""
+
+    def __init__(self, name: str, root: Path, env: dict[str, str], log: Path) -> None:
+        self.name, self.root = name, root
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FLOW_CHILD],
+            cwd=root,
+            env={**env, "PYTHONPATH": str(root)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+
+    def run(self, base_url: str, data_dir: Path, kind: str = "flow") -> dict[str, Any]:
+        """One flow run (``kind="flow"``), or the commit path alone (``"commit"``)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        job = {"repo": FIRST_REPO, "base_url": base_url, "data_dir": str(data_dir), "kind": kind}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                return dict(json.loads(line[len("RESULT ") :]))
+        raise RuntimeError(f"{self.name}: the flow's process ended; see {self.log.name}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+async def fixed_client(base_url: str, repo: str, per_page: int, in_flight: int) -> int:
+    """A plain client tuned by hand: page 1, then every page its ``rel="last"`` names,
+    at most ``in_flight`` at once; a limit answer waits ``Retry-After`` and asks again."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/vnd.github+json"}
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    slots = asyncio.Semaphore(in_flight)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, limits=limits, timeout=60, trust_env=False
+    ) as client:
+
+        async def get(url: str) -> httpx.Response:
+            while True:
+                async with slots:
+                    response = await client.get(url)
+                if response.status_code in (403, 429) and "retry-after" in response.headers:
+                    await asyncio.sleep(float(response.headers["retry-after"]))
+                    continue
+                response.raise_for_status()
+                return response
+
+        first = await get(
+            f"/repos/{repo}/pulls?state=all&sort=updated&direction=desc&per_page={per_page}"
+        )
+        seen = {pr["number"] for pr in first.json()}
+        last = first.links.get("last", {}).get("url")
+        if last:
+            pages = int(httpx.URL(last).params["page"])
+            urls = [str(httpx.URL(last).copy_set_param("page", n)) for n in range(2, pages + 1)]
+            for response in await asyncio.gather(*(get(u) for u in urls)):
+                seen.update(pr["number"] for pr in response.json())
+    return len(seen)
+
+
+@dataclass
+class Sample:
+    """One contender's run in one round."""
+
+    seconds: float
+    requests: int
+    budget: int
+    max_in_flight: int
+    limit_answers: int
+    per_page: int
+    flow: dict[str, Any] | None = None
+
+
+def sample(server: DevGitHub, fn: Any) -> Sample:
+    """Run ``fn`` (returns (seconds, per_page, flow figures or None)) on a fresh budget."""
+    server.set_budget(limit=5000, remaining=5000, reset_in=3600)
+    server.reset_stats()
+    seconds, per_page, flow = fn()
+    stats = server.stats()
+    return Sample(
+        seconds=seconds,
+        requests=int(stats.get("requests", 0)),
+        budget=5000 - int(stats["remaining"].get("authenticated", 5000)),
+        max_in_flight=int(stats.get("max_in_flight", 0)),
+        limit_answers=int(stats.get("secondary", 0)) + int(stats.get("primary_limited", 0)),
+        per_page=per_page,
+        flow=flow,
+    )
+
+
+def timed_client(server: DevGitHub, per_page: int, in_flight: int, pulls: int) -> Sample:
+    def go() -> tuple[float, int, None]:
+        t0 = time.perf_counter()
+        got = asyncio.run(fixed_client(server.url, FIRST_REPO, per_page, in_flight))
+        assert got == pulls, (per_page, in_flight, got)
+        return time.perf_counter() - t0, per_page, None
+
+    return sample(server, go)
+
+
+def med(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def run_first_contact(args: argparse.Namespace) -> str:
+    """The comparison; returns the Markdown section for github.md."""
+    from benchmarks.bench_commands import checkout
+    from benchmarks.bench_s3 import child_env
+    from deployments.serve import PrefectServer
+    from devservers.child import free_port
+
+    pulls = args.pulls
+    per_pages = (10, 24, 48) if args.quick else SEARCH_PER_PAGE
+    in_flights = (8, 20) if args.quick else SEARCH_IN_FLIGHT
+    load_start = "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
+    WORK.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="first-contact-", dir=WORK))
+    rounds: list[dict[str, Sample]] = []
+    commits: dict[str, list[dict[str, list[float]]]] = {}
+    search: dict[tuple[int, int], list[float]] = {}
+    children: list[FlowChild] = []
+    try:
+        with ExitStack() as stack:
+            server = stack.enter_context(
+                DevGitHub(
+                    repos={FIRST_REPO: pulls},
+                    token=TOKEN,
+                    latency_base_ms=args.base_ms,
+                    latency_per_item_ms=args.item_ms,
+                    max_in_flight=args.in_flight,
+                    secondary_retry_after=1.0,
+                )
+            )
+            env = child_env(scratch)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["GITHUB_TOKEN"] = TOKEN
+            log = stack.enter_context(open(scratch / "prefect-server.log", "w"))
+            prefect = stack.enter_context(
+                PrefectServer(port=free_port(), home=scratch / "server-home", env=env, log=log)
+            )
+            env.update(PREFECT_API_URL=prefect.api_url, PREFECT_HOME=str(scratch / "client"))
+            roots = [("flow", ROOT)]
+            if args.before:
+                roots.append((f"flow at {args.before}", stack.enter_context(checkout(args.before))))
+            for name, root in roots:
+                child = FlowChild(name, root, env, scratch / f"{len(children)}.log")
+                children.append(child)
+            counter = iter(range(1_000_000))
+
+            def flow(child: FlowChild) -> Sample:
+                def go() -> tuple[float, int, dict[str, Any]]:
+                    out = child.run(server.url, scratch / f"data-{next(counter)}")
+                    assert out["pulls"] == pulls and out["stored"] == [pulls, pulls], out
+                    return float(out["span"]), int(out["per_page"]), out
+
+                return sample(server, go)
+
+            print("warm-up (not measured): a first flow run in each process", flush=True)
+            for child in children:
+                flow(child)
+            print("search: the fixed client's per_page x in-flight", flush=True)
+            for _ in range(args.search_repeats):
+                for p in per_pages:
+                    for c in in_flights:
+                        search.setdefault((p, c), []).append(
+                            timed_client(server, p, c, pulls).seconds
+                        )
+            best = min(search, key=lambda k: med(search[k]))
+            print(f"  best: per_page {best[0]}, {best[1]} in flight, {med(search[best]):.2f} s")
+
+            contenders: dict[str, Any] = {c.name: (lambda c=c: flow(c)) for c in children}
+            contenders[f"fixed-{best[0]}x{best[1]}"] = lambda: timed_client(
+                server, best[0], best[1], pulls
+            )
+
+            def seq() -> Sample:
+                def go() -> tuple[float, int, None]:
+                    t0 = time.perf_counter()
+                    assert sequential(server.url, [FIRST_REPO], 100) == pulls
+                    return time.perf_counter() - t0, 100, None
+
+                return sample(server, go)
+
+            contenders["seq-100"] = seq
+            names = list(contenders)
+            for i in range(args.rounds):
+                order = names[i % len(names) :] + names[: i % len(names)]
+                got = {name: contenders[name]() for name in order}
+                rounds.append(got)
+                print(
+                    f"  round {i + 1}: "
+                    + ", ".join(f"{k} {v.seconds:.2f}s" for k, v in got.items()),
+                    flush=True,
+                )
+            print("the commit path alone, per checkout", flush=True)
+            for i in range(args.rounds):
+                for child in children[i % len(children) :] + children[: i % len(children)]:
+                    data = scratch / f"commit-{next(counter)}"
+                    commits.setdefault(child.name, []).append(
+                        child.run(server.url, data, kind="commit")
+                    )
+    finally:
+        for child in children:
+            child.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    load_end = "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
+    return first_contact_report(args, rounds, commits, search, best, load_start, load_end)
+
+
+def first_contact_report(
+    args: argparse.Namespace,
+    rounds: list[dict[str, Sample]],
+    commits: dict[str, list[dict[str, list[float]]]],
+    search: dict[tuple[int, int], list[float]],
+    best: tuple[int, int],
+    load_start: str,
+    load_end: str,
+) -> str:
+    names = list(rounds[0])
+    fixed = f"fixed-{best[0]}x{best[1]}"
+    flows = [n for n in names if n.startswith("flow")]
+
+    def col(name: str, attr: str) -> list[float]:
+        return [float(getattr(r[name], attr)) for r in rounds]
+
+    def typical(name: str) -> Sample:
+        ordered = sorted((r[name] for r in rounds), key=lambda s: s.seconds)
+        return ordered[len(ordered) // 2]
+
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python -m benchmarks.bench_github " + " ".join(args.argv)
+    lines = [
+        f"## First contact: one repository, the flow's whole work ({now})",
+        "",
+        f"Measured {machine()}, with `{command}`.",
+        "",
+        f"One repository of {args.pulls} pull requests on `devservers.github` (its own "
+        f"process on loopback): latency {args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item "
+        f"of a page, at most {args.in_flight} requests in flight (beyond: 403 secondary rate "
+        "limit, `Retry-After: 1`), 5,000 requests of budget reset before every contender. "
+        "The client is not told the ceiling. Contenders, in an order that rotates from round "
+        f"to round, {args.rounds} rounds:",
+        "",
+        "* `flow`: the `github-pulls` flow of this tree, a real flow run against a running "
+        "`prefect server` (started by the benchmark, SQLite), in a warm process of its own "
+        "(one flow run before the rounds, not measured; as `ingest github` runs it, without "
+        "Prefect's heartbeat thread), a fresh data folder each run: "
+        "a first run, automatic `per_page`, default settings. Its figure is the flow run's "
+        "whole work: Running to Completed as the server recorded it (load the state, "
+        "fetch, commit every table, the summary's artifacts, the warehouse views)."
+        + (
+            f" `flow at {args.before}`: the same from a checkout of `{args.before}` in a "
+            "temporary worktree, same server, same rounds."
+            if args.before
+            else ""
+        ),
+        f"* `{fixed}`: the best plain client of fixed concurrency for this server: async "
+        'httpx, page 1, then the pages its `rel="last"` names, `per_page` x in-flight '
+        f"searched over {len(search)} pairs before the rounds (table below); it stores "
+        "nothing.",
+        '* `seq-100`: one page after another, `per_page=100`, following `rel="next"` (what '
+        "octokit's `paginate`, PyGithub and dlt do).",
+        "",
+        "Wall seconds: median of the rounds (lowest-highest); requests, budget, peak in "
+        "flight and limit answers counted by the server, in the median round.",
+        "",
+        "| contender | per_page | wall s | requests | budget spent | max in flight "
+        "| limit answers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        t = typical(name)
+        lines.append(
+            f"| {name} | {t.per_page} | {spread(col(name, 'seconds'))} | {t.requests} | "
+            f"{t.budget} | {t.max_in_flight} | {t.limit_answers} |"
+        )
+    lines += ["", "### Ratios", ""]
+    for name in flows:
+        to_fixed = [r[name].seconds / r[fixed].seconds for r in rounds]
+        from_seq = [r["seq-100"].seconds / r[name].seconds for r in rounds]
+        lines.append(
+            f"* `{name}`: **{spread(to_fixed)}x** the time of `{fixed}` (median of the "
+            f"per-round ratios; target <= 1.3x); **{spread(from_seq)}x** faster than "
+            "`seq-100` (target >= 5x)."
+        )
+    if len(flows) == 2:
+        after, before = flows
+        gain = [r[before].seconds / r[after].seconds for r in rounds]
+        lines.append(
+            f"* `{after}` against `{before}`: **{spread(gain)}x** faster (per-round ratios)."
+        )
+    lines += [
+        "",
+        "### Where the flow's time goes",
+        "",
+        "Seconds per stage as each flow run's `task_timings` hold them (the task bodies), "
+        "medians of the rounds; *the rest* is the whole work less those four: Prefect's cost "
+        "per task, preparing and finishing the run's staging, and the summary's artifacts "
+        "(beside `commit-rows`). `commit-run`'s own figure stops before its last commit (the "
+        "one that stores it). *flow call* is the `github_pulls(...)` call in the process: "
+        "creating the flow run before, Prefect's exit after.",
+        "",
+        "| contender | whole work | load-sync-state | fetch-pulls | commit-rows | commit-run "
+        "| the rest | flow call |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    stages = ("load-sync-state", "fetch-pulls", "commit-rows", "commit-run")
+    for name in flows:
+
+        def task(n: str, name: str = name) -> list[float]:
+            return [float((r[name].flow or {})["tasks"].get(n, 0.0)) for r in rounds]
+
+        rest = [
+            r[name].seconds - sum(float((r[name].flow or {})["tasks"].get(n, 0.0)) for n in stages)
+            for r in rounds
+        ]
+        calls = [float((r[name].flow or {})["call"]) for r in rounds]
+        lines.append(
+            f"| {name} | {med(col(name, 'seconds')):.3f} | "
+            + " | ".join(f"{med(task(t)):.3f}" for t in stages)
+            + f" | {med(rest):.3f} | {med(calls):.3f} |"
+        )
+    lines += [
+        "",
+        "### The commit path alone",
+        "",
+        "In the same processes, after the rounds: a first run's fetch staged (480 pull "
+        "requests and the requests, pages, sync and window rows), then `storage.commit_run` "
+        "(every table, one Delta commit each) and `storage.refresh_warehouse` (the views of "
+        "the tables written) timed; then a full refresh of the same folder, committed into "
+        "the existing tables (MERGE). Milliseconds, median (lowest-highest) of "
+        f"{args.rounds} runs.",
+        "",
+        "| checkout | rows | first run: commit | first run: views | again: commit | again: views |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, runs in commits.items():
+
+        def ms(label: str, k: int, runs: list[dict[str, list[float]]] = runs) -> str:
+            values = sorted(1000 * r[label][k] for r in runs)
+            return f"{med(values):.0f} ({values[0]:.0f}-{values[-1]:.0f})"
+
+        lines.append(
+            f"| {name} | {int(runs[0]['first'][2])} | {ms('first', 0)} | {ms('first', 1)} | "
+            f"{ms('again', 0)} | {ms('again', 1)} |"
+        )
+    lines += [
+        "",
+        "### The fixed client's search",
+        "",
+        f"Wall seconds per `per_page` (rows) and requests in flight (columns), median of "
+        f"{len(next(iter(search.values())))} runs each, before the rounds; the best is the "
+        "`fixed` contender above. Above the server's ceiling a client meets limit answers "
+        "and their one-second pauses.",
+        "",
+        "| per_page | "
+        + " | ".join(f"{c} in flight" for c in sorted({k[1] for k in search}))
+        + " |",
+        "|---|" + "---|" * len({k[1] for k in search}),
+    ]
+    for p in sorted({k[0] for k in search}):
+        cells = []
+        for c in sorted({k[1] for k in search}):
+            v = med(search[(p, c)])
+            cells.append(f"**{v:.2f}**" if (p, c) == best else f"{v:.2f}")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Load average (1/5/15 min): {load_start} when the run started, {load_end} when it "
+        "ended, on a machine shared with other jobs.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+FIRST_BEGIN = "<!-- first-contact: written by `--only first-contact`, kept by the other runs -->"
+FIRST_END = "<!-- /first-contact -->"
+
+
+def split_first_contact(text: str) -> tuple[str, str]:
+    """(the file without the first-contact block, the block with its markers, or "")."""
+    start, end = text.find(FIRST_BEGIN), text.find(FIRST_END)
+    if start < 0 or end < start:
+        return text, ""
+    end += len(FIRST_END)
+    return text[:start].rstrip("\n") + "\n" + text[end:].lstrip("\n"), text[start:end]
+
+
+def write_first_contact(path: Path, section: str) -> None:
+    """Put the first-contact section at the end of ``path``, in place of the last one."""
+    rest, _ = split_first_contact(path.read_text() if path.exists() else "")
+    rest = rest.strip("\n") or "# GitHub pull-request paging benchmark"
+    path.write_text(f"{rest}\n\n{FIRST_BEGIN}\n{section.strip()}\n{FIRST_END}\n")
 
 
 CEILINGS_OUT = Path(__file__).resolve().parent / "github_ceilings.md"
@@ -428,9 +941,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=OUT, help="Markdown file to write.")
     p.add_argument(
         "--only",
-        choices=["all", "scenarios", "ceilings"],
+        choices=["all", "scenarios", "ceilings", "first-contact"],
         default="all",
-        help="The page-size scenarios, the hidden-ceiling comparison, or both.",
+        help="The page-size scenarios, the hidden-ceiling comparison, the first contact "
+        "(the flow's whole work beside the best fixed client), or all three.",
+    )
+    p.add_argument(
+        "--before",
+        help="First contact: also run the flow of this git revision (a temporary worktree).",
+    )
+    p.add_argument("--pulls", type=int, default=480, help="First contact: pull requests.")
+    p.add_argument("--in-flight", type=int, default=20, help="First contact: the server's ceiling.")
+    p.add_argument(
+        "--search-repeats",
+        type=int,
+        default=2,
+        help="First contact: runs of each per_page x in-flight pair of the search (median).",
     )
     p.add_argument(
         "--ceilings",
@@ -441,6 +967,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-ceilings", type=Path, default=CEILINGS_OUT)
     p.add_argument("--rounds", type=int, default=5, help="Rounds per ceiling (medians and spread).")
     args = p.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    if args.only in ("all", "first-contact"):
+        section = run_first_contact(args)
+        print("\n" + section)
+        write_first_contact(args.out, section)
+        print(f"\nwritten to {args.out.name}")
+        if args.only == "first-contact":
+            return
     if args.only in ("all", "ceilings"):
         print(HEADER)
         write_ceilings(args, *run_ceilings(args))
@@ -496,18 +1030,28 @@ def main(argv: list[str] | None = None) -> None:
         "A page costs `base + per_item x per_page` seconds and one request of the budget. "
         "Small pages answer sooner and spread over more requests in flight, but cost more "
         "budget; once there are more pages than requests in flight they queue in waves and "
-        "larger pages win again (the `ingest-pN` rows). When `per_page` is not given, "
-        "`ingest.github.sync.choose_per_page` models the run's wall time "
-        "(`estimate_seconds`: every repository's first page in parallel, then the remaining "
-        "pages in waves of `concurrency`) for each page size from 10 to 100, keeps the sizes "
-        "whose request count fits the budget share (`github_budget_share` of what is left "
-        "above the reserve, read from the free `GET /rate_limit`), and takes the largest size "
-        "within 10 % of the fastest: fewer requests for the same time. The expected number of "
-        "pull requests per repository is what earlier runs stored, else "
-        "`github_expected_pulls` (500). A repository keeps the page size of its previous sync, "
-        "so its stored ETags stay valid and an unchanged re-run costs nothing.",
+        "larger pages win again (the `ingest-pN` rows). When `per_page` is not given and the "
+        "repositories to size are fewer than the in-flight window admits at once (one-repo), "
+        'each is probed first: page 1 with one pull request, whose `rel="last"` is the '
+        "listing's exact size and whose latency scales the latency model "
+        "(`github_latency_base`, `github_latency_per_item`); "
+        "`ingest.rest.sizing.plan_per_page` then times every size from 10 to 100 with the "
+        "in-flight window's own model (`AdaptiveWindow.finish_seconds`: the levels open now, "
+        "the paced ramp while the host's limit is unknown, a known ceiling's waves), keeps "
+        "the sizes whose request count fits the budget share (`github_budget_share` of what "
+        "is left above the reserve, as the probes' answers announce it), and takes the "
+        "largest size within 10 % of the fastest: fewer requests for about the same time "
+        "(the run summary says what it chose and what the fastest would have cost). Every "
+        "page, page 1 included, then goes out at once. More repositories than that fill the "
+        "window with their first pages anyway: their size is chosen before any answer "
+        "(`choose_per_page`: every repository's first page in parallel, then waves of the "
+        "window planned for, the budget read from the free `GET /rate_limit`), over the "
+        "pull requests earlier runs stored, else `github_expected_pulls` (500). A repository "
+        "keeps the page size of its previous sync, so its stored ETags stay valid and an "
+        "unchanged re-run costs nothing.",
     ]
-    args.out.write_text("\n".join(text) + "\n")
+    _, kept = split_first_contact(args.out.read_text() if args.out.exists() else "")
+    args.out.write_text("\n".join(text) + "\n" + (f"\n{kept}\n" if kept else ""))
     print(f"\nwritten to {args.out.name}")
 
 

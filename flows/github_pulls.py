@@ -5,10 +5,10 @@ HTTP client, one in-flight limit, one rate-limit governor) and stores each
 repository as it ends; on a Dask cluster each repository is a task of its own,
 spread over the workers under the in-flight limit and budget they share on the
 Prefect server (``ingest.rest.shared``). The flow loads the stored state first
-and publishes the summary last. A run stopped by the rate limit completes with
-the reason in its summary and in ``github_syncs.stop_reason``; the next run
-resumes. A missing repository fails the run after the others are stored; a
-rejected token fails it at once.
+(the lake's upkeep runs beside the fetch) and publishes the summary last. A run
+stopped by the rate limit completes with the reason in its summary and in
+``github_syncs.stop_reason``; the next run resumes. A missing repository fails
+the run after the others are stored; a rejected token fails it at once.
 """
 
 from __future__ import annotations
@@ -139,6 +139,9 @@ def github_pulls(
 
     with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
+        # The lake's upkeep runs beside the fetch, which waits on the network: nothing of
+        # the run is committed before it ends, and the stored state is read as it was.
+        upkeep = maintain_lake.submit(settings, list(GITHUB_TABLES))
         priors = load_sync_state(settings, repos, full_refresh)
         # Thread runner: one task, every repository in one event loop. Dask: one task per
         # repository, so that the cluster's workers share the repositories.
@@ -158,7 +161,7 @@ def github_pulls(
             for i, group in enumerate(groups)
         ]
         summary = merge_summaries(run_id, [f.result() for f in futures])
-        maintain_lake(settings, list(GITHUB_TABLES))
+        upkeep.result()
         summary.seconds = time.perf_counter() - started
         summary = publish_and_commit(
             settings,

@@ -13,11 +13,19 @@ Nothing is downloaded at run time: extensions are never installed on demand
 through delta-rs, which hands DuckDB Arrow datasets: ``register_relation`` keeps
 them by name for the process, and every connection made here sees them, so a
 ``storage.scan`` expression works in any of the library's connections.
+
+A new database costs ~15 ms (more on a busy machine), most of a small query's time:
+a run's end asks a dozen small ones (its stage table, the previous run, stored
+ETags). ``cursor`` gives those a connection of one in-memory database the process
+shares (~0.5 ms each; its own connection per call, so threads never share one);
+work over many rows keeps a database of its own (``connect``), whose memory goes
+back when it closes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -60,3 +68,18 @@ def connect(database: str = ":memory:", **settings: Any) -> duckdb.DuckDBPyConne
     """``duckdb.connect`` with the library's settings (plus ``settings``), with the
     registered Arrow relations."""
     return with_relations(duckdb.connect(database, config={**SETTINGS, **settings}))
+
+
+_shared: tuple[int, duckdb.DuckDBPyConnection] | None = None
+_shared_lock = threading.Lock()
+
+
+def cursor() -> duckdb.DuckDBPyConnection:
+    """A connection of the process's shared in-memory database, with the registered
+    Arrow relations: for small queries (see the module doc). Close it when done (``with``);
+    the database stays. A forked child makes its own."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():
+            _shared = (os.getpid(), duckdb.connect(":memory:", config=dict(SETTINGS)))
+        return with_relations(_shared[1].cursor())

@@ -226,7 +226,7 @@ def comparison_markdown(
 
 def _all(data_dir: DataDir, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     del data_dir  # the SQL already names the files
-    with duck.connect() as con:
+    with duck.cursor() as con:
         cur = con.execute(sql, params)
         cols = [d[0] for d in cur.description or ()]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -95,7 +95,7 @@ def stage_table(
         WHERE flow_run_id = ?
         GROUP BY task_name ORDER BY min(started_at)
     """
-    with duck.connect() as con:
+    with duck.cursor() as con:
         cur = con.execute(sql, [flow_run_id])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

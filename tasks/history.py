@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.context import FlowRunContext
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
@@ -34,6 +35,17 @@ def current_ids() -> dict[str, str]:
 
 
 def _lookup_ids() -> dict[str, str]:
+    ctx = FlowRunContext.get()
+    run = ctx.flow_run if ctx is not None else None
+    if run is not None and run.parent_task_run_id is None:
+        # Read from the run itself: prefect.runtime's deployment.id asks the API for the
+        # flow run even when the context holds it (~25 ms on a busy server, at a run's end).
+        return {
+            "flow_run_id": str(run.id),
+            "flow_name": str(flow_run.flow_name or ""),
+            "deployment_id": str(run.deployment_id or ""),
+            "parent_flow_run_id": "",
+        }
     try:
         parent = str(flow_run.parent_flow_run_id or "")
     except Exception:  # no API (a plain function call in a unit test)

@@ -240,9 +240,10 @@ def test_a_large_commit_goes_in_slices_and_a_crash_between_them_is_replayed(
     assert storage.commit_run(tmp_path, "big").rows == {"s3_objects": 9}
     assert q(tmp_path, "SELECT count(*), count(DISTINCT key) FROM s3_objects") == [(15, 15)]
     assert q(tmp_path, "SELECT count(*) FROM s3_object_log") == [(15,)]
-    # One MERGE per slice (5 slices of one staged part each): the table is small, so all
-    # its hash parts go in one MERGE (version 0 is the table's creation).
-    assert lake.open_table(tmp_path, "s3_objects").version() == 5
+    # One commit per slice (5 slices of one staged part each): the first creates the table
+    # with its rows (version 0), each later one is a MERGE; the table is small, so all its
+    # hash parts go in one MERGE.
+    assert lake.open_table(tmp_path, "s3_objects").version() == 4
 
 
 def test_a_merge_reads_a_bounded_number_of_stored_rows(
@@ -411,3 +412,147 @@ def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Pat
     storage.stage(tmp_path, "r2", "s3_objects", "batch-0", [obj_row("docs/a", "1", "deleted")])
     storage.commit_run(tmp_path, "r2")
     assert pages("all-deleted") == [2, 4, 8, 10, 10]
+
+
+def github_run(data_dir: Path, run_id: str, pulls: int, fetched: datetime) -> None:
+    """Stage what a first GitHub run of one repository stages (ingest.github.store)."""
+    from ingest.github import store
+    from ingest.github.records import ApiRequest, PageRecord, PullRequest, RepoResult, SyncRecord
+
+    prs = [
+        PullRequest.from_api(
+            "octo/big",
+            {"number": n, "id": n, "title": f"PR {n}", "updated_at": "2026-01-01T00:00:00Z"},
+            run_id=run_id,
+            fetched_at=fetched,
+        )
+        for n in range(1, pulls + 1)
+    ]
+    url = "https://api.test/repos/octo/big/pulls?state=all&per_page=44"
+    result = RepoResult(
+        repo="octo/big",
+        sync=SyncRecord(
+            repo="octo/big",
+            state="all",
+            per_page=44,
+            watermark=fetched,
+            complete=True,
+            stop_reason=None,
+            pages=1,
+            requests=1,
+            not_modified=0,
+            items=pulls,
+            failed_pages=0,
+            run_id=run_id,
+            started_at=fetched,
+            ended_at=fetched,
+        ),
+        pulls=prs,
+        pages=[
+            PageRecord(
+                repo="octo/big",
+                state="all",
+                per_page=44,
+                page=1,
+                url=url,
+                etag='W/"1"',
+                link=None,
+                items=pulls,
+                newest_updated_at=fetched,
+                oldest_updated_at=fetched,
+                run_id=run_id,
+                fetched_at=fetched,
+            )
+        ],
+        requests=[
+            ApiRequest(
+                run_id=run_id,
+                repo="octo/big",
+                url=url,
+                status=200,
+                seconds=0.1,
+                bytes=10,
+                from_cache=False,
+                rate_remaining=4999,
+                rate_limit=5000,
+                rate_resource="core",
+                attempt=1,
+                error=None,
+                requested_at=fetched,
+            )
+        ],
+    )
+    store.write_result(data_dir, run_id, result)
+
+
+def test_a_first_github_commit_creates_each_table_with_its_rows_in_one_commit(
+    tmp_path: Path,
+) -> None:
+    """A first run's rows: every table created holding them (version 0, no empty table
+    first, no MERGE into nothing), every row once; the same rows staged by a re-run of the
+    night change no state row; a replay of a commit that went through adds nothing."""
+    t0 = datetime(2026, 1, 2, tzinfo=UTC)
+    github_run(tmp_path, "run1", 480, t0)
+    report = storage.commit_run(tmp_path, "run1")
+    assert report.rows == {
+        "pull_requests": 480,
+        "api_requests": 1,
+        "github_pages": 1,
+        "github_syncs": 1,
+    }
+    for table in ("pull_requests", "pull_request_log", "api_requests", "github_pages"):
+        assert lake.open_table(tmp_path, table).version() == 0, table
+    assert q(
+        tmp_path, "SELECT count(*), count(DISTINCT number), max(title) FROM pull_requests"
+    ) == [(480, 480, "PR 99")]
+    assert q(tmp_path, "SELECT count(*) FROM pull_request_log") == [(480,)]
+
+    github_run(tmp_path, "run2", 480, t0)  # the same night again: nothing newer
+    storage.commit_run(tmp_path, "run2")
+    assert lake.open_table(tmp_path, "pull_requests").version() == 0  # MERGE wrote nothing
+    assert q(tmp_path, "SELECT count(*), count(DISTINCT number) FROM pull_requests") == [(480, 480)]
+    assert q(tmp_path, "SELECT count(DISTINCT run_id) FROM github_syncs") == [(2,)]
+
+    github_run(tmp_path, "run3", 480, t0 + timedelta(hours=1))  # a newer fetch replaces every row
+    storage.commit_run(tmp_path, "run3")
+    assert q(tmp_path, "SELECT count(*), min(run_id) FROM pull_requests") == [(480, "run3")]
+
+
+def test_a_commit_that_created_its_tables_is_replayed_without_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process died after the commits, before the staged parts were removed: the
+    next commit of the run (its recovery) finds the tables made and writes nothing twice."""
+    github_run(tmp_path, "run1", 30, datetime(2026, 1, 2, tzinfo=UTC))
+    monkeypatch.setattr(staging, "remove_parts", lambda data_dir, keys: None)
+    real_delete = storage.location.LocalFiles.delete
+
+    def keep_manifests(self: Any, keys: list[str]) -> None:
+        real_delete(self, [k for k in keys if not k.endswith(".commit")])
+
+    monkeypatch.setattr(storage.location.LocalFiles, "delete", keep_manifests)
+    storage.commit_run(tmp_path, "run1")
+    monkeypatch.undo()
+    storage.commit_run(tmp_path, "run1")  # the replay, from the same manifests
+    assert q(tmp_path, "SELECT count(*), count(DISTINCT number) FROM pull_requests") == [(30, 30)]
+    assert q(tmp_path, "SELECT count(*) FROM pull_request_log") == [(30,)]
+    assert q(tmp_path, "SELECT count(*) FROM api_requests") == [(1,)]
+    assert q(tmp_path, "SELECT count(*) FROM github_syncs") == [(1,)]
+
+
+def test_creating_a_table_made_meanwhile_falls_back_to_a_plain_write(tmp_path: Path) -> None:
+    """Two writers creating one table: the second finds it made and writes as usual."""
+    rows = pa.Table.from_pylist([timing_row("t1")])
+    data = lake.conform(SPECS["task_timings"], rows)
+    assert lake.create_with(tmp_path, "task_timings", data)
+    assert not lake.create_with(tmp_path, "task_timings", data)  # exists: nothing written
+    assert lake.append(tmp_path, "task_timings", rows)
+    assert q(tmp_path, "SELECT count(*) FROM task_timings") == [(2,)]
+
+
+def test_a_merge_keeps_the_newest_row_of_a_key_given_twice(tmp_path: Path) -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [obj_row("a", "old", when=t0), obj_row("a", "new", when=t0 + timedelta(1))]
+    assert not lake.unique_keys(pa.Table.from_pylist(rows), ["bucket", "key"])
+    lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist(rows))  # creates the table
+    assert q(tmp_path, "SELECT key, etag FROM s3_objects") == [("a", "new")]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ingest.rest.records import ApiRequest as ApiRequest  # re-exported: a GitHub row too
+from ingest.rest.records import as_row
 
 PullState = Literal["open", "closed", "all"]
 
@@ -67,7 +68,7 @@ class PullRequest:
         )
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -93,7 +94,7 @@ class PageRecord:
     fetched_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -121,7 +122,7 @@ class SyncRecord:
     ended_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -161,6 +162,7 @@ class GitHubSummary:
     failed_pages: int = 0
     stopped: str | None = None
     per_page: int = 0
+    size_plan: str | None = None  # how the automatic page size was chosen (SizePlan)
     max_in_flight: int = 0
     window: int = 0  # requests in flight the host allowed at the end (remembered)
     ceiling: int | None = None  # the most the host accepted, when it refused more

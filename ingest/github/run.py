@@ -27,6 +27,7 @@ from ingest.rest.aio import run_async
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import HostWindow
 from ingest.rest.shared import SharedLimits, with_shared_limits
+from ingest.rest.sizing import LatencyModel, SizePlanner
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -60,8 +61,8 @@ def fetch_pulls(
 ) -> GitHubSummary:
     """Sync the pull requests of ``repos`` into ``data_dir`` and summarise the run.
 
-    ``part`` names this call's staged parts that belong to no repository (the
-    ``/rate_limit`` probe, the host's window) when several calls of one run each
+    ``part`` names this call's staged parts that belong to no repository (requests
+    without one, the host's window) when several calls of one run each
     fetch some of its repositories (one task per repository on a cluster).
 
     Raises ``BadCredentialsError`` (401) at once; every other outcome is in the
@@ -90,6 +91,29 @@ def fetch_pulls(
             in_flight=settings.github_concurrency,
             remembered=remembered,
         )
+    )
+
+
+def planner_for(
+    settings: Settings, listings: int, window: AdaptiveWindow, governor: RateLimitGovernor
+) -> SizePlanner:
+    """The page-size planner of the repositories whose size is automatic: the configured
+    latency model (scaled by the probes), the window's model, and the share of the
+    budget above the reserve (``github_budget_share``) as it stands once they answered."""
+
+    def budget() -> int | None:
+        if governor.unlimited or governor.budget is None:
+            return None
+        above = max(0, governor.budget.remaining - governor.pending - governor.effective_reserve)
+        return max(1, int(above * settings.github_budget_share))
+
+    return SizePlanner(
+        listings,
+        latency=LatencyModel(settings.github_latency_base, settings.github_latency_per_item),
+        finish=window.finish_seconds,
+        budget=budget,
+        expected=settings.github_expected_pulls,
+        recheck=True,
     )
 
 
@@ -147,31 +171,40 @@ async def _fetch(
             shared=shared.slots if shared is not None else None,
         )
         results: list[RepoResult] = []
+        planner: SizePlanner | None = None
         try:
-            # The budget is read first (GET /rate_limit is free) only when a page size is to
-            # be chosen; otherwise the governor learns it from the first answer.
             auto_for = [
                 r
                 for r in repos
                 if not settings.github_per_page and (full_refresh or priors[r].per_page is None)
             ]
-            auto = PER_PAGE_MAX
-            if auto_for:
+            # Fewer such repositories than the window admits at once: their first pages
+            # would leave it idle for a page's latency, so each is probed (page 1 with one
+            # pull request) and all are sized together from what the probes showed
+            # (ingest.rest.sizing). More of them fill the window with first pages anyway:
+            # their size is chosen up front, for the budget GET /rate_limit (free) shows.
+            if auto_for and len(auto_for) < window.size:
+                planner = planner_for(settings, len(auto_for), window, governor)
+            budget = None
+            if auto_for and planner is None:
                 remaining = await probe_rate_limit(gh)
-                budget = None
                 if remaining is not None:
                     above = max(0, remaining - governor.effective_reserve)
                     budget = max(1, int(above * settings.github_budget_share))
-                # Sized for the host's known ceiling, else the initial window, not for the
-                # cap: a cap it may never reach asks for small pages and many requests
-                # (140 instead of 100); see AdaptiveWindow.plan_size.
-                auto = choose_per_page(
+            # Up front (and for a repository whose probe fails): sized for the host's known
+            # ceiling, else the initial window, not for the cap: a cap it may never reach
+            # asks for small pages and many requests; see AdaptiveWindow.plan_size.
+            auto = (
+                choose_per_page(
                     [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
                     concurrency=window.plan_size(settings.http_initial_window),
                     budget=budget,
                     base_s=settings.github_latency_base,
                     per_item_s=settings.github_latency_per_item,
                 )
+                if auto_for
+                else PER_PAGE_MAX
+            )
 
             def opts_for(repo: str) -> SyncOptions:
                 kept = None if full_refresh else priors[repo].per_page
@@ -181,6 +214,7 @@ async def _fetch(
                     full_refresh=full_refresh,
                     run_id=run_id,
                     concurrency=settings.github_concurrency,
+                    planner=planner if planner is not None and repo in auto_for else None,
                 )
 
             async def on_result(result: RepoResult) -> None:
@@ -217,6 +251,8 @@ async def _fetch(
         1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
     )
     summary.per_page = max((r.sync.per_page for r in results), default=summary.per_page)
+    if planner is not None and planner.plan is not None:
+        summary.size_plan = planner.plan.describe()
     summary.failed_pages = sum(r.sync.failed_pages for r in results)
     stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
     summary.stopped = "; ".join(sorted(stops)) or None
@@ -249,6 +285,7 @@ def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummar
         out.limit_answers += s.limit_answers
         out.shared_round_trips += s.shared_round_trips
         out.per_page = max(out.per_page, s.per_page)
+        out.size_plan = "; ".join(p for p in (out.size_plan, s.size_plan) if p) or None
         out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
         out.shared_limit = out.shared_limit or s.shared_limit
     stops = {reason for s in parts if s.stopped for reason in s.stopped.split("; ")}

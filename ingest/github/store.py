@@ -35,7 +35,7 @@ def load_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dict[str
     pages_sql, syncs_sql, pulls_sql = (
         storage.scan(data_dir, t) for t in ("github_pages", "github_syncs", "pull_requests")
     )
-    with duck.connect() as con:
+    with duck.cursor() as con:
         pages = con.execute(
             f"""
             SELECT * FROM {pages_sql}

@@ -26,6 +26,8 @@ def headline(summary: GitHubSummary) -> str:
             f"\nshared limits: {summary.shared_limit} and the budget of its host, "
             f"{summary.shared_round_trips} calls to the Prefect server"
         )
+    if summary.size_plan:
+        text += f"\npage size: {summary.size_plan}"
     if summary.stopped:
         text += f"\nstopped early: {summary.stopped}"
     return text
@@ -35,7 +37,8 @@ TERMS = (
     "*requests*: HTTP calls made this run; *not modified*: requests answered 304 from a "
     "stored ETag (nothing new, and free of the rate-limit budget); *budget spent*: requests "
     "counted against the hourly rate limit; *per_page*: pull requests asked for per page "
-    "(1-100, chosen from the budget unless set); *max in flight*: the most requests open at "
+    "(1-100; unless set, planned after a one-item probe of each repository from the latency "
+    "it showed, the in-flight window and the budget); *max in flight*: the most requests open at "
     "once; *failed pages*: pages that still failed after their retries."
 )
 

@@ -17,6 +17,15 @@ in-flight limit):
 3. Every stored page ETag is sent back, so pages unchanged since a run that
    stopped early answer 304 for free when the next run resumes.
 
+When the page size is automatic (a first sync, a full refresh), a **probe**
+comes first: page 1 with one pull request (``per_page=1``), whose ``rel="last"``
+page number is the listing's exact size and whose latency is the host's. Once
+every such repository of the run has been probed, one page size is planned for
+them all (``ingest.rest.sizing.SizePlanner``: the latency the probes showed, the
+in-flight window's model, the budget), and each listing is then read at that
+size, page 1 included, all its pages at once. The probe costs one request per
+repository; its pull request is read again on page 1.
+
 The watermark (newest ``updated_at`` below which everything is stored)
 advances only when a sync completes: it read the listing to its end, or down
 to the previous watermark, without a failed page. A run stopped by the rate
@@ -52,6 +61,7 @@ from ingest.redact import redact
 from ingest.rest.engine import Page, walk
 from ingest.rest.paging import LinkHeaderPaginator, Paginator
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
+from ingest.rest.sizing import PROBE_SIZE, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
 
@@ -77,10 +87,11 @@ def pulls_url(repo: str, state: str, per_page: int) -> str:
 @dataclass(slots=True)
 class SyncOptions:
     state: str
-    per_page: int
+    per_page: int  # with a planner: until the plan is made (and if the probe fails)
     full_refresh: bool
     run_id: str
     concurrency: int
+    planner: SizePlanner | None = None  # the page size is planned after a probe
 
 
 LISTING_MOVED = (
@@ -190,10 +201,16 @@ class _RepoSync:
 
     async def _listing_moved(self) -> bool:
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
-        answer = await self.gh.get(first, label=self.repo, etag=self.first_etag)
+        answer = await self.gh.get(first, label=self.repo, etag=self.first_etag, paced=False)
         return not answer.not_modified
 
     async def _page(self) -> tuple[bool, str | None]:
+        known: list[str] = []
+        if self.opts.planner is not None:
+            probed = await self._probe(self.opts.planner)
+            if isinstance(probed, tuple):
+                return probed
+            known = probed
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
         done = await walk(
             self.fetch,
@@ -202,9 +219,36 @@ class _RepoSync:
             incremental=self.watermark is not None,
             max_wave=self.opts.concurrency,
             label=self.repo,
+            known=known,
         )
         self.failed += done.failed
         return done.complete, done.stop_reason
+
+    async def _probe(self, planner: SizePlanner) -> list[str] | tuple[bool, str | None]:
+        """Page 1 with one item: the listing's size and the host's latency for the
+        planner; sets the planned page size and returns the URLs of pages 2.. at it, or
+        (False, why) when the probe failed as a first page would (``walk``)."""
+        reported = False
+        try:
+            answer = await self.gh.get(
+                pulls_url(self.repo, self.opts.state, PROBE_SIZE), label=self.repo, paced=False
+            )
+            total = self.paginator.total_items(answer.url, answer.headers, answer.data)
+            reported = True
+            self.opts.per_page = await planner.size_for(
+                total, len(self.paginator.items(answer.data)), answer.seconds
+            )
+        except RateLimitStop as exc:
+            return False, str(exc)
+        except PageError as exc:
+            self.failed += 1
+            return False, f"page failed: {exc}"
+        finally:
+            if not reported:
+                planner.leave()
+        return self.paginator.sized_urls(
+            answer.url, answer.headers, answer.data, self.opts.per_page
+        )
 
     def result(self, complete: bool, stop: str | None) -> RepoResult:
         if self.duplicates:

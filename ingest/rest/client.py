@@ -146,6 +146,7 @@ class Answer:
     headers: httpx.Headers
     data: Any
     attempts: int
+    seconds: float = 0.0  # the answering attempt's, from send to answer
 
     @property
     def not_modified(self) -> bool:
@@ -207,13 +208,20 @@ class RestClient:
         label: str = "",
         etag: str | None = None,
         params: Mapping[str, Any] | None = None,
+        paced: bool = True,
     ) -> Answer:
-        """GET ``url`` (absolute, or relative to the base URL) with retries; see the module doc."""
+        """GET ``url`` (absolute, or relative to the base URL) with retries; see the module doc.
+
+        ``paced=False`` for a request unlike the listing's pages (a one-item probe, a
+        conditional look at page 1): its latency is not a sample of the window's
+        queueing signal, which compares answers with the fastest seen, and a 90 ms probe
+        beside 900 ms pages would read as a server queueing tenfold.
+        """
         failures = secondary = primary = 0
         attempt = 0
         while True:
             attempt += 1
-            sent = await self._send(url, etag, params)
+            sent = await self._send(url, etag, params, paced)
             response = sent.response
             target = safe_url(response.request.url if response is not None else url)
             error = sent.bad_json or sent.error
@@ -246,7 +254,7 @@ class RestClient:
             headers, status = response.headers, response.status_code
             if status in (200, 304):
                 self.governor.succeeded()
-                return Answer(target, status, headers, sent.data, attempt)
+                return Answer(target, status, headers, sent.data, attempt, sent.seconds)
             message = _message(response)
             if status in (403, 429):
                 if _budget_spent(headers):
@@ -294,7 +302,9 @@ class RestClient:
                 f"{target}: HTTP {status} {message}".strip(), url=target, status=status
             )
 
-    async def _send(self, url: str, etag: str | None, params: Mapping[str, Any] | None) -> _Sent:
+    async def _send(
+        self, url: str, etag: str | None, params: Mapping[str, Any] | None, paced: bool = True
+    ) -> _Sent:
         """One attempt, inside the window and the budget."""
         window = self.window
         assert window is not None
@@ -339,7 +349,7 @@ class RestClient:
             sent.outcome = _outcome(response)
             return sent
         finally:
-            await window.release(ticket, sent.outcome, sent.seconds)
+            await window.release(ticket, sent.outcome, sent.seconds if paced else 0.0)
             if slotted:
                 assert self.shared is not None
                 await self.shared.release()

@@ -13,6 +13,11 @@ extraction, watermark checks live there, not here):
    planned), refusing a URL it has already fetched (a cursor that repeats
    would loop forever) and stopping at ``max_pages``.
 
+When the caller already knows the pages (``known``: a probe told the listing's
+size, ``ingest.rest.sizing``), the first page and the rest are requested
+together, and pages the first one announces beyond them (the listing grew
+meanwhile) after.
+
 How many requests are in flight is the client's window (``ingest.rest.window``),
 shared by every listing of a run, so ``walk`` may ask for many pages at once.
 
@@ -77,9 +82,13 @@ async def walk(
     max_wave: int = 64,
     max_pages: int = 100_000,
     label: str = "",
+    known: Sequence[str] = (),
 ) -> Walk:
     """Page one listing to its end (or to known ground); see the module doc."""
     result = Walk()
+    if known and not incremental:
+        await _with_known(fetch, first_url, paginator, list(known)[: max_pages - 1], result, label)
+        return result
     try:
         first = await fetch(first_url, 1)
     except RateLimitStop as exc:
@@ -101,8 +110,36 @@ async def walk(
     return result
 
 
+async def _with_known(
+    fetch: Fetch, first_url: str, paginator: Paginator, known: list[str], result: Walk, label: str
+) -> None:
+    """The first page and the ``known`` pages after it at once; then any page the first
+    one announces that was not known (the listing grew since it was probed)."""
+    outcomes = await asyncio.gather(
+        fetch(first_url, 1),
+        *(fetch(u, k + 2) for k, u in enumerate(known)),
+        return_exceptions=True,
+    )
+    if _settle(outcomes, result, label):
+        return
+    first = outcomes[0]
+    if not isinstance(first, Page):
+        return
+    asked = set(known)
+    announced = paginator.planned_urls(first.url, first.headers, first.data)
+    more = [u for u in announced if u not in asked]
+    if more:
+        await _planned(fetch, more, result, False, len(more), label, start=len(known) + 2)
+
+
 async def _planned(
-    fetch: Fetch, planned: list[str], result: Walk, incremental: bool, max_wave: int, label: str
+    fetch: Fetch,
+    planned: list[str],
+    result: Walk,
+    incremental: bool,
+    max_wave: int,
+    label: str,
+    start: int = 2,
 ) -> None:
     """The pages the first one announced: all at once, or in doubling waves."""
     wave = 1 if incremental else len(planned)
@@ -110,7 +147,7 @@ async def _planned(
     while i < len(planned):
         batch = planned[i : i + wave]
         outcomes = await asyncio.gather(
-            *(fetch(u, i + k + 2) for k, u in enumerate(batch)), return_exceptions=True
+            *(fetch(u, i + k + start) for k, u in enumerate(batch)), return_exceptions=True
         )
         i += len(batch)
         if _settle(outcomes, result, label):

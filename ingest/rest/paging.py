@@ -89,6 +89,16 @@ class Paginator(ABC):
         """Further pages known from the first response; fetched concurrently."""
         return []
 
+    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
+        """Items in the whole listing, as this (first) response tells; None when it does
+        not say. What a probe page reads (``ingest.rest.sizing``)."""
+        return None
+
+    def sized_urls(self, url: str, headers: Mapping[str, str], data: Any, size: int) -> list[str]:
+        """Pages 2.. of the listing at page size ``size``, from this first response and the
+        listing's total; empty when the strategy cannot resize or the total is unknown."""
+        return []
+
 
 class LinkHeaderPaginator(Paginator):
     """GitHub (and RFC 8288) ``Link`` headers.
@@ -99,8 +109,8 @@ class LinkHeaderPaginator(Paginator):
     follows ``rel="next"``.
     """
 
-    def __init__(self, page_param: str = "page") -> None:
-        self.page_param = page_param
+    def __init__(self, page_param: str = "page", size_param: str = "per_page") -> None:
+        self.page_param, self.size_param = page_param, size_param
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
         return parse_link_header(headers.get("link")).get("next")
@@ -119,6 +129,30 @@ class LinkHeaderPaginator(Paginator):
         current = get_param(links.get("next", ""), self.page_param) if "next" in links else None
         start = int(current) if current and current.isdigit() else 2
         return [set_param(last, self.page_param, n) for n in range(start, last_no + 1)]
+
+    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
+        """From page 1: ``rel="last"``'s page number times its page size (exact for a page
+        size of 1, else at most one page too many); without ``last`` or ``next``, page 1
+        is the whole listing."""
+        links = parse_link_header(headers.get("link"))
+        last_no = self.last_page(headers)
+        if last_no is not None:
+            size = get_param(links["last"], self.size_param)
+            return last_no * int(size) if size and size.isdigit() else None
+        if "next" in links:
+            return None
+        return len(self.items(data))
+
+    def sized_urls(self, url: str, headers: Mapping[str, str], data: Any, size: int) -> list[str]:
+        """Pages 2.. at ``size``, written as the API's own ``rel="last"`` URL with the page
+        size and page number replaced, so they are the URLs that the Link headers of pages
+        of that size name (their stored ETags match on later runs)."""
+        total = self.total_items(url, headers, data)
+        last = parse_link_header(headers.get("link")).get("last")
+        if total is None or last is None or size < 1:
+            return []
+        sized = set_param(last, self.size_param, size)
+        return [set_param(sized, self.page_param, n) for n in range(2, -(-total // size) + 1)]
 
 
 class PageNumberPaginator(Paginator):

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
+
+
+def as_row(record: Any) -> dict[str, Any]:
+    """A dataclass record's fields as a row: a shallow copy. ``dataclasses.asdict`` copies
+    every list and dict inside, recursively: 17 ms for a page's worth of 480 pull
+    requests, against 1 ms this way (their lists go to the row as they are)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 @dataclass(slots=True)
@@ -30,7 +37,7 @@ class ApiRequest:
     requested_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass(slots=True)
@@ -46,7 +53,7 @@ class HostWindow:
     updated_at: datetime
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_row(self)
 
 
 @dataclass

@@ -39,7 +39,7 @@ def part_name(resource: str, parent_key: str) -> str:
 def load_state(data_dir: DataDir, source: str, tables: dict[str, str]) -> SourceState:
     """Watermarks of the last complete listings, and stored rows per listing."""
     state = SourceState()
-    with duck.connect() as con:
+    with duck.cursor() as con:
         rows = con.execute(
             f"""
             SELECT resource, coalesce(parent_key, ''), arg_max(watermark, ended_at)
@@ -78,7 +78,7 @@ def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     # scan() first: on object storage it registers the table's relation, which only the
     # connections made afterwards see (a fresh process, a Dask worker, has none yet)
     relation = storage.scan(data_dir, "api_windows")
-    with duck.connect() as con:
+    with duck.cursor() as con:
         row = con.execute(
             f"""SELECT window_size, ceiling FROM {relation}
                 WHERE host = ? ORDER BY updated_at DESC LIMIT 1""",

@@ -59,7 +59,7 @@ def _sql_str(value: str) -> str:
 
 
 def _duck_types(schema: pa.Schema) -> list[str]:
-    with duck.connect() as con:
+    with duck.cursor() as con:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
 
 
@@ -243,8 +243,12 @@ def refresh_warehouse(
     while True:
         try:
             with duck.connect(str(db)) as con:
+                # one transaction: a reader sees the views all old or all new, and the
+                # file's log is written once, not once per view
+                con.execute("BEGIN TRANSACTION")
                 for name, body in bodies.items():
                     con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
+                con.execute("COMMIT")
             if signature is None:
                 stamp.unlink(missing_ok=True)
             else:

@@ -1,0 +1,250 @@
+"""Unit tests of page sizes planned after a probe: the window's model, the latency model
+scaled to the probes, the plan and its budget, the planner's gathering of probes, the
+Link-header strategy's total and resized URLs, the paging loop with known pages, and the
+GitHub sync end to end on fake answers (``httpx.MockTransport``). No server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Any
+
+import httpx
+import pytest
+
+from devservers.github import link_header
+from ingest.github.client import GitHubClient
+from ingest.github.records import RepoState
+from ingest.github.sync import SyncOptions, sync_repos
+from ingest.rest.engine import Page, walk
+from ingest.rest.paging import LinkHeaderPaginator
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.sizing import LatencyModel, SizePlanner, plan_per_page
+from ingest.rest.window import AdaptiveWindow
+
+MODEL = LatencyModel(0.08, 0.008)  # the devserver's 80 ms + 8 ms per item
+
+
+def test_window_models_the_paced_ramp_of_an_unknown_host() -> None:
+    fresh = AdaptiveWindow(initial=4, maximum=100, ramp=0.02)
+    assert fresh.finish_seconds(0, 0.3) == 0
+    assert fresh.finish_seconds(5, 0.3) == pytest.approx(0.3, abs=1e-5)  # 4 open, a 5th at once
+    # 20 pages of 0.272 s: levels 6.. open every 20 ms, and the first four slots are
+    # free again at 0.272 s, before level 18 opens: the last page starts at 0.272 s
+    assert fresh.finish_seconds(20, 0.272) == pytest.approx(0.544, abs=1e-5)
+    # more pages than the ramp opens in one page's time wait for freed slots
+    assert fresh.finish_seconds(48, 0.16) > fresh.finish_seconds(20, 0.16)
+
+
+def test_window_models_waves_of_a_known_or_fixed_window() -> None:
+    assert AdaptiveWindow(initial=4, maximum=20, adaptive=False).finish_seconds(
+        41, 0.1
+    ) == pytest.approx(0.3, abs=1e-5)
+    known = AdaptiveWindow(initial=4, maximum=100, ceiling=8)
+    assert known.finish_seconds(16, 0.1) == pytest.approx(0.2, abs=1e-5)
+    assert known.finish_seconds(17, 0.1) == pytest.approx(0.3, abs=1e-5)
+    # no ramp: slow start doubles the levels per round trip (4, 8, 16 ...)
+    doubling = AdaptiveWindow(initial=4, maximum=100, ramp=0)
+    assert doubling.finish_seconds(12, 0.1) == pytest.approx(0.2, abs=1e-5)
+    assert doubling.finish_seconds(13, 0.1) == pytest.approx(0.3, abs=1e-5)
+
+
+def test_latency_model_is_scaled_to_what_the_probes_showed() -> None:
+    slow = MODEL.calibrated([(1, 0.176), (1, 0.2), (1, 0.1)])  # median: twice the model
+    assert slow.seconds(1) == pytest.approx(0.176)
+    assert slow.seconds(40) == pytest.approx(2 * MODEL.seconds(40))
+    assert MODEL.calibrated([]) == MODEL
+    assert MODEL.calibrated([(1, 0.0)]) == MODEL  # no usable answer: the prior stands
+
+
+def plan(totals: list[int], latency: LatencyModel = MODEL, **kw: Any) -> Any:
+    kw.setdefault("budget", None)
+    window = kw.pop("window", None) or AdaptiveWindow(initial=4, maximum=100, ramp=0.02)
+    return plan_per_page(totals, finish=window.finish_seconds, latency=latency, **kw)
+
+
+def test_plan_sizes_pages_for_the_window_and_latency() -> None:
+    chosen = plan([480], recheck=True)
+    # planned for the ramp and the latency: neither the starting window's large pages
+    # (61, planned for 4 in flight) nor the smallest pages the cap would allow
+    assert 30 <= chosen.per_page <= 60
+    assert chosen.requests == math.ceil(480 / chosen.per_page)
+    # the fastest size costs more requests; the one chosen is within the tolerance
+    assert chosen.fastest_requests > chosen.requests
+    assert chosen.seconds <= chosen.fastest_seconds * 1.1
+    assert "fastest" in chosen.describe() and f"{chosen.requests} requests" in chosen.describe()
+    # a host known to allow 20 in flight: pages for one wave of about 20
+    known = plan([480], window=AdaptiveWindow(initial=20, maximum=100, ceiling=20))
+    assert math.ceil(480 / known.per_page) <= 20 and known.per_page < chosen.per_page
+    # a host that answers 5x slower: its latency outweighs the ramp, so smaller pages
+    assert plan([480], MODEL.calibrated([(1, 0.44)])).per_page < chosen.per_page
+
+
+def test_plan_keeps_within_the_budget() -> None:
+    tight = plan([480], budget=6)
+    assert tight.requests <= 6 and tight.per_page >= 80
+    assert plan([480], budget=2).per_page == 100  # nothing fits: the fewest requests
+    empty = plan([0])
+    assert empty.requests == 1  # page 1 is asked for at the planned size all the same
+    many = plan([200] * 20)
+    assert many.per_page > plan([200]).per_page  # 20 listings share one window
+
+
+def test_planner_plans_once_every_listing_reported_or_left() -> None:
+    async def go() -> tuple[list[int], SizePlanner]:
+        planner = SizePlanner(
+            3,
+            latency=MODEL,
+            finish=AdaptiveWindow(initial=4, maximum=100).finish_seconds,
+            budget=lambda: 1000,
+            expected=500,
+        )
+        first = asyncio.ensure_future(planner.size_for(480, 1, 0.176))
+        await asyncio.sleep(0)
+        assert not first.done()  # waits for the others
+        second = asyncio.ensure_future(planner.size_for(None, 1, 0.176))  # size unknown
+        planner.leave()  # its probe failed
+        return [await first, await second], planner
+
+    sizes, planner = asyncio.run(go())
+    assert sizes[0] == sizes[1] and planner.plan is not None
+    assert planner.plan.items == 480 + 500  # the unknown size counted as the expected one
+    assert planner.latency.seconds(1) == pytest.approx(0.176)  # scaled to the probes
+
+
+# A Link header exactly as GitHub answers a probe: page 1 of 480 at per_page=1.
+_U = "https://api.github.com/repositories/1300192/pulls?state=all&per_page=1"
+PROBE_LINK = f'<{_U}&page=2>; rel="next", <{_U}&page=480>; rel="last"'
+
+
+def test_link_strategy_reads_the_total_and_resizes_from_the_last_url() -> None:
+    p = LinkHeaderPaginator()
+    url = "https://api.github.com/repos/o/r/pulls?state=all&per_page=1"
+    assert p.total_items(url, {"link": PROBE_LINK}, [{}]) == 480
+    urls = p.sized_urls(url, {"link": PROBE_LINK}, [{}], 40)
+    assert len(urls) == 11  # pages 2..12 of 40
+    assert urls[0].endswith("/repositories/1300192/pulls?state=all&per_page=40&page=2")
+    assert urls[-1].endswith("per_page=40&page=12")
+    assert p.total_items(url, {}, [{}]) == 1  # no Link: page 1 is the whole listing
+    assert p.total_items(url, {}, []) == 0
+    assert p.total_items(url, {"link": f'<{_U}&page=2>; rel="next"'}, [{}]) is None
+    assert p.sized_urls(url, {}, [], 40) == []
+
+
+def fake_github(total: int, *, grow_after: int | None = None, fail_probe: bool = False) -> Any:
+    """A handler answering ``/repos/o/r/pulls`` as GitHub does (items, Link, ETag); after
+    ``grow_after`` requests the listing holds ``total + 10`` items; with ``fail_probe`` a
+    request for one item answers 502."""
+    seen: list[httpx.URL] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url)
+        q = request.url.params
+        per_page, page = int(q.get("per_page", 30)), int(q.get("page", 1))
+        if fail_probe and per_page == 1:
+            return httpx.Response(502, json={"message": "Server Error"})
+        n = total + 10 if grow_after is not None and len(seen) > grow_after else total
+        numbers = list(range(n, 0, -1))[(page - 1) * per_page : page * per_page]
+        items = [
+            {"number": k, "id": k, "updated_at": f"2025-01-01T00:{k % 60:02d}:00Z"} for k in numbers
+        ]
+        body = json.dumps(items).encode()
+        last = max(1, -(-n // per_page))
+        link = link_header("https://api.test", 7, list(q.multi_items()), page, last)
+        etag = f'W/"{hash((body, link)) & 0xFFFF:x}"'
+        if request.headers.get("if-none-match") == etag:
+            return httpx.Response(304, headers={"etag": etag})
+        return httpx.Response(200, content=body, headers={"etag": etag, "link": link})
+
+    return handler, seen
+
+
+def test_walk_asks_for_known_pages_with_the_first_and_then_what_it_announces() -> None:
+    # 100 items when probed, 110 afterwards: page 1 at 25 announces a fifth page
+    handler, seen = fake_github(100, grow_after=1)
+    p = LinkHeaderPaginator()
+
+    async def go() -> list[Page]:
+        pages: list[Page] = []
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            probe = await client.get("https://api.test/repos/o/r/pulls?state=all&per_page=1")
+            known = p.sized_urls(str(probe.request.url), probe.headers, probe.json(), 25)
+
+            async def fetch(url: str, page_no: int) -> Page:
+                response = await client.get(url)
+                data = response.json()
+                page = Page(str(response.request.url), response.headers, data, page_no)
+                page.items = p.items(data)
+                pages.append(page)
+                return page
+
+            done = await walk(
+                fetch, "https://api.test/repos/o/r/pulls?state=all&per_page=25", p, known=known
+            )
+            assert done.complete and done.pages == 5
+        return pages
+
+    pages = asyncio.run(go())
+    assert sorted(pg.page_no for pg in pages) == [1, 2, 3, 4, 5]
+    assert [u.params["per_page"] for u in seen[1:]] == ["25"] * 5
+
+
+def github_client(handler: Any) -> GitHubClient:
+    http = httpx.AsyncClient(base_url="https://api.test", transport=httpx.MockTransport(handler))
+    return GitHubClient(
+        http,
+        RateLimitGovernor(reserve=0),
+        RetryPolicy(2, 0.001, 0.002),
+        window=AdaptiveWindow(initial=4, maximum=100, ramp=0.001),
+    )
+
+
+def sync(handler: Any, repos: list[str]) -> tuple[list[Any], SizePlanner]:
+    async def go() -> tuple[list[Any], SizePlanner]:
+        gh = github_client(handler)
+        planner = SizePlanner(
+            len(repos),
+            latency=MODEL,
+            finish=gh.window.finish_seconds,  # type: ignore[union-attr]
+            budget=lambda: None,
+            expected=500,
+            recheck=True,
+        )
+
+        def opts(repo: str) -> SyncOptions:
+            return SyncOptions("all", 30, False, "r1", 100, planner=planner)
+
+        async with gh.http:
+            results = await sync_repos(gh, repos, opts, {r: RepoState() for r in repos})
+        return results, planner
+
+    return asyncio.run(go())
+
+
+def test_github_sync_probes_then_reads_every_page_at_the_planned_size() -> None:
+    handler, seen = fake_github(480)
+    (result,), planner = sync(handler, ["o/r"])
+    assert planner.plan is not None and result.sync.complete
+    size = planner.plan.per_page
+    assert result.sync.per_page == size and sorted(p.number for p in result.pulls) == list(
+        range(1, 481)
+    )
+    pages = math.ceil(480 / size)
+    assert seen[0].params["per_page"] == "1"  # the probe first
+    assert {u.params["per_page"] for u in seen[1:]} == {str(size)}
+    # the probe, every page once, and page 1 again at the end (a 304: nothing moved)
+    assert len(seen) == 1 + pages + 1 and result.sync.requests == len(seen)
+    assert result.sync.pages == pages
+    assert [p.page for p in sorted(result.pages, key=lambda p: p.page)] == list(range(1, pages + 1))
+    # page records name the URLs later runs ask for: page 1's own, then the Link form
+    urls = sorted((p.page, p.url) for p in result.pages)
+    assert "/repos/o/r/pulls?" in urls[0][1] and "/repositories/7/pulls?" in urls[1][1]
+
+
+def test_a_failed_probe_leaves_the_planner_and_the_sync_incomplete() -> None:
+    handler, _ = fake_github(40, fail_probe=True)
+    (result,), planner = sync(handler, ["o/r"])
+    assert not result.sync.complete and result.sync.failed_pages == 1
+    assert "page failed" in (result.sync.stop_reason or "")
+    assert planner.plan is None  # nobody reported: nothing was planned, nobody waits
