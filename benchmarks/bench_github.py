@@ -472,7 +472,7 @@ def run_first_contact(args: argparse.Namespace) -> str:
     from benchmarks.bench_commands import checkout
     from benchmarks.bench_s3 import child_env
     from deployments.serve import PrefectServer
-    from devservers.child import free_port
+    from dev.servers.child import free_port
 
     pulls = args.pulls
     per_pages = (10, 24, 48) if args.quick else SEARCH_PER_PAGE
@@ -599,7 +599,7 @@ def first_contact_report(
         "",
         f"Measured {machine()}, with `{command}`.",
         "",
-        f"One repository of {args.pulls} pull requests on `devservers.github` (its own "
+        f"One repository of {args.pulls} pull requests on `dev.servers.github` (its own "
         f"process on loopback): latency {args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item "
         f"of a page, at most {args.in_flight} requests in flight (beyond: 403 secondary rate "
         "limit, `Retry-After: 1`), 5,000 requests of budget reset before every contender. "

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devservers.github import link_header
+from dev.servers.github import link_header
 from ingest.github.client import GitHubClient
 from ingest.github.records import RepoState
 from ingest.github.sync import SyncOptions, sync_repos
