@@ -254,7 +254,14 @@ def s3_ingest(
                     downloads[-1].add_done_callback(finished.add)
                     continue
                 downloads.append(
-                    submit(runner, download_batch, settings=settings, spec=spec, batch=batch)
+                    submit(
+                        runner,
+                        download_batch,
+                        settings=settings,
+                        spec=spec,
+                        batch=batch,
+                        extract=extract,
+                    )
                 )
                 downloads[-1].add_done_callback(finished.add)
                 if extract:  # starts when its download ends: overlaps the later ones

@@ -147,11 +147,17 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
 
 
 @task(name="download-batch", cache_policy=NO_CACHE)
-def download_batch(settings: Settings, spec: ListSpec, batch: ObjectBatch) -> BatchSummary:
-    """Download a batch and stage its rows as one part (named by the batch).
+def download_batch(
+    settings: Settings, spec: ListSpec, batch: ObjectBatch, extract: bool = False
+) -> BatchSummary:
+    """Download a batch and stage its rows as one part (named by the batch); with
+    ``extract`` (its documents are extracted in this process next), the extraction workers
+    start beside the download if they are not running yet.
 
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
+    if extract:
+        extraction.warm_pool(settings)
     with timed(settings.lake) as t:
         results = sync.download_batch(
             client_for(settings),
@@ -183,6 +189,8 @@ def fetch_batch(
     No task retries, as ``download-batch``: per-object failures are rows. A worker lost
     mid-batch is Dask's to handle: the scheduler runs the batch again on another worker.
     """
+    if extract:
+        extraction.warm_pool(settings)  # the workers start while the batch downloads
     with timed(settings.lake) as t:
         results, docs = fetch.fetch_batch(
             client_for(settings),

@@ -211,3 +211,23 @@ def test_a_process_killed_takes_its_extraction_processes_with_it(tmp_path: Path)
     while not all(gone(pid) for pid in [server, *workers]):  # polling for them to end
         assert time.monotonic() < deadline, [(pid, gone(pid)) for pid in [server, *workers]]
         time.sleep(0.01)
+
+
+def test_warm_pool_runs_jobs_and_closes_without_any() -> None:
+    """``warm`` (twice: once is enough) starts the workers without a job; a warmed pool runs
+    jobs as before, and one that never got a job still closes with its fork server."""
+    import os
+
+    from ingest.extract.pool import PoolConfig, WorkerPool
+
+    with WorkerPool(PoolConfig(workers=2, time_limit=30)) as pool:
+        assert pool.pids() == [] and pool.server_pid is None  # nothing before a job
+        pool.warm()
+        pool.warm()
+        outcome = pool.submit("os:getpid").result(timeout=60)
+        assert outcome.status == "ok" and outcome.value in pool.pids()
+        assert outcome.value != os.getpid() and pool.stats.started == 2
+    idle = WorkerPool(PoolConfig(workers=1, time_limit=30))
+    idle.warm()
+    idle.close()
+    assert idle.server_pid is None

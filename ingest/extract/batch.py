@@ -34,6 +34,12 @@ OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
 Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
 
 
+def warm_pool(settings: Settings) -> None:
+    """Start this process's extraction workers now (``WorkerPool.warm``): documents are on
+    their way."""
+    shared_pool(pool_config(settings)).warm()
+
+
 def pool_config(settings: Settings) -> PoolConfig:
     return PoolConfig(
         workers=settings.extract_workers,

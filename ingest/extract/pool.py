@@ -263,7 +263,8 @@ class WorkerPool:
         self._next_id = 0
         self._start_failures = 0
         self._server: _Server | None = None
-        self._workers: list[_Worker] = []  # filled on the first job
+        self._workers: list[_Worker] = []  # filled on the first job (or ``warm``)
+        self._warm = False
         self._thread = threading.Thread(target=self._run, name="extract-pool", daemon=True)
         self._thread.start()
 
@@ -280,6 +281,16 @@ class WorkerPool:
             self._queue.append(job)
         self._wake()
         return job.future
+
+    def warm(self) -> None:
+        """Start the fork server and the workers now, without a job, and return at once:
+        a caller that knows documents are coming (their downloads have started) has the
+        start-up run beside those downloads instead of before the first document."""
+        with self._lock:
+            if self._closing or self._workers:
+                return
+            self._warm = True
+        self._wake()
 
     def map(self, ref: str, calls: Iterable[Sequence[Any]]) -> list[Outcome]:
         """Run ``ref(*call)`` for each call; outcomes in the order of the calls."""
@@ -401,7 +412,7 @@ class WorkerPool:
             with self._lock:
                 if self._closing and not self._queue and all(w.job is None for w in self._workers):
                     return
-                if self._queue and not self._workers:  # the first job: start the workers
+                if (self._queue or self._warm) and not self._workers:  # the first job: start
                     self._workers = [_Worker() for _ in range(self.config.size)]
             self._start_pending()
             with self._lock:
