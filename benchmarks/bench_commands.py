@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.bench_s3 import child_env
-from benchmarks.measure import cpu_model
+from benchmarks.measure import cpu_model, run_and_append
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "commands.md"
@@ -306,22 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--before", help="also measure the commands of this git revision")
     p.add_argument("--no-save", action="store_true", help="print only")
     a = p.parse_args(argv)
-    WORK.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="commands-", dir=WORK))
-    try:
-        text = run(a, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print("\n" + text)
-    if not a.no_save:
-        if not OUT.exists():
-            OUT.write_text(
-                "# Fixed cost per command\n\nWritten by `python -m benchmarks.bench_commands` "
-                "(see its docstring for what is measured).\n\n"
-            )
-        with OUT.open("a") as f:
-            f.write("\n" + text)
-    return 0
+    return run_and_append(
+        lambda scratch: run(a, scratch),
+        work=WORK,
+        prefix="commands-",
+        out=None if a.no_save else OUT,
+        module="benchmarks.bench_commands",
+        title="Fixed cost per command",
+    )
 
 
 if __name__ == "__main__":

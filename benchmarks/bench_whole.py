@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -45,6 +43,7 @@ from pathlib import Path
 from benchmarks.bench_commands import Command, checkout, machine, timed
 from benchmarks.bench_s3 import BUCKET, child_env, plan, s5cmd_binary
 from benchmarks.bench_s3 import seed as seed_objects
+from benchmarks.measure import run_and_append
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "whole.md"
@@ -241,22 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--before", help="also measure the ingest commands of this git revision")
     p.add_argument("--no-save", action="store_true", help="print only")
     a = p.parse_args(argv)
-    WORK.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="whole-", dir=WORK))
-    try:
-        text = run(a, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print("\n" + text)
-    if not a.no_save:
-        if not OUT.exists():
-            OUT.write_text(
-                "# The whole command\n\nWritten by `python -m benchmarks.bench_whole` "
-                "(see its docstring for what is measured).\n\n"
-            )
-        with OUT.open("a") as f:
-            f.write("\n" + text)
-    return 0
+    return run_and_append(
+        lambda scratch: run(a, scratch),
+        work=WORK,
+        prefix="whole-",
+        out=None if a.no_save else OUT,
+        module="benchmarks.bench_whole",
+        title="The whole command",
+    )
 
 
 if __name__ == "__main__":

@@ -53,3 +53,36 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def run_and_append(
+    run: Callable[[Path], str],
+    *,
+    work: Path,
+    prefix: str,
+    out: Path | None,
+    title: str,
+    module: str,
+) -> int:
+    """Run a benchmark in a scratch folder under ``work`` (removed after), print its
+    Markdown section and append it to ``out`` (created with ``title`` and a line naming
+    the command that writes it); ``out`` None: print only."""
+    import shutil
+    import tempfile
+
+    work.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=work))
+    try:
+        text = run(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print("\n" + text)
+    if out is not None:
+        if not out.exists():
+            out.write_text(
+                f"# {title}\n\nWritten by `python -m {module}` (see its docstring for what "
+                "is measured).\n\n"
+            )
+        with out.open("a") as f:
+            f.write("\n" + text)
+    return 0
