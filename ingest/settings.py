@@ -327,11 +327,19 @@ class Settings(BaseSettings):
         description="Pull requests assumed per repository when no earlier run stored a count "
         "(automatic per_page only).",
     )
+    # The shape of the automatic per_page model (how a page's latency grows per item); a
+    # first run scales it to what its one-item probes took (ingest.rest.sizing).
     github_latency_base: float = Field(
-        0.08, ge=0, description="Assumed seconds per page, fixed part (automatic per_page model)."
+        0.08,
+        ge=0,
+        description="Assumed seconds per page, fixed part (automatic per_page model; scaled "
+        "to the latency a repository's one-item probe shows).",
     )
     github_latency_per_item: float = Field(
-        0.008, ge=0, description="Assumed seconds per item of a page (automatic per_page model)."
+        0.008,
+        ge=0,
+        description="Assumed seconds per item of a page (automatic per_page model; scaled "
+        "with the fixed part).",
     )
 
     # --- Every REST client (GitHub and declared sources) -------------------------
