@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -86,6 +86,11 @@ bench-s3: setup
 # GitHub paging: the page-size scenarios, hidden ceilings, and the first contact (the flow's
 # whole work beside the best fixed client); ARGS="--only first-contact --before main" runs the
 # last alone, with the flow of main beside this tree's (about 4 min).
+# Whole ingest commands, start-up included, beside import prefect and s5cmd (~10 min);
+# ARGS="--before REV" measures a revision side by side.
+bench-whole: setup
+	$(VENV)/bin/python -m benchmarks.bench_whole $(ARGS)
+
 bench-github: setup
 	$(VENV)/bin/python -m benchmarks.bench_github $(ARGS)
 
