@@ -196,3 +196,13 @@ def test_site_links_between_docs_and_benchmarks() -> None:
         "[a](lake.md) [b](#c) [d](https://e)"
     )
     assert rewrite("[a](concepts.md)", "index.md") == "[a](concepts.md)"
+
+
+def test_every_page_is_in_the_site_nav() -> None:
+    """``mkdocs build --strict`` refuses a page left out of the nav: every docs page and
+    every benchmark page is named in mkdocs.yml."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    named = set(re.findall(r":\s*(\S+\.md)\s*$", nav, re.M))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    pages |= {f"benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.md")}
+    assert pages - named == set()
