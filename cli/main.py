@@ -95,7 +95,8 @@ def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo(
-            "interrupted: the run stopped; what it had staged is committed by the next run",
+            "interrupted: the run stopped; what it had fetched is kept, and the next run "
+            "goes on from there",
             err=True,
         )
         raise typer.Exit(130) from None
