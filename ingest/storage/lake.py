@@ -228,11 +228,11 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     if rows.num_rows == 0:
         return {}
     data = latest_per_key(spec, conform(spec, rows))
-    dt = open_table(data_dir, table)
-    if dt is None:
-        if create_with(data_dir, table, data):
-            return {"num_target_rows_inserted": data.num_rows}
-        dt = ensure_table(data_dir, table)
+    # Not created holding these rows (``create_with``), as an append is: when two runs
+    # create the table at once, delta-rs commits the loser's creation again as an append
+    # of the next version (appends do not conflict), and a state table would hold every
+    # key twice. An empty table first, then the MERGE, which does conflict.
+    dt = ensure_table(data_dir, table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
     groups: list[tuple[str, pa.Table]] = [(on, data)]
