@@ -103,11 +103,12 @@ def create_with(
     data_dir: DataDir, table: str, data: pa.Table, *, txn: tuple[str, int] | None = None
 ) -> bool:
     """Create the missing table holding ``data`` (conformed to its schema) in one commit,
-    version 0, instead of an empty table and then a write: a first run's commit is one
-    Delta commit per table, not two (and a first MERGE, into nothing, a plain write).
+    instead of an empty table and then a write: a first run's commit of a history table is
+    one Delta commit, not two. For appends only: two writers creating the table at once may
+    both succeed (delta-rs commits the second as an append of the next version), which is
+    what an append means, and never what a MERGE of a state table may do.
 
-    Returns False when the table exists after all (another writer made it meanwhile:
-    version 0 is written only if absent); the caller then writes as usual.
+    Returns False when the table exists already; the caller then writes as usual.
     """
     spec = SPECS[table]
     loc = locate(data_dir)
@@ -115,7 +116,7 @@ def create_with(
         write_deltalake(
             table_uri(loc, table),
             data,
-            mode="error",  # only if no table is there: two creators cannot both win
+            mode="error",  # not when a table is there (a concurrent creator may still win)
             partition_by=spec.partition_by,
             name=table,
             configuration=TABLE_CONFIG,
