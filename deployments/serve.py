@@ -41,15 +41,9 @@ from ingest.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-# The task-run recorder batching: with Prefect's defaults a SQLite server took 75-90 s to
-# record a 2,000-task run and answered "database is locked" meanwhile, 4-5 s with these
-# (benchmarks/findings.md, "Prefect"); analytics off.
-SERVER_ENV = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE": "100",
-    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
-}
+# The task-run recorder batching and analytics off, as every command's own server has them
+# (``local_api.PREFECT_DEFAULTS``, where the figures behind them are).
+SERVER_ENV = dict(local_api.PREFECT_DEFAULTS)
 
 
 def prefect_exe() -> str:

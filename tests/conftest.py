@@ -12,16 +12,12 @@ from typing import Any
 import boto3
 import pytest
 
+from deployments import local_api
 from dev.servers.s3 import DevServer
 
-# Offline, quiet Prefect; fast task-run recording (the recorder batching of
-# deployments.serve.SERVER_ENV: benchmarks/findings.md, "Prefect").
-os.environ.update(
-    PREFECT_SERVER_ANALYTICS_ENABLED="false",
-    PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE="100",
-    PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_READ_BATCH_SIZE="100",
-    PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL="1",
-)
+# Offline, quiet Prefect; fast task-run recording (the recorder batching every command's
+# own server has: deployments.local_api.PREFECT_DEFAULTS).
+os.environ.update(local_api.PREFECT_DEFAULTS)
 
 
 @pytest.fixture(autouse=True, scope="session")
