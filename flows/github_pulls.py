@@ -16,11 +16,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import described
+from flows.parameters import described, ingest_flow
 from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
 from ingest.github.run import merge_summaries
@@ -46,7 +46,7 @@ class TooManyFailedPagesError(GitHubTerminalError):
     """More pages failed after their retries than ``max_failed_ratio`` allows."""
 
 
-@flow(
+@ingest_flow(
     name="github-pulls",
     timeout_seconds=limits.FLOW_SECONDS,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from prefect import Flow, flow, get_run_logger, task
+from prefect import Flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
@@ -21,6 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
+from flows.parameters import ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome, advice, is_terminal
@@ -102,7 +103,7 @@ def run_github_pulls(parameters: dict[str, Any]) -> ChildOutcome:
     return _run_child(github_pulls, parameters, ", ".join(parameters["repos"]))
 
 
-@flow(
+@ingest_flow(
     name="nightly",
     timeout_seconds=limits.FLOW_SECONDS,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "

@@ -13,11 +13,16 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+from prefect import Flow
 from pydantic.fields import FieldInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+# What goes to the API as it is: JSON's own types (str keys for objects).
+_JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
@@ -64,3 +69,47 @@ def described(fn: F) -> F:
         doc = inspect.cleandoc(fn.__doc__ or f"The {fn.__name__} flow.")
         fn.__doc__ = doc + "\n\nArgs:\n" + "\n".join(lines) + "\n"
     return fn
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, _JSON_SCALARS):
+        return not isinstance(value, float) or value == value  # NaN goes the long way
+    if depth > 8:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+class IngestFlow(Flow[P, R]):
+    """A Prefect flow whose plain JSON parameters reach the API as they are.
+
+    Prefect's ``Flow.serialize_parameters`` passes every value through FastAPI's
+    ``jsonable_encoder``, so each flow run imports FastAPI (0.11 s of a command's start,
+    whatever the parameters). A command's parameters are strings, numbers, booleans and
+    lists of them, which that encoder returns unchanged; anything else still goes through
+    it.
+    """
+
+    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        plain = {k: v for k, v in parameters.items() if _plain(v)}
+        rest = {k: v for k, v in parameters.items() if k not in plain}
+        if rest:
+            plain.update(super().serialize_parameters(rest))
+        return {k: plain[k] for k in parameters if k in plain}
+
+    def with_options(self, **options: Any) -> IngestFlow[P, R]:  # type: ignore[override]
+        new = super().with_options(**options)
+        new.__class__ = type(self)  # Flow.with_options builds a plain Flow
+        return new  # type: ignore[return-value]
+
+
+def ingest_flow(**options: Any) -> Callable[[Callable[P, R]], IngestFlow[P, R]]:
+    """``@flow(**options)`` building an ``IngestFlow``."""
+
+    def decorate(fn: Callable[P, R]) -> IngestFlow[P, R]:
+        return IngestFlow(fn=fn, **options)
+
+    return decorate

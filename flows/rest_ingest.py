@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Annotated, Literal
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import described
+from flows.parameters import described, ingest_flow
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.records import RestSummary
 from ingest.rest.source import load_source
@@ -44,7 +44,7 @@ def source_path(source: str) -> Path:
     return path
 
 
-@flow(
+@ingest_flow(
     name="rest-ingest",
     timeout_seconds=limits.FLOW_SECONDS,
     description="Fetch every resource of a REST API declared in a source file (YAML), "

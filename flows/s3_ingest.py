@@ -30,13 +30,12 @@ import time
 from collections import deque
 from typing import Annotated, Any, Literal
 
-from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import described
+from flows.parameters import described, ingest_flow
 from ingest import changes
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
@@ -82,7 +81,7 @@ class TooManyFailuresError(IngestError):
     """More objects failed than ``max_failed_ratio`` allows."""
 
 
-@flow(
+@ingest_flow(
     name="s3-ingest",
     timeout_seconds=limits.FLOW_SECONDS,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "

@@ -45,3 +45,50 @@ def test_bucket_bounds_agree_between_flows() -> None:
     s3 = parameter_schema(s3_ingest).model_dump()["properties"]["bucket"]
     both = parameter_schema(nightly).model_dump()["properties"]["bucket"]
     assert (s3["minLength"], s3["maxLength"]) == (both["minLength"], both["maxLength"]) == (3, 63)
+
+
+def test_parameters_reach_the_api_as_prefect_would_send_them() -> None:
+    """The flows' plain parameters skip FastAPI's encoder; the values sent are the
+    encoder's, for plain and other values alike, and the order is kept."""
+    import datetime as dt
+    import subprocess
+    import sys
+    from pathlib import Path, PurePosixPath
+
+    from prefect import Flow
+
+    from flows.parameters import IngestFlow
+
+    parameters = {
+        "bucket": "docs",
+        "concurrency": 64,
+        "ratio": 0.5,
+        "extract": True,
+        "endpoint_url": None,
+        "repos": ["a/b", "c/d"],
+        "nested": {"k": [1, 2.5, None]},
+        "when": dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+        "path": PurePosixPath("/data/x"),
+        "pair": ("a", 1),
+        "nan": float("nan"),
+    }
+    assert isinstance(s3_ingest, IngestFlow)
+    ours = s3_ingest.serialize_parameters(parameters)
+    theirs = Flow.serialize_parameters(s3_ingest, parameters)
+    assert list(ours) == list(parameters)
+    assert {k: v for k, v in ours.items() if k != "nan"} == {
+        k: v for k, v in theirs.items() if k != "nan"
+    }
+    assert ours["when"] == "2026-12-01T00:00:00+00:00" and ours["pair"] == ["a", 1]
+    assert type(s3_ingest.with_options(name="other")) is IngestFlow
+    # A command's plain parameters never import FastAPI.
+    probe = (
+        "import sys; from flows.s3_ingest import s3_ingest; "
+        "s3_ingest.serialize_parameters({'bucket': 'b', 'n': 1, 'xs': ['a']}); "
+        "print('fastapi' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip() == "False"

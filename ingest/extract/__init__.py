@@ -93,6 +93,34 @@ def extract_document(
         )
 
 
+def extract_by_head(path: Path, name: str = "") -> Extraction | None:
+    """The outcome of a file its first bytes decide (zero bytes, unsupported content, a DWG
+    drawing), or None when a parser must read it.
+
+    No parser runs: the size, a 4 KB read and the magic tests of ``detect`` are all it
+    does, so the flow's process can settle these itself instead of paying a worker's round
+    trip per file (a bucket of mostly unsupported files is thousands of them a run). A zip
+    is left to the worker: telling a DOCX from another zip opens the package.
+    """
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return _empty(name or path.name)
+        with path.open("rb") as f:
+            head = f.read(HEAD)
+    except OSError:
+        return None  # the worker's attempt reports it, as for any unreadable file
+    if head.startswith(b"PK\x03\x04"):
+        return None
+    kind = detect_kind(head, name or path.name)
+    if kind not in _HEAD_IS_ENOUGH:
+        return None
+    try:
+        return _dispatch(kind, head, 0)
+    except UnsupportedFormatError as exc:
+        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+
+
 def extract_stored(path: str, name: str, max_pages: int, in_memory_bytes: int) -> Extraction:
     """The job a pool worker runs for one stored file (see ``ingest.extract.batch``)."""
     return extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
@@ -141,4 +169,10 @@ def _lib(kind: str) -> str:
     )
 
 
-__all__ = ["EXTRACTOR_VERSION", "Extraction", "extract_document", "extract_stored"]
+__all__ = [
+    "EXTRACTOR_VERSION",
+    "Extraction",
+    "extract_by_head",
+    "extract_document",
+    "extract_stored",
+]

@@ -10,12 +10,13 @@ ETag or ``EXTRACTOR_VERSION``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction
+from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head
 from ingest.extract.base import clean_text
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.ocr import ocr_unavailable
@@ -77,17 +78,40 @@ def extract_batch(
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
-    pool = pool or shared_pool(pool_config(settings))
-    futures = [
-        pool.submit(
-            extractor, path, key, settings.extract_max_pages, settings.extract_in_memory_bytes
-        )
+    # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
+    # default extractor; only files a parser reads go to the workers.
+    settled = [
+        extract_by_head(Path(path), key) if extractor == DEFAULT_EXTRACTOR else None
         for key, _etag, path in stored
     ]
+    parse = [s for s, done in zip(stored, settled, strict=True) if done is None]
+    futures: Iterator[Future[Outcome]] = iter([])
+    if parse:
+        pool = pool or shared_pool(pool_config(settings))
+        futures = iter(
+            [
+                pool.submit(
+                    extractor,
+                    path,
+                    key,
+                    settings.extract_max_pages,
+                    settings.extract_in_memory_bytes,
+                )
+                for key, _etag, path in parse
+            ]
+        )
     now = datetime.now(UTC)
     docs = [
-        to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
-        for (key, etag, path), fut in zip(stored, futures, strict=True)
+        to_document(
+            bucket,
+            key,
+            etag,
+            path,
+            Outcome("ok", done) if done is not None else next(futures).result(),
+            run_id=run_id,
+            now=now,
+        )
+        for (key, etag, path), done in zip(stored, settled, strict=True)
     ]
     if settings.ocr_enabled:
         run_ocr(settings, docs, stored, ocr_pool)
