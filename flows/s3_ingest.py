@@ -27,8 +27,7 @@ to the run, not to a batch.
 from __future__ import annotations
 
 import time
-from collections import deque
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
@@ -40,9 +39,9 @@ from ingest import changes
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
-from ingest.records import BatchSummary, ChunkResult, ExtractSummary, ListedChunk, Shard
+from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.report import RunSummary
-from ingest.s3.chunks import Cursor
+from ingest.schedule import Future, Steps, schedule
 from ingest.settings import Settings
 from tasks import limits
 from tasks.extraction import extract_batch, extract_stored
@@ -202,120 +201,15 @@ def s3_ingest(
         upkeep = maintain_lake.submit(settings, list(S3_TABLES))
         shards = plan_listing(settings, spec)
 
-        summary = RunSummary(run_id=run_id)
         # On a cluster the workers, not this process, decide how many batches run at once.
         ahead = None if settings.task_runner == "dask" else BATCHES_AHEAD - 1
-        downloads: deque[PrefectFuture[BatchSummary]] = deque()
-        extracting: deque[PrefectFuture[ExtractSummary]] = deque()
-        comparing: set[PrefectFuture[ChunkResult]] = set()
-        submitted = 0
-        finished: set[PrefectFuture[Any]] = set()  # filled by the futures' done callbacks
-
-        def collect(keep: int | None) -> None:
-            """Fold finished batches into the summary, oldest first, and let their futures
-            go: the flow holds the batches in flight, not every batch of the run. With
-            ``keep``, wait for the oldest until at most ``keep`` batches are in flight."""
-            while downloads and (
-                downloads[0] in finished or (keep is not None and len(downloads) > keep)
-            ):
-                fut = downloads.popleft()
-                finished.discard(fut)
-                part = fut.result()
-                track_batch(part, batches=submitted)
-                summary.add_batch(part)
-                if part.extracted is not None:  # a fetch-batch extracted it too
-                    summary.add_extracted(part.extracted)
-            while extracting and (keep == 0 or extracting[0] in finished):
-                ext = extracting.popleft()
-                finished.discard(ext)
-                summary.add_extracted(ext.result())
-
-        def hand_out(chunk: ChunkResult) -> None:
-            nonlocal submitted
-            summary.add_chunk(chunk)
-            collect(keep=None)
-            for batch in chunk.fetch:
-                # Hand out batches only as fast as they finish: the listing stays a few
-                # batches ahead of the downloads, not the whole bucket ahead in memory.
-                collect(keep=ahead)
-                submitted += 1
-                if whole_batches:
-                    downloads.append(
-                        submit(
-                            runner,
-                            fetch_batch,
-                            settings=settings,
-                            spec=spec,
-                            batch=batch,
-                            extract=extract,
-                        )
-                    )
-                    downloads[-1].add_done_callback(finished.add)
-                    continue
-                downloads.append(
-                    submit(
-                        runner,
-                        download_batch,
-                        settings=settings,
-                        spec=spec,
-                        batch=batch,
-                        extract=extract,
-                    )
-                )
-                downloads[-1].add_done_callback(finished.add)
-                if extract:  # starts when its download ends: overlaps the later ones
-                    extracting.append(
-                        # Prefect resolves the future to its result at run time.
-                        submit(
-                            runner,
-                            extract_batch,
-                            settings=settings,
-                            bucket=bucket,
-                            run_id=run_id,
-                            downloaded=downloads[-1],
-                        )
-                    )
-                    extracting[-1].add_done_callback(finished.add)
-            for batch in chunk.extract:
-                extracting.append(
-                    submit(
-                        runner,
-                        extract_stored,
-                        settings=settings,
-                        bucket=bucket,
-                        run_id=run_id,
-                        objects=batch,
-                        prefix=prefix,
-                    )
-                )
-                extracting[-1].add_done_callback(finished.add)
-
-        # Each shard's chunks one after another, the shards side by side: whichever
-        # listing or comparison ends first is acted on first. A chunk is compared while
-        # the shard's next one is listed, and its batches go out as soon as its comparison
-        # ends (its result is let go once they are out); at most a chunk per shard, plus
-        # one, waits to be compared, so a slow comparison holds the listing back.
-        pending: dict[PrefectFuture[ListedChunk], Shard] = {
-            list_objects.submit(settings, spec, s, Cursor()): s for s in shards
-        }
-        compare_at_most = len(shards) + 1
-        while pending or comparing:
-            ready: list[PrefectFuture[Any]] = [*comparing]
-            if len(comparing) < compare_at_most:
-                ready += pending
-            done: PrefectFuture[Any] = next(as_completed(ready))
-            if done in comparing:
-                comparing.discard(done)
-                hand_out(done.result())
-                continue
-            shard = pending.pop(done)
-            listed: ListedChunk = done.result()
-            if listed.next is not None:
-                pending[list_objects.submit(settings, spec, shard, listed.next)] = shard
-            comparing.add(find_changes.submit(settings, spec, listed))
+        summary = schedule(
+            shards,
+            batch_steps(settings, spec, runner, extract=extract, whole=whole_batches),
+            RunSummary(run_id=run_id),
+            ahead=ahead,
+        )
         changes.release()  # the listing is compared: its database's memory goes back
-
-        collect(keep=0)
         upkeep.result()
         summary.seconds = time.perf_counter() - started
         summary = publish_and_commit(
@@ -332,3 +226,48 @@ def s3_ingest(
             f"SELECT key, error FROM s3_objects WHERE status = 'failed' AND run_id = '{run_id}'"
         )
     return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
+
+
+def batch_steps(
+    settings: Settings, spec: ListSpec, runner: Any, *, extract: bool, whole: bool
+) -> Steps:
+    """The run's tasks as ``schedule`` submits them: the listing and comparison on the
+    flow's threads, the batches on ``runner``; ``whole``: one ``fetch-batch`` per batch
+    (download and extraction together), else ``download-batch`` then ``extract-batch``."""
+    bucket, run_id = spec.bucket, spec.run_id
+
+    def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
+        task = fetch_batch if whole else download_batch
+        return submit(runner, task, settings=settings, spec=spec, batch=batch, extract=extract)
+
+    def extract_fetched(downloaded: Future[BatchSummary]) -> PrefectFuture[ExtractSummary]:
+        # Prefect resolves the future to its result when the task starts.
+        return submit(
+            runner,
+            extract_batch,
+            settings=settings,
+            bucket=bucket,
+            run_id=run_id,
+            downloaded=downloaded,
+        )
+
+    def stored(batch: ObjectBatch) -> PrefectFuture[ExtractSummary]:
+        return submit(
+            runner,
+            extract_stored,
+            settings=settings,
+            bucket=bucket,
+            run_id=run_id,
+            objects=batch,
+            prefix=spec.prefix,
+        )
+
+    return Steps(
+        list_chunk=lambda shard, cursor: list_objects.submit(settings, spec, shard, cursor),
+        compare=lambda listed: find_changes.submit(settings, spec, listed),
+        fetch=fetch,
+        first_done=lambda futures: next(as_completed(cast(list[PrefectFuture[Any]], futures))),
+        extract_fetched=extract_fetched if extract and not whole else None,
+        extract_stored=stored,
+        on_batch=lambda part, handed_out: track_batch(part, batches=handed_out),
+    )
