@@ -10,12 +10,10 @@ afterwards with what failed and what to do in its state message.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from prefect import Flow, get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
@@ -24,10 +22,10 @@ from flows.github_pulls import github_pulls
 from flows.parameters import ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
-from ingest.nightly import ChildOutcome, advice, is_terminal
+from ingest.nightly import ChildOutcome
 from ingest.settings import Settings
 from tasks import limits
-from tasks.nightly import publish_nightly_summary
+from tasks.nightly import publish_nightly_summary, run_child
 from tasks.progress import publish_progress
 from tasks.storage import run_staging
 
@@ -36,71 +34,17 @@ class NightlyFailedError(IngestError):
     """One or both ingestions failed; the message says which and what to do."""
 
 
-def _run_seconds(flow_run_id: Any, fallback: float) -> float:
-    """The child's time in Running as the server recorded it (what the UI shows), so the
-    nightly summary, the run and the UI give one duration; ``fallback`` without a server."""
-    try:
-        with get_client(sync_client=True) as client:
-            recorded = client.read_flow_run(flow_run_id).total_run_time.total_seconds()
-    except Exception:  # no API (a run without a server): the time measured here
-        return fallback
-    return recorded or fallback
-
-
-def _tag_child(flow_run_id: Any) -> None:
-    """Give the finished child run the nightly's tags (and ``nightly``, ``nightly-child``),
-    so filtering the run list on ``nightly`` finds it. Set on the run afterwards, not with
-    ``prefect.tags()`` around the call: those tags would reach every task run too, and each
-    tagged task run asks the server for tag concurrency slots."""
-    try:
-        with get_client(sync_client=True) as client:
-            have = client.read_flow_run(flow_run_id).tags or []
-            wanted = sorted({*have, *(flow_run.tags or []), "nightly", "nightly-child"})
-            if wanted != sorted(have):
-                client.update_flow_run(flow_run_id, tags=wanted)
-    except Exception as exc:  # a signpost for the run list, not worth failing the night
-        get_run_logger().warning("tags not added to child run %s: %s", flow_run_id, exc)
-
-
-def _run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
-    started_at = datetime.now(UTC)
-    started = time.perf_counter()
-    state: Any = child(**parameters, return_state=True)
-    result = state.result(raise_on_failure=False)
-    error = result if isinstance(result, BaseException) else None
-    run_id = state.state_details.flow_run_id
-    _tag_child(run_id)
-    outcome = ChildOutcome(
-        flow_name=child.name,
-        flow_run_id=str(run_id),
-        state=state.type.value.lower(),
-        message=state.message or "",
-        seconds=_run_seconds(run_id, time.perf_counter() - started),
-        error_type=type(error).__name__ if error else "",
-        summary=None if error else result,
-        target=target,
-        started_at=started_at,
-    )
-    if outcome.summary is not None:
-        outcome.failures = list(
-            getattr(outcome.summary, "failures", None) or getattr(outcome.summary, "errors", [])
-        )
-    if error is not None:
-        outcome.message = advice(outcome, is_terminal(error))
-    return outcome
-
-
 @task(name="run-s3-ingest", cache_policy=NO_CACHE)
 def run_s3_ingest(parameters: dict[str, Any]) -> ChildOutcome:
     """The ``s3-ingest`` flow as a child run; never raises."""
     target = f"s3://{parameters['bucket']}/{parameters.get('prefix') or ''}"
-    return _run_child(s3_ingest, parameters, target)
+    return run_child(s3_ingest, parameters, target)
 
 
 @task(name="run-github-pulls", cache_policy=NO_CACHE)
 def run_github_pulls(parameters: dict[str, Any]) -> ChildOutcome:
     """The ``github-pulls`` flow as a child run; never raises."""
-    return _run_child(github_pulls, parameters, ", ".join(parameters["repos"]))
+    return run_child(github_pulls, parameters, ", ".join(parameters["repos"]))
 
 
 @ingest_flow(

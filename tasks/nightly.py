@@ -1,18 +1,79 @@
-"""The nightly run's one summary: both ingestions, their stages, and the
-comparison with the previous nightly run of the same deployment."""
+"""The nightly run's children (each run as a subflow, timed and tagged as the server
+records it) and its one summary: both ingestions, their stages, and the comparison
+with the previous nightly run of the same deployment."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import Flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.runtime import flow_run
 
 from ingest import chart, freshness, history, nightly, nights
+from ingest.nightly import ChildOutcome, advice, is_terminal
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
+
+
+def run_seconds(flow_run_id: Any, fallback: float) -> float:
+    """The child's time in Running as the server recorded it (what the UI shows), so the
+    nightly summary, the run and the UI give one duration; ``fallback`` without a server."""
+    try:
+        with get_client(sync_client=True) as client:
+            recorded = client.read_flow_run(flow_run_id).total_run_time.total_seconds()
+    except Exception:  # no API (a run without a server): the time measured here
+        return fallback
+    return recorded or fallback
+
+
+def tag_child(flow_run_id: Any) -> None:
+    """Give the finished child run the nightly's tags (and ``nightly``, ``nightly-child``),
+    so filtering the run list on ``nightly`` finds it. Set on the run afterwards, not with
+    ``prefect.tags()`` around the call: those tags would reach every task run too, and each
+    tagged task run asks the server for tag concurrency slots."""
+    try:
+        with get_client(sync_client=True) as client:
+            have = client.read_flow_run(flow_run_id).tags or []
+            wanted = sorted({*have, *(flow_run.tags or []), "nightly", "nightly-child"})
+            if wanted != sorted(have):
+                client.update_flow_run(flow_run_id, tags=wanted)
+    except Exception as exc:  # a signpost for the run list, not worth failing the night
+        get_run_logger().warning("tags not added to child run %s: %s", flow_run_id, exc)
+
+
+def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
+    """Run ``child`` as a subflow of the calling run; what became of it, never raising."""
+    started_at = datetime.now(UTC)
+    started = time.perf_counter()
+    state: Any = child(**parameters, return_state=True)
+    result = state.result(raise_on_failure=False)
+    error = result if isinstance(result, BaseException) else None
+    run_id = state.state_details.flow_run_id
+    tag_child(run_id)
+    outcome = ChildOutcome(
+        flow_name=child.name,
+        flow_run_id=str(run_id),
+        state=state.type.value.lower(),
+        message=state.message or "",
+        seconds=run_seconds(run_id, time.perf_counter() - started),
+        error_type=type(error).__name__ if error else "",
+        summary=None if error else result,
+        target=target,
+        started_at=started_at,
+    )
+    if outcome.summary is not None:
+        outcome.failures = list(
+            getattr(outcome.summary, "failures", None) or getattr(outcome.summary, "errors", [])
+        )
+    if error is not None:
+        outcome.message = advice(outcome, is_terminal(error))
+    return outcome
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
