@@ -13,7 +13,6 @@ Nothing retries a TerminalError, which needs a person to fix configuration.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import botocore.exceptions as bce
@@ -24,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from ingest import fetch, listing, s3, storage, sync
+from ingest.backoff import Backoff
 from ingest.errors import TerminalError
 from ingest.extract import batch as extraction
 from ingest.listing import ListSpec
@@ -40,7 +40,9 @@ _RETRIED_BELOW: tuple[type[BaseException], ...] = (
     bce.ClientError,
     obstore_exc.BaseError,
 )
-STAGE_RETRY_DELAYS = (1.0, 5.0)  # a batch's rows that cannot be written: written again
+# A batch's rows that cannot be written (disk full, an I/O error): written again, 1 s and
+# 2 s later.
+STAGE_BACKOFF = Backoff(max_attempts=3, base=1.0, cap=5.0, jitter=0.0)
 
 
 def _whole_task_retry(_task: Any, _run: Any, state: Any) -> bool:
@@ -57,15 +59,11 @@ def _whole_task_retry(_task: Any, _run: Any, state: Any) -> bool:
 def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.Table) -> None:
     """Stage a batch's rows, writing again after a failure (disk full, an I/O error) instead
     of letting a task retry fetch the batch again."""
-    for delay in (*STAGE_RETRY_DELAYS, None):
-        try:
-            storage.stage(settings.lake, run_id, table, part, rows)
-            return
-        except OSError as exc:
-            if delay is None:
-                raise
-            log.warning("%s rows of %s not written (%s); again in %.0f s", table, part, exc, delay)
-            time.sleep(delay)
+    STAGE_BACKOFF.retrying(
+        lambda: storage.stage(settings.lake, run_id, table, part, rows),
+        OSError,
+        what=f"{table} rows of {part} not written",
+    )
 
 
 def client_for(settings: Settings) -> Any:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ingest.backoff import Backoff
 from ingest.rest.errors import RateLimitStop
 
 if TYPE_CHECKING:
@@ -40,23 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Capped exponential backoff with jitter for 5xx answers and timeouts.
-
-    Attempt ``n`` (1-based) failing waits ``min(cap, base * 2**(n-1))`` scaled
-    by a random factor in ``[1 - jitter, 1]``; after ``max_attempts`` attempts
-    the last error is raised.
-    """
-
-    max_attempts: int = 5
-    base: float = 1.0
-    cap: float = 30.0
-    jitter: float = 0.5
-
-    def delay(self, failed_attempts: int, rng: Callable[[], float] = random.random) -> float:
-        ceiling = min(self.cap, self.base * 2 ** max(0, failed_attempts - 1))
-        return ceiling * (1 - self.jitter * rng())
+# 5xx answers and timeouts are retried with the project's one backoff policy.
+RetryPolicy = Backoff
 
 
 @dataclass(slots=True)
@@ -256,8 +242,12 @@ class RateLimitGovernor:
             if retry_after is not None:
                 pause = retry_after
             else:
-                pause = self.secondary_backoff * 2**self._strikes
                 self._strikes += 1
+                # Doubling per strike, without jitter: every request of the process waits
+                # on this one pause, so there is nobody to spread out.
+                pause = Backoff(base=self.secondary_backoff, cap=math.inf, jitter=0).delay(
+                    self._strikes
+                )
             self.paused_until = now + pause
             self.waited_seconds += pause
             self._cond.notify_all()

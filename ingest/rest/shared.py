@@ -49,6 +49,8 @@ from uuid import UUID
 
 import httpx
 
+from ingest.backoff import Backoff
+
 if TYPE_CHECKING:
     from ingest.settings import Settings
 
@@ -57,6 +59,8 @@ T = TypeVar("T")
 
 SharedMode = Literal["auto", "on", "off"]
 _LOCKED = 423
+# A process holding slots of its own asks again for more after 1, 2, 4 s (at most 5 s).
+REFUSAL_BACKOFF = Backoff(base=1.0, cap=5.0, jitter=0)
 
 
 def limit_base(base_url: str, name: str | None = None) -> str:
@@ -245,7 +249,9 @@ class SharedSlots:
                     # again after 1, 2, 4 s (at most 5 s); with none, after the server's
                     # Retry-After (0.2-1 s)
                     self._refusals += 1
-                    pause = min(5.0, 2 ** (self._refusals - 1)) if self.held else self._retry_after
+                    pause = (
+                        REFUSAL_BACKOFF.delay(self._refusals) if self.held else self._retry_after
+                    )
                     self._next_try = time.monotonic() + pause
                     if not self.held:
                         with contextlib.suppress(TimeoutError):

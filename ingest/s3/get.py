@@ -35,7 +35,6 @@ codes then decide; keys obstore's path type cannot name and clients not built by
 from __future__ import annotations
 
 import logging
-import random
 import re
 import socket
 import time
@@ -48,6 +47,7 @@ import obstore.exceptions as obstore_exc
 from obstore.store import S3Store
 from urllib3.exceptions import ProtocolError
 
+from ingest.backoff import Backoff
 from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
 from ingest.records import S3Object
 from ingest.s3.client import object_store
@@ -136,8 +136,8 @@ def _classify(exc: BaseException) -> tuple[Verdict, int | None, str]:
     return "fallback", status, code
 
 
-def _backoff(attempt: int) -> float:
-    return random.random() * min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))
+# Full jitter, as botocore's standard mode; attempts are counted by the caller.
+GET_BACKOFF = Backoff(base=BACKOFF_BASE, cap=BACKOFF_CAP, jitter=1.0)
 
 
 def _get_obstore(
@@ -174,7 +174,7 @@ def _get_obstore(
             if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
                 raise expired from exc
             if verdict == "retry" and attempt < max_attempts:
-                time.sleep(_backoff(attempt))
+                time.sleep(GET_BACKOFF.delay(attempt))
                 continue
             if verdict == "fallback":
                 log.info(

@@ -16,8 +16,6 @@ corrupt each other.
 from __future__ import annotations
 
 import logging
-import random
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from ingest import duck
+from ingest.backoff import Backoff
 from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import SPECS, TableSpec, is_resource_table
 
@@ -37,6 +36,8 @@ log = logging.getLogger(__name__)
 
 LAKE_DIR = "lake"
 COMMIT_ATTEMPTS = 8  # a commit that lost a race is redone (with jitter) up to this often
+# 0.05-0.4 s after the first lost race, doubling: writers that collided spread out.
+COMMIT_BACKOFF = Backoff(max_attempts=COMMIT_ATTEMPTS, base=0.4, cap=15.0, jitter=0.875)
 TARGET_FILE_SIZE = 32 * 1024 * 1024  # compaction's file size: small enough to MERGE cheaply
 CHECKPOINT_EVERY = 10  # commits between two checkpoints written by maintenance
 # Stored rows one MERGE of a partitioned state table reads at most (whole parts, less
@@ -338,16 +339,9 @@ def unique_keys(rows: pa.Table, keys: Sequence[str]) -> bool:
 
 def with_commit_retries(write: Callable[[], T], table: str) -> T:
     """Run ``write`` again when its commit lost a race with another writer."""
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
-        try:
-            return write()
-        except CommitFailedError as exc:
-            if attempt == COMMIT_ATTEMPTS:
-                raise
-            wait = random.uniform(0.05, 0.2 * 2**attempt)
-            log.info("%s: commit conflict (%s), retrying in %.2f s", table, exc, wait)
-            time.sleep(wait)
-    raise AssertionError("unreachable")
+    return COMMIT_BACKOFF.retrying(
+        write, CommitFailedError, what=f"{table}: commit conflict", level=logging.INFO
+    )
 
 
 def table_names(data_dir: DataDir) -> list[str]:
