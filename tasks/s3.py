@@ -68,29 +68,7 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
 
 def client_for(settings: Settings) -> Any:
     """The shared client, with credentials from a Prefect AwsCredentials block if named."""
-    credentials: dict[str, str] | None = None
-    if settings.s3_credentials_block:
-        from prefect_aws import AwsCredentials
-
-        block = AwsCredentials.load(settings.s3_credentials_block)
-        # load() is typed "block or coroutine" (Prefect dispatches on the calling context);
-        # this task is synchronous, so it gets the block.
-        if not isinstance(block, AwsCredentials):
-            raise TypeError(f"AwsCredentials.load returned {type(block).__name__}")
-        credentials = {
-            k: v
-            for k, v in {
-                "aws_access_key_id": block.aws_access_key_id,
-                "aws_secret_access_key": block.aws_secret_access_key.get_secret_value()
-                if block.aws_secret_access_key
-                else None,
-                "aws_session_token": block.aws_session_token,
-                "region_name": block.region_name,
-                "profile_name": block.profile_name,
-            }.items()
-            if v
-        }
-    return s3.make_client(settings, credentials)
+    return s3.make_client(settings)
 
 
 @task(name="check-bucket", cache_policy=NO_CACHE)

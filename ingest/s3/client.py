@@ -24,6 +24,7 @@ from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.store import S3Store
 
 from ingest import interrupt
+from ingest.aws import block_session
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,10 @@ _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 
 
-def make_client(settings: Settings, credentials: dict[str, str] | None = None) -> Any:
-    """A boto3 S3 client whose connection pool matches the request concurrency.
+def make_client(settings: Settings) -> Any:
+    """A boto3 S3 client whose connection pool matches the request concurrency, with the
+    credentials of the AwsCredentials block ``s3_credentials_block`` when one is named
+    (``ingest.aws.block_session``), else the AWS chain.
 
     Clients are thread-safe and cached per process, so batch tasks running in
     threads share one pool of keep-alive connections.
@@ -58,7 +61,7 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
         settings.s3_read_timeout,
         settings.s3_request_timeout,
         os.environ.get("AWS_CA_BUNDLE"),
-        tuple(sorted((credentials or {}).items())),
+        settings.s3_credentials_block,
     )
     with _clients_lock:
         client = _clients.get(key)
@@ -71,7 +74,11 @@ def make_client(settings: Settings, credentials: dict[str, str] | None = None) -
                 tcp_keepalive=True,
                 s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
             )
-            session = boto3.session.Session(**(credentials or {}))  # type: ignore[arg-type]
+            session = (
+                block_session(settings.s3_credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
+                if settings.s3_credentials_block
+                else boto3.session.Session()
+            )
             client = session.client(
                 "s3",
                 endpoint_url=settings.s3_endpoint_url,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from ingest.aws import block_session
 from ingest.errors import AccessDeniedError, BucketNotFoundError, CredentialsError, EndpointError
 from ingest.storage import durable
 
@@ -154,30 +155,6 @@ _resolved: dict[LakeLocation, _Resolved] = {}
 _resolved_lock = threading.Lock()
 
 
-def _block_credentials(name: str) -> dict[str, str]:
-    """Keyword arguments of a boto3 session from a Prefect AwsCredentials block."""
-    from prefect_aws import AwsCredentials
-
-    try:
-        block = AwsCredentials.load(name)
-    except ValueError as exc:
-        raise CredentialsError(
-            f"the lake's credentials block {name!r} (INGEST_LAKE_CREDENTIALS_BLOCK) "
-            f"cannot be loaded: {exc}"
-        ) from None
-    if not isinstance(block, AwsCredentials):  # load() is sync in a sync context
-        raise TypeError(f"AwsCredentials.load returned {type(block).__name__}")
-    secret = block.aws_secret_access_key
-    values = {
-        "aws_access_key_id": block.aws_access_key_id,
-        "aws_secret_access_key": secret.get_secret_value() if secret else None,
-        "aws_session_token": block.aws_session_token,
-        "region_name": block.region_name,
-        "profile_name": block.profile_name,
-    }
-    return {k: v for k, v in values.items() if v}
-
-
 def _resolve(loc: LakeLocation) -> _Resolved:
     """Credentials, region and a boto3 client for ``loc``, once per process."""
     with _resolved_lock:
@@ -187,8 +164,10 @@ def _resolve(loc: LakeLocation) -> _Resolved:
     import boto3
     from botocore.config import Config
 
-    session = boto3.session.Session(
-        **(_block_credentials(loc.credentials_block) if loc.credentials_block else {})  # type: ignore[arg-type]
+    session = (
+        block_session(loc.credentials_block, used_for="INGEST_LAKE_CREDENTIALS_BLOCK")
+        if loc.credentials_block
+        else boto3.session.Session()
     )
     credentials = session.get_credentials()
     if credentials is None:
