@@ -65,12 +65,16 @@ def advert_path() -> Path:
 
 
 @contextmanager
-def advertise(api_url: str) -> Iterator[Path]:
-    """Name ``api_url`` as this machine's running API while the block runs."""
+def advertise(api_url: str, auth_file: Path | None = None) -> Iterator[Path]:
+    """Name ``api_url`` as this machine's running API while the block runs, and the file
+    that holds its auth string (the path, never the string: ``deployments.auth``)."""
     path = advert_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"api_url": api_url, "pid": os.getpid()}))
+    advert: dict[str, Any] = {"api_url": api_url, "pid": os.getpid()}
+    if auth_file is not None:
+        advert["auth_file"] = str(auth_file)
+    tmp.write_text(json.dumps(advert))
     tmp.replace(path)
     try:
         yield path
@@ -92,12 +96,21 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def find(timeout: float = 0.5) -> str | None:
-    """The API a running ``ingest serve`` advertises, if its process lives and it answers."""
+def read_advert() -> dict[str, Any]:
+    """The advert of a running ``ingest serve`` as written (empty when there is none)."""
     try:
         advert = json.loads(advert_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return advert if isinstance(advert, dict) else {}
+
+
+def find(timeout: float = 0.5) -> str | None:
+    """The API a running ``ingest serve`` advertises, if its process lives and it answers."""
+    advert = read_advert()
+    try:
         api_url = str(advert["api_url"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except KeyError:
         return None
     if not api_url.startswith(("http://", "https://")) or not _alive(advert.get("pid")):
         return None
@@ -119,11 +132,34 @@ def use_running_serve() -> str | None:
     from prefect.context import refresh_global_settings_context
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url:  # the active profile names an API: it wins
+    current = get_current_settings()
+    if current.api.url:  # the active profile names an API: it wins
         return None
     os.environ["PREFECT_API_URL"] = found
+    if current.api.auth_string is None:
+        advertised_auth()
     refresh_global_settings_context()
     return found
+
+
+def advertised_auth() -> bool:
+    """Set ``PREFECT_API_AUTH_STRING`` from the auth file a running ``ingest serve``
+    names; True when it did. A file this user cannot read, or that others can, is not
+    used (the server then answers 401, which says to set the variable)."""
+    from deployments.auth import AuthError, read_auth_file
+
+    named = read_advert().get("auth_file")
+    if not isinstance(named, str):
+        return False
+    try:
+        value = read_auth_file(Path(named))
+    except (AuthError, OSError) as exc:
+        log.warning("not using the auth string of the running ingest serve: %s", exc)
+        return False
+    if not value:
+        return False
+    os.environ["PREFECT_API_AUTH_STRING"] = value
+    return True
 
 
 def prefect_defaults(environ: dict[str, str] | None = None) -> None:
