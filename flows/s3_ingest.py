@@ -36,8 +36,8 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import described
-from ingest import changes
+from flows.parameters import deployment_defaults, described
+from ingest import changes, security
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
@@ -165,7 +165,7 @@ def s3_ingest(
     ] = "thread",
 ) -> RunSummary:
     started = time.perf_counter()
-    settings = Settings()
+    worker = settings = Settings()
     overrides = {
         "s3_endpoint_url": endpoint_url,
         "s3_concurrency": concurrency,
@@ -176,6 +176,7 @@ def s3_ingest(
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = settings.with_data_dir(data_dir)
+    security.check_data_dirs(worker, settings, deployment_defaults())
     run_id = str(flow_run.id or "local")
     spec = ListSpec(
         run_id=run_id,

@@ -113,6 +113,35 @@ class Settings(BaseSettings):
         "SQLite under PREFECT_HOME.",
     )
 
+    # --- What a deployment's run may point at (ingest.security) -------------------
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="API hosts (host, host:port or a URL) a deployment's run may send "
+        "credentials to, besides those of the deployment's defaults, github_base_url and "
+        "the source file's client.base_url (JSON list: INGEST_ALLOWED_HOSTS='[\"ghe.corp\"]').",
+    )
+    allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders or s3://bucket/prefix a deployment's run may write its data_dir "
+        "and download_dir under, besides this worker's data_dir, s3_download_dir and the "
+        "deployment's defaults.",
+    )
+    source_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders a deployment's run may read its source file from, besides the "
+        "project's sources/.",
+    )
+    source_env_prefixes: list[str] = Field(
+        default_factory=lambda: ["INGEST_SOURCE_"],
+        description="Prefixes of the variables a source file's env: may name in a "
+        "deployment's run (AWS_*, PREFECT_* and INGEST_* settings are refused always).",
+    )
+    source_env_names: list[str] = Field(
+        default_factory=list,
+        description="Further variables a source file's env: may name in a deployment's run "
+        "(TICKETS_API_KEY ...).",
+    )
+
     # --- Where the batch tasks run ----------------------------------------------
     task_runner: Literal["thread", "dask"] = Field(
         "thread",
