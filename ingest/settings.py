@@ -8,6 +8,7 @@ boundary (the CLI command or the flow run), never at import time.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -140,6 +141,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Further variables a source file's env: may name in a deployment's run "
         "(TICKETS_API_KEY ...).",
+    )
+
+    # --- The code a cluster worker clones (prefect.yaml's nightly-cluster) ----------
+    git_repository: str | None = Field(
+        None,
+        description="Repository the workers of ingest-cluster clone for each run, set on "
+        "each worker (not a Prefect variable: whoever reaches the API could change one).",
+    )
+    git_ref: str | None = Field(
+        None,
+        description="Branch or tag of git_repository the workers clone; empty: its default branch.",
     )
 
     # --- Where the batch tasks run ----------------------------------------------
@@ -445,6 +457,29 @@ class Settings(BaseSettings):
         ge=1,
         description="Rows assumed per listing before a run stored some (page_size: auto).",
     )
+
+    @classmethod
+    def secret_fields(cls) -> list[str]:
+        """The fields that hold a secret (``SecretStr``)."""
+        return [
+            name
+            for name, field in cls.model_fields.items()
+            if field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+        ]
+
+    def without_secrets(self) -> Settings:
+        """A copy with every secret field empty: what a task receives (pickled, on Dask, to
+        a worker that may be another machine, through the scheduler). A task that needs a
+        secret reads it where it runs (``own_secret``): its environment or a block."""
+        return self.model_copy(update=dict.fromkeys(self.secret_fields()))
+
+    def own_secret(self, name: str) -> SecretStr | None:
+        """The secret field ``name``: this object's, else the one of this process's own
+        environment (a task's settings come without secrets: ``without_secrets``)."""
+        value = getattr(self, name)
+        if value is None:
+            value = getattr(Settings(), name)
+        return value  # type: ignore[no-any-return]
 
     @property
     def lake(self) -> LakeLocation:
