@@ -19,7 +19,8 @@ In order:
    could end, and the run then spent a minute failing to send its logs. This
    one waits as long as the first migration takes (the same setting when the
    user set it, else ``START_TIMEOUT``), runs in a session of its own, and is
-   stopped only after Prefect's log and event queues are drained.
+   stopped only after Prefect's log and event queues are drained. It checks an auth
+   string of its own on every API request, which only the command holds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -189,10 +191,17 @@ class TemporaryServer:
     """
 
     def __init__(self, *, timeout: float | None = None, env: Mapping[str, str] | None = None):
+        from deployments.auth import CLIENT_VARIABLE, SERVER_VARIABLE
+
         self.timeout = timeout if timeout is not None else startup_timeout()
         self.env = {**os.environ, **(env or {})}
         prefect_defaults(self.env)
         self.env.pop("PREFECT_API_URL", None)
+        # An auth string of this server alone: other users of the machine reach its port
+        # too, and could otherwise create runs on it while the command runs.
+        self.auth_string = secrets.token_urlsafe(32)
+        self.env.pop(CLIENT_VARIABLE, None)
+        self.env[SERVER_VARIABLE] = self.auth_string
         self.env.update(
             PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1"
         )
@@ -336,12 +345,18 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
             "starting a local Prefect server for this command (its first start creates its "
             "database; set PREFECT_API_URL, or keep `ingest serve` running, to skip this)"
         )
+    saved_auth = os.environ.get("PREFECT_API_AUTH_STRING")
     with TemporaryServer() as server:
         os.environ["PREFECT_API_URL"] = server.api_url
+        os.environ["PREFECT_API_AUTH_STRING"] = server.auth_string  # LocalCluster workers too
         refresh_global_settings_context()
         try:
             yield server.api_url
         finally:
             drain_prefect_queues()
             os.environ.pop("PREFECT_API_URL", None)
+            if saved_auth is None:
+                os.environ.pop("PREFECT_API_AUTH_STRING", None)
+            else:
+                os.environ["PREFECT_API_AUTH_STRING"] = saved_auth
             refresh_global_settings_context()

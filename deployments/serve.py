@@ -3,7 +3,8 @@
 1. Use the configured Prefect API (``PREFECT_API_URL``) when there is one;
    otherwise start ``prefect server start`` on loopback (SQLite under
    ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
-   task-run recorder batching of ``SERVER_ENV``, analytics off).
+   task-run recorder batching of ``SERVER_ENV``, analytics off), with an auth string
+   on every API request (``deployments.auth``) and ``--host`` to serve other machines.
 2. Create the work pools that ``prefect.yaml`` names (type ``process``).
 3. ``prefect deploy --all --no-prompt`` from the project folder: ``prefect.yaml``
    as it is, or with parameters merged over it (``project.with_parameters``).

@@ -54,7 +54,7 @@ def credentials() -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "demo",
         "AWS_DEFAULT_REGION": "us-east-1",
         "TICKETS_API_KEY": DEMO_KEY,
-        "INGEST_SOURCE_ENV_NAMES": '["TICKETS_API_KEY"]',
+        "INGEST_SOURCE_ENV_NAMES": '["GITHUB_TOKEN", "TICKETS_API_KEY"]',
     }
 
 

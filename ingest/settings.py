@@ -138,9 +138,10 @@ class Settings(BaseSettings):
         "deployment's run (AWS_*, PREFECT_* and INGEST_* settings are refused always).",
     )
     source_env_names: list[str] = Field(
-        default_factory=list,
+        default_factory=lambda: ["GITHUB_TOKEN"],
         description="Further variables a source file's env: may name in a deployment's run "
-        "(TICKETS_API_KEY ...).",
+        "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "
+        "add TICKETS_API_KEY ...).",
     )
 
     # --- The code a cluster worker clones (prefect.yaml's nightly-cluster) ----------

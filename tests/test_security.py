@@ -171,7 +171,7 @@ def test_runs_cannot_redirect_the_token_or_write_elsewhere(
     monkeypatch.setenv("GITHUB_TOKEN", token)
     monkeypatch.setenv("INGEST_DATA_DIR", str(data))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-aws-secret-value")
-    monkeypatch.setenv("INGEST_SOURCE_ENV_NAMES", '["TICKETS_API_KEY"]')
+    monkeypatch.setenv("INGEST_SOURCE_ENV_NAMES", '["GITHUB_TOKEN", "TICKETS_API_KEY"]')
     elsewhere = tmp_path / "elsewhere"
 
     state = run_as_deployment(

@@ -23,7 +23,7 @@ from uuid import UUID
 import httpx
 import pytest
 
-from deployments import auth
+from deployments import auth, local_api
 from dev.servers.s3 import free_port
 from tests.helpers import put_many, rows, run_cli
 from tests.test_deployments import RUN_DEADLINE, wait_final
@@ -146,3 +146,15 @@ def test_serve_with_auth_runs_deployments_and_refuses_requests_without_it(
     assert secret not in out.text and secret not in said
     [n] = rows(data_dir, "SELECT count(*) AS n FROM s3_objects")
     assert n["n"] == 3
+
+
+def test_a_commands_own_server_refuses_requests_without_its_string(
+    tmp_path: Path, _clean_environment: None
+) -> None:
+    """The server a command starts for itself (no serve running, no API configured) has
+    an auth string only that command holds: another user of the machine reaching its
+    port gets 401."""
+    with local_api.TemporaryServer(env={"PREFECT_HOME": str(tmp_path)}) as server:
+        flows = f"{server.api_url}/flows/filter"
+        assert httpx.post(flows, json={}).status_code == 401
+        assert httpx.post(flows, json={}, headers=basic(server.auth_string)).status_code == 200
