@@ -648,6 +648,22 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address the local Prefect server listens on; beyond loopback (0.0.0.0, "
+            "a LAN address) it needs API auth, and TLS in front (docs/security.md)."
+        ),
+    ] = "127.0.0.1",
+    api_auth: Annotated[
+        bool,
+        typer.Option(
+            "--auth/--no-auth",
+            help="Check an auth string on every API request of the local server (the "
+            "operator's PREFECT_SERVER_API_AUTH_STRING, else one generated and kept in "
+            "PREFECT_HOME/ingest-api-auth, mode 0600); --no-auth only on loopback.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the deployments of prefect.yaml on this machine: the configured Prefect API
     (else a local server), the work pools, the deployments, a worker per pool. Ctrl-C
@@ -660,12 +676,14 @@ def serve_command(
         )
         raise typer.Exit(2)
     prefect_env()
-    from deployments import database, serve
+    from deployments import auth, database, serve
     from ingest.redact import redact
 
     try:
-        code = serve.run(port=port, database_url=database_url, echo=typer.echo)
-    except database.DatabaseUrlError as exc:
+        code = serve.run(
+            port=port, database_url=database_url, echo=typer.echo, host=host, api_auth=api_auth
+        )
+    except (database.DatabaseUrlError, auth.AuthError) as exc:
         typer.echo(f"error: {redact(str(exc))}", err=True)
         raise typer.Exit(2) from None
     except RuntimeError as exc:

@@ -19,7 +19,8 @@ In order:
    could end, and the run then spent a minute failing to send its logs. This
    one waits as long as the first migration takes (the same setting when the
    user set it, else ``START_TIMEOUT``), runs in a session of its own, and is
-   stopped only after Prefect's log and event queues are drained.
+   stopped only after Prefect's log and event queues are drained. It checks an auth
+   string of its own on every API request, which only the command holds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -65,12 +67,16 @@ def advert_path() -> Path:
 
 
 @contextmanager
-def advertise(api_url: str) -> Iterator[Path]:
-    """Name ``api_url`` as this machine's running API while the block runs."""
+def advertise(api_url: str, auth_file: Path | None = None) -> Iterator[Path]:
+    """Name ``api_url`` as this machine's running API while the block runs, and the file
+    that holds its auth string (the path, never the string: ``deployments.auth``)."""
     path = advert_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"api_url": api_url, "pid": os.getpid()}))
+    advert: dict[str, Any] = {"api_url": api_url, "pid": os.getpid()}
+    if auth_file is not None:
+        advert["auth_file"] = str(auth_file)
+    tmp.write_text(json.dumps(advert))
     tmp.replace(path)
     try:
         yield path
@@ -92,12 +98,21 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def find(timeout: float = 0.5) -> str | None:
-    """The API a running ``ingest serve`` advertises, if its process lives and it answers."""
+def read_advert() -> dict[str, Any]:
+    """The advert of a running ``ingest serve`` as written (empty when there is none)."""
     try:
         advert = json.loads(advert_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return advert if isinstance(advert, dict) else {}
+
+
+def find(timeout: float = 0.5) -> str | None:
+    """The API a running ``ingest serve`` advertises, if its process lives and it answers."""
+    advert = read_advert()
+    try:
         api_url = str(advert["api_url"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except KeyError:
         return None
     if not api_url.startswith(("http://", "https://")) or not _alive(advert.get("pid")):
         return None
@@ -119,11 +134,34 @@ def use_running_serve() -> str | None:
     from prefect.context import refresh_global_settings_context
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url:  # the active profile names an API: it wins
+    current = get_current_settings()
+    if current.api.url:  # the active profile names an API: it wins
         return None
     os.environ["PREFECT_API_URL"] = found
+    if current.api.auth_string is None:
+        advertised_auth()
     refresh_global_settings_context()
     return found
+
+
+def advertised_auth() -> bool:
+    """Set ``PREFECT_API_AUTH_STRING`` from the auth file a running ``ingest serve``
+    names; True when it did. A file this user cannot read, or that others can, is not
+    used (the server then answers 401, which says to set the variable)."""
+    from deployments.auth import AuthError, read_auth_file
+
+    named = read_advert().get("auth_file")
+    if not isinstance(named, str):
+        return False
+    try:
+        value = read_auth_file(Path(named))
+    except (AuthError, OSError) as exc:
+        log.warning("not using the auth string of the running ingest serve: %s", exc)
+        return False
+    if not value:
+        return False
+    os.environ["PREFECT_API_AUTH_STRING"] = value
+    return True
 
 
 def prefect_defaults(environ: dict[str, str] | None = None) -> None:
@@ -153,10 +191,17 @@ class TemporaryServer:
     """
 
     def __init__(self, *, timeout: float | None = None, env: Mapping[str, str] | None = None):
+        from deployments.auth import CLIENT_VARIABLE, SERVER_VARIABLE
+
         self.timeout = timeout if timeout is not None else startup_timeout()
         self.env = {**os.environ, **(env or {})}
         prefect_defaults(self.env)
         self.env.pop("PREFECT_API_URL", None)
+        # An auth string of this server alone: other users of the machine reach its port
+        # too, and could otherwise create runs on it while the command runs.
+        self.auth_string = secrets.token_urlsafe(32)
+        self.env.pop(CLIENT_VARIABLE, None)
+        self.env[SERVER_VARIABLE] = self.auth_string
         self.env.update(
             PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1"
         )
@@ -300,12 +345,18 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
             "starting a local Prefect server for this command (its first start creates its "
             "database; set PREFECT_API_URL, or keep `ingest serve` running, to skip this)"
         )
+    saved_auth = os.environ.get("PREFECT_API_AUTH_STRING")
     with TemporaryServer() as server:
         os.environ["PREFECT_API_URL"] = server.api_url
+        os.environ["PREFECT_API_AUTH_STRING"] = server.auth_string  # LocalCluster workers too
         refresh_global_settings_context()
         try:
             yield server.api_url
         finally:
             drain_prefect_queues()
             os.environ.pop("PREFECT_API_URL", None)
+            if saved_auth is None:
+                os.environ.pop("PREFECT_API_AUTH_STRING", None)
+            else:
+                os.environ["PREFECT_API_AUTH_STRING"] = saved_auth
             refresh_global_settings_context()

@@ -3,7 +3,8 @@
 1. Use the configured Prefect API (``PREFECT_API_URL``) when there is one;
    otherwise start ``prefect server start`` on loopback (SQLite under
    ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
-   task-run recorder batching of ``SERVER_ENV``, analytics off).
+   task-run recorder batching of ``SERVER_ENV``, analytics off), with an auth string
+   on every API request (``deployments.auth``) and ``--host`` to serve other machines.
 2. Create the work pools that ``prefect.yaml`` names (type ``process``).
 3. ``prefect deploy --all --no-prompt`` from the project folder: ``prefect.yaml``
    as it is, or with parameters merged over it (``project.with_parameters``).
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from deployments import alerts, database, local_api, project
+from deployments import alerts, auth, database, local_api, project
 from ingest.redact import redact
 from ingest.settings import Settings
 
@@ -119,14 +120,27 @@ class PrefectServer:
         env: Mapping[str, str] | None = None,
         log: TextIO | None = None,
         database_url: URL | None = None,
+        host: str = auth.LOOPBACK,
+        auth_string: str | None = None,
     ) -> None:
+        auth.check_exposure(host, auth_string is not None)
+        self.host = host
         self.port = port
-        self.api_url = f"http://127.0.0.1:{port}/api"
-        self.ui_url = f"http://127.0.0.1:{port}"
+        where = auth.connect_host(host)
+        self.api_url = f"http://{where}:{port}/api"
+        self.ui_url = f"http://{where}:{port}"
         self.env = {**os.environ, **SERVER_ENV, **(env or {})}
         self.env.pop("PREFECT_API_URL", None)
-        # The UI asks this address for the API; its default assumes port 4200.
-        self.env["PREFECT_SERVER_UI_API_URL"] = self.api_url
+        # The server checks every request for this string (401 without it); its own
+        # clients inside (the UI's settings, services) need nothing more.
+        self.env.pop(auth.SERVER_VARIABLE, None)
+        self.env.pop(auth.CLIENT_VARIABLE, None)
+        if auth_string is not None:
+            self.env[auth.SERVER_VARIABLE] = auth_string
+        # The UI asks this address for the API; its default assumes port 4200. Behind a
+        # proxy, the operator's PREFECT_SERVER_UI_API_URL (the proxy's address) stands.
+        if not os.environ.get("PREFECT_SERVER_UI_API_URL"):
+            self.env["PREFECT_SERVER_UI_API_URL"] = self.api_url
         # Links in alerts and artifacts (``flow_run|ui_url``) point at this UI.
         self.env["PREFECT_UI_URL"] = self.ui_url
         if home is not None:
@@ -140,7 +154,7 @@ class PrefectServer:
 
     def __enter__(self) -> PrefectServer:
         require_free_port(self.port, "the Prefect server")
-        cmd = [prefect_exe(), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [prefect_exe(), "server", "start", "--host", self.host, "--port", str(self.port)]
         out = self.log
         if out is None:
             out = self._own_log = tempfile.TemporaryFile("w+")
@@ -214,14 +228,25 @@ class Worker:
             stop(self.proc, timeout=30)
 
 
-def ensure_work_pools(api_url: str, pools: list[str]) -> None:
+@contextlib.contextmanager
+def api_settings(api_url: str, auth_string: str | None = None) -> Iterator[None]:
+    """This process's Prefect client pointed at ``api_url``, with its auth string if any."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+    updates: dict[Any, Any] = {PREFECT_API_URL: api_url}
+    if auth_string is not None:
+        updates[PREFECT_API_AUTH_STRING] = auth_string
+    with temporary_settings(updates):
+        yield
+
+
+def ensure_work_pools(api_url: str, pools: list[str], auth_string: str | None = None) -> None:
     """Create each work pool (type ``process``) unless it exists."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+    with api_settings(api_url, auth_string), get_client(sync_client=True) as client:
         for name in pools:
             with contextlib.suppress(ObjectAlreadyExists):
                 client.create_work_pool(WorkPoolCreate(name=name, type="process"))
@@ -254,12 +279,10 @@ def deploy_all(
         raise RuntimeError(f"prefect deploy --all failed:\n{proc.stdout[-4000:]}")
 
 
-def create_alerts(api_url: str) -> list[str]:
+def create_alerts(api_url: str, auth_string: str | None = None) -> list[str]:
     """The automations of ``automations.yaml`` on the server at ``api_url`` (none without
     ``INGEST_ALERT_BLOCK``)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: api_url}):
+    with api_settings(api_url, auth_string):
         return alerts.apply(Settings())
 
 
@@ -271,8 +294,16 @@ def serving(
     echo: Any = print,
     home: Path | None = None,
     overrides: dict[str, Any] | None = None,
+    host: str = auth.LOOPBACK,
+    api_auth: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """Everything ``ingest serve`` starts, stopped in reverse order on exit.
+
+    The local server listens on ``host`` (loopback by default) and, unless ``api_auth``
+    is false, checks an auth string on every request (``deployments.auth``: the
+    operator's, else the stored one, else a new one); a server beyond loopback without
+    one is refused. The workers get it as ``PREFECT_API_AUTH_STRING``, the commands of
+    this machine through the advert.
 
     ``database_url`` (else ``INGEST_SERVE_DATABASE_URL``, else Prefect's
     ``PREFECT_SERVER_DATABASE_CONNECTION_URL``) is the database of the local Prefect
@@ -301,42 +332,65 @@ def serving(
                 f"`ingest serve` starts, but the configured Prefect API {api_url} is used "
                 "instead; unset PREFECT_API_URL, or give that server the database"
             )
+        auth_string: str | None = None
+        auth_path: Path | None = None
         if api_url:
             echo(f"Using the configured Prefect API at {api_url}")
             wait_healthy(api_url, time.monotonic() + 30)
             ui_url = api_url.removesuffix("/api")
         else:
+            auth.check_exposure(host, api_auth)
             if home is not None:
                 home.mkdir(parents=True, exist_ok=True)
+            if api_auth:
+                auth_path = auth.auth_file(home)
+                auth_string, _origin = auth.ensure_auth_string(auth_path, auth.configured())
             where = f", Prefect home {home}" if home else ""
             if db is not None:
                 where = f" {database.describe(db)}{where}"
             echo(
-                f"Starting a local Prefect server on http://127.0.0.1:{port} "
-                f"({database.kind(db)}{where})"
+                f"Starting a local Prefect server on http://{auth.connect_host(host)}:{port} "
+                f"({database.kind(db)}{where}; listening on {host})"
             )
-            server = stack.enter_context(PrefectServer(port=port, home=home, database_url=db))
+            server = stack.enter_context(
+                PrefectServer(
+                    port=port, home=home, database_url=db, host=host, auth_string=auth_string
+                )
+            )
             api_url, ui_url = server.api_url, server.ui_url
             if home is not None:
                 env["PREFECT_HOME"] = str(home)
+            if auth_path is not None:
+                echo(auth.how_to_join(auth_path))
+            else:
+                echo("API auth: off (--no-auth): any local user can run flows on this server")
+            env.pop(auth.SERVER_VARIABLE, None)  # the server's alone
+            if auth_string is not None:
+                env[auth.CLIENT_VARIABLE] = auth_string  # the workers and their flow runs
         env["PREFECT_API_URL"] = api_url
-        stack.enter_context(local_api.advertise(api_url))  # `ingest` commands use it
+        # `ingest` commands use it (and read the auth string from the file it names)
+        stack.enter_context(local_api.advertise(api_url, auth_file=auth_path))
         env.setdefault("PREFECT_UI_URL", ui_url)
         pools = project.work_pools(config)
-        ensure_work_pools(api_url, pools)
+        ensure_work_pools(api_url, pools, auth_string)
         merged = ", parameters overridden," if overrides is not None else ""
         echo(f"Work pools: {', '.join(pools)}; deploying prefect.yaml{merged} ...")
         deploy_all(env, config=config if overrides is not None else None)
         names = [d["name"] for d in project.deployments(config)]
         echo(f"Deployed: {', '.join(names)}")
-        created = create_alerts(api_url)
+        created = create_alerts(api_url, auth_string)
         if created:
             echo(f"Alerts ({Settings().alert_block}): {', '.join(created)}")
         else:
             echo("Alerts: off (set INGEST_ALERT_BLOCK to a notification block to get them)")
         workers = [stack.enter_context(Worker(p, env)) for p in pools]
         echo(f"Worker started on {', '.join(pools)}. Open {ui_url} ; Ctrl-C stops everything.")
-        yield {"api_url": api_url, "ui_url": ui_url, "workers": workers}
+        yield {
+            "api_url": api_url,
+            "ui_url": ui_url,
+            "workers": workers,
+            "auth_file": auth_path,
+        }
 
 
 def run(*, echo: Any = print, **options: Any) -> int:

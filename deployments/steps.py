@@ -1,5 +1,10 @@
 """Deployment steps of ``prefect.yaml`` that Prefect does not ship.
 
+``pinned_repository`` says which repository and ref a worker of the cluster pool
+clones: the worker's own settings (``INGEST_GIT_REPOSITORY``, ``INGEST_GIT_REF``),
+not a Prefect variable, which anyone who can reach the Prefect API could point at
+code of their own that every worker would then clone and install.
+
 A worker on another machine runs a flow from a fresh clone of the project at a
 ref (``prefect.deployments.steps.git_clone``), then needs that ref's locked
 dependencies in the environment that runs the flow. Prefect's
@@ -20,6 +25,20 @@ import sys
 
 class StepError(RuntimeError):
     """A deployment step that cannot do its job (the message says what to fix)."""
+
+
+def pinned_repository() -> dict[str, str | None]:
+    """The repository and ref this worker clones (``repository``, ``ref``), from its own
+    settings; a worker without ``INGEST_GIT_REPOSITORY`` refuses to clone anything."""
+    from ingest.settings import Settings
+
+    settings = Settings()
+    if not settings.git_repository:
+        raise StepError(
+            "INGEST_GIT_REPOSITORY is not set on this worker: set it (and INGEST_GIT_REF) in "
+            "the environment of `prefect worker start --pool ingest-cluster`"
+        )
+    return {"repository": settings.git_repository, "ref": settings.git_ref or None}
 
 
 def install_locked_dependencies(

@@ -45,7 +45,8 @@ def load_overrides(path: Path = OVERRIDES) -> dict[str, Any]:
 
 def credentials() -> dict[str, str]:
     """The local S3 server accepts any key; these never reach AWS. The demo ticket API's
-    key is the one its source file reads (``TICKETS_API_KEY``), a demo value."""
+    key is the one its source file reads (``TICKETS_API_KEY``), a demo value, which the
+    worker lets a deployment's run read (``INGEST_SOURCE_ENV_NAMES``, ingest.security)."""
     from dev.rest_demo import DEMO_KEY
 
     return {
@@ -53,6 +54,7 @@ def credentials() -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "demo",
         "AWS_DEFAULT_REGION": "us-east-1",
         "TICKETS_API_KEY": DEMO_KEY,
+        "INGEST_SOURCE_ENV_NAMES": '["GITHUB_TOKEN", "TICKETS_API_KEY"]',
     }
 
 

@@ -20,7 +20,8 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import described, ingest_flow
+from flows.parameters import deployment_defaults, described, ingest_flow
+from ingest import security
 from ingest.github.errors import GitHubTerminalError
 from ingest.github.records import GitHubSummary
 from ingest.github.run import merge_summaries
@@ -132,8 +133,10 @@ def github_pulls(
         "github_max_wait": max_wait,
         "task_runner": task_runner,
     }
-    settings = Settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    worker = Settings()
+    settings = worker.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = settings.with_data_dir(data_dir)
+    security.check_github_run(worker, settings, deployment_defaults())
     repos = [check_repo(r) for r in dict.fromkeys(repos)]
     run_id = str(flow_run.id or "local")
 

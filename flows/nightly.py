@@ -19,8 +19,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import ingest_flow
+from flows.parameters import deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
+from ingest import security
 from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome
 from ingest.settings import Settings
@@ -97,8 +98,11 @@ def nightly(
             dask (the cluster at INGEST_DASK_ADDRESS, else a LocalCluster).
     """
     started = time.perf_counter()
-    settings = Settings()
-    settings = settings.with_data_dir(data_dir)
+    worker = Settings()
+    settings = worker.with_data_dir(data_dir)
+    # Checked before this run writes anything (its children check theirs again).
+    asked = settings.model_copy(update={"github_base_url": github_base_url or ""})
+    security.check_github_run(worker, asked, deployment_defaults())
     s3_parameters = {
         "bucket": bucket,
         "prefix": prefix,

@@ -25,6 +25,23 @@ R = TypeVar("R")
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
+def deployment_defaults() -> dict[str, Any] | None:
+    """The default parameters of the deployment this flow run belongs to, as the server
+    holds them (a child flow of the nightly: the nightly's); None for a flow called in a
+    process of its own (an ``ingest`` command, a test). What ``ingest.security`` checks a
+    run's parameters against."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import deployment
+
+    deployment_id = deployment.id
+    if not deployment_id:
+        return None
+    with get_client(sync_client=True) as client:
+        return dict(client.read_deployment(UUID(str(deployment_id))).parameters or {})
+
+
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
     """``Bounds: 1-512.`` or ``Length: 3-63 characters.`` from the field's constraints."""
     found: dict[str, Any] = {}

@@ -17,7 +17,8 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import described, ingest_flow
+from flows.parameters import deployment_defaults, described, ingest_flow
+from ingest import security
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.records import RestSummary
 from ingest.rest.source import load_source
@@ -90,11 +91,22 @@ def rest_ingest(
     ] = "thread",
 ) -> RestSummary:
     started = time.perf_counter()
-    settings = Settings()
-    settings = settings.with_data_dir(data_dir)
+    worker = Settings()
+    settings = worker.with_data_dir(data_dir)
     settings = settings.model_copy(update={"task_runner": task_runner})
     path = source_path(source)
+    deployed = deployment_defaults()
+    security.check_source_file(worker, deployed, path, PROJECT_ROOT / "sources")
     declared = load_source(path)  # a clear error, with the line, before anything runs
+    auth = declared.client.auth
+    security.check_rest_run(
+        worker,
+        settings,
+        deployed,
+        file_base_url=declared.client.base_url,
+        base_url=base_url,
+        env_names=[auth.env if auth else None],
+    )
     run_id = str(flow_run.id or "local")
     tables = [declared.table(r) for r in declared.resources]
 

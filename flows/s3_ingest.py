@@ -34,8 +34,8 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import described, ingest_flow
-from ingest import changes
+from flows.parameters import deployment_defaults, described, ingest_flow
+from ingest import changes, security
 from ingest.errors import IngestError
 from ingest.extract import EXTRACTOR_VERSION
 from ingest.listing import ListSpec
@@ -163,7 +163,7 @@ def s3_ingest(
     ] = "thread",
 ) -> RunSummary:
     started = time.perf_counter()
-    settings = Settings()
+    worker = settings = Settings()
     overrides = {
         "s3_endpoint_url": endpoint_url,
         "s3_concurrency": concurrency,
@@ -174,6 +174,7 @@ def s3_ingest(
     }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     settings = settings.with_data_dir(data_dir)
+    security.check_data_dirs(worker, settings, deployment_defaults())
     run_id = str(flow_run.id or "local")
     spec = ListSpec(
         run_id=run_id,

@@ -8,6 +8,7 @@ boundary (the CLI command or the flow run), never at import time.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -111,6 +112,47 @@ class Settings(BaseSettings):
         description="Database of the Prefect server that `ingest serve` starts, as "
         "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
         "SQLite under PREFECT_HOME.",
+    )
+
+    # --- What a deployment's run may point at (ingest.security) -------------------
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="API hosts (host, host:port or a URL) a deployment's run may send "
+        "credentials to, besides those of the deployment's defaults, github_base_url and "
+        "the source file's client.base_url (JSON list: INGEST_ALLOWED_HOSTS='[\"ghe.corp\"]').",
+    )
+    allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders or s3://bucket/prefix a deployment's run may write its data_dir "
+        "and download_dir under, besides this worker's data_dir, s3_download_dir and the "
+        "deployment's defaults.",
+    )
+    source_roots: list[str] = Field(
+        default_factory=list,
+        description="Folders a deployment's run may read its source file from, besides the "
+        "project's sources/.",
+    )
+    source_env_prefixes: list[str] = Field(
+        default_factory=lambda: ["INGEST_SOURCE_"],
+        description="Prefixes of the variables a source file's env: may name in a "
+        "deployment's run (AWS_*, PREFECT_* and INGEST_* settings are refused always).",
+    )
+    source_env_names: list[str] = Field(
+        default_factory=lambda: ["GITHUB_TOKEN"],
+        description="Further variables a source file's env: may name in a deployment's run "
+        "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "
+        "add TICKETS_API_KEY ...).",
+    )
+
+    # --- The code a cluster worker clones (prefect.yaml's nightly-cluster) ----------
+    git_repository: str | None = Field(
+        None,
+        description="Repository the workers of ingest-cluster clone for each run, set on "
+        "each worker (not a Prefect variable: whoever reaches the API could change one).",
+    )
+    git_ref: str | None = Field(
+        None,
+        description="Branch or tag of git_repository the workers clone; empty: its default branch.",
     )
 
     # --- Where the batch tasks run ----------------------------------------------
@@ -416,6 +458,29 @@ class Settings(BaseSettings):
         ge=1,
         description="Rows assumed per listing before a run stored some (page_size: auto).",
     )
+
+    @classmethod
+    def secret_fields(cls) -> list[str]:
+        """The fields that hold a secret (``SecretStr``)."""
+        return [
+            name
+            for name, field in cls.model_fields.items()
+            if field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+        ]
+
+    def without_secrets(self) -> Settings:
+        """A copy with every secret field empty: what a task receives (pickled, on Dask, to
+        a worker that may be another machine, through the scheduler). A task that needs a
+        secret reads it where it runs (``own_secret``): its environment or a block."""
+        return self.model_copy(update=dict.fromkeys(self.secret_fields()))
+
+    def own_secret(self, name: str) -> SecretStr | None:
+        """The secret field ``name``: this object's, else the one of this process's own
+        environment (a task's settings come without secrets: ``without_secrets``)."""
+        value = getattr(self, name)
+        if value is None:
+            value = getattr(Settings(), name)
+        return value  # type: ignore[no-any-return]
 
     @property
     def lake(self) -> LakeLocation:

@@ -45,8 +45,8 @@ def resolve_token(settings: Settings, token_block: str | None) -> str | None:
         token = str(block.get())
     elif os.environ.get("GITHUB_TOKEN"):
         token = os.environ["GITHUB_TOKEN"]
-    elif settings.github_token is not None:
-        token = settings.github_token.get_secret_value()
+    elif (own := settings.own_secret("github_token")) is not None:
+        token = own.get_secret_value()  # this worker's INGEST_GITHUB_TOKEN
     register_secret(token)
     return token or None
 

@@ -11,7 +11,7 @@ in-process DuckDB over the run's listing; the commit at the end), and hands its
   or on a ``LocalCluster`` started for the run when the address is empty.
 
 A task submitted to Dask is pickled with its parameters (a batch of keys as
-Arrow IPC bytes and the settings, a few KB) and runs on a worker process,
+Arrow IPC bytes and the settings without their secrets, a few KB) and runs on a worker process,
 maybe another machine, which reports the task run to the Prefect API itself;
 its result comes back pickled inside the final Prefect state.
 """
@@ -104,8 +104,13 @@ def local_cluster_kwargs() -> dict[str, Any]:
 
 
 def submit(runner: TaskRunner[Any], task: Task[..., Any], **parameters: Any) -> PrefectFuture[Any]:
-    """``task.submit(**parameters)``, on ``runner`` instead of the flow's own runner."""
-    return runner.submit(task, parameters)
+    """``task.submit(**parameters)``, on ``runner`` instead of the flow's own runner.
+
+    Settings go without their secrets (``Settings.without_secrets``), on every runner
+    alike: on Dask the parameters are pickled through the scheduler to a worker that may
+    be another machine, and the task reads a secret it needs where it runs."""
+    kept = {k: v.without_secrets() if isinstance(v, Settings) else v for k, v in parameters.items()}
+    return runner.submit(task, kept)
 
 
 def worker_name() -> str:

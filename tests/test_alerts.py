@@ -138,6 +138,9 @@ def test_failed_and_late_nightly_alert(
     server, receiver, root = alerting
     monkeypatch.setenv("INGEST_ALERT_BLOCK", f"custom-webhook/{BLOCK}")
     monkeypatch.setenv("INGEST_ALERT_LATE_AFTER", "10")
+    # The runs below belong to a deployment created without defaults: their data_dir is
+    # one this worker allows (ingest.security).
+    monkeypatch.setenv("INGEST_ALLOWED_ROOTS", json.dumps([str(root)]))
 
     # The documented command: render the file for this server, create with Prefect's CLI.
     env = {"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(root / "prefect-home")}

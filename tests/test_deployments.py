@@ -77,6 +77,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "INGEST_DATA_DIR": str(data_dir),
             **serve_demo.credentials(),  # as the demo gives its worker
+            # The repository the cluster pool's worker clones, pinned on the worker (the
+            # test of nightly-cluster builds it there).
+            "INGEST_GIT_REPOSITORY": (root / "origin").as_uri(),
+            "INGEST_GIT_REF": "release",
             # uv for the install step of the cluster deployments, as a worker machine has it
             "PATH": os.pathsep.join([str(ROOT / ".tools" / "bin"), os.environ["PATH"]]),
         }
@@ -382,13 +386,16 @@ def test_cluster_nightly_runs_from_a_clone_at_the_ref(
     client: Any, served: Served, tmp_path: Path
 ) -> None:
     """nightly-cluster, as a worker on another machine runs it: the pull steps clone the
-    repository of the Prefect variables at their ref into the run's temporary folder and
-    sync its uv.lock into the worker's environment; the flow then runs from the clone."""
+    repository pinned on the worker (INGEST_GIT_REPOSITORY, INGEST_GIT_REF) into the run's
+    temporary folder and sync its uv.lock into the worker's environment; the flow then
+    runs from the clone. Prefect variables of the same names, which anyone who reaches the
+    API can set, change nothing."""
     from prefect.client.schemas.actions import VariableCreate
 
-    repo = project_repository(tmp_path / "origin")
-    client.create_variable(VariableCreate(name="ingest_git_repository", value=repo.as_uri()))
-    client.create_variable(VariableCreate(name="ingest_git_ref", value="release"))
+    project_repository(served.data_dir.parent / "origin")  # where the worker's setting points
+    elsewhere = tmp_path / "elsewhere"  # what a variable would have it clone instead
+    client.create_variable(VariableCreate(name="ingest_git_repository", value=elsewhere.as_uri()))
+    client.create_variable(VariableCreate(name="ingest_git_ref", value="main"))
     entry = project.deployment(served.config, "nightly-cluster")
     d = client.read_deployment_by_name(f"{project.flow_name(entry)}/nightly-cluster")
     assert d.work_pool_name == "ingest-cluster"
@@ -397,7 +404,9 @@ def test_cluster_nightly_runs_from_a_clone_at_the_ref(
     run = wait_final(client, run.id)
     logs = flow_run_logs(client, run.id)
     assert run.state.is_completed(), (run.state, logs[-3000:])
+    assert "Executing deployment step: pinned_repository" in logs
     assert "Executing deployment step: git_clone" in logs
+    assert "elsewhere" not in logs
     assert "Executing deployment step: install_locked_dependencies" in logs
     children = children_of(client, run.id)
     assert set(children) == {"s3-ingest", "github-pulls"}

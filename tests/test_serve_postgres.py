@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from deployments import auth
 from dev.servers import postgres
 from dev.servers.s3 import free_port
 from tests.helpers import put_many, rows, run_cli
@@ -72,7 +73,7 @@ def test_serve_keeps_its_runs_in_postgresql(
     s3: Any, bucket: str, tmp_path: Path, _clean_environment: None
 ) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     keys = {f"docs/{i}.txt": f"document {i}".encode() for i in range(3)}
     put_many(s3, bucket, keys)
@@ -91,8 +92,9 @@ def test_serve_keeps_its_runs_in_postgresql(
         try:
             out.wait_for("Worker started", deadline=240)
             api_url = f"http://127.0.0.1:{port}/api"
+            secret = (home / auth.FILE_NAME).read_text().strip()  # serve's API auth
             with (
-                temporary_settings({PREFECT_API_URL: api_url}),
+                temporary_settings({PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: secret}),
                 get_client(sync_client=True) as client,
             ):
                 d = client.read_deployment_by_name("s3-ingest/s3-ingest")
