@@ -395,7 +395,7 @@ def github_command(
 ) -> None:
     """Run the github-pulls flow once and print its summary."""
     runner = runner_choice(task_runner)
-    from ingest.github.summary import headline
+    from ingest.rest.summary import headline
 
     if state not in (None, "open", "closed", "all"):
         raise typer.BadParameter("use open, closed or all", param_hint="--state")

@@ -172,7 +172,7 @@ resources:
 def test_a_valid_source_resolves_defaults_and_parents() -> None:
     source = parse_source(SOURCE)
     tickets = source.resolved(source.resources[1])
-    assert tickets.parent == ("projects", "id") and tickets.keys == ["id"]
+    assert tickets.parent == ("projects", "id") and tickets.key_fields == ["id"]
     assert tickets.endpoint.paginator is not None and tickets.endpoint.paginator.limit == 50
     assert source.table(tickets) == "tracker__tickets"
 
