@@ -63,6 +63,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from ingest import __version__
 from ingest.redact import redact, register_secret
@@ -70,7 +71,7 @@ from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
 from ingest.rest.engine import Page, walk
-from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError
+from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
 from ingest.rest.paging import LinkHeaderPaginator, Paginator
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import (
@@ -448,7 +449,15 @@ def github_source(
             }
         ],
     }
-    return Source.model_validate(declared)  # a bad repository name: a clear ValueError
+    try:
+        return Source.model_validate(declared)
+    except ValidationError as exc:  # a bad repository name, state ...: one clear line each
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        raise SourceError("; ".join(problems)) from exc
 
 
 def state_of(source: Source) -> str:
