@@ -1,6 +1,8 @@
 """The GitHub dialect of the REST engine: what is GitHub's own, switched on by a source
-file's ``client.dialect: github`` (``sources/github_pulls.yaml``; ``ingest github
---repo`` builds the same source from its options, ``github_source``).
+file's ``client.dialect: github`` (``sources/github.yaml``; ``ingest github --repo``
+builds the same source from its options, ``github_source``). ``ingest.rest.run``
+gives it the source's client (window, governor, retries, shared limits) and stores
+what the host allowed; the dialect pages each repository.
 
 What the dialect adds to the declared source's client and paging loop
 (``ingest.rest.engine.walk``):
@@ -12,7 +14,6 @@ What the dialect adds to the declared source's client and paging loop
   repository and ``ingest.rest.sizing.SizePlanner``);
 * its tables: ``pull_requests`` (typed columns), ``github_pages`` (the ETags) and
   ``github_syncs`` (the ``updated_at`` watermark), one part per run and repository.
-Incremental, concurrent paging of GitHub's pull-request list.
 
 For each repository (all of them concurrently, under the client's one
 in-flight limit):
