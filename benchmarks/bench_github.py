@@ -93,7 +93,7 @@ import httpx
 from benchmarks.measure import cpu_model
 from dev.servers.github import DevGitHub
 from ingest import storage
-from ingest.github.run import fetch_pulls
+from ingest.rest.run import fetch_pulls
 from ingest.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "github.md"
@@ -306,7 +306,10 @@ def commit_cost(job):
     # The commit path alone: a first run staged by the fetch, committed to new tables with
     # the warehouse views, then a full refresh of the same folder (a MERGE into them).
     import os
-    from ingest.github.run import fetch_pulls
+    try:
+        from ingest.rest.run import fetch_pulls
+    except ImportError:  # a revision from before the GitHub dialect joined ingest.rest
+        from ingest.github.run import fetch_pulls
     from ingest.settings import Settings
 
     settings = Settings(data_dir=job["data_dir"], github_base_url=job["base_url"])

@@ -395,7 +395,7 @@ def github_command(
 ) -> None:
     """Run the github-pulls flow once and print its summary."""
     runner = runner_choice(task_runner)
-    from ingest.github.summary import headline
+    from ingest.rest.summary import headline
 
     if state not in (None, "open", "closed", "all"):
         raise typer.BadParameter("use open, closed or all", param_hint="--state")
@@ -440,7 +440,8 @@ def rest_command(
     """Run the rest-ingest flow once for a declared source and print its summary."""
     runner = runner_choice(task_runner)
     from flows.rest_ingest import rest_ingest
-    from ingest.rest.summary import headline
+    from ingest.rest.records import GitHubSummary
+    from ingest.rest.summary import headline, listing_lines
 
     summary = run_flow(
         ctx,
@@ -453,6 +454,9 @@ def rest_command(
         task_runner=runner,
     )
     typer.echo(headline(summary))
+    if isinstance(summary, GitHubSummary):  # a source of client.dialect github
+        for line in listing_lines(summary):
+            typer.echo(f"  {line}")
     for r in summary.resources:
         note = "complete" if r["complete"] else f"incomplete: {r['note']}"
         typer.echo(

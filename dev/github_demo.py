@@ -14,7 +14,7 @@ import typer
 
 from dev.servers.github import DevGitHub
 from ingest import console, storage
-from ingest.github.summary import headline
+from ingest.rest.summary import headline
 
 DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}
 

@@ -2,16 +2,18 @@
 
 One task fetches every resource of the source (parents, then their children)
 through one client whose in-flight window adapts to the host, and stages one
-table per resource; the run commits them at its end and publishes the summary.
-A malformed page or a missing resource fails the run after the rest is stored;
-rejected credentials fail it at once.
+table per resource; the run commits them at its end and publishes the summary
+(artifacts and the run's ``flow_runs`` row). A malformed page or a missing
+resource fails the run after the rest is stored; rejected credentials fail it at
+once. ``ingest_source`` is that composition, which the ``github-pulls`` flow runs
+too, for the source it builds from its parameters.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run
@@ -20,12 +22,14 @@ from pydantic import Field
 from flows.parameters import deployment_defaults, described, ingest_flow
 from ingest import security
 from ingest.rest.errors import RestTerminalError
-from ingest.rest.records import RestSummary
-from ingest.rest.source import load_source
+from ingest.rest.github import TABLES as GITHUB_TABLES
+from ingest.rest.github import merge_summaries
+from ingest.rest.records import GitHubSummary, RestSummary
+from ingest.rest.source import Source, load_source
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
-from tasks.rest import fetch_source, publish_summary
+from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
 from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
@@ -107,39 +111,96 @@ def rest_ingest(
         base_url=base_url,
         env_names=[auth.env if auth else None],
     )
-    run_id = str(flow_run.id or "local")
-    tables = [declared.table(r) for r in declared.resources]
+    if concurrency:
+        client = declared.client.model_copy(update={"concurrency": concurrency})
+        declared = declared.model_copy(update={"client": client})
+    return ingest_source(
+        settings,
+        declared,
+        run_id=str(flow_run.id or "local"),
+        started=started,
+        base_url=base_url,
+        full_refresh=full_refresh,
+        title=f"rest-ingest ({declared.name})",
+    )
 
+
+def ingest_source(
+    settings: Settings,
+    source: Source,
+    *,
+    run_id: str,
+    started: float,
+    base_url: str | None = None,
+    full_refresh: bool = False,
+    title: str,
+) -> RestSummary:
+    """The composition of every REST flow (rest-ingest, github-pulls): the lake's upkeep
+    beside the fetch (which waits on the network; nothing of the run is committed before
+    it ends, and the stored state is read as it was), the commit, the summary, and the
+    run's failure when listings failed. A GitHub source loads its stored state first and,
+    on Dask, is fetched by one task per repository."""
     with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
-        summary = submit(
-            runner,
-            fetch_source,
-            settings=settings,
-            source_file=str(path),
-            run_id=run_id,
-            base_url=base_url,
-            concurrency=concurrency,
-            full_refresh=full_refresh,
-        ).result()
-        maintain_lake(settings, [*tables, *REST_TABLES])
+        upkeep = maintain_lake.submit(settings, tables_of(source))
+        if source.client.dialect == "github":
+            priors = load_sync_state(settings, source, full_refresh)
+            shares = (
+                [source]
+                if settings.task_runner == "thread"
+                else [source.model_copy(update={"repos": [r]}) for r in source.repos]
+            )
+            futures = [
+                submit(
+                    runner,
+                    fetch_pulls,
+                    settings=settings,
+                    source=share,
+                    run_id=run_id,
+                    base_url=base_url,
+                    full_refresh=full_refresh,
+                    priors={r: priors[r] for r in share.repos},
+                    part="" if len(shares) == 1 else f"-{i}",
+                )
+                for i, share in enumerate(shares)
+            ]
+            summary: RestSummary = merge_summaries(
+                run_id, [cast(GitHubSummary, f.result()) for f in futures]
+            )
+        else:
+            summary = submit(
+                runner,
+                fetch_source,
+                settings=settings,
+                source=source,
+                run_id=run_id,
+                base_url=base_url,
+                full_refresh=full_refresh,
+            ).result()
+        upkeep.result()
         summary.seconds = time.perf_counter() - started
         summary = publish_and_commit(
-            settings,
-            run_id,
-            lambda: publish_summary(settings, summary, f"rest-ingest ({declared.name})"),
+            settings, run_id, lambda: publish_summary(settings, summary, title)
         )
 
     if summary.stopped:
         get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)
     if summary.errors:
-        resource, error = summary.errors[0]
+        where, error = summary.errors[0]
         raise RestTerminalError(
-            f"{len(summary.errors)} listing(s) of {declared.name} failed; first: "
-            f"{resource}: {error}"
+            f"{len(summary.errors)} of {len(summary.listings)} listings of {source.name} "
+            f"failed; first: {where}: {error}"
         )
-    pages = sum(r["pages"] for r in summary.resources)
-    failed = too_many_failed_pages(summary.failed_pages, pages, settings.max_failed_ratio, run_id)
+    failed = too_many_failed_pages(
+        summary.failed_pages, summary.pages, settings.max_failed_ratio, run_id
+    )
     if failed:
         raise TooManyFailedPagesError(failed)
     return summary
+
+
+def tables_of(source: Source) -> list[str]:
+    """The tables a run of the source writes, which its runs keep trimmed and compacted."""
+    if source.client.dialect == "github":
+        return list(GITHUB_TABLES)
+    return [*(source.table(r) for r in source.resources), *REST_TABLES]

@@ -1,9 +1,15 @@
-"""REST source tasks: fetch a declared source, publish its summary.
+"""REST source tasks: load a source's stored state, fetch it, publish its summary.
 
-The whole fetch of a run is one task, as for GitHub: every listing of the source
-shares one event loop, one ``httpx.AsyncClient``, one adaptive window and one
-rate-limit governor. Credentials are resolved inside the task from a Prefect
-``Secret`` block or an environment variable; they are never a parameter.
+On the thread runner the whole fetch of a run is one task: every listing of the
+source shares one event loop, one ``httpx.AsyncClient``, one adaptive window and
+one rate-limit governor (a task per page would cost more orchestration than the
+request itself). On a Dask cluster a ``dialect: github`` source is fetched by one
+task per repository, spread over the workers; each pages its repository and stages
+its rows to the lake on its worker, and the in-flight limit and the budget they
+share are kept on the Prefect server (``ingest.rest.shared``). The fetch has no
+Prefect retries: failed pages are rows, the watermark does not advance past them,
+and the next run fetches them again. Credentials are resolved inside the task from
+a Prefect ``Secret`` block or an environment variable; they are never a parameter.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from ingest import report
-from ingest.rest.records import RestSummary
+from ingest.rest import github, store
+from ingest.rest.records import GitHubSummary, RepoState, RestSummary
 from ingest.rest.run import fetch_source as fetch_source_plain
-from ingest.rest.source import load_source
-from ingest.rest.summary import markdown
+from ingest.rest.source import Source
+from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
+from tasks.history import compare_with_previous, record_current_run, run_link
 from tasks.timing import timed
 
 
@@ -32,22 +40,33 @@ def load_secret_block(name: str) -> str:
     return str(block.get())
 
 
+@task(name="load-sync-state", cache_policy=NO_CACHE)
+def load_sync_state(settings: Settings, source: Source, full_refresh: bool) -> dict[str, RepoState]:
+    """A ``dialect: github`` source's stored ETags and watermarks (none on a full refresh)."""
+    with timed(settings.lake, noun="pages") as t:
+        if full_refresh:
+            states = {r: RepoState() for r in source.repos}
+        else:
+            states = store.load_repo_states(settings.lake, source.repos, github.state_of(source))
+        t.items = sum(len(s.pages) for s in states.values())
+    return states
+
+
 @task(name="fetch-rest-source", cache_policy=NO_CACHE)
 def fetch_source(
     settings: Settings,
-    source_file: str,
+    source: Source,
     run_id: str,
     base_url: str | None = None,
-    concurrency: int | None = None,
     full_refresh: bool = False,
+    priors: dict[str, RepoState] | None = None,
+    part: str = "",
 ) -> RestSummary:
-    """Page every resource of the source and stage its rows (one part per listing)."""
-    source = load_source(source_file)
-    if concurrency:
-        source = source.model_copy(
-            update={"client": source.client.model_copy(update={"concurrency": concurrency})}
-        )
-    with timed(settings.lake, noun="records") as t:
+    """Page every resource of the source and stage its rows (one part per listing).
+
+    ``priors``: a GitHub source's stored state (``load-sync-state``); ``part`` tells
+    apart the staged parts of several such tasks of one run."""
+    with timed(settings.lake, noun="pull requests" if source.client.dialect else "records") as t:
         summary = fetch_source_plain(
             settings,
             source,
@@ -55,34 +74,46 @@ def fetch_source(
             base_url=base_url,
             load_block=load_secret_block,
             full_refresh=full_refresh,
+            priors=priors,
+            part=part,
         )
-        t.items = summary.records
+        t.items = summary.items
     logger = get_run_logger()
-    for r in summary.resources:
-        logger.info(
-            "%s: %s records in %s listings, %s requests, %s",
-            r["resource"],
-            r["records"],
-            r["listings"],
-            r["requests"],
-            "complete" if r["complete"] else f"incomplete: {r['note']}",
-        )
+    for line in listing_lines(summary):
+        logger.info("%s", line)
     return summary
 
 
-@task(name="publish-rest-summary", cache_policy=NO_CACHE)
+# A GitHub source's fetch under the name its runs have always shown in the UI and tables.
+fetch_pulls = fetch_source.with_options(name="fetch-pulls")
+
+
+@task(name="publish-summary", cache_policy=NO_CACHE)
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
-    """Per-stage timing and per-resource figures as artifacts on the flow run."""
+    """Per-stage timing and per-listing figures as artifacts on the flow run, and the
+    run's ``flow_runs`` row (what the next run compares itself with)."""
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
     create_table_artifact(
-        key="rest-resources", table=summary.resources, description=f"{title}: per resource"
+        key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
+        table=summary.listings,
+        description=f"{title}: per listing",
     )
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
+    _, comparison = compare_with_previous(settings.lake, summary.stages)
+    record_current_run(
+        settings.lake,
+        seconds=summary.seconds,
+        items=summary.items,
+        failed=summary.failed_pages,
+        state="failed" if summary.errors else "completed",
+    )
     create_markdown_artifact(
-        key="run-summary", markdown=markdown(summary, title), description=title
+        key="run-summary",
+        markdown=markdown(summary, title, link=run_link) + "\n" + comparison,
+        description=title,
     )
     return summary

@@ -81,7 +81,7 @@ def preload() -> None:
     """Import what a batch task needs (run on each worker by ``warm``)."""
     import importlib
 
-    for name in ("prefect.task_engine", "tasks.s3", "tasks.extraction", "tasks.github"):
+    for name in ("prefect.task_engine", "tasks.s3", "tasks.extraction", "tasks.rest"):
         importlib.import_module(name)
 
 

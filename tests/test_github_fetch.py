@@ -14,9 +14,9 @@ import pytest
 
 from dev.servers.github import DevGitHub
 from ingest import storage
-from ingest.github.errors import BadCredentialsError
-from ingest.github.records import GitHubSummary
-from ingest.github.run import fetch_pulls
+from ingest.rest.errors import AuthError
+from ingest.rest.records import GitHubSummary
+from ingest.rest.run import fetch_pulls
 from ingest.settings import Settings
 
 TOKEN = "ghp_" + "TestTokenValue0123456789abcdefABCDEF"  # fake, built so no scanner flags it
@@ -248,7 +248,7 @@ def test_secondary_limit_backs_off_and_completes(
 def test_bad_token_is_a_clear_terminal_error(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/big": 10})
     wrong = "ghp_" + "WrongTokenValue0123456789abcdefABCDEF"
-    with pytest.raises(BadCredentialsError) as info:
+    with pytest.raises(AuthError) as info:
         fetch_pulls(settings_for(server, data_dir), ["octo/big"], run_id="r1", token=wrong)
     message = str(info.value)
     assert "401" in message and "token" in message and wrong not in message
@@ -283,7 +283,7 @@ def test_the_token_never_reaches_logs_or_outputs(
     caplog.set_level(logging.DEBUG)
     settings = settings_for(server, data_dir, github_per_page=10)
     run(settings, ["octo/big", "octo/missing"], "r1")
-    with pytest.raises(BadCredentialsError):
+    with pytest.raises(AuthError):
         fetch_pulls(settings, ["octo/big"], run_id="r2", token=TOKEN[:-1] + "X")
     assert caplog.records  # httpx and the retries logged
     for record in caplog.records:

@@ -15,7 +15,7 @@ from cli.main import app
 from dev.servers.github import DevGitHub
 from flows.github_pulls import github_pulls
 from ingest import storage
-from ingest.github.errors import BadCredentialsError, GitHubTerminalError
+from ingest.rest.errors import AuthError, RestTerminalError
 
 pytestmark = pytest.mark.flow
 
@@ -108,7 +108,7 @@ def test_flow_fails_clearly_for_a_missing_repository_after_storing_the_others(
     prefect_harness: None, server: DevGitHub, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    with pytest.raises(GitHubTerminalError, match="octo/nope not found, or not visible"):
+    with pytest.raises(RestTerminalError, match="octo/nope not found, or not visible"):
         github_pulls(repos=["octo/docs", "octo/nope"], base_url=server.url, data_dir=str(data_dir))
     assert storage.query(data_dir, "SELECT count(*) FROM pull_requests")[1] == [(40,)]
 
@@ -122,7 +122,7 @@ def test_flow_fails_at_once_for_a_rejected_token(
 ) -> None:
     wrong = "ghp_" + "RejectedTokenValue0123456789abcdefAB"
     monkeypatch.setenv("GITHUB_TOKEN", wrong)
-    with pytest.raises(BadCredentialsError, match="401"):
+    with pytest.raises(AuthError, match="401"):
         github_pulls(repos=["octo/docs"], base_url=server.url, data_dir=str(data_dir))
     assert logs.lines and not [line for line in logs.lines if wrong in line]
 

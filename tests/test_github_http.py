@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.github.client import GitHubClient, make_http_client
-from ingest.rest.ratelimit import RateLimitGovernor
+from ingest.rest.github import github_source
+from ingest.rest.run import make_client
+from ingest.settings import Settings
 from tests.scripted_server import tls_server_context
 
 TOKEN = "ghp_" + "HttpTestToken0123456789abcdefABCDEF"  # fake, built so no scanner flags it
@@ -68,9 +69,12 @@ def servers() -> Iterator[list[Server]]:
 
 
 async def get_all(base_url: str, urls: list[str]) -> list[int]:
-    http = make_http_client(base_url, TOKEN, concurrency=2, timeout=5.0)
-    async with http:
-        gh = GitHubClient(http, RateLimitGovernor(), concurrency=2)
+    settings = Settings()
+    source = github_source(settings, ["octo/hello"], base_url=base_url, concurrency=2)
+    gh = make_client(
+        settings, source, run_id="t", base_url=None, load_block=None, remembered=None, token=TOKEN
+    )
+    async with gh.http:
         return [(await gh.get(u)).status for u in urls]
 
 

@@ -12,16 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest.github.client import GitHubClient, safe_url
-from ingest.github.errors import (
-    BadCredentialsError,
-    GitHubRequestError,
-    PageError,
-    RateLimitStop,
-    RepoNotFoundError,
-)
-from ingest.github.sync import choose_per_page, estimate_seconds
+from ingest.rest.client import RestClient, safe_url
 from ingest.rest.engine import Page, walk
+from ingest.rest.errors import AuthError, NotFoundError, PageError, RateLimitStop, RequestError
 from ingest.rest.paging import (
     BodyCursorPaginator,
     LinkHeaderPaginator,
@@ -30,6 +23,7 @@ from ingest.rest.paging import (
     parse_link_header,
 )
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
+from ingest.rest.sizing import choose_per_page, estimate_seconds
 
 # A Link header exactly as api.github.com sends it for page 3 of 10.
 _U = "https://api.github.com/repositories/1300192/pulls?state=all&per_page=10"
@@ -255,18 +249,18 @@ def test_governor_caps_the_reserve_for_small_limits() -> None:
     assert gov.effective_reserve == 6
 
 
-def answer_client(handler: Any, **kw: Any) -> GitHubClient:
+def answer_client(handler: Any, **kw: Any) -> RestClient:
     http = httpx.AsyncClient(base_url="https://api.test", transport=httpx.MockTransport(handler))
-    return GitHubClient(http, RateLimitGovernor(reserve=0, **kw), RetryPolicy(3, 0.001, 0.002))
+    return RestClient(http, RateLimitGovernor(reserve=0, **kw), RetryPolicy(3, 0.001, 0.002))
 
 
 @pytest.mark.parametrize(
     ("status", "body", "error"),
     [
-        (401, {"message": "Bad credentials"}, BadCredentialsError),
-        (404, {"message": "Not Found"}, RepoNotFoundError),
-        (403, {"message": "Resource not accessible by integration"}, GitHubRequestError),
-        (422, {"message": "Validation Failed"}, GitHubRequestError),
+        (401, {"message": "Bad credentials"}, AuthError),
+        (404, {"message": "Not Found"}, NotFoundError),
+        (403, {"message": "Resource not accessible by integration"}, RequestError),
+        (422, {"message": "Validation Failed"}, RequestError),
     ],
 )
 def test_client_terminal_statuses(

@@ -49,6 +49,11 @@ def test_tickets_example_runs_then_reruns_incrementally(
         data_dir, "SELECT DISTINCT task_name FROM task_timings WHERE task_name LIKE 'fetch-rest%'"
     )
     assert stages == [("fetch-rest-source",)]
+    # each run's flow_runs row, as the s3 and github flows write theirs
+    _, runs = storage.query(
+        data_dir, "SELECT flow_name, items, state FROM flow_runs ORDER BY started_at"
+    )
+    assert runs == [("rest-ingest", 183, "completed"), ("rest-ingest", 7, "completed")]
 
 
 def test_credential_from_a_secret_block(
@@ -112,3 +117,44 @@ def test_cli_rest_command_runs_the_github_example(
     _, rows = storage.query(data_dir, "SELECT data FROM github__pulls")
     numbers = sorted(json.loads(d)["number"] for (d,) in rows)
     assert numbers == sorted([*range(1, 231), *range(1, 41)])
+
+
+def test_the_github_dialect_source_file_runs_what_ingest_github_runs(
+    prefect_harness: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``client.dialect: github`` (sources/github.yaml): the pull_requests table, stored
+    page ETags sent back (an unchanged rerun spends no budget), the github_syncs rows."""
+    token = "ghp_" + "DialectTokenValue0123456789abcdefABC"  # fake
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    with DevGitHub(repos={"octo/engine": 230, "octo/docs": 40}, token=token) as gh:
+        args = ["rest", "sources/github.yaml", "--base-url", gh.url, "--data-dir", str(data_dir)]
+        first = CliRunner().invoke(app, args)
+        counted = gh.stats()["counted"]
+        second = CliRunner().invoke(app, args)
+        assert gh.stats()["counted"] == counted  # every answer a 304: no budget spent
+    assert first.exit_code == 0, first.output
+    assert "270 pull requests from 2 repositories" in first.output
+    assert "octo/engine: 230 pull requests" in first.output and token not in first.output
+    assert second.exit_code == 0, second.output
+    assert "0 pull requests from 2 repositories" in second.output
+    assert "budget spent 0" in second.output
+    _, rows = storage.query(
+        data_dir,
+        "SELECT repo, count(*), count(DISTINCT number) FROM pull_requests GROUP BY 1 ORDER BY 1",
+    )
+    assert rows == [("octo/docs", 40, 40), ("octo/engine", 230, 230)]
+    _, syncs = storage.query(
+        data_dir, "SELECT repo, bool_and(complete) FROM github_syncs GROUP BY 1 ORDER BY 1"
+    )
+    assert syncs == [("octo/docs", True), ("octo/engine", True)]
+
+
+def test_a_github_dialect_source_is_checked_before_it_runs(tmp_path: Path) -> None:
+    text = Path("sources/github.yaml").read_text()
+    bad = tmp_path / "github.yaml"
+    bad.write_text(text.replace("  - octo/docs", "  - not a repo"))
+    with pytest.raises(SourceError, match="repository must look like owner/name"):
+        rest_ingest.fn(source=str(bad))
+    bad.write_text(text.replace("state: all", "state: merged"))
+    with pytest.raises(SourceError, match="use open, closed or all"):
+        rest_ingest.fn(source=str(bad))

@@ -14,12 +14,12 @@ import httpx
 import pytest
 
 from dev.servers.github import link_header
-from ingest.github.client import GitHubClient
-from ingest.github.records import RepoState
-from ingest.github.sync import SyncOptions, sync_repos
+from ingest.rest.client import RestClient
 from ingest.rest.engine import Page, walk
+from ingest.rest.github import SyncOptions, sync_repos
 from ingest.rest.paging import LinkHeaderPaginator
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.records import RepoState
 from ingest.rest.sizing import LatencyModel, SizePlanner, plan_per_page
 from ingest.rest.window import AdaptiveWindow
 
@@ -190,9 +190,9 @@ def test_walk_asks_for_known_pages_with_the_first_and_then_what_it_announces() -
     assert [u.params["per_page"] for u in seen[1:]] == ["25"] * 5
 
 
-def github_client(handler: Any) -> GitHubClient:
+def github_client(handler: Any) -> RestClient:
     http = httpx.AsyncClient(base_url="https://api.test", transport=httpx.MockTransport(handler))
-    return GitHubClient(
+    return RestClient(
         http,
         RateLimitGovernor(reserve=0),
         RetryPolicy(2, 0.001, 0.002),

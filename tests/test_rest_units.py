@@ -172,7 +172,7 @@ resources:
 def test_a_valid_source_resolves_defaults_and_parents() -> None:
     source = parse_source(SOURCE)
     tickets = source.resolved(source.resources[1])
-    assert tickets.parent == ("projects", "id") and tickets.keys == ["id"]
+    assert tickets.parent == ("projects", "id") and tickets.key_fields == ["id"]
     assert tickets.endpoint.paginator is not None and tickets.endpoint.paginator.limit == 50
     assert source.table(tickets) == "tracker__tickets"
 
@@ -211,3 +211,47 @@ def test_not_yaml_names_the_line() -> None:
 
 def test_ticket_default_counts_admission() -> None:
     assert Ticket(0, 3).sent_with == 0
+
+
+def test_the_github_options_become_a_dialect_source() -> None:
+    """``ingest github``'s options, the github_* settings as their defaults, declare the
+    source the REST engine runs with the GitHub dialect."""
+    from ingest.rest import github
+    from ingest.settings import Settings
+
+    settings = Settings(github_state="open", github_rate_limit_reserve=7)
+    source = github.github_source(settings, ["octo/a", "octo/b", "octo/a"], concurrency=9)
+    assert source.client.dialect == "github" and source.repos == ["octo/a", "octo/b"]
+    assert source.table(source.resources[0]) == "pull_requests"
+    assert github.state_of(source) == "open" and github.per_page_of(source) is None
+    assert source.client.rate_limit.reserve == 7 and source.client.concurrency == 9
+    fixed = github.github_source(settings, ["octo/a"], per_page=25, state="all", max_wait=0)
+    assert github.per_page_of(fixed) == 25 and github.state_of(fixed) == "all"
+    assert fixed.client.rate_limit.max_wait == 0
+    with pytest.raises(SourceError, match="repos: repository must look like owner/name"):
+        github.github_source(settings, ["octo"])
+
+
+DIALECT = """name: gh
+repos: [octo/a]
+client: {dialect: github, base_url: "http://x/"}
+resources:
+  - name: pulls
+    endpoint: {path: "repos/{repo}/pulls"}
+"""
+
+
+def test_a_dialect_source_file_is_checked_line_by_line() -> None:
+    source = parse_source(DIALECT, "gh.yaml")
+    assert source.repos == ["octo/a"] and source.client.auth is None  # unauthenticated
+    with pytest.raises(SourceError, match="at least one repository"):
+        parse_source(DIALECT.replace("[octo/a]", "[]"), "gh.yaml")
+    with pytest.raises(SourceError, match="declares one resource, path repos/"):
+        parse_source(DIALECT.replace("repos/{repo}/pulls", "repos/{repo}/issues"), "gh.yaml")
+    with pytest.raises(SourceError, match=r"only a source of client\.dialect github"):
+        parse_source(DIALECT.replace("dialect: github, ", ""), "gh.yaml")
+    key = DIALECT.replace(
+        'base_url: "http://x/"', 'base_url: "http://x/", auth: {type: api_key, env: K}'
+    )
+    with pytest.raises(SourceError, match="dialect github takes a bearer token"):
+        parse_source(key, "gh.yaml")

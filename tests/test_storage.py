@@ -415,9 +415,9 @@ def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Pat
 
 
 def github_run(data_dir: Path, run_id: str, pulls: int, fetched: datetime) -> None:
-    """Stage what a first GitHub run of one repository stages (ingest.github.store)."""
-    from ingest.github import store
-    from ingest.github.records import ApiRequest, PageRecord, PullRequest, RepoResult, SyncRecord
+    """Stage what a first GitHub run of one repository stages (ingest.rest.store)."""
+    from ingest.rest import store
+    from ingest.rest.records import ApiRequest, PageRecord, PullRequest, RepoResult, SyncRecord
 
     prs = [
         PullRequest.from_api(
@@ -482,7 +482,7 @@ def github_run(data_dir: Path, run_id: str, pulls: int, fetched: datetime) -> No
             )
         ],
     )
-    store.write_result(data_dir, run_id, result)
+    store.write_repo_result(data_dir, run_id, result)
 
 
 def test_a_first_github_commit_creates_each_table_with_its_rows_in_one_commit(

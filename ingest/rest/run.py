@@ -19,6 +19,10 @@ For each resource, in the order declared:
   the run's commit.
 
 The window the host allowed is remembered (``api_windows``) for the next run.
+
+A source of ``client.dialect: github`` is paged per repository by the GitHub dialect
+(``ingest.rest.github``: stored page ETags, the ``/rate_limit`` probe, budget-sized
+pages) through the same client, shared limits and stored window.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +41,7 @@ import httpx
 
 from ingest.errors import TerminalError
 from ingest.redact import redact
-from ingest.rest import store
+from ingest.rest import github, store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
 from ingest.rest.client import RestClient, make_http
@@ -45,7 +49,7 @@ from ingest.rest.engine import Page, walk
 from ingest.rest.errors import AuthError, MalformedPageError
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
-from ingest.rest.records import HostWindow, RestSummary
+from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
 from ingest.rest.sizing import choose_per_page
 from ingest.rest.source import PLACEHOLDER, Resource, Source, make_paginator
@@ -250,7 +254,7 @@ class SourceRun:
             raise MalformedPageError(
                 f"{url}: page {page_no} of {resource.name} has {what}; it holds: {held}", url=url
             )
-        keys = resource.keys
+        keys = resource.key_fields
         inc = resource.endpoint.incremental
         now = datetime.now(UTC)
         oldest: Any = None
@@ -363,17 +367,40 @@ def make_client(
     load_block: SecretLoader | None,
     remembered: tuple[int, int | None] | None,
     transport: httpx.AsyncBaseTransport | None = None,
+    token: str | None = None,
 ) -> RestClient:
     """The source's client: its credentials, window (from what the host allowed last
-    time), governor and retry policy."""
-    creds = credentials(source.client.auth, load_block)
+    time), governor and retry policy; a ``dialect: github`` source's with GitHub's headers,
+    its optional token (``token``, else as ``github.github_token`` finds it) and the
+    ``github_*`` request settings."""
     concurrency = source.client.concurrency
+    if source.client.dialect == "github":
+        creds = github.credentials(source, settings, load_block, token)
+        headers = {**github.HEADERS, **source.client.headers}
+        timeout, who = settings.github_timeout, github.WHO
+        retry = RetryPolicy(
+            max_attempts=settings.github_max_attempts,
+            base=settings.github_retry_base,
+            cap=settings.github_retry_cap,
+        )
+        limit_retries = settings.github_secondary_retries
+    else:
+        creds = credentials(source.client.auth, load_block)
+        headers = {"Accept": "application/json", **source.client.headers}
+        timeout, who = settings.rest_timeout, "these credentials"
+        retry = RetryPolicy(
+            max_attempts=settings.rest_max_attempts,
+            base=settings.rest_retry_base,
+            cap=settings.rest_retry_cap,
+        )
+        limit_retries = settings.rest_limit_retries
     http = make_http(
         base_url or source.client.base_url,
-        headers={"Accept": "application/json", **source.client.headers},
+        headers=headers,
         concurrency=concurrency,
-        timeout=settings.rest_timeout,
+        timeout=timeout,
         transport=transport,
+        # to the API's host only, never to another host a Link header names
         credentials=creds.headers,
     )
     window = AdaptiveWindow(
@@ -389,22 +416,15 @@ def make_client(
         RateLimitGovernor(
             reserve=limits.reserve, max_wait=limits.max_wait, secondary_backoff=limits.backoff
         ),
-        RetryPolicy(
-            max_attempts=settings.rest_max_attempts,
-            base=settings.rest_retry_base,
-            cap=settings.rest_retry_cap,
-        ),
+        retry,
         concurrency=concurrency,
-        secondary_retries=settings.rest_limit_retries,
+        secondary_retries=limit_retries,
         run_id=run_id,
         window=window,
         auth_hint=creds.hint,
+        who=who,
         auth_params=creds.params,
     )
-
-
-def host_of(url: str) -> str:
-    return httpx.URL(url).netloc.decode()
 
 
 def fetch_source(
@@ -416,97 +436,155 @@ def fetch_source(
     load_block: SecretLoader | None = None,
     full_refresh: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
-    on_listing: Callable[[str, str, list[dict[str, Any]], dict[str, Any]], None] | None = None,
+    token: str | None = None,
+    priors: dict[str, RepoState] | None = None,
+    part: str = "",
 ) -> RestSummary:
-    """Page every resource of ``source`` and stage its rows; returns the run's summary.
+    """Page every resource of ``source`` and stage its rows; returns the run's summary
+    (a ``GitHubSummary`` for a ``dialect: github`` source).
+
+    ``priors`` (dialect github): the repositories' stored state, when the caller loaded
+    it. ``part`` names this call's staged parts that belong to no listing (requests,
+    the host's window) when several calls of one run each fetch a share of it (one
+    task per repository on a cluster).
 
     Raises ``AuthError`` when the credentials are missing or rejected; every other
-    outcome is in the summary (per resource: complete, or why it stopped).
+    outcome is in the summary (per listing: complete, or why it stopped).
     """
-    tables = {r.name: source.table(r) for r in source.resources}
-    state = (
-        store.SourceState()
-        if full_refresh
-        else store.load_state(settings.lake, source.name, tables)
-    )
-    host = host_of(base_url or source.client.base_url)
+    dialect = source.client.dialect
+    state = store.SourceState()
+    if dialect == "github":
+        if priors is None:
+            priors = (
+                {r: RepoState() for r in source.repos}
+                if full_refresh
+                else store.load_repo_states(settings.lake, source.repos, github.state_of(source))
+            )
+    elif not full_refresh:
+        tables = {r.name: source.table(r) for r in source.resources}
+        state = store.load_state(settings.lake, source.name, tables)
+    host = store.host_of(base_url or source.client.base_url)
     remembered = store.load_window(settings.lake, host)
+    opened = Opened(settings, source, run_id, base_url, load_block, transport, token, host, part)
     return run_async(
         with_shared_limits(
             settings,
             base_url or source.client.base_url,
-            lambda shared: _fetch(
-                settings,
-                source,
-                state,
-                run_id,
-                base_url,
-                load_block,
-                full_refresh,
-                remembered,
-                transport,
-                host,
-                shared,
-            ),
+            lambda shared: _fetch(opened, state, priors or {}, full_refresh, remembered, shared),
             in_flight=source.client.concurrency,
             remembered=remembered,
         )
     )
 
 
-async def _fetch(
+def fetch_pulls(
     settings: Settings,
-    source: Source,
-    state: store.SourceState,
+    repos: Sequence[str],
+    *,
     run_id: str,
-    base_url: str | None,
-    load_block: SecretLoader | None,
+    token: str | None = None,
+    priors: dict[str, RepoState] | None = None,
+    full_refresh: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+    part: str = "",
+) -> GitHubSummary:
+    """The pull requests of ``repos``: ``fetch_source`` of the GitHub source the
+    ``github_*`` settings declare (``github.github_source``)."""
+    summary = fetch_source(
+        settings,
+        github.github_source(settings, repos),
+        run_id=run_id,
+        token=token,
+        priors=priors,
+        full_refresh=full_refresh,
+        transport=transport,
+        part=part,
+    )
+    assert isinstance(summary, GitHubSummary)
+    return summary
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What one call of ``fetch_source`` was given."""
+
+    settings: Settings
+    source: Source
+    run_id: str
+    base_url: str | None
+    load_block: SecretLoader | None
+    transport: httpx.AsyncBaseTransport | None
+    token: str | None
+    host: str
+    part: str
+
+
+async def _fetch(
+    run: Opened,
+    state: store.SourceState,
+    priors: dict[str, RepoState],
     full_refresh: bool,
     remembered: tuple[int, int | None] | None,
-    transport: httpx.AsyncBaseTransport | None,
-    host: str,
     shared: SharedLimits | None,
 ) -> RestSummary:
     started = time.perf_counter()
+    settings, source, run_id = run.settings, run.source, run.run_id
     client = make_client(
         settings,
         source,
         run_id=run_id,
-        base_url=base_url,
-        load_block=load_block,
+        base_url=run.base_url,
+        load_block=run.load_block,
         remembered=remembered,
-        transport=transport,
+        transport=run.transport,
+        token=run.token,
     )
     if shared is not None:
         client.shared = shared.slots
         client.governor.shared = shared.budget
-    runner = SourceRun(settings, source, client, state, run_id=run_id, full_refresh=full_refresh)
+    runner: SourceRun | None = None
+    summary: RestSummary | None = None
     try:
         async with client.http:
-            await runner.run()
-    finally:
-        for listings in runner.listings.values():
-            for listing in listings:
-                part = store.part_name(listing.resource.name, listing.parent_key)
-                await asyncio.to_thread(
-                    store.write_listing,
-                    settings.lake,
-                    run_id,
-                    listing.table,
-                    part,
-                    list(listing.rows.values()),
-                    runner.sync_row(listing),
+            if source.client.dialect == "github":
+                summary = await github.run_repos(
+                    settings,
+                    source,
+                    client,
+                    run_id=run_id,
+                    priors=priors,
+                    full_refresh=full_refresh,
                 )
+            else:
+                runner = SourceRun(
+                    settings, source, client, state, run_id=run_id, full_refresh=full_refresh
+                )
+                await runner.run()
+    finally:
+        if runner is not None:
+            for listings in runner.listings.values():
+                for listing in listings:
+                    part = store.part_name(listing.resource.name, listing.parent_key)
+                    await asyncio.to_thread(
+                        store.write_listing,
+                        settings.lake,
+                        run_id,
+                        listing.table,
+                        part,
+                        list(listing.rows.values()),
+                        runner.sync_row(listing),
+                    )
         window = client.window
         assert window is not None
         size, ceiling = window.remembered()
         store.write_run(
             settings.lake,
             run_id,
-            f"rest-{source.name}",
-            client.requests,
+            f"rest-{source.name}{run.part}",
+            # a dialect's listings stage their own requests as each ends
+            github.unstored(client) if runner is None else client.requests,
             HostWindow(
-                host=host,
+                host=run.host,
                 window_size=size,
                 ceiling=ceiling,
                 limit_answers=window.limit_answers,
@@ -517,6 +595,13 @@ async def _fetch(
             if settings.http_adaptive
             else None,
         )
+    if isinstance(summary, GitHubSummary):
+        if shared is not None:
+            summary.shared_limit = shared.slots.name
+            summary.shared_round_trips = shared.round_trips
+        summary.seconds = time.perf_counter() - started
+        return summary
+    assert runner is not None
     return summarize(runner, client, time.perf_counter() - started)
 
 

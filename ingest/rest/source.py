@@ -51,6 +51,7 @@ from ingest.rest.paging import (
 )
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 PLACEHOLDER = re.compile(r"\{resources\.([A-Za-z0-9_]+)\.([A-Za-z0-9_.]+)\}")
 
 
@@ -183,7 +184,9 @@ class Resource(_Strict):
         return v
 
     @property
-    def keys(self) -> list[str]:
+    def key_fields(self) -> list[str]:
+        """The primary key's fields (not ``keys``: ``dict(resource)``, as Prefect's walk
+        over task parameters does, would call it)."""
         pk = self.primary_key
         return [pk] if isinstance(pk, str) else list(pk or [])
 
@@ -214,6 +217,12 @@ class RateLimit(_Strict):
 
 
 class Client(_Strict):
+    dialect: Literal["github"] | None = Field(
+        None,
+        description="github: what is GitHub's own (its headers, page ETags sent back as "
+        "If-None-Match, the /rate_limit probe, budget-sized pages, the pull_requests table); "
+        "see ingest.rest.github.",
+    )
     base_url: str
     auth: Auth | None = None
     headers: dict[str, str] = Field(default_factory=dict)
@@ -235,8 +244,17 @@ class Source(_Strict):
 
     name: str
     client: Client
+    repos: list[str] = Field(
+        default_factory=list,
+        description="dialect github: the repositories (owner/name) whose pull requests to list.",
+    )
     resource_defaults: ResourceDefaults = Field(default_factory=ResourceDefaults)
     resources: list[Resource] = Field(min_length=1)
+
+    @field_validator("repos")
+    @classmethod
+    def _repos(cls, v: list[str]) -> list[str]:
+        return [check_repo(r) for r in dict.fromkeys(v)]
 
     @field_validator("name")
     @classmethod
@@ -247,6 +265,10 @@ class Source(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Source:
+        if self.client.dialect == "github":
+            return self._check_github()
+        if self.repos:
+            raise ValueError("repos: only a source of client.dialect github lists repositories")
         seen: set[str] = set()
         for i, r in enumerate(self.resources):
             if r.name in seen:
@@ -260,6 +282,27 @@ class Source(_Strict):
             seen.add(r.name)
             if not self.resolved(r).endpoint.path:
                 raise ValueError(f"resources.{i}: {r.name!r} has no endpoint.path")
+        return self
+
+    def _check_github(self) -> Source:
+        """The GitHub dialect lists the pull requests of ``repos``: one resource."""
+        if not self.repos:
+            raise ValueError("repos: dialect github needs at least one repository (owner/name)")
+        if len(self.resources) != 1 or self.resources[0].endpoint.path != GITHUB_PULLS:
+            raise ValueError(
+                f"resources: dialect github declares one resource, path {GITHUB_PULLS}"
+            )
+        state = self.resources[0].endpoint.params.get("state", "all")
+        if state not in ("open", "closed", "all"):
+            raise ValueError("resources.0: endpoint.params.state: use open, closed or all")
+        auth = self.client.auth
+        if auth is not None and not isinstance(auth, BearerAuth):
+            raise ValueError("client.auth: dialect github takes a bearer token")
+        spec = self.resolved(self.resources[0]).endpoint.paginator
+        if spec is not None and spec.type != "header_link":
+            raise ValueError("client.paginator: GitHub pages by its Link header (header_link)")
+        if spec is not None and isinstance(spec.page_size, int) and spec.page_size > 100:
+            raise ValueError("client.paginator.page_size: GitHub answers at most 100 per page")
         return self
 
     def resolved(self, r: Resource) -> Resource:
@@ -281,7 +324,18 @@ class Source(_Strict):
         )
 
     def table(self, r: Resource) -> str:
+        if self.client.dialect == "github":
+            return "pull_requests"  # the dialect's own table, whatever the source's name
         return f"{self.name}__{r.table_name or r.name}"
+
+
+GITHUB_PULLS = "repos/{repo}/pulls"
+
+
+def check_repo(repo: str) -> str:
+    if not REPO_NAME.match(repo):
+        raise ValueError(f"repository must look like owner/name, got {repo!r}")
+    return repo
 
 
 def make_paginator(

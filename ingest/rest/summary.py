@@ -1,12 +1,18 @@
-"""Human-readable run summaries of a declared REST source (CLI lines, markdown artifact)."""
+"""Human-readable run summaries of a REST source (CLI lines, markdown artifact); a
+``dialect: github`` source's summary says what is GitHub's own (per repository, 304s,
+budget spent, the planned page size)."""
 
 from __future__ import annotations
 
-from ingest.rest.records import RestSummary
+from collections.abc import Callable
+
+from ingest.rest.records import GitHubSummary, RestSummary
 
 
 def headline(summary: RestSummary) -> str:
     """``run R: tickets: 840 records from 3 resources, 31 requests ...``."""
+    if isinstance(summary, GitHubSummary):
+        return github_headline(summary)
     text = (
         f"run {summary.run_id}: {summary.source}: {summary.records} records from "
         f"{len(summary.resources)} resources, {summary.requests} requests, "
@@ -21,8 +27,14 @@ def headline(summary: RestSummary) -> str:
     return text
 
 
-def markdown(summary: RestSummary, title: str) -> str:
-    lines = [f"# {title}", "", headline(summary).replace("\n", "  \n"), ""]
+def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None = None) -> str:
+    """The run-summary artifact; ``link`` makes the run id a link to the run."""
+    if isinstance(summary, GitHubSummary):
+        return github_markdown(summary, title, link)
+    text = headline(summary).replace("\n", "  \n")
+    if link is not None:
+        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
+    lines = [f"# {title}", "", text, ""]
     lines += [
         "| resource | table | listings | complete | records | pages | requests | failed pages "
         "| page size | note |",
@@ -36,6 +48,80 @@ def markdown(summary: RestSummary, title: str) -> str:
             f"{r['page_size']} | {note} |"
         )
     return "\n".join(lines)
+
+
+def github_headline(summary: GitHubSummary) -> str:
+    """``run R: 515 pull requests from 2 repositories, 18 requests (0 not modified) ...``."""
+    text = (
+        f"run {summary.run_id}: {summary.pulls} pull requests from {len(summary.repos)} "
+        f"repositories, {summary.requests} requests ({summary.not_modified} not modified), "
+        f"budget spent {summary.budget_spent}, per_page {summary.per_page}, "
+        f"max in flight {summary.max_in_flight} (window {summary.window}"
+        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
+        f"{summary.seconds:.2f} s"
+    )
+    if summary.limit_answers:
+        text += f", {summary.limit_answers} limit answers"
+    if summary.failed_pages:
+        text += f", {summary.failed_pages} failed pages"
+    if summary.shared_limit:
+        text += (
+            f"\nshared limits: {summary.shared_limit} and the budget of its host, "
+            f"{summary.shared_round_trips} calls to the Prefect server"
+        )
+    if summary.size_plan:
+        text += f"\npage size: {summary.size_plan}"
+    if summary.stopped:
+        text += f"\nstopped early: {summary.stopped}"
+    return text
+
+
+TERMS = (
+    "*requests*: HTTP calls made this run; *not modified*: requests answered 304 from a "
+    "stored ETag (nothing new, and free of the rate-limit budget); *budget spent*: requests "
+    "counted against the hourly rate limit; *per_page*: pull requests asked for per page "
+    "(1-100; unless set, planned after a one-item probe of each repository from the latency "
+    "it showed, the in-flight window and the budget); *max in flight*: the most requests open at "
+    "once; *failed pages*: pages that still failed after their retries."
+)
+
+
+def github_markdown(
+    summary: GitHubSummary, title: str, link: Callable[[str], str] | None = None
+) -> str:
+    """The run-summary artifact; ``link`` makes the run id a link to the run."""
+    text = github_headline(summary).replace("\n", "  \n")
+    if link is not None:
+        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
+    lines = [f"# {title}", "", text, "", TERMS, ""]
+    lines += [
+        "| repo | complete | pull requests | requests | not modified | failed pages | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in summary.repos:
+        note = (r.get("error") or r.get("stop_reason") or "").replace("|", "/")
+        lines.append(
+            f"| {r['repo']} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
+            f"{r['not_modified']} | {r['failed_pages']} | {note} |"
+        )
+    return "\n".join(lines)
+
+
+def listing_lines(summary: RestSummary) -> list[str]:
+    """One log line per listing (per repository of a GitHub source)."""
+    if isinstance(summary, GitHubSummary):
+        return [
+            f"{r['repo']}: {r['pull_requests']} pull requests, {r['requests']} requests "
+            f"({r['not_modified']} not modified), "
+            + ("complete" if r["complete"] else f"incomplete: {r['stop_reason'] or r['error']}")
+            for r in summary.repos
+        ]
+    return [
+        f"{r['resource']}: {r['records']} records in {r['listings']} listings, "
+        f"{r['requests']} requests, "
+        + ("complete" if r["complete"] else f"incomplete: {r['note']}")
+        for r in summary.resources
+    ]
 
 
 def too_many_failed_pages(failed: int, pages: int, ratio: float, run_id: str) -> str | None:

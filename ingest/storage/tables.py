@@ -114,7 +114,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("checked_at", _TS),
         ]
     ),
-    # GitHub source (ingest.github): one part per run and repository.
+    # GitHub source (ingest.rest.github, the dialect): one part per run and repository.
     "pull_requests": pa.schema(
         [
             ("repo", pa.string()),

@@ -1,4 +1,19 @@
-"""Incremental, concurrent paging of GitHub's pull-request list.
+"""The GitHub dialect of the REST engine: what is GitHub's own, switched on by a source
+file's ``client.dialect: github`` (``sources/github.yaml``; ``ingest github --repo``
+builds the same source from its options, ``github_source``). ``ingest.rest.run``
+gives it the source's client (window, governor, retries, shared limits) and stores
+what the host allowed; the dialect pages each repository.
+
+What the dialect adds to the declared source's client and paging loop
+(``ingest.rest.engine.walk``):
+
+* GitHub's headers (``Accept``, ``X-GitHub-Api-Version``) and an optional token
+  (unauthenticated: 60 requests an hour);
+* stored page ETags sent back as ``If-None-Match`` (a 304 is free of the budget);
+* the free ``GET /rate_limit`` probe and budget-sized pages (a one-item probe per
+  repository and ``ingest.rest.sizing.SizePlanner``);
+* its tables: ``pull_requests`` (typed columns), ``github_pages`` (the ETags) and
+  ``github_syncs`` (the ``updated_at`` watermark), one part per run and repository.
 
 For each repository (all of them concurrently, under the client's one
 in-flight limit):
@@ -41,39 +56,53 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
+import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-from ingest.github.client import GitHubClient, safe_url
-from ingest.github.errors import (
-    BadCredentialsError,
-    GitHubTerminalError,
-    PageError,
-    RateLimitStop,
-)
-from ingest.github.records import PageRecord, PullRequest, RepoResult, RepoState, SyncRecord
-from ingest.redact import redact
+from ingest import __version__
+from ingest.redact import redact, register_secret
+from ingest.rest import store
+from ingest.rest.auth import Credentials, SecretLoader, resolve
+from ingest.rest.client import RestClient, safe_url
 from ingest.rest.engine import Page, walk
+from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
 from ingest.rest.paging import LinkHeaderPaginator, Paginator
+from ingest.rest.ratelimit import RateLimitGovernor
+from ingest.rest.records import (
+    GitHubSummary,
+    PageRecord,
+    PullRequest,
+    RepoResult,
+    RepoState,
+    SyncRecord,
+)
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
-from ingest.rest.sizing import PROBE_SIZE, SizePlanner
+from ingest.rest.sizing import PROBE_SIZE, LatencyModel, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
+from ingest.rest.source import Source
+from ingest.rest.window import AdaptiveWindow
+from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
 
-REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-
-
-def check_repo(repo: str) -> str:
-    if not REPO_NAME.match(repo):
-        raise ValueError(f"repository must look like owner/name, got {repo!r}")
-    return repo
+API_VERSION = "2022-11-28"
+HEADERS = {
+    "Accept": "application/vnd.github+json",
+    "X-GitHub-Api-Version": API_VERSION,
+    "User-Agent": f"nightly-ingest/{__version__}",
+}
+AUTH_HINT = "the token may be wrong or expired: check the GITHUB_TOKEN variable or the Secret block"
+WHO = "this token (private repositories need a token with access)"
+# The tables a run of the dialect writes, which its runs keep trimmed and compacted.
+TABLES = ("pull_requests", "pull_request_log", "api_requests", "github_pages", "github_syncs")
 
 
 def pulls_url(repo: str, state: str, per_page: int) -> str:
@@ -104,7 +133,7 @@ class _RepoSync:
     """The state of one repository's sync within a run."""
 
     def __init__(
-        self, gh: GitHubClient, repo: str, opts: SyncOptions, prior: RepoState, paginator: Paginator
+        self, gh: RestClient, repo: str, opts: SyncOptions, prior: RepoState, paginator: Paginator
     ) -> None:
         self.gh, self.repo, self.opts, self.paginator = gh, repo, opts, paginator
         self.stored = {} if opts.full_refresh else prior.pages
@@ -287,7 +316,7 @@ class _RepoSync:
 
 
 async def sync_repo(
-    gh: GitHubClient,
+    gh: RestClient,
     repo: str,
     opts: SyncOptions,
     prior: RepoState | None = None,
@@ -298,9 +327,9 @@ async def sync_repo(
     sync = _RepoSync(gh, repo, opts, prior or RepoState(), paginator or LinkHeaderPaginator())
     try:
         complete, stop = await sync.run()
-    except BadCredentialsError:
+    except AuthError:
         raise
-    except GitHubTerminalError as exc:
+    except RestTerminalError as exc:
         result = sync.result(False, str(exc))
         result.error, result.error_kind = str(exc), type(exc).__name__
         return result
@@ -308,7 +337,7 @@ async def sync_repo(
 
 
 async def sync_repos(
-    gh: GitHubClient,
+    gh: RestClient,
     repos: Sequence[str],
     opts_for: Callable[[str], SyncOptions],
     priors: dict[str, RepoState],
@@ -330,14 +359,14 @@ async def sync_repos(
             t.cancel()
 
 
-async def probe_rate_limit(gh: GitHubClient) -> int | None:
+async def probe_rate_limit(gh: RestClient) -> int | None:
     """Remaining primary budget from ``GET /rate_limit`` (which GitHub does not count);
     None when rate limiting is disabled (the endpoint answers 404)."""
     try:
         answer = await gh.get("rate_limit")
-    except BadCredentialsError:
+    except AuthError:
         raise
-    except GitHubTerminalError:  # 404: rate limiting is disabled on this server
+    except RestTerminalError:  # 404: rate limiting is disabled on this server
         gh.governor.unlimited = True
         return None
     except PageError:  # unknown; the governor learns the budget from the first answer
@@ -361,3 +390,260 @@ def summarize_result(result: RepoResult) -> dict[str, Any]:
         "stop_reason": s.stop_reason,
         "error": result.error,
     }
+
+
+# --------------------------------------------------------------------------- the source
+
+
+def github_source(
+    settings: Settings,
+    repos: Sequence[str],
+    *,
+    state: str | None = None,
+    per_page: int | None = None,
+    concurrency: int | None = None,
+    base_url: str | None = None,
+    token_block: str | None = None,
+    rate_limit_reserve: int | None = None,
+    max_wait: float | None = None,
+) -> Source:
+    """The source ``ingest github --repo`` and the ``github-pulls`` flow run: the pull
+    requests of ``repos``, declared as a source file would declare them, with the
+    ``github_*`` settings as the defaults of what is not given."""
+    auth = {
+        "type": "bearer",
+        **({"secret": token_block} if token_block else {"env": "GITHUB_TOKEN"}),
+    }
+    declared = {
+        "name": "github",
+        "repos": list(dict.fromkeys(repos)),
+        "client": {
+            "dialect": "github",
+            "base_url": base_url or settings.github_base_url,
+            "auth": auth,
+            "paginator": {
+                "type": "header_link",
+                "page_size": per_page or settings.github_per_page or "auto",
+                "page_size_param": "per_page",
+            },
+            "concurrency": concurrency or settings.github_concurrency,
+            "rate_limit": {
+                "reserve": settings.github_rate_limit_reserve
+                if rate_limit_reserve is None
+                else rate_limit_reserve,
+                "max_wait": settings.github_max_wait if max_wait is None else max_wait,
+                "backoff": settings.github_secondary_backoff,
+            },
+        },
+        "resources": [
+            {
+                "name": "pulls",
+                "table_name": "pull_requests",
+                "endpoint": {
+                    "path": "repos/{repo}/pulls",
+                    "params": {
+                        "state": state or settings.github_state,
+                        "sort": "updated",
+                        "direction": "desc",
+                    },
+                },
+            }
+        ],
+    }
+    try:
+        return Source.model_validate(declared)
+    except ValidationError as exc:  # a bad repository name, state ...: one clear line each
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        raise SourceError("; ".join(problems)) from exc
+
+
+def state_of(source: Source) -> str:
+    """The pull requests a dialect source lists: open, closed or all."""
+    return str(source.resources[0].endpoint.params.get("state", "all"))
+
+
+def per_page_of(source: Source) -> int | None:
+    """The declared page size; None when automatic."""
+    spec = source.resolved(source.resources[0]).endpoint.paginator
+    size = spec.page_size if spec is not None else None
+    return size if isinstance(size, int) else None
+
+
+def github_token(
+    source: Source, settings: Settings, load_block: SecretLoader | None = None
+) -> str | None:
+    """The token: the Secret block the source names, else its variable (``GITHUB_TOKEN``),
+    else ``INGEST_GITHUB_TOKEN``; None means unauthenticated (60 requests an hour)."""
+    auth = source.client.auth
+    token: str | None = None
+    if auth is not None and auth.secret:
+        token = resolve(auth, load_block)
+    elif auth is not None and auth.env and os.environ.get(auth.env):
+        token = os.environ[auth.env]
+    elif (own := settings.own_secret("github_token")) is not None:
+        token = own.get_secret_value()  # this worker's INGEST_GITHUB_TOKEN
+    register_secret(token)
+    return token or None
+
+
+def credentials(
+    source: Source,
+    settings: Settings,
+    load_block: SecretLoader | None = None,
+    token: str | None = None,
+) -> Credentials:
+    """The ``Authorization`` header of the token (none without one), to the API's host only."""
+    token = token or github_token(source, settings, load_block)
+    register_secret(token)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return Credentials(headers=headers, hint=AUTH_HINT)
+
+
+def unstored(client: RestClient) -> list[Any]:
+    """Requests that belong to no repository (the ``/rate_limit`` probe); each
+    repository's own are staged with its result."""
+    return [r for r in client.requests if not r.repo]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def planner_for(
+    settings: Settings, listings: int, window: AdaptiveWindow, governor: RateLimitGovernor
+) -> SizePlanner:
+    """The page-size planner of the repositories whose size is automatic: the configured
+    latency model (scaled by the probes), the window's model, and the share of the
+    budget above the reserve (``github_budget_share``) as it stands once they answered."""
+
+    def budget() -> int | None:
+        if governor.unlimited or governor.budget is None:
+            return None
+        above = max(0, governor.budget.remaining - governor.pending - governor.effective_reserve)
+        return max(1, int(above * settings.github_budget_share))
+
+    return SizePlanner(
+        listings,
+        latency=LatencyModel(settings.github_latency_base, settings.github_latency_per_item),
+        finish=window.finish_seconds,
+        budget=budget,
+        expected=settings.github_expected_pulls,
+        recheck=True,
+    )
+
+
+async def run_repos(
+    settings: Settings,
+    source: Source,
+    gh: RestClient,
+    *,
+    run_id: str,
+    priors: dict[str, RepoState],
+    full_refresh: bool,
+) -> GitHubSummary:
+    """Sync every repository of ``source`` through ``gh`` and store each as it ends.
+
+    Raises ``AuthError`` (401) at once; every other outcome is in the summary (per
+    repository: complete or why it stopped, errors such as 404)."""
+    started = time.perf_counter()
+    window, governor = gh.window, gh.governor
+    assert window is not None
+    repos, state, fixed = list(source.repos), state_of(source), per_page_of(source)
+    summary = GitHubSummary(run_id=run_id)
+    auto_for = [r for r in repos if not fixed and (full_refresh or priors[r].per_page is None)]
+    planner: SizePlanner | None = None
+    # Fewer such repositories than the window admits at once: their first pages would
+    # leave it idle for a page's latency, so each is probed (page 1 with one pull
+    # request) and all are sized together from what the probes showed
+    # (ingest.rest.sizing). More of them fill the window with first pages anyway: their
+    # size is chosen up front, for the budget GET /rate_limit (free) shows.
+    if auto_for and len(auto_for) < window.size:
+        planner = planner_for(settings, len(auto_for), window, governor)
+    budget = None
+    if auto_for and planner is None:
+        remaining = await probe_rate_limit(gh)
+        if remaining is not None:
+            above = max(0, remaining - governor.effective_reserve)
+            budget = max(1, int(above * settings.github_budget_share))
+    # Up front (and for a repository whose probe fails): sized for the host's known
+    # ceiling, else the initial window, not for the cap: a cap it may never reach asks
+    # for small pages and many requests; see AdaptiveWindow.plan_size.
+    auto = (
+        choose_per_page(
+            [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
+            concurrency=window.plan_size(settings.http_initial_window),
+            budget=budget,
+            base_s=settings.github_latency_base,
+            per_item_s=settings.github_latency_per_item,
+        )
+        if auto_for
+        else PER_PAGE_MAX
+    )
+
+    def opts_for(repo: str) -> SyncOptions:
+        kept = None if full_refresh else priors[repo].per_page
+        return SyncOptions(
+            state=state,
+            per_page=fixed or kept or auto,
+            full_refresh=full_refresh,
+            run_id=run_id,
+            concurrency=gh.concurrency,
+            planner=planner if planner is not None and repo in auto_for else None,
+        )
+
+    async def on_result(result: RepoResult) -> None:
+        await asyncio.to_thread(store.write_repo_result, settings.lake, run_id, result)
+
+    results = await sync_repos(gh, repos, opts_for, priors, on_result)
+    summary.repos = [summarize_result(r) for r in results]
+    summary.pulls = summary.records = sum(len(r.pulls) for r in results)
+    summary.requests = len(gh.requests)
+    summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
+    summary.budget_spent = sum(
+        1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
+    )
+    summary.per_page = max((r.sync.per_page for r in results), default=fixed or auto)
+    if planner is not None and planner.plan is not None:
+        summary.size_plan = planner.plan.describe()
+    summary.failed_pages = sum(r.sync.failed_pages for r in results)
+    stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
+    summary.stopped = "; ".join(sorted(stops)) or None
+    summary.errors = [(r.repo, r.error) for r in results if r.error]
+    summary.max_in_flight = gh.max_in_flight
+    summary.window, summary.ceiling = window.remembered()
+    summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummary:
+    """One summary of a run whose repositories were fetched by several calls (tasks on
+    a cluster): counts add up; ``max_in_flight`` is the most one call had in flight
+    (the host's own count is the cluster's); the window is the smallest one remembered."""
+    if len(parts) == 1:
+        return parts[0]
+    out = GitHubSummary(run_id=run_id)
+    for s in parts:
+        out.repos += s.repos
+        out.errors += s.errors
+        out.pulls += s.pulls
+        out.records += s.records
+        out.requests += s.requests
+        out.not_modified += s.not_modified
+        out.budget_spent += s.budget_spent
+        out.failed_pages += s.failed_pages
+        out.limit_answers += s.limit_answers
+        out.shared_round_trips += s.shared_round_trips
+        out.per_page = max(out.per_page, s.per_page)
+        out.size_plan = "; ".join(p for p in (out.size_plan, s.size_plan) if p) or None
+        out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
+        out.shared_limit = out.shared_limit or s.shared_limit
+    stops = {reason for s in parts if s.stopped for reason in s.stopped.split("; ")}
+    out.stopped = "; ".join(sorted(stops)) or None
+    out.window = min((s.window for s in parts), default=0)
+    ceilings = [s.ceiling for s in parts if s.ceiling is not None]
+    out.ceiling = min(ceilings) if ceilings else None
+    return out
