@@ -507,7 +507,8 @@ def rest_command(
     for r in summary.resources:
         note = "complete" if r["complete"] else f"incomplete: {r['note']}"
         typer.echo(
-            f"  {r['resource']} -> {r['table']}: {r['records']} records, "
+            f"  {r['resource']} -> {r['table']}: {r['records']} records"
+            f"{f' (unchanged {u})' if (u := r.get('unchanged')) else ''}, "
             f"{r['listings']} listings, {r['requests']} requests, {note}"
         )
 
