@@ -579,28 +579,36 @@ def status_command(
         int, typer.Option("--nights", "-n", min=1, max=100, help="Nightly runs to list.")
     ] = 7,
 ) -> None:
-    """Freshness of each source (last success, rows changed, lag now) and the last nights'
-    outcomes, from the tables (no Prefect server needed)."""
+    """Freshness of each source (last success, rows changed, lag now: every s3, github
+    and rest run updates its own) and the last nightly runs' outcomes, from the tables (no
+    Prefect server needed)."""
     from ingest import status
 
     root = lake_of(data_dir)
     fresh = status.freshness_now(root)
-    typer.echo("Freshness")
+    typer.echo("Freshness (each flow and what it reads, updated by every run)")
     print_table(
-        ["source", "reads", "last_success", "rows_changed", "lag", "last_night"],
+        ["source", "reads", "last_success", "rows_changed", "lag", "last_run"],
         [
             (r["source"], r["target"], r["last_success"], r["rows_changed"], r["lag"], r["state"])
             for r in fresh
         ],
     )
+    if not fresh:
+        typer.echo(f"(no run has finished with {root.root} as its data folder yet)")
     typer.echo("")
-    typer.echo(f"Last {nights} nights")
+    typer.echo(f"Last {nights} nights (runs of the nightly flow)")
     runs = status.last_nights(root, nights)
     print_table(
         ["started_at", "state", "seconds", "sources", "message"],
         [(r["started_at"], r["state"], r["seconds"], r["sources"], r["message"]) for r in runs],
         width=100,
     )
+    if not runs:
+        typer.echo(
+            "(no nightly run yet: the nightly deployment runs s3 and github together "
+            "and fills this; see ingest serve)"
+        )
 
 
 @app.command("search")

@@ -322,7 +322,9 @@ def s3_ingest(
         summary = publish_and_commit(
             settings,
             run_id,
-            lambda: publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}"),
+            lambda: publish_summary(
+                settings, summary, f"s3-ingest s3://{bucket}/{prefix}", f"s3://{bucket}/{prefix}"
+            ),
         )
 
     looked_at = summary.total - summary.counts.get("deleted", 0)

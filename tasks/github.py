@@ -122,6 +122,8 @@ def publish_summary(settings: Settings, summary: GitHubSummary, title: str) -> G
         items=summary.pulls,
         failed=summary.failed_pages,
         state="failed" if summary.errors else "completed",
+        target=", ".join(r["repo"] for r in summary.repos),  # as the nightly names it
+        changed=summary.pulls,
     )
     create_markdown_artifact(
         key="run-summary",

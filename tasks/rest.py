@@ -18,6 +18,7 @@ from ingest.rest.run import fetch_source as fetch_source_plain
 from ingest.rest.source import load_source
 from ingest.rest.summary import markdown
 from ingest.settings import Settings
+from tasks.history import record_current_run
 from tasks.timing import timed
 
 
@@ -81,6 +82,15 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     )
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
+    )
+    record_current_run(
+        settings.lake,
+        seconds=summary.seconds,
+        items=summary.records,
+        failed=summary.failed_pages,
+        state="completed" if summary.complete and not summary.errors else "failed",
+        target=summary.source,
+        changed=summary.records,
     )
     create_markdown_artifact(
         key="run-summary", markdown=markdown(summary, title), description=title
