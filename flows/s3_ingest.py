@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import ExitStack
 from typing import Annotated, Any, Literal
 
 from prefect import flow
@@ -58,7 +59,13 @@ from tasks.s3 import (
     list_objects,
     plan_listing,
 )
-from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
+from tasks.storage import (
+    hold_target,
+    maintain_lake,
+    prepare_storage,
+    publish_and_commit,
+    run_staging,
+)
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 S3_TABLES = (
@@ -194,7 +201,13 @@ def s3_ingest(
     # another machine or its files do not stay in a local folder a later task could read.
     whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
 
-    with run_staging(settings, run_id), batch_runner(settings, BATCH_THREADS) as runner:
+    with ExitStack() as stack:
+        # One run at a time per bucket and prefix in this lake (INGEST_S3_SAME_TARGET).
+        skipped = stack.enter_context(hold_target(settings, f"s3://{bucket}/{prefix}", run_id))
+        if skipped is not None:
+            return RunSummary(run_id=run_id, note=skipped)
+        stack.enter_context(run_staging(settings, run_id))
+        runner = stack.enter_context(batch_runner(settings, BATCH_THREADS))
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
