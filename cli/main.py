@@ -483,15 +483,15 @@ def rest_command(
 ) -> None:
     """Run the rest-ingest flow once for a declared source and print its summary."""
     runner = runner_choice(task_runner)
-    from flows.rest_ingest import rest_ingest, source_path
-    from ingest.rest.source import SourceError, load_source
-    from ingest.rest.summary import headline
+    from ingest.rest.source import SourceError, load_source, source_path
 
-    try:  # a missing or wrong file is said before a server starts, as the flow would say it
+    try:  # a missing or wrong file is said before Prefect imports, as the flow would say it
         load_source(source_path(source))
     except SourceError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    from flows.rest_ingest import rest_ingest
+    from ingest.rest.summary import headline
 
     summary = run_flow(
         ctx,

@@ -10,7 +10,6 @@ rejected credentials fail it at once.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Literal
 
 from prefect import flow, get_run_logger
@@ -20,7 +19,7 @@ from pydantic import Field
 from flows.parameters import described
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.records import RestSummary
-from ingest.rest.source import load_source
+from ingest.rest.source import load_source, source_path
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
@@ -28,20 +27,11 @@ from tasks.rest import fetch_source, publish_summary
 from tasks.runners import batch_runner, submit
 from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
 
 
 class TooManyFailedPagesError(RestTerminalError):
     """More pages failed after their retries than ``max_failed_ratio`` allows."""
-
-
-def source_path(source: str) -> Path:
-    """The source file as given, else relative to the project (``sources/tickets.yaml``)."""
-    path = Path(source)
-    if not path.exists() and (PROJECT_ROOT / source).exists():
-        path = PROJECT_ROOT / source
-    return path
 
 
 @flow(
