@@ -371,6 +371,11 @@ def s3_command(
     runner = runner_choice(task_runner)
     if listing not in ("list", "inventory"):
         raise typer.BadParameter("use list or inventory", param_hint="--listing")
+    if listing == "inventory" and not inventory:
+        raise typer.BadParameter(
+            "--listing inventory needs --inventory s3://... (the report or its config)",
+            param_hint="--inventory",
+        )
     settings = Settings()
     bucket = bucket or settings.s3_bucket
     if not bucket:

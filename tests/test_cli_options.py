@@ -79,6 +79,7 @@ REFUSED = [
     (["s3", "--bucket", "b" * 64], "--bucket"),
     (["s3", "--bucket", "some-bucket", "--listing", "ls"], "--listing"),
     (["s3", "--bucket", "some-bucket", "--task-runner", "cpu"], "--task-runner"),
+    (["s3", "--bucket", "some-bucket", "--listing", "inventory"], "--inventory"),
     (["s3", "--bucket", "some-bucket", "--concurrency", "many"], "--concurrency"),
     (["github", "--repo", "octo/a", "--concurrency", "0"], "--concurrency"),
     (["github", "--repo", "octo/a", "--per-page", "101"], "--per-page"),
