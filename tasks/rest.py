@@ -88,7 +88,7 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
         seconds=summary.seconds,
         items=summary.records,
         failed=summary.failed_pages,
-        state="completed" if summary.complete and not summary.errors else "failed",
+        state="failed" if summary.errors else "completed",  # as github-pulls records it
         target=summary.source,
         changed=summary.records,
     )
