@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve dev-s3 test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -36,6 +36,13 @@ demo: setup
 # (dev/prefect.demo.yaml over prefect.yaml); the other SERVE_ARGS go to either.
 serve: setup
 	$(if $(filter --demo,$(SERVE_ARGS)),$(VENV)/bin/python -m dev.serve_demo $(filter-out --demo,$(SERVE_ARGS)),$(VENV)/bin/ingest serve $(SERVE_ARGS))
+
+# A local S3-compatible server holding the files of DIR, to try `ingest s3` on one's own
+# files (dev/s3_folder.py): prints the endpoint, the bucket and the credentials to export
+# (any value works), and serves until Ctrl-C. BUCKET (my-files) and PORT (9000) optional.
+dev-s3: setup
+	@test -n "$(DIR)" || { echo "usage: make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9000]"; exit 2; }
+	$(VENV)/bin/python -m dev.s3_folder "$(DIR)" $(if $(BUCKET),--bucket $(BUCKET)) $(if $(PORT),--port $(PORT))
 
 test: setup
 	$(UV) lock --check

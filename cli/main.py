@@ -135,12 +135,18 @@ def check_parameters(flow_fn: Any, parameters: dict[str, Any]) -> None:
     server's start-up."""
     from prefect.exceptions import ParameterTypeError
 
+    # Prefect logs the refusal at ERROR with every parameter, three lines the one below says.
+    prefect_flows = logging.getLogger("prefect.flows")
+    level = prefect_flows.level
+    prefect_flows.setLevel(logging.CRITICAL)
     try:
         flow_fn.validate_parameters(parameters)
     except ParameterTypeError as exc:
         lines = [ln.strip(" -") for ln in str(exc).splitlines()[1:] if ln.strip()]
         typer.echo(f"error: invalid option: {'; '.join(lines) or exc}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        prefect_flows.setLevel(level)
 
 
 def check_data_dir(data_dir: str | None) -> None:
@@ -243,20 +249,48 @@ def foreground_run() -> Iterator[None]:
 _HEARTBEAT_VARIABLES = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
 
 
+def setting_option(name: str, help: str, *decls: str) -> Any:
+    """A typer option backed by the setting ``name``: its bounds (``ge``/``le``) checked by
+    the command line itself, before anything is imported or started, and its help saying
+    the variable and the default of ``Settings``, read from the field, so ``--help`` cannot
+    drift from the runs (a hand-written "[..., 1]" once stood beside a default of 4)."""
+    field = Settings.model_fields[name]
+    bounds: dict[str, Any] = {}
+    for m in field.metadata:
+        if getattr(m, "ge", None) is not None:
+            bounds["min"] = m.ge
+        if getattr(m, "gt", None) is not None and field.annotation is int:
+            bounds["min"] = m.gt + 1
+        if getattr(m, "le", None) is not None:
+            bounds["max"] = m.le
+    shown = default_text(field.get_default(call_default_factory=True))
+    where = f"env INGEST_{name.upper()}" + (f", default {shown}" if shown else "")
+    return typer.Option(*decls, help=f"{help} [{where}].", show_default=False, **bounds)
+
+
+def default_text(value: Any) -> str:
+    """A setting's default as ``--help`` shows it: empty for none."""
+    if value is None or value == "" or value == []:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
 DataDir = Annotated[
     str | None,
-    typer.Option(
+    setting_option(
+        "data_dir",
+        "Output folder, or s3://bucket/prefix for a lake on object storage",
         "--data-dir",
-        help="Output folder, or s3://bucket/prefix for a lake on object storage "
-        "[env INGEST_DATA_DIR, default ./data].",
     ),
 ]
 TaskRunnerOption = Annotated[
     str | None,
-    typer.Option(
+    setting_option(
+        "task_runner",
+        "thread (this process) or dask (the cluster at INGEST_DASK_ADDRESS, else a LocalCluster)",
         "--task-runner",
-        help="thread (this process) or dask (the cluster at INGEST_DASK_ADDRESS, else a "
-        "LocalCluster) [env INGEST_TASK_RUNNER, thread].",
     ),
 ]
 
@@ -285,18 +319,23 @@ def lake_of(data_dir: str | None) -> Any:
     return lake
 
 
+# The bounds of the s3-ingest flow's bucket parameter (S3's own), checked by the command
+# before it imports the flow (and Prefect with it); tests/test_cli_options.py compares them.
+BUCKET_LENGTH = (3, 63)
+
+
 @app.command("s3")
 def s3_command(
     ctx: typer.Context,
-    bucket: Annotated[str | None, typer.Option(help="Bucket [env INGEST_S3_BUCKET].")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Key prefix [env INGEST_S3_PREFIX].")] = None,
+    bucket: Annotated[str | None, setting_option("s3_bucket", "Bucket")] = None,
+    prefix: Annotated[str | None, setting_option("s3_prefix", "Key prefix")] = None,
     endpoint_url: Annotated[
-        str | None, typer.Option(help="S3-compatible endpoint [env INGEST_S3_ENDPOINT_URL].")
+        str | None, setting_option("s3_endpoint_url", "S3-compatible endpoint")
     ] = None,
     include: Annotated[list[str] | None, typer.Option(help="Glob to keep (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="Glob to drop (repeatable).")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Requests in flight [env INGEST_S3_CONCURRENCY, 128].")
+        int | None, setting_option("s3_concurrency", "Requests in flight")
     ] = None,
     data_dir: DataDir = None,
     download_dir: Annotated[
@@ -307,9 +346,9 @@ def s3_command(
     ] = None,
     keep_files: Annotated[
         bool,
-        typer.Option(
-            help="Keep the downloaded objects; --no-keep-files drops each once "
-            "its text is extracted [env INGEST_KEEP_FILES]."
+        setting_option(
+            "keep_files",
+            "Keep the downloaded objects; --no-keep-files drops each once its text is extracted",
         ),
     ] = True,
     task_runner: TaskRunnerOption = None,
@@ -325,20 +364,27 @@ def s3_command(
         typer.Option(help="With --listing inventory: s3://... of the report or its config."),
     ] = None,
     list_shards: Annotated[
-        int | None,
-        typer.Option(
-            min=1, max=256, help="Key-range shards listed concurrently [INGEST_S3_LIST_SHARDS, 1]."
-        ),
+        int | None, setting_option("s3_list_shards", "Key-range shards listed concurrently")
     ] = None,
 ) -> None:
     """Run the s3-ingest flow once and print its summary."""
     runner = runner_choice(task_runner)
     if listing not in ("list", "inventory"):
         raise typer.BadParameter("use list or inventory", param_hint="--listing")
+    if listing == "inventory" and not inventory:
+        raise typer.BadParameter(
+            "--listing inventory needs --inventory s3://... (the report or its config)",
+            param_hint="--inventory",
+        )
     settings = Settings()
     bucket = bucket or settings.s3_bucket
     if not bucket:
         raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
+    if not BUCKET_LENGTH[0] <= len(bucket) <= BUCKET_LENGTH[1]:  # said before Prefect imports
+        raise typer.BadParameter(
+            f"a bucket name has {BUCKET_LENGTH[0]} to {BUCKET_LENGTH[1]} characters",
+            param_hint="--bucket",
+        )
     from flows.s3_ingest import s3_ingest
 
     summary = run_flow(
@@ -373,19 +419,15 @@ def print_summary(summary: Any) -> None:
 def github_command(
     ctx: typer.Context,
     repo: Annotated[list[str], typer.Option("--repo", help="owner/name (repeatable).")],
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="API root [env INGEST_GITHUB_BASE_URL, https://api.github.com]."),
-    ] = None,
+    base_url: Annotated[str | None, setting_option("github_base_url", "API root")] = None,
     per_page: Annotated[
         int | None,
-        typer.Option(min=1, max=100, help="Items per page [default: chosen from the budget]."),
+        setting_option("github_per_page", "Items per page (none: chosen from the budget)"),
     ] = None,
     concurrency: Annotated[
-        int | None,
-        typer.Option(min=1, max=100, help="Requests in flight [env INGEST_GITHUB_CONCURRENCY]."),
+        int | None, setting_option("github_concurrency", "Requests in flight")
     ] = None,
-    state: Annotated[str | None, typer.Option(help="open, closed or all [default all].")] = None,
+    state: Annotated[str | None, setting_option("github_state", "open, closed or all")] = None,
     token_block: Annotated[
         str | None, typer.Option(help="Prefect Secret block with the token [default GITHUB_TOKEN].")
     ] = None,
@@ -399,6 +441,13 @@ def github_command(
 
     if state not in (None, "open", "closed", "all"):
         raise typer.BadParameter("use open, closed or all", param_hint="--state")
+    from ingest.rest.source import check_repo
+
+    for r in repo:
+        try:
+            check_repo(r)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--repo") from None
     from flows.github_pulls import github_pulls
 
     summary = run_flow(
@@ -439,6 +488,13 @@ def rest_command(
 ) -> None:
     """Run the rest-ingest flow once for a declared source and print its summary."""
     runner = runner_choice(task_runner)
+    from ingest.rest.source import SourceError, load_source, source_path
+
+    try:  # a missing or wrong file is said before Prefect imports, as the flow would say it
+        load_source(source_path(source))
+    except SourceError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     from flows.rest_ingest import rest_ingest
     from ingest.rest.records import GitHubSummary
     from ingest.rest.summary import headline, listing_lines
@@ -460,7 +516,8 @@ def rest_command(
     for r in summary.resources:
         note = "complete" if r["complete"] else f"incomplete: {r['note']}"
         typer.echo(
-            f"  {r['resource']} -> {r['table']}: {r['records']} records, "
+            f"  {r['resource']} -> {r['table']}: {r['records']} records"
+            f"{f' (unchanged {u})' if (u := r.get('unchanged')) else ''}, "
             f"{r['listings']} listings, {r['requests']} requests, {note}"
         )
 
@@ -531,28 +588,36 @@ def status_command(
         int, typer.Option("--nights", "-n", min=1, max=100, help="Nightly runs to list.")
     ] = 7,
 ) -> None:
-    """Freshness of each source (last success, rows changed, lag now) and the last nights'
-    outcomes, from the tables (no Prefect server needed)."""
+    """Freshness of each source (last success, rows changed, lag now: every s3, github
+    and rest run updates its own) and the last nightly runs' outcomes, from the tables (no
+    Prefect server needed)."""
     from ingest import status
 
     root = lake_of(data_dir)
     fresh = status.freshness_now(root)
-    typer.echo("Freshness")
+    typer.echo("Freshness (each flow and what it reads, updated by every run)")
     print_table(
-        ["source", "reads", "last_success", "rows_changed", "lag", "last_night"],
+        ["source", "reads", "last_success", "rows_changed", "lag", "last_run"],
         [
             (r["source"], r["target"], r["last_success"], r["rows_changed"], r["lag"], r["state"])
             for r in fresh
         ],
     )
+    if not fresh:
+        typer.echo(f"(no run has finished with {root.root} as its data folder yet)")
     typer.echo("")
-    typer.echo(f"Last {nights} nights")
+    typer.echo(f"Last {nights} nights (runs of the nightly flow)")
     runs = status.last_nights(root, nights)
     print_table(
         ["started_at", "state", "seconds", "sources", "message"],
         [(r["started_at"], r["state"], r["seconds"], r["sources"], r["message"]) for r in runs],
         width=100,
     )
+    if not runs:
+        typer.echo(
+            "(no nightly run yet: the nightly deployment runs s3 and github together "
+            "and fills this; see ingest serve)"
+        )
 
 
 @app.command("search")

@@ -12,7 +12,6 @@ too, for the source it builds from its parameters.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Literal, cast
 
 from prefect import get_run_logger
@@ -25,7 +24,7 @@ from ingest.rest.errors import RestTerminalError
 from ingest.rest.github import TABLES as GITHUB_TABLES
 from ingest.rest.github import merge_summaries
 from ingest.rest.records import GitHubSummary, RestSummary
-from ingest.rest.source import Source, load_source
+from ingest.rest.source import PROJECT_ROOT, Source, load_source, source_path
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from tasks import limits
@@ -33,20 +32,11 @@ from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summa
 from tasks.runners import batch_runner, submit
 from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
 
 
 class TooManyFailedPagesError(RestTerminalError):
     """More pages failed after their retries than ``max_failed_ratio`` allows."""
-
-
-def source_path(source: str) -> Path:
-    """The source file as given, else relative to the project (``sources/tickets.yaml``)."""
-    path = Path(source)
-    if not path.exists() and (PROJECT_ROOT / source).exists():
-        path = PROJECT_ROOT / source
-    return path
 
 
 @ingest_flow(

@@ -27,6 +27,7 @@ to the run, not to a batch.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Annotated, Any, Literal, cast
 
 from prefect.futures import PrefectFuture, as_completed
@@ -56,7 +57,13 @@ from tasks.s3 import (
     list_objects,
     plan_listing,
 )
-from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
+from tasks.storage import (
+    hold_target,
+    maintain_lake,
+    prepare_storage,
+    publish_and_commit,
+    run_staging,
+)
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 S3_TABLES = (
@@ -193,7 +200,13 @@ def s3_ingest(
     # another machine or its files do not stay in a local folder a later task could read.
     whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
 
-    with run_staging(settings, run_id), batch_runner(settings, BATCH_THREADS) as runner:
+    with ExitStack() as stack:
+        # One run at a time per bucket and prefix in this lake (INGEST_S3_SAME_TARGET).
+        skipped = stack.enter_context(hold_target(settings, f"s3://{bucket}/{prefix}", run_id))
+        if skipped is not None:
+            return RunSummary(run_id=run_id, note=skipped)
+        stack.enter_context(run_staging(settings, run_id))
+        runner = stack.enter_context(batch_runner(settings, BATCH_THREADS))
         check_bucket(settings, bucket)
         prepare_storage(settings, run_id)
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
@@ -216,7 +229,9 @@ def s3_ingest(
         summary = publish_and_commit(
             settings,
             run_id,
-            lambda: publish_summary(settings, summary, f"s3-ingest s3://{bucket}/{prefix}"),
+            lambda: publish_summary(
+                settings, summary, f"s3-ingest s3://{bucket}/{prefix}", f"s3://{bucket}/{prefix}"
+            ),
         )
 
     looked_at = summary.total - summary.counts.get("deleted", 0)

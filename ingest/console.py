@@ -45,6 +45,8 @@ def run_summary(summary: RunSummary) -> str:
         f"run {summary.run_id}: {summary.total} objects ({counts}), "
         f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
     ]
+    if summary.note:
+        lines.append(summary.note)
     if summary.extracted:
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
         lines.append(f"text extraction: {extracted}")

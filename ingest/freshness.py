@@ -1,12 +1,15 @@
-"""Freshness of each source of the nightly: when it last synced successfully, how
-much that changed, and how far behind it is now.
+"""Freshness of each source: when it last synced successfully, how much that
+changed, and how far behind it is now.
 
-Every nightly run stages one ``source_freshness`` row per source (the child
-flow that reads it: ``s3-ingest``, ``github-pulls``); the row replaces the
-stored one, and the same row is appended to ``source_nights``, which is the
-night-by-night history the nightly summary and ``ingest status`` read. A source
-that failed tonight keeps its last success (and the rows that success changed),
-so its lag grows night after night until it syncs again.
+A source is a flow and what it reads (``s3-ingest`` and ``s3://bucket/prefix``,
+``github-pulls`` and its repositories, ``rest-ingest`` and the source's name).
+Every run stages one ``source_freshness`` row for its source: a run of its own
+at its end (``tasks.history.record_current_run``), a nightly run one per child.
+The row replaces the stored one of the same source, and the same row is
+appended to ``source_nights``, the run-by-run history; the nightly summary reads
+the nightly runs' rows of it (``nightly_run_id`` set), ``ingest status`` the
+current rows. A source that failed keeps its last success (and the rows that
+success changed), so its lag grows until it syncs again.
 """
 
 from __future__ import annotations
@@ -39,14 +42,15 @@ class SourceNight:
     checked_at: datetime | None = None
 
 
-def current(data_dir: DataDir) -> dict[str, dict[str, Any]]:
-    """The stored ``source_freshness`` rows by source (what earlier nights committed)."""
+def current(data_dir: DataDir) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stored ``source_freshness`` rows by (source, target): what earlier runs
+    committed."""
     relation = storage.scan(data_dir, TABLE)  # before connecting: a remote lake registers it
     with duck.connect() as con:
         cur = con.execute(f"SELECT * FROM {relation}")
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-    return {r["source"]: r for r in rows}
+    return {(r["source"], r["target"]): r for r in rows}
 
 
 def settle(night: SourceNight, stored: dict[str, Any] | None, now: datetime) -> SourceNight:
@@ -69,7 +73,7 @@ def record(data_dir: DataDir, nights: list[SourceNight], *, staged_by: str) -> l
     """Settle and stage tonight's rows (committed with the nightly run); returns them."""
     stored = current(data_dir)
     now = datetime.now(UTC)
-    settled = [settle(n, stored.get(n.source), now) for n in nights]
+    settled = [settle(n, stored.get((n.source, n.target)), now) for n in nights]
     if settled:
         storage.stage(data_dir, staged_by, TABLE, "source-freshness", [asdict(n) for n in settled])
     return settled

@@ -54,7 +54,11 @@ class Night:
 def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGHTS) -> list[Night]:
     """The last ``nights`` rows of each source, oldest first (with the ``source_freshness``
     rows ``staged_run``, the running nightly, has staged), each with its stage wall times."""
-    source = f"(SELECT * EXCLUDE (day) FROM {storage.scan(data_dir, 'source_nights')})"
+    # The nightly runs' rows: a run of its own logs its source's freshness here too.
+    source = (
+        f"(SELECT * EXCLUDE (day) FROM {storage.scan(data_dir, 'source_nights')} "
+        "WHERE coalesce(nightly_run_id, '') <> '')"
+    )
     # Tonight's rows are staged for source_freshness; its log gets them at the commit.
     staged = (
         storage.staging.scan_parts(data_dir, staged_run, "source_freshness") if staged_run else None

@@ -25,6 +25,7 @@ class RunSummary:
     # documents rows written by text extraction, by status; "unchanged" counts objects whose
     # ETag and extractor version were already extracted (no row written).
     extracted: dict[str, int] = field(default_factory=dict)
+    note: str | None = None  # why the run did nothing (another run held its target)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():

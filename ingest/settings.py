@@ -202,6 +202,12 @@ class Settings(BaseSettings):
         description="Requests in flight. Sized for latency (in flight = rate x latency), "
         "not for CPU cores.",
     )
+    s3_same_target: Literal["wait", "skip", "run"] = Field(
+        "wait",
+        description="When another live run ingests the same bucket and prefix into the same "
+        "lake: wait for it to end (then this run finds its work stored), skip this run with "
+        "a message, or run anyway (both do all the work).",
+    )
     s3_batch_size: int = Field(
         500, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
     )

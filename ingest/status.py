@@ -13,7 +13,7 @@ def freshness_now(data_dir: DataDir, now: datetime | None = None) -> list[dict[s
     """The ``source_freshness`` rows with the lag as of ``now`` (default: this moment)."""
     now = now or datetime.now(UTC)
     out = []
-    for source, r in sorted(freshness.current(data_dir).items()):
+    for (source, _), r in sorted(freshness.current(data_dir).items()):
         last = r.get("last_success")
         lag = (now - last).total_seconds() if isinstance(last, datetime) else None
         out.append(

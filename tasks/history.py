@@ -15,7 +15,7 @@ from prefect.context import FlowRunContext
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
-from ingest import history
+from ingest import freshness, history
 from ingest.storage.location import DataDir
 
 _ids: dict[str, dict[str, str]] = {}
@@ -67,8 +67,15 @@ def record_current_run(
     failed: int = 0,
     state: str = "completed",
     message: str | None = None,
+    target: str = "",
+    changed: int = 0,
 ) -> history.FlowRunRecord:
-    """Write the running flow's ``flow_runs`` row (overwritten if written again)."""
+    """Write the running flow's ``flow_runs`` row (overwritten if written again).
+
+    With ``target`` (what the run reads: ``s3://bucket/prefix``, the repositories, the
+    source), a run of its own, not a child of a nightly run (which records its children's
+    freshness itself), also updates the freshness of that target (``ingest status``), with
+    ``changed`` as the rows it changed."""
     ended = datetime.now(UTC)
     record = history.FlowRunRecord(
         **current_ids(),
@@ -82,6 +89,23 @@ def record_current_run(
         message=message,
     )
     history.record_flow_run(data_dir, record)
+    if target and not record.parent_flow_run_id:
+        freshness.record(
+            data_dir,
+            [
+                freshness.SourceNight(
+                    source=record.flow_name,
+                    target=target,
+                    state=state,
+                    seconds=seconds,
+                    rows_changed=changed,
+                    failed=failed,
+                    bytes=size,
+                    flow_run_id=record.flow_run_id,
+                )
+            ],
+            staged_by=record.flow_run_id,
+        )
     return record
 
 

@@ -22,7 +22,7 @@ FAILED_OBJECTS_TAG = "failed-objects"
 
 @task(name="publish-summary", cache_policy=NO_CACHE)
 def publish_summary(
-    settings: Settings, summary: report.RunSummary, title: str
+    settings: Settings, summary: report.RunSummary, title: str, target: str = ""
 ) -> report.RunSummary:
     """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
     summary.stages = report.stage_table(
@@ -51,6 +51,8 @@ def publish_summary(
         size=summary.bytes,
         failed=summary.failed,
         state="failed" if too_many else "completed",
+        target=target,
+        changed=summary.counts.get("downloaded", 0) + summary.counts.get("deleted", 0),
     )
     create_markdown_artifact(
         key="run-summary",

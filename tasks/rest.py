@@ -104,12 +104,20 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
     _, comparison = compare_with_previous(settings.lake, summary.stages)
+    # What the run read, as the nightly names it: the repositories, or the source.
+    target = (
+        ", ".join(r["repo"] for r in summary.repos)
+        if isinstance(summary, GitHubSummary)
+        else summary.source
+    )
     record_current_run(
         settings.lake,
         seconds=summary.seconds,
         items=summary.items,
         failed=summary.failed_pages,
         state="failed" if summary.errors else "completed",
+        target=target,
+        changed=summary.items,
     )
     create_markdown_artifact(
         key="run-summary",

@@ -142,6 +142,36 @@ def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]
 
 
 @contextmanager
+def hold_target(settings: Settings, target: str, run_id: str) -> Iterator[str | None]:
+    """The run's lease on what it reads (``ingest.storage.leases``) for the block: None
+    when this run holds it (or ``s3_same_target`` is ``run``); with ``skip``, the message
+    the run ends with when another live run holds it. ``wait`` says once, in the run's
+    log, whom it waits for."""
+    from ingest.storage import leases
+
+    def waiting(other: leases.Holder) -> None:
+        get_run_logger().warning(
+            "waiting: %s; this run goes on when it ends (INGEST_S3_SAME_TARGET=skip skips instead)",
+            other.describe(),
+        )
+
+    with leases.hold(
+        settings.lake,
+        target,
+        run_id,
+        when_held=settings.s3_same_target,
+        stale_after=settings.staging_stale_after,
+        on_wait=waiting,
+    ) as other:
+        if other is None:
+            yield None
+            return
+        message = f"skipped: {other.describe()} (INGEST_S3_SAME_TARGET=skip)"
+        get_run_logger().warning("%s", message)
+        yield message
+
+
+@contextmanager
 def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
     """The run's staging for the block: marked alive (no other run commits it), and on
     the way out, whether the block succeeded or raised, whatever is still staged is

@@ -75,17 +75,6 @@ def test_startup_timeout_covers_a_first_migration(monkeypatch: pytest.MonkeyPatc
     assert local_api.startup_timeout() == 45.0
 
 
-def test_invalid_option_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    proc = run_cli(["s3", "--bucket", "some-bucket", "--concurrency", "0"], env=new_user_env(home))
-    out = finish(proc)
-    assert proc.returncode == 2, out
-    assert "concurrency" in out and "greater than or equal to 1" in out
-    assert "Traceback" not in out and len(out.strip().splitlines()) <= 3
-    assert not (home / ".prefect" / "prefect.db").exists()  # no server was started
-
-
 def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -135,7 +135,8 @@ _WRITER = textwrap.dedent(
             "task_name": "x", "started_at": now, "ended_at": now, "seconds": 0.0,
         }])
         lake.append(loc, "task_timings", rows, txn=(f"writer:{writer}", i + 1))
-        key = pa.Table.from_pylist([{"source": f"{writer}-{i % 3}", "checked_at": now}])
+        source = {"source": f"{writer}-{i % 3}", "target": "t", "checked_at": now}
+        key = pa.Table.from_pylist([source])
         lake.merge(loc, "source_freshness", key)
     """
 )
@@ -290,7 +291,13 @@ def test_s3_ingest_into_a_lake_on_object_storage(
     from ingest import status
 
     elsewhere = lake_at(lake_server, lake_uri, machine_c / "data")
-    assert status.freshness_now(elsewhere) == []  # no nightly has run: no source yet
+    # every run updates its source's freshness, on the lake wherever it is
+    [fresh] = status.freshness_now(elsewhere)
+    assert (fresh["source"], fresh["target"], fresh["state"]) == (
+        "s3-ingest",
+        f"s3://{bucket}/docs/",
+        "completed",
+    )
     runs = storage.query(elsewhere, "SELECT count(*) FROM flow_runs")[1]
     assert runs == [(2,)]
     # `ingest warehouse`: a snapshot the stock duckdb reads offline, with no extension.

@@ -56,7 +56,11 @@ def test_nightly_summary_freshness_history_and_status(
     [child] = children(ok_id)
     assert {"nightly", "nightly-child"} <= set(child.tags)  # filtering on nightly finds it
 
-    failed = nightly(**{**params, "bucket": "no-such-bucket-here"}, return_state=True)
+    # The bucket gone: the same source fails (freshness is kept per flow and target).
+    for i in range(3):
+        s3.delete_object(Bucket=bucket, Key=f"in/doc-{i}.txt")
+    s3.delete_bucket(Bucket=bucket)
+    failed = nightly(**params, return_state=True)
     assert failed.is_failed()
     failed_id = failed.state_details.flow_run_id
 
@@ -75,9 +79,7 @@ def test_nightly_summary_freshness_history_and_status(
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     [row] = [line for line in out.splitlines() if line.startswith("s3-ingest ")]
-    assert (
-        "s3://no-such-bucket-here/in/" in row and " 3 " in row and row.rstrip().endswith("failed")
-    )
+    assert f"s3://{bucket}/in/" in row and " 3 " in row and row.rstrip().endswith("failed")
     nights = out.split("Last 7 nights", 1)[1]
     assert "s3-ingest failed" in nights and "s3-ingest completed" in nights
     assert nights.index("s3-ingest failed") < nights.index("s3-ingest completed")  # newest first

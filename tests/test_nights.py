@@ -125,6 +125,6 @@ def test_freshness_keeps_the_last_success_of_a_failed_source(tmp_path: Path) -> 
     assert failed.last_success == first[0].last_success
     assert failed.rows_changed == 7 and failed.lag_seconds is not None
     assert failed.lag_seconds >= 0
-    stored = freshness.current(tmp_path)["s3-ingest"]
+    stored = freshness.current(tmp_path)[("s3-ingest", "s3://b/")]
     assert stored["state"] == "failed" and stored["rows_changed"] == 7
     assert "| s3-ingest | s3://b/ |" in freshness.markdown([failed])

@@ -201,8 +201,13 @@ def test_incremental_since_param_fetches_only_what_changed(rest: Server, data_di
     assert second.complete
     got = {r["resource"]: r["records"] for r in second.resources}
     # each listing sends its own watermark as since (inclusive, as most APIs' is): its
-    # newest record again, plus, for project 2, the two changed tickets and the new one
-    assert got["tickets"] == 1 + (1 + 3) + 1
+    # newest record comes again, as stored (unchanged, not a row), plus, for project 2,
+    # the two changed tickets and the new one
+    assert got["tickets"] == 3
+    assert {r["resource"]: r["unchanged"] for r in second.resources} == {
+        "projects": 3,
+        "tickets": 3,
+    }
     _, rows = storage.query(
         data_dir, "SELECT data FROM tracker__tickets WHERE key IN ('2/200005', '2/200031')"
     )

@@ -17,10 +17,18 @@ from dev.servers.rest import DevRest
 from flows.rest_ingest import rest_ingest
 from ingest import storage
 from ingest.rest.errors import AuthError, RestTerminalError, SourceError
+from ingest.rest.summary import headline
 
 pytestmark = pytest.mark.flow
 
 KEY = "flow-api-key-0123456789"  # fake
+
+
+def table_versions(data_dir: Path) -> dict[str, int]:
+    return {
+        t: storage.open_table(data_dir, t).version()
+        for t in ("tickets__projects", "tickets__tickets")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +43,22 @@ def test_tickets_example_runs_then_reruns_incrementally(
     monkeypatch.setenv("TICKETS_API_KEY", KEY)
     first = rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
     assert first.complete and first.records == 3 + 180
+    # A rerun with nothing changed: the inclusive since hands back each listing's newest
+    # ticket, and the projects listing is read whole; all are as stored, so none is
+    # counted as fetched and no row is written.
+    versions = table_versions(data_dir)
+    again = rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
+    assert {r["resource"]: (r["records"], r["unchanged"]) for r in again.resources} == {
+        "projects": (0, 3),
+        "tickets": (0, 3),
+    }
+    assert again.records == 0 and "(6 unchanged not counted)" in headline(again)
+    assert table_versions(data_dir) == versions
     api.touch(3, [1])
     second = rest_ingest(source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir))
     got = {r["resource"]: r["records"] for r in second.resources}
-    assert got == {"projects": 3, "tickets": 1 + 1 + 2}  # since is inclusive: newest + changed
+    assert got == {"projects": 0, "tickets": 1}  # the changed one; each newest is unchanged
+    assert {r["resource"]: r["unchanged"] for r in second.resources}["tickets"] == 3
     _, rows = storage.query(data_dir, "SELECT count(*), count(DISTINCT key) FROM tickets__tickets")
     assert rows == [(180, 180)]
     _, rows = storage.query(

@@ -17,8 +17,9 @@ separate process on loopback, with three additions that a plain
   interleave; here writes carrying a condition run one at a time, as S3
   guarantees (Delta commits and the staging area's claims rely on it).
 
-Run ``python -m dev.servers.s3 --port 5000`` or use ``DevServer`` as a
-context manager. Needs the ``demo`` extra (moto[server]).
+Run ``python -m dev.servers.s3 [--port 9000]`` (9000 is the demo's port, the default) or
+use ``DevServer`` as a context manager; ``make dev-s3 DIR=folder`` (``dev.s3_folder``)
+starts it with a bucket holding a folder's files. Needs the ``demo`` extra (moto[server]).
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ class DevServer(ChildServer):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=int, default=9000)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--latency-ms", type=float, default=0)
     p.add_argument("--no-keepalive", action="store_true", help="werkzeug, a connection per request")

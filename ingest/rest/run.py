@@ -80,6 +80,7 @@ class Listing:
     error: str | None = None
     watermark: Any = None
     newest: Any = None
+    unchanged: int = 0  # records fetched again as they are stored (not in rows)
     page_size: int = 0
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -138,6 +139,22 @@ class SourceRun:
                 listings = self._children(resource, table, parent[0])
             self.listings[resource.name] = listings
             await asyncio.gather(*(self._list(x) for x in listings))
+            if not self.full_refresh:
+                await asyncio.to_thread(self._drop_unchanged, table, listings)
+
+    def _drop_unchanged(self, table: str, listings: list[Listing]) -> None:
+        """Records fetched again exactly as stored (the boundary record an inclusive
+        ``since`` returns, a listing read whole every run) are counted as unchanged, not
+        staged: a rerun with nothing changed writes no row. Children still see them as
+        parents (``records``)."""
+        fetched = {k: r["data"] for x in listings for k, r in x.rows.items()}
+        same = store.unchanged_keys(self.settings.lake, table, fetched)
+        if not same:
+            return
+        for x in listings:
+            for key in same & x.rows.keys():
+                del x.rows[key]
+                x.unchanged += 1
 
     def _children(self, resource: Resource, table: str, parent_name: str) -> list[Listing]:
         """One listing per parent record: fetched now, or stored by an earlier run."""
@@ -619,6 +636,7 @@ def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSumm
                 "listings": len(listings),
                 "complete": all(x.complete and not x.error for x in listings),
                 "records": sum(len(x.rows) for x in listings),
+                "unchanged": sum(x.unchanged for x in listings),
                 "pages": sum(x.pages for x in listings),
                 "requests": sum(x.requests for x in listings),
                 "failed_pages": sum(x.failed for x in listings),

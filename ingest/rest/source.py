@@ -394,6 +394,18 @@ class _LineLoader(yaml.SafeLoader):
     """A safe loader; the composed node tree keeps each value's line for error messages."""
 
 
+# A checkout's root: ``sources/tickets.yaml`` is found from any working folder.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def source_path(source: str) -> Path:
+    """The source file as given, else relative to the project (``sources/tickets.yaml``)."""
+    path = Path(source)
+    if not path.exists() and (PROJECT_ROOT / source).exists():
+        path = PROJECT_ROOT / source
+    return path
+
+
 def load_source(path: str | Path) -> Source:
     """Read and validate a source file (YAML; JSON is YAML too).
 

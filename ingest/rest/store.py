@@ -82,6 +82,20 @@ def host_of(url: str) -> str:
     return httpx.URL(url).netloc.decode()
 
 
+def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> set[str]:
+    """The keys of ``fetched`` (key: the record as JSON) whose stored row holds the same
+    record: an inclusive ``since`` hands back the listing's newest record again, and a
+    listing without a watermark every record; those are not new rows."""
+    if not fetched or storage.open_table(data_dir, table) is None:
+        return set()
+    relation = storage.scan(data_dir, table)  # before connecting: see load_window
+    with duck.connect() as con:
+        stored = con.execute(
+            f"SELECT key, data FROM {relation} WHERE key IN (SELECT unnest(?))", [list(fetched)]
+        ).fetchall()
+    return {k for k, data in stored if data and json.loads(data) == json.loads(fetched[k])}
+
+
 def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
     if storage.open_table(data_dir, "api_windows") is None:

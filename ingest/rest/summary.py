@@ -13,8 +13,10 @@ def headline(summary: RestSummary) -> str:
     """``run R: tickets: 840 records from 3 resources, 31 requests ...``."""
     if isinstance(summary, GitHubSummary):
         return github_headline(summary)
+    unchanged = sum(r.get("unchanged", 0) for r in summary.resources)
     text = (
-        f"run {summary.run_id}: {summary.source}: {summary.records} records from "
+        f"run {summary.run_id}: {summary.source}: {summary.records} records"
+        f"{f' ({unchanged} unchanged not counted)' if unchanged else ''} from "
         f"{len(summary.resources)} resources, {summary.requests} requests, "
         f"{summary.limit_answers} limit answers, max in flight {summary.max_in_flight} "
         f"(window {summary.window}"

@@ -6,13 +6,15 @@ under it::
 
     lake/<table>/                  Delta tables (``_delta_log`` + Parquet files)
     staging/<run_id>/<table>/      a running run's rows, committed at its end
+    staging/_leases/               which live run ingests which target (``leases``)
     warehouse.duckdb               views over the tables, for the ``duckdb`` CLI
                                    (in local_dir when the lake is on object storage)
 
 Modules, one concern each: ``tables`` (schemas and kinds), ``lake`` (append,
 merge), ``staging`` (a run's parts and heartbeat), ``commit`` (staging to lake,
 recovery of dead runs), ``warehouse`` (DuckDB views, queries), ``maintenance``
-(retention, compaction, vacuum), ``migrate`` (the old layout).
+(retention, compaction, vacuum), ``migrate`` (the old layout), ``leases`` (one run
+per target).
 """
 
 from __future__ import annotations

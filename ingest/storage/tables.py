@@ -96,8 +96,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("message", pa.string()),
         ]
     ),
-    # Each source of the nightly (ingest.freshness): its last successful sync and its lag,
-    # one row per source, written by every nightly run (and logged, one row per night).
+    # Each source (ingest.freshness): its last successful sync and its lag, one row per
+    # flow and target, written by every run (a nightly run writes its children's rows) and
+    # logged, one row per run.
     "source_freshness": pa.schema(
         [
             ("source", pa.string()),  # the child flow: s3-ingest, github-pulls
@@ -371,7 +372,7 @@ SPECS: dict[str, TableSpec] = _Specs(
         TableSpec(
             "source_freshness",
             "state",
-            keys=("source",),
+            keys=("source", "target"),
             newer="checked_at",
             log="source_nights",
         ),

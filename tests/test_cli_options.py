@@ -1,0 +1,117 @@
+"""The ``ingest`` command's options: their help shows the defaults the runs use (read from
+``Settings``), and every option out of bounds is refused at once, before Prefect is
+imported or a server starts: exit code 2, one line of error, no traceback."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from prefect.utilities.callables import parameter_schema
+from typer.testing import CliRunner
+
+from cli.main import BUCKET_LENGTH, app
+from flows.s3_ingest import s3_ingest
+from ingest.settings import Settings
+from tests.helpers import ROOT
+
+ENV_NOTE = re.compile(r"\[env INGEST_([A-Z0-9_]+)(?:, default ([^\]]+))?\]")
+
+
+def options() -> list[tuple[str, Any]]:
+    group: Any = typer.main.get_command(app)
+    ctx = group.context_class(group, info_name="ingest")
+    out = []
+    for name in group.list_commands(ctx):
+        for p in group.get_command(ctx, name).params:
+            if p.param_type_name == "option":  # typer's own click, not the click package
+                out.append((name, p))
+    return out
+
+
+def shown(value: Any) -> str | None:
+    if value in (None, "", []):
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_help_defaults_and_bounds_are_the_settings() -> None:
+    checked = 0
+    for command, option in options():
+        note = ENV_NOTE.search(option.help or "")
+        if note is None:
+            continue
+        variable, default = note.groups()
+        field = Settings.model_fields.get(variable.lower())
+        assert field is not None, (command, option.name, variable)
+        expected = shown(field.get_default(call_default_factory=True))
+        if expected is not None:  # a setting without a default may say what happens then
+            assert default == expected, (command, option.name, default, expected)
+        bounds = {k: getattr(m, k) for m in field.metadata for k in ("ge", "le") if hasattr(m, k)}
+        assert (option.min, option.max) == (bounds.get("ge"), bounds.get("le")), option.name
+        checked += 1
+    assert checked >= 12
+
+
+def test_list_shards_help_shows_the_planned_shards() -> None:
+    """``--help`` said 1 while runs planned 4 shards; it now reads the setting."""
+    out = " ".join(CliRunner().invoke(app, ["s3", "--help"]).output.split())
+    default = Settings.model_fields["s3_list_shards"].default
+    assert f"INGEST_S3_LIST_SHARDS, default {default}]" in out
+
+
+def test_bucket_bounds_are_the_flows() -> None:
+    schema = parameter_schema(s3_ingest).model_dump()["properties"]["bucket"]
+    assert (schema["minLength"], schema["maxLength"]) == BUCKET_LENGTH
+
+
+REFUSED = [
+    (["s3", "--bucket", "some-bucket", "--concurrency", "0"], "--concurrency"),
+    (["s3", "--bucket", "some-bucket", "--concurrency", "513"], "--concurrency"),
+    (["s3", "--bucket", "some-bucket", "--list-shards", "0"], "--list-shards"),
+    (["s3", "--bucket", "ab"], "--bucket"),
+    (["s3", "--bucket", "b" * 64], "--bucket"),
+    (["s3", "--bucket", "some-bucket", "--listing", "ls"], "--listing"),
+    (["s3", "--bucket", "some-bucket", "--task-runner", "cpu"], "--task-runner"),
+    (["s3", "--bucket", "some-bucket", "--listing", "inventory"], "--inventory"),
+    (["s3", "--bucket", "some-bucket", "--concurrency", "many"], "--concurrency"),
+    (["github", "--repo", "octo/a", "--concurrency", "0"], "--concurrency"),
+    (["github", "--repo", "octo/a", "--per-page", "101"], "--per-page"),
+    (["github", "--repo", "octo/a", "--state", "merged"], "--state"),
+    (["github", "--repo", "no-slash"], "--repo"),
+    (["rest", "sources/tickets.yaml", "--concurrency", "0"], "--concurrency"),
+    (["rest", "no/such/source.yaml"], "no/such/source.yaml"),
+    (["status", "--nights", "0"], "--nights"),
+    (["search", "x", "--limit", "0"], "--limit"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_bad_option_is_refused_before_anything_starts(
+    args: list[str], named: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args, "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out and named in out, out
+    errors = [ln for ln in out.splitlines() if ln.lower().startswith("error")]
+    assert len(errors) == 1, out
+    assert "Prefect server" not in out and not (home / ".prefect" / "prefect.db").exists()
+    assert not (tmp_path / "data").exists()
