@@ -73,7 +73,12 @@ def test_tickets_example_runs_then_reruns_incrementally(
     _, runs = storage.query(
         data_dir, "SELECT flow_name, items, state FROM flow_runs ORDER BY started_at"
     )
-    assert runs == [("rest-ingest", 183, "completed"), ("rest-ingest", 7, "completed")]
+    # The first run, the rerun with nothing changed, the run after one ticket changed.
+    assert runs == [
+        ("rest-ingest", 183, "completed"),
+        ("rest-ingest", 0, "completed"),
+        ("rest-ingest", 1, "completed"),
+    ]
 
 
 def test_credential_from_a_secret_block(
