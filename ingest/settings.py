@@ -366,6 +366,13 @@ class Settings(BaseSettings):
         "(0: grow only per clean answer).",
     )
 
+    http_max_page_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        description="Bytes of one API page read at most (as it streams in); a longer body is "
+        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
+    )
+
     # --- Limits shared across workers ------------------------------------------------
     shared_limits: Literal["auto", "on", "off"] = Field(
         "auto",

@@ -168,6 +168,7 @@ async def _fetch(
             window=window,
             auth_hint=AUTH_HINT,
             who="this token (private repositories need a token with access)",
+            max_page_bytes=settings.http_max_page_bytes,
             shared=shared.slots if shared is not None else None,
         )
         results: list[RepoResult] = []

@@ -400,6 +400,7 @@ def make_client(
         window=window,
         auth_hint=creds.hint,
         auth_params=creds.params,
+        max_page_bytes=settings.http_max_page_bytes,
     )
 
 
