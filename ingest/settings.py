@@ -148,6 +148,12 @@ class Settings(BaseSettings):
         "s3://bucket/prefix (written through the source's endpoint and credentials); "
         "default DATA_DIR/objects/<bucket>.",
     )
+    s3_refuse_folded_collisions: bool = Field(
+        False,
+        description="Refuse a key whose local path differs from another's only by case or "
+        "Unicode normal form (A.txt and a.txt, NFC and NFD): on for a download folder on a "
+        "case-insensitive file system (macOS, Windows, SMB), where both would be one file.",
+    )
     keep_files: bool = Field(
         True,
         description="Keep the downloaded objects at the download destination; false drops "

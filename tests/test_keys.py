@@ -18,7 +18,8 @@ from ingest.redact import redact, register_secret
         ("docs/a/b.pdf", "docs/", "a/b.pdf"),
         ("docs/a/b.pdf", "docs", "a/b.pdf"),
         ("docs/a/b.pdf", "", "docs/a/b.pdf"),
-        ("docs/report.pdf", "docs/rep", "ort.pdf"),
+        ("docs/report.pdf", "docs/rep", "docs/report.pdf"),  # not under the folder docs/rep/
+        ("docsa.txt", "docs", "docsa.txt"),
     ],
 )
 def test_relative_key_strips_the_prefix_like_aws_cp(key: str, prefix: str, expected: str) -> None:
