@@ -225,6 +225,19 @@ class Settings(BaseSettings):
     extract_time_limit: float = Field(
         120.0, gt=0, le=3600, description="Seconds one file may take before it is a timeout."
     )
+    extract_run_budget: float | None = Field(
+        4 * 3600.0,
+        gt=0,
+        description="Seconds a run may spend extracting (from its first file, per process); "
+        "files not started by then are timeout rows that the next run extracts. None: no "
+        "budget.",
+    )
+    extract_max_chars: int = Field(
+        10_000_000,
+        ge=1000,
+        description="Characters of text kept per document; a longer text is cut in the "
+        "worker and its metadata says so (text_cut: kept and whole length).",
+    )
     extract_memory_limit_mb: int = Field(
         2048,
         ge=0,
