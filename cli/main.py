@@ -649,7 +649,9 @@ def serve_command(
         typer.Option(
             help="Database of the local Prefect server: "
             "postgresql+asyncpg://user:password@host:5432/database (the password is never "
-            "shown) [env INGEST_SERVE_DATABASE_URL, default SQLite under PREFECT_HOME].",
+            "shown; on the command line `ps` shows it: prefer the variable, or a file named "
+            "by INGEST_SERVE_DATABASE_URL_FILE) [env INGEST_SERVE_DATABASE_URL, default "
+            "SQLite under PREFECT_HOME].",
             show_default=False,
         ),
     ] = None,

@@ -113,6 +113,12 @@ class Settings(BaseSettings):
         "SQLite under PREFECT_HOME.",
     )
 
+    serve_database_url_file: Path | None = Field(
+        None,
+        description="A file holding serve_database_url (a secrets mount, mode 600), read when "
+        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
+    )
+
     # --- Where the batch tasks run ----------------------------------------------
     task_runner: Literal["thread", "dask"] = Field(
         "thread",
@@ -482,6 +488,27 @@ class Settings(BaseSettings):
     def files_stay_local(self) -> bool:
         """True when downloads are kept in a local folder that later stages read from."""
         return self.keep_files and self.download_url is None
+
+    def download_overlap(self, bucket: str) -> str | None:
+        """Why the local download folder may not be used, or None: it must not hold the data
+        folder, nor lie inside it except under its ``objects/`` folder (a key could then
+        land on the lake's own files, ``warehouse.duckdb``, or a run's staged rows)."""
+        if self.download_url is not None:
+            return None
+        data = self.local_path.resolve()
+        root = self.download_root(bucket).resolve()
+        if root == data or data.is_relative_to(root):
+            return (
+                f"the download folder {root} holds the data folder {data}: objects could "
+                "overwrite the lake; choose a folder apart from it"
+            )
+        if root.is_relative_to(data) and not root.is_relative_to(data / "objects"):
+            return (
+                f"the download folder {root} is inside the data folder {data} but not under "
+                f"its objects/ folder: objects could overwrite the lake; use {data / 'objects'} "
+                "or a folder apart from the data folder"
+            )
+        return None
 
     def download_root(self, bucket: str) -> Path:
         """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""

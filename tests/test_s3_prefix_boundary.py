@@ -103,3 +103,14 @@ def test_one_path_one_key_within_a_run(tmp_path: Path) -> None:
     assert claims.claim(path, "docs/a.txt") is None  # the same key again (a retried batch)
     assert claims.claim(path, "other/a.txt") == "docs/a.txt"
     assert claims.claim(str(tmp_path / "A.txt"), "docs/A.txt") is None  # not folded
+
+
+def test_a_download_folder_over_the_lake_fails_the_run_before_it_writes(
+    s3, s3_server, bucket, data_dir
+) -> None:
+    put_many(s3, bucket, {"s3_objects/_delta_log/00000000000000000000.json": b"{}"} | FINE)
+    ingest(bucket, s3_server.url, data_dir, prefix="in/")  # a lake to protect
+    before = files_under(data_dir / "lake")
+    with pytest.raises(ValueError, match="inside the data folder"):
+        ingest(bucket, s3_server.url, data_dir, download_dir=str(data_dir / "lake"))
+    assert files_under(data_dir / "lake") == before

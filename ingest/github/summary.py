@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ingest import markdown as md
 from ingest.github.records import GitHubSummary
 
 
@@ -54,9 +55,9 @@ def markdown(summary: GitHubSummary, title: str, link: Callable[[str], str] | No
         "|---|---|---|---|---|---|---|",
     ]
     for r in summary.repos:
-        note = (r.get("error") or r.get("stop_reason") or "").replace("|", "/")
+        note = md.cell(r.get("error") or r.get("stop_reason") or "")
         lines.append(
-            f"| {r['repo']} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
+            f"| {md.cell(r['repo'])} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
             f"{r['not_modified']} | {r['failed_pages']} | {note} |"
         )
     return "\n".join(lines)

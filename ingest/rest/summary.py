@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ingest import markdown as md
 from ingest.rest.records import RestSummary
 
 
@@ -29,7 +30,7 @@ def markdown(summary: RestSummary, title: str) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.resources:
-        note = (r.get("note") or "").replace("|", "/")
+        note = md.cell(r.get("note") or "")
         lines.append(
             f"| {r['resource']} | {r['table']} | {r['listings']} | {r['complete']} | "
             f"{r['records']} | {r['pages']} | {r['requests']} | {r['failed_pages']} | "
