@@ -46,6 +46,19 @@ def set_param(url: str, name: str, value: Any) -> str:
     return str(httpx.URL(url).copy_set_param(name, str(value)))
 
 
+_SLOT = "9817364528173645"  # a number no URL of a listing holds: where the value goes
+
+
+def numbered(url: str, name: str, values: range) -> list[str]:
+    """``[set_param(url, name, v) for v in values]``, built from one template: a planned
+    listing of 100,000 pages costs ~40 ms instead of ~3 s of the event loop."""
+    template = set_param(url, name, _SLOT)
+    if template.count(_SLOT) != 1:
+        return [set_param(url, name, v) for v in values]
+    head, tail = template.split(_SLOT)
+    return [f"{head}{v}{tail}" for v in values]
+
+
 def get_param(url: str, name: str) -> str | None:
     return httpx.URL(url).params.get(name)
 
@@ -140,7 +153,7 @@ class LinkHeaderPaginator(Paginator):
             return []
         current = get_param(links.get("next", ""), self.page_param) if "next" in links else None
         start = int(current) if current and current.isdigit() else 2
-        return [set_param(last, self.page_param, n) for n in range(start, last_no + 1)[:limit]]
+        return numbered(last, self.page_param, range(start, last_no + 1)[:limit])
 
     def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
         """From page 1: ``rel="last"``'s page number times its page size (exact for a page
@@ -166,8 +179,7 @@ class LinkHeaderPaginator(Paginator):
         if total is None or last is None or size < 1:
             return []
         sized = set_param(last, self.size_param, size)
-        pages = range(2, -(-total // size) + 1)[:limit]
-        return [set_param(sized, self.page_param, n) for n in pages]
+        return numbered(sized, self.page_param, range(2, -(-total // size) + 1)[:limit])
 
 
 class PageNumberPaginator(Paginator):
@@ -224,8 +236,7 @@ class PageNumberPaginator(Paginator):
         if total is None:
             return []
         last = total + self.first_page - 1
-        pages = range(self._page(url) + 1, last + 1)[:limit]
-        return [set_param(url, self.page_param, n) for n in pages]
+        return numbered(url, self.page_param, range(self._page(url) + 1, last + 1)[:limit])
 
 
 class OffsetPaginator(Paginator):
@@ -276,8 +287,7 @@ class OffsetPaginator(Paginator):
         if total is None:
             return []
         start = self._offset(url) + self.limit
-        offsets = range(start, total, self.limit)[:limit]
-        return [set_param(url, self.offset_param, o) for o in offsets]
+        return numbered(url, self.offset_param, range(start, total, self.limit)[:limit])
 
 
 class BodyCursorPaginator(Paginator):
