@@ -245,3 +245,25 @@ def test_json_nested_100000_deep_fails_its_listing_not_the_run(data_dir: Path) -
     assert "not JSON" in _stop_reason(data_dir) and "recursion" in _stop_reason(data_dir)
     _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
     assert rows == [(2,)]
+
+
+def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: ScriptedServer) -> None:
+    """A careless (or hostile) API echoes the key into the next URL: the client sends no
+    parameter holding a credential of its own to another origin, whatever its name."""
+    from ingest.rest.client import RestClient, make_http
+
+    recorder.script("/next", Answer(200, b"[]"))
+    with ScriptedServer() as origin:
+        location = f"{recorder.url}/next?k={API_KEY}&token=Bearer+{API_KEY}&page=2"
+        origin.script("/first", Answer(302, headers={"Location": location}))
+
+        async def get() -> Any:
+            creds = {"X-API-Key": API_KEY}
+            http = make_http(origin.url, headers={}, concurrency=1, timeout=5.0, credentials=creds)
+            async with http:
+                return (await RestClient(http, RateLimitGovernor()).get("/first")).data
+
+        assert asyncio.run(get()) == []
+        assert dict(origin.seen)["/first"].get("X-API-Key") == API_KEY  # its own origin
+    assert recorder.targets == ["/next?page=2"]
+    assert API_KEY not in everything_sent(recorder)

@@ -128,6 +128,10 @@ class OriginAuth(httpx.Auth):
         self._headers = dict(headers)
         self._origin = origin(httpx.URL(base_url))
 
+    def values(self) -> list[str]:
+        """The credentials' values (to keep them off a URL bound for another origin)."""
+        return list(self._headers.values())
+
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if origin(request.url) == self._origin:
             request.headers.update(self._headers)
@@ -375,16 +379,25 @@ class RestClient:
                 )
 
     def _credentialed(self, target: httpx.URL) -> httpx.URL:
-        """``target`` with the query credential when it is on the API's origin; without any
-        parameter of that name when it is not (a Location may carry it along)."""
-        if not self.auth_params:
-            return target
+        """``target`` with the query credential when it is on the API's origin; on another
+        origin, without any parameter that carries a credential of this client, by name or
+        by value (a ``Location`` may repeat one)."""
         if target.is_relative_url or origin(target) == origin(self.http.base_url):
             # merged here (httpx's client params replace a query)
-            return target.copy_merge_params(self.auth_params)
-        for name in self.auth_params:
-            target = target.copy_remove_param(name)
+            return target.copy_merge_params(self.auth_params) if self.auth_params else target
+        secrets = self._secret_values()
+        for name, value in target.params.multi_items():
+            if name in self.auth_params or any(secret in value for secret in secrets):
+                target = target.copy_remove_param(name)
         return target
+
+    def _secret_values(self) -> set[str]:
+        values = set(self.auth_params.values())
+        auth = self.http.auth
+        if isinstance(auth, OriginAuth):
+            for value in auth.values():
+                values |= {value, value.partition(" ")[2]}  # "Bearer x": also x
+        return values - {""}
 
     async def _follow(
         self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
