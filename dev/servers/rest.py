@@ -185,7 +185,7 @@ def build_app(config: Config) -> Any:
             async def chunks() -> Any:
                 yield b"["
                 for _ in range(size // len(item)):
-                    yield item * 1
+                    yield item
                 yield b'{"id":1}]'
 
             return StreamingResponse(chunks(), media_type="application/json")
