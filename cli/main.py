@@ -528,14 +528,19 @@ def query_command(
     data_dir: DataDir = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
 ) -> None:
-    """Run SQL over the outputs (the same views the duckdb CLI sees)."""
+    """Run SQL over the outputs (the same views the duckdb CLI sees), read-only: statements
+    other than SELECT and EXPLAIN are refused (exit 2), and no file but the tables' can be
+    read."""
     from ingest import storage
 
     if format not in ("table", "csv", "json"):
         raise typer.BadParameter("use table, csv or json", param_hint="--format")
     root = lake_of(data_dir)
     try:
-        columns, rows = storage.query(root, sql)
+        columns, rows = storage.query_read_only(root, sql)
+    except storage.ReadOnlyQueryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     except Exception as exc:  # duckdb raises many kinds; show the message, not a traceback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -713,7 +718,9 @@ def serve_command(
         typer.Option(
             help="Database of the local Prefect server: "
             "postgresql+asyncpg://user:password@host:5432/database (the password is never "
-            "shown) [env INGEST_SERVE_DATABASE_URL, default SQLite under PREFECT_HOME].",
+            "shown; on the command line `ps` shows it: prefer the variable, or a file named "
+            "by INGEST_SERVE_DATABASE_URL_FILE) [env INGEST_SERVE_DATABASE_URL, default "
+            "SQLite under PREFECT_HOME].",
             show_default=False,
         ),
     ] = None,

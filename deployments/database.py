@@ -11,10 +11,13 @@ into the server's environment only, and is shown with the password masked.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ingest.redact import register_secret
+from ingest.settings import Settings
 
 # Prefect's server talks to PostgreSQL through asyncpg and to SQLite through aiosqlite.
 DRIVERS = {
@@ -25,6 +28,24 @@ DRIVERS = {
     "sqlite+aiosqlite": "sqlite+aiosqlite",
 }
 ENV_NAME = "PREFECT_SERVER_DATABASE_CONNECTION_URL"
+
+
+def configured_url(settings: Settings) -> str | None:
+    """The URL from ``INGEST_SERVE_DATABASE_URL``, else read from the file that
+    ``INGEST_SERVE_DATABASE_URL_FILE`` names (a secrets mount, a file of mode 600): either
+    keeps the password off the command line, where ``ps`` shows it to every local user."""
+    if settings.serve_database_url is not None:
+        return settings.serve_database_url.get_secret_value() or None
+    path = settings.serve_database_url_file
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise DatabaseUrlError(
+            f"cannot read the database URL file {path}: {exc.strerror or exc}"
+        ) from None
+    return text or None
 
 
 class DatabaseUrlError(ValueError):

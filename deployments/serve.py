@@ -316,8 +316,7 @@ def serving(
     if overrides is not None:
         config = project.with_parameters(config, overrides)
     if database_url is None:
-        secret = Settings().serve_database_url
-        database_url = secret.get_secret_value() if secret else None
+        database_url = database.configured_url(Settings())
     db = database.parse(database_url) if database_url else None
     with ExitStack() as stack:
         env = {**os.environ, **SERVER_ENV}

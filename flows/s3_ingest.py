@@ -195,6 +195,9 @@ def s3_ingest(
     )
     if listing == "inventory" and not inventory:
         raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
+    overlap = settings.download_overlap(bucket)
+    if overlap:  # before anything is written: keys must never land on the lake's files
+        raise ValueError(overlap)
 
     # A batch is one task (download and extraction on the same worker) when it may run on
     # another machine or its files do not stay in a local folder a later task could read.

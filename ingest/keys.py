@@ -9,6 +9,16 @@ zip-slip attacks), NUL and other control characters, a segment longer than
 255 bytes, and the folder this project keeps its temporary files in.
 Keys that end with ``/`` are folder markers and hold no document: they are
 not ingested.
+
+A prefix is a folder: ``docs`` lists and maps exactly what ``docs/`` does
+(``folder_prefix``), as ``aws s3 sync s3://b/docs dir`` and ``aws s3 cp
+--recursive`` do (awscli appends the ``/`` to the source of a directory
+operation). A string prefix would list ``docsa.txt`` beside ``docs/a.txt`` and
+map both to ``a.txt``: one file for two objects. So the key below the prefix
+is the key without it, and two keys never share a local path. Where the
+target folder ignores case or Unicode normal form (macOS, Windows, many SMB
+shares), two keys can still land on one file; ``PathClaims`` with ``fold``
+refuses the later one (``s3_refuse_folded_collisions``).
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import fnmatch
 import functools
 import os
 import re
+import threading
+import unicodedata
 from collections.abc import Sequence
 
 from ingest.errors import UnsafeKeyError
@@ -30,16 +42,62 @@ def is_folder_marker(key: str) -> bool:
     return key.endswith("/")
 
 
+def folder_prefix(prefix: str) -> str:
+    """The prefix as the folder it names: ``docs`` -> ``docs/`` (see the module doc)."""
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
 def relative_key(key: str, prefix: str) -> str:
-    """The part of ``key`` below ``prefix`` (as ``aws s3 cp --recursive`` maps it)."""
-    if prefix and key.startswith(prefix):
-        rest = key[len(prefix) :]
-        # "docs" lists "docs/a" as "a"; a prefix ending mid-segment ("docs/rep") keeps
-        # the rest of the segment; a further "/" ("docs//a") stays, to be refused.
-        if not prefix.endswith("/") and rest.startswith("/"):
-            rest = rest[1:]
-        return rest
-    return key
+    """The part of ``key`` below the folder ``prefix`` (as ``aws s3 sync`` maps it); a key
+    outside it is returned whole (a listing under the prefix never holds one)."""
+    folder = folder_prefix(prefix)
+    return key[len(folder) :] if folder and key.startswith(folder) else key
+
+
+def fold(path: str) -> str:
+    """What a case- and normalisation-insensitive file system sees of a name."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
+class PathClaims:
+    """The local paths a run has given to keys, to refuse a second key for one path.
+
+    With ``fold``, paths that differ only by case or Unicode normal form count as one,
+    and a file already in the folder under such a variant of the name (another key's,
+    from an earlier run) is refused too. Thread-safe: the batches of a run share one.
+    """
+
+    def __init__(self, *, fold: bool = False) -> None:
+        self.fold = fold
+        self._owners: dict[str, str] = {}
+        self._folders: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, path: str, key: str) -> str | None:
+        """Give ``path`` to ``key``; returns the key or file that already has it, or None."""
+        name = fold(path) if self.fold else path
+        with self._lock:
+            owner = self._owners.setdefault(name, key)
+            if owner != key:
+                return owner
+            if self.fold:
+                return self._variant_on_disk(path)
+        return None
+
+    def _variant_on_disk(self, path: str) -> str | None:
+        folder, base = os.path.split(path)
+        entries = self._folders.get(folder)
+        if entries is None:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []
+            entries = self._folders[folder] = {fold(n): n for n in names}
+        found = entries.get(fold(base))
+        if found is not None and found != base:
+            return os.path.join(folder, found)
+        entries[fold(base)] = base
+        return None
 
 
 def local_path_for(key: str, prefix: str, root: str | os.PathLike[str]) -> str:
@@ -50,7 +108,8 @@ def local_path_for(key: str, prefix: str, root: str | os.PathLike[str]) -> str:
 
     Args:
         key: the full S3 key.
-        prefix: the listing prefix, stripped from the key like ``aws s3 cp``.
+        prefix: the listing prefix (a folder: ``folder_prefix``), stripped from the key
+            like ``aws s3 sync``.
         root: the download folder.
     """
     rel = relative_key(key, prefix)

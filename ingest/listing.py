@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ingest import changes, storage
+from ingest import changes, keys, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
@@ -43,6 +43,10 @@ class ListSpec:
     full_refresh: bool = False
     extract_version: str | None = None  # None: no text extraction
     inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
+
+    def __post_init__(self) -> None:
+        # "docs" is the folder docs/ (as aws s3 sync reads it), never "docsa.txt" too
+        object.__setattr__(self, "prefix", keys.folder_prefix(self.prefix))
 
 
 def inventory_dir(data_dir: DataDir, run_id: str) -> Path:

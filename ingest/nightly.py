@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ingest import markdown as md
 from ingest.errors import TerminalError
 from ingest.history import FlowRunRecord
 from ingest.report import failures_heading
@@ -184,7 +185,7 @@ def markdown(
             "| flow | item | error |",
             "|---|---|---|",
         ]
-        lines += [f"| {f} | `{k}` | {e.replace('|', '/')} |" for f, k, e in shown]
+        lines += [f"| {f} | {md.code(k)} | {md.cell(e)} |" for f, k, e in shown]
     for section in sections:
         lines += ["", section]
     return "\n".join(lines) + "\n" + comparison

@@ -9,6 +9,14 @@ _QUERY_SECRET = re.compile(
     r"(?i)((?:^|[?&;\s])(?:access_token|token|api_key|apikey|key|secret|password|sig|signature|"
     r"x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s]+"
 )
+# A credential by its name, in a query, a header, JSON or a message: api-key=, client_secret=,
+# access-token=, X-API-Key: ..., "refresh_token": "..." (names ending in token, secret,
+# password, api key or credential, with any prefix joined by - or _).
+_NAMED_SECRET = re.compile(
+    r"(?i)((?:^|(?<=[?&;\s,{(\[\"']))(?:[a-z0-9]+[-_])*"
+    r"(?:token|secret|password|passwd|api[-_]?key|apikey|(?:private|secret|signing)[-_]?key|credentials?)"
+    r"['\"]?\s*[:=]\s*['\"]?)(?!\*\*\*)[^&#\s'\",;}]+"
+)
 _AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(\w+\s+)?[^\s'\",}]+")
 _TOKENS = re.compile(
     r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})\b"
@@ -19,23 +27,41 @@ _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]+@")
 # never changed in place, under the lock: ``redact`` in any thread reads one snapshot while
 # another thread registers a token.
 _extra: tuple[str, ...] = ()
+# Shorter ones (under 6 characters) are masked only where they stand alone, between
+# characters that are not letters or digits: "abc" is hidden in "key abc," but "abcdef"
+# and "tabc" stay readable.
+_short: re.Pattern[str] | None = None
+_short_values: frozenset[str] = frozenset()
 _lock = threading.Lock()
+_SHORT = 6
 
 
 def register_secret(value: str | None) -> None:
     """Remember a secret value (a token from settings) so it is always masked."""
-    global _extra
-    if value and len(value) >= 6:
-        with _lock:
+    global _extra, _short, _short_values
+    if not value:
+        return
+    with _lock:
+        if len(value) >= _SHORT:
             if value not in _extra:
                 _extra = tuple(sorted((*_extra, value), key=len, reverse=True))
+        elif value not in _short_values:
+            _short_values = _short_values | {value}
+            alternatives = "|".join(
+                re.escape(v) for v in sorted(_short_values, key=len, reverse=True)
+            )
+            _short = re.compile(f"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
 
 
 def redact(text: str) -> str:
     """Mask tokens, signatures, credentials in URLs and registered secrets (thread-safe)."""
     for secret in _extra:
         text = text.replace(secret, "***")
+    short = _short
+    if short is not None:
+        text = short.sub("***", text)
     text = _QUERY_SECRET.sub(r"\1***", text)
+    text = _NAMED_SECRET.sub(r"\1***", text)
     text = _AUTH_HEADER.sub(r"\1\2***", text)
     text = _TOKENS.sub("***", text)
     return _USERINFO.sub(r"\1***@", text)

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from ingest import duck, storage
+from ingest import markdown as md
 from ingest.records import BatchSummary, ChunkResult, ExtractSummary
 from ingest.storage.location import DataDir
 from ingest.timing import human_bytes
@@ -146,5 +147,5 @@ def markdown(summary: RunSummary, title: str) -> str:
             "| key | error |",
             "|---|---|",
         ]
-        lines += [f"| `{k}` | {e.replace('|', '/')} |" for k, e in summary.failures]
+        lines += [f"| {md.code(k)} | {md.cell(e)} |" for k, e in summary.failures]
     return "\n".join(lines)

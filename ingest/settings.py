@@ -154,6 +154,11 @@ class Settings(BaseSettings):
         None,
         description="Branch or tag of git_repository the workers clone; empty: its default branch.",
     )
+    serve_database_url_file: Path | None = Field(
+        None,
+        description="A file holding serve_database_url (a secrets mount, mode 600), read when "
+        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
+    )
 
     # --- Where the batch tasks run ----------------------------------------------
     task_runner: Literal["thread", "dask"] = Field(
@@ -189,6 +194,12 @@ class Settings(BaseSettings):
         description="Where objects land, at DIR/<key relative to prefix>: a local folder or "
         "s3://bucket/prefix (written through the source's endpoint and credentials); "
         "default DATA_DIR/objects/<bucket>.",
+    )
+    s3_refuse_folded_collisions: bool = Field(
+        False,
+        description="Refuse a key whose local path differs from another's only by case or "
+        "Unicode normal form (A.txt and a.txt, NFC and NFD): on for a download folder on a "
+        "case-insensitive file system (macOS, Windows, SMB), where both would be one file.",
     )
     keep_files: bool = Field(
         True,
@@ -266,6 +277,19 @@ class Settings(BaseSettings):
     )
     extract_time_limit: float = Field(
         120.0, gt=0, le=3600, description="Seconds one file may take before it is a timeout."
+    )
+    extract_run_budget: float | None = Field(
+        4 * 3600.0,
+        gt=0,
+        description="Seconds a run may spend extracting (from its first file, per process); "
+        "files not started by then are timeout rows that the next run extracts. None: no "
+        "budget.",
+    )
+    extract_max_chars: int = Field(
+        10_000_000,
+        ge=1000,
+        description="Characters of text kept per document; a longer text is cut in the "
+        "worker and its metadata says so (text_cut: kept and whole length).",
     )
     extract_memory_limit_mb: int = Field(
         2048,
@@ -414,6 +438,13 @@ class Settings(BaseSettings):
         "(0: grow only per clean answer).",
     )
 
+    http_max_page_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        description="Bytes of one API page read at most (as it streams in); a longer body is "
+        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
+    )
+
     # --- Limits shared across workers ------------------------------------------------
     shared_limits: Literal["auto", "on", "off"] = Field(
         "auto",
@@ -527,6 +558,27 @@ class Settings(BaseSettings):
     def files_stay_local(self) -> bool:
         """True when downloads are kept in a local folder that later stages read from."""
         return self.keep_files and self.download_url is None
+
+    def download_overlap(self, bucket: str) -> str | None:
+        """Why the local download folder may not be used, or None: it must not hold the data
+        folder, nor lie inside it except under its ``objects/`` folder (a key could then
+        land on the lake's own files, ``warehouse.duckdb``, or a run's staged rows)."""
+        if self.download_url is not None:
+            return None
+        data = self.local_path.resolve()
+        root = self.download_root(bucket).resolve()
+        if root == data or data.is_relative_to(root):
+            return (
+                f"the download folder {root} holds the data folder {data}: objects could "
+                "overwrite the lake; choose a folder apart from it"
+            )
+        if root.is_relative_to(data) and not root.is_relative_to(data / "objects"):
+            return (
+                f"the download folder {root} is inside the data folder {data} but not under "
+                f"its objects/ folder: objects could overwrite the lake; use {data / 'objects'} "
+                "or a folder apart from the data folder"
+            )
+        return None
 
     def download_root(self, bucket: str) -> Path:
         """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""

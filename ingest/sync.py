@@ -7,6 +7,7 @@ wraps them for Prefect, tests and benchmarks call them directly.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,24 @@ from ingest.storage.location import DataDir
 
 log = logging.getLogger(__name__)
 
+# The local paths given out per (run, download folder), shared by the run's batches in this
+# process; the last few dozen runs are kept (as ``ingest.listing`` keeps its per-run values).
+_claims: dict[tuple[str, str, bool], keys.PathClaims] = {}
+_claims_lock = threading.Lock()
+
+
+def path_claims(run_id: str, root: object, fold: bool) -> keys.PathClaims:
+    """The run's ``PathClaims`` for ``root`` (a fresh one for a run without an id)."""
+    if not run_id:
+        return keys.PathClaims(fold=fold)
+    with _claims_lock:
+        name = (run_id, str(root), fold)
+        if name not in _claims:
+            if len(_claims) > 64:
+                _claims.clear()
+            _claims[name] = keys.PathClaims(fold=fold)
+        return _claims[name]
+
 
 def download_batch(
     client: Any,
@@ -36,7 +55,9 @@ def download_batch(
     result per object.
 
     Per-object failures become ``failed`` rows; only a TerminalError (bucket
-    gone, credentials revoked) raises.
+    gone, credentials revoked) raises. A key whose local path another key of the run
+    already has (``keys.PathClaims``; with ``s3_refuse_folded_collisions`` also a path
+    differing only by case or normal form) is a failed row naming the other.
     """
     now = datetime.now(UTC)
     results: list[ObjectResult] = []
@@ -55,11 +76,21 @@ def download_batch(
             **kw,
         )
 
+    claims = path_claims(run_id, root, settings.s3_refuse_folded_collisions)
     for obj in objects:
         try:
             dest = keys.local_path_for(obj.key, prefix, root)
         except ItemError as exc:
             results.append(row(obj, local_path=None, status="failed", error=describe_error(exc)))
+            continue
+        other = claims.claim(dest, obj.key)
+        if other is not None:
+            folded = " (differing only by case or Unicode normal form)" if claims.fold else ""
+            error = redact(
+                f"PathCollisionError: the local path of key {obj.key!r} is already that of "
+                f"{other!r}{folded}; the key is not downloaded, so neither overwrites the other"
+            )
+            results.append(row(obj, local_path=None, status="failed", error=error))
             continue
         jobs.append((obj, dest))
 

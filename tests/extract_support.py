@@ -150,3 +150,8 @@ def word_document() -> bytes:
 def allocate(n: int) -> int:
     """Ask for ``n`` bytes at once (the memory-limit test)."""
     return len(bytearray(n))
+
+
+def environment() -> dict[str, str]:
+    """The environment a job sees (what a hostile document's parser could read)."""
+    return dict(os.environ)

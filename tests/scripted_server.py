@@ -10,7 +10,7 @@ import ssl
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ class Answer:
     code: str = ""  # S3 error code of an error answer (empty: no XML body)
     stall: float = 0.0  # seconds of silence after half the body
     delay: float = 0.0  # seconds of silence before the answer
+    headers: dict[str, str] = field(default_factory=dict)  # more headers (a Location ...)
 
 
 class ScriptedServer:
@@ -32,6 +33,7 @@ class ScriptedServer:
     def __init__(self, context: ssl.SSLContext | None = None) -> None:
         self.answers: dict[str, deque[Answer]] = defaultdict(deque)
         self.seen: list[tuple[str, dict[str, str]]] = []
+        self.targets: list[str] = []  # every request's whole path and query, in order
         self.stop = threading.Event()
         outer = self
 
@@ -41,6 +43,7 @@ class ScriptedServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 outer.seen.append((path, dict(self.headers)))
+                outer.targets.append(self.path)
                 queue = outer.answers.get(path)
                 answer = (queue.popleft() if len(queue) > 1 else queue[0]) if queue else Answer(404)
                 body = answer.body
@@ -54,6 +57,8 @@ class ScriptedServer:
                 self.send_response(answer.status)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("ETag", '"scripted"')
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 if answer.stall:
                     self.wfile.write(body[: len(body) // 2])

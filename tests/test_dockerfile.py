@@ -130,6 +130,16 @@ def test_context_holds_the_product_only() -> None:
     assert {p.split("/")[0] for p in tracked if in_context(p, RULES) and "/" in p} == product
 
 
+def test_a_settings_file_with_secrets_is_never_in_the_context_or_the_repository() -> None:
+    """The settings read ``.env`` (tokens, the database URL): not in the image at any depth,
+    and ignored by git."""
+    for path in (".env", ".env.local", "ingest/.env", "sources/.env", "deployments/.env.prod"):
+        assert not in_context(path, RULES), path
+    for path in (".env", "sources/.env", ".env.production"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, path
+
+
 def test_what_the_dockerfile_copies_is_in_the_context() -> None:
     copied = [
         name

@@ -18,7 +18,8 @@ from ingest.redact import redact, register_secret
         ("docs/a/b.pdf", "docs/", "a/b.pdf"),
         ("docs/a/b.pdf", "docs", "a/b.pdf"),
         ("docs/a/b.pdf", "", "docs/a/b.pdf"),
-        ("docs/report.pdf", "docs/rep", "ort.pdf"),
+        ("docs/report.pdf", "docs/rep", "docs/report.pdf"),  # not under the folder docs/rep/
+        ("docsa.txt", "docs", "docsa.txt"),
     ],
 )
 def test_relative_key_strips_the_prefix_like_aws_cp(key: str, prefix: str, expected: str) -> None:
@@ -73,6 +74,30 @@ def test_redact_masks_tokens_signatures_and_registered_secrets() -> None:
     for secret in ("abc&", "ghp_0123456789", "user:pw", "deadbeef", "s3cr3t-value-123"):
         assert secret not in out
     assert "page=2" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("GET /tickets?api-key=Kq7zW0x1&page=2", "Kq7zW0x1"),
+        ("token request: client_secret=cs-88172 grant_type=x", "cs-88172"),
+        ("POST /oauth access-token=at.9912.zz", "at.9912.zz"),
+        ("headers: X-API-Key: xk-3141592 Accept: */*", "xk-3141592"),
+        ('{"refresh_token": "rt-271828", "scope": "read"}', "rt-271828"),
+        ("private_key=pk-161803;next", "pk-161803"),
+        ("password: pw-112358, next", "pw-112358"),
+    ],
+)
+def test_redact_masks_credentials_by_their_name(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and "***" in out
+    assert out.split("***")[0] == text.split(secret)[0]  # what came before is kept
+
+
+def test_redact_masks_short_registered_values_where_they_stand_alone() -> None:
+    register_secret("q7Z")
+    assert redact("user q7Z, (q7Z) 'q7Z'") == "user ***, (***) '***'"
+    assert redact("q7Zq and aq7Z stay") == "q7Zq and aq7Z stay"  # not a part of a word
 
 
 def test_redact_while_another_thread_registers_secrets() -> None:

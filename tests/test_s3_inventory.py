@@ -325,6 +325,26 @@ def test_manifest_differing_from_its_checksum_is_a_clear_error(s3: Any, dest: st
         read_manifest(s3, dest, key)
 
 
+@pytest.mark.parametrize("md5", ["../../../../tmp/evil", "0" * 31 + "/", "", "ab" * 20])
+def test_an_md5checksum_that_is_not_hex_never_names_a_file(
+    s3: Any, dest: str, tmp_path: Path, md5: str
+) -> None:
+    """The checksum names the local copy of a data file: it must be 32 hex digits, even in
+    a manifest whose own checksum matches (whoever writes the report writes both)."""
+    import hashlib
+
+    key = write_inventory(s3, "src", dest, "inv", "cfg", objects=[live("k")])
+    doc = json.loads(s3.get_object(Bucket=dest, Key=key)["Body"].read())
+    doc["files"][0]["MD5checksum"] = md5
+    body = json.dumps(doc).encode()
+    s3.put_object(Bucket=dest, Key=key, Body=body)
+    checksum = hashlib.md5(body, usedforsecurity=False).hexdigest().encode()
+    s3.put_object(Bucket=dest, Key=key.replace("manifest.json", "manifest.checksum"), Body=checksum)
+    with pytest.raises(InventoryError, match="is not 32 hex digits"):
+        read_manifest(s3, dest, key)
+    assert not list(tmp_path.parents[0].glob("evil*")) and not Path("/tmp/evil").exists()
+
+
 def test_data_file_corrupted_in_transit_is_fetched_again(tmp_path: Path) -> None:
     faults = ["corrupt:/once/data/:1", "corrupt:/always/data/:5"]
     with DevServer(faults=faults) as server:

@@ -24,7 +24,12 @@ set, else 401; a hidden in-flight ceiling (``max_in_flight``: beyond it, 429 wit
 Faults for tests, each for the first ``times`` requests whose path and query
 contain ``match``: ``bad_json`` (a truncated body), ``missing_records`` (the
 records under another key), ``missing_key`` (records without ``id``),
-``repeat_cursor`` (the next cursor or link points at the same page), ``500``.
+``repeat_cursor`` (the next cursor or link points at the same page), ``500``;
+hostile ones: ``redirect`` (302 to ``to`` + the path and query, the API key
+kept in the query as a careless server would), ``huge_body`` (``size`` bytes
+of a JSON list, streamed), ``deep_json`` (a list nested ``depth`` deep),
+``huge_total`` (``rel="last"``, ``total_pages`` and ``total`` announce
+``pages`` pages).
 
 Control endpoints: ``GET /_dev/stats``, ``POST /_dev/reset``, ``POST /_dev/config``,
 ``POST /_dev/touch`` (update or add tickets of a project).
@@ -149,7 +154,7 @@ def _decode(cursor: str | None) -> int:
 def build_app(config: Config) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     state = RestState(config)
@@ -160,12 +165,33 @@ def build_app(config: Config) -> Any:
         except ValueError:
             return default
 
-    def fault(target: str) -> str | None:
+    def fault(target: str) -> dict[str, Any]:
         for i, f in enumerate(config.faults):
             if f["match"] in target and state.fault_hits[i] < int(f.get("times", 1)):
                 state.fault_hits[i] += 1
                 state.stats[f"fault {f['kind']}"] += 1
-                return str(f["kind"])
+                return f
+        return {}
+
+    def hostile(f: dict[str, Any], request: Request) -> Response | None:
+        kind = f.get("kind")
+        if kind == "redirect":
+            location = str(f["to"]).rstrip("/") + request.url.path + "?" + request.url.query
+            return Response(status_code=302, headers={"location": location})
+        if kind == "huge_body":
+            size = int(f["size"])
+            item = b'{"id":0,"pad":"' + b"x" * 1000 + b'"},'
+
+            async def chunks() -> Any:
+                yield b"["
+                for _ in range(size // len(item)):
+                    yield item
+                yield b'{"id":1}]'
+
+            return StreamingResponse(chunks(), media_type="application/json")
+        if kind == "deep_json":
+            depth = int(f["depth"])
+            return Response(b"[" * depth + b"]" * depth, media_type="application/json")
         return None
 
     async def page(request: Request, items: list[dict[str, Any]]) -> Response:
@@ -189,7 +215,13 @@ def build_app(config: Config) -> Any:
         end = start + len(chunk)
         more = end < len(items)
         target = request.url.path + "?" + request.url.query
-        broken = fault(target)
+        found = fault(target)
+        broken = found.get("kind")
+        answer = hostile(found, request)
+        if answer is not None:
+            return answer
+        if broken == "huge_total":
+            more, last = True, int(found["pages"])
         if broken == "500":
             return JSONResponse({"error": "internal"}, status_code=500)
         if broken == "missing_key":
@@ -199,7 +231,8 @@ def build_app(config: Config) -> Any:
         kept = [(k, v) for k, v in q.multi_items() if k not in ("page", "offset", "cursor")]
         headers: dict[str, str] = {}
         body: Any
-        last = max(1, -(-len(items) // size))
+        if broken != "huge_total":
+            last = max(1, -(-len(items) // size))
         if kind == "header_link":
             number = start // size + 1
             links = []
@@ -218,7 +251,7 @@ def build_app(config: Config) -> Any:
         elif kind == "offset":
             body = {"data": chunk, "offset": start}
             if config.totals:
-                body["total"] = len(items)
+                body["total"] = last * size if broken == "huge_total" else len(items)
         elif kind == "cursor":
             body = {"data": chunk, "next_cursor": _encode(next_start) if more else None}
         elif kind == "header_cursor":

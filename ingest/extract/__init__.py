@@ -121,9 +121,27 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
         return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
 
 
-def extract_stored(path: str, name: str, max_pages: int, in_memory_bytes: int) -> Extraction:
-    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``)."""
-    return extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
+def extract_stored(
+    path: str, name: str, max_pages: int, in_memory_bytes: int, *, max_chars: int | None = None
+) -> Extraction:
+    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``).
+
+    With ``max_chars``, a longer text is cut in the worker, before it travels to the
+    flow's process: the row keeps the first ``max_chars`` characters, and its metadata
+    says where it was cut and how long the whole text was (``text_cut``)."""
+    result = extract_document(
+        Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes
+    )
+    return cut_text(result, max_chars)
+
+
+def cut_text(result: Extraction, max_chars: int | None) -> Extraction:
+    """``result`` with its text cut to ``max_chars``, recorded in ``metadata["text_cut"]``."""
+    if max_chars is not None and len(result.text) > max_chars:
+        result.metadata["text_cut"] = {"kept": max_chars, "chars": len(result.text)}
+        result.warn(f"text cut at {max_chars:,} of {len(result.text):,} characters")
+        result.text = result.text[:max_chars]
+    return result
 
 
 def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:

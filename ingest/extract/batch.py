@@ -10,7 +10,11 @@ ETag or ``EXTRACTOR_VERSION``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -33,6 +37,23 @@ INTERRUPTED = "interrupted"
 OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
 
 Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
+
+# When this process started extracting for a run (monotonic seconds), for the run's budget
+# (``extract_run_budget``); the last few dozen runs are kept.
+_run_started: dict[str, float] = {}
+_run_started_lock = threading.Lock()
+
+
+def run_deadline(run_id: str, budget: float | None) -> float | None:
+    """The monotonic time after which this run submits no more files, or None."""
+    if budget is None:
+        return None
+    with _run_started_lock:
+        if run_id not in _run_started:
+            if len(_run_started) > 64:
+                _run_started.clear()
+            _run_started[run_id] = time.monotonic()
+        return _run_started[run_id] + budget
 
 
 def warm_pool(settings: Settings) -> None:
@@ -75,43 +96,51 @@ def extract_batch(
     document needs it. Timeouts and crashed workers become rows (``timeout``,
     ``failed``); the pool replaces the worker. An interrupted job (its worker killed
     from outside twice) is a ``failed`` row that the next run extracts again.
+
+    Files are handed to the pool a few at a time, so that once the run's budget
+    (``extract_run_budget``, from this process's first extraction of the run) is spent
+    the rest are not parsed: each becomes a ``timeout`` row that the next run extracts
+    again. Texts longer than ``extract_max_chars`` are cut in the worker.
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
+    deadline = run_deadline(run_id, settings.extract_run_budget)
+    default = extractor == DEFAULT_EXTRACTOR
+    extra: dict[str, Any] = {"max_chars": settings.extract_max_chars} if default else {}
+    ahead = 2 * (settings.extract_workers or os.cpu_count() or 2)
     # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
     # default extractor; only files a parser reads go to the workers.
-    settled = [
-        extract_by_head(Path(path), key) if extractor == DEFAULT_EXTRACTOR else None
-        for key, _etag, path in stored
-    ]
-    parse = [s for s, done in zip(stored, settled, strict=True) if done is None]
-    futures: Iterator[Future[Outcome]] = iter([])
-    if parse:
+    settled = [extract_by_head(Path(path), key) if default else None for key, _etag, path in stored]
+    futures: list[Future[Outcome] | None] = []
+    waiting: deque[Future[Outcome]] = deque()
+    for (key, _etag, path), done in zip(stored, settled, strict=True):
+        if done is not None:
+            futures.append(None)
+            continue
+        while len(waiting) >= ahead:
+            waiting.popleft().result()
+        if deadline is not None and time.monotonic() >= deadline:
+            futures.append(None)
+            continue
         pool = pool or shared_pool(pool_config(settings))
-        futures = iter(
-            [
-                pool.submit(
-                    extractor,
-                    path,
-                    key,
-                    settings.extract_max_pages,
-                    settings.extract_in_memory_bytes,
-                )
-                for key, _etag, path in parse
-            ]
+        fut = pool.submit(
+            extractor,
+            path,
+            key,
+            settings.extract_max_pages,
+            settings.extract_in_memory_bytes,
+            **extra,
         )
+        futures.append(fut)
+        waiting.append(fut)
     now = datetime.now(UTC)
     docs = [
-        to_document(
-            bucket,
-            key,
-            etag,
-            path,
-            Outcome("ok", done) if done is not None else next(futures).result(),
-            run_id=run_id,
-            now=now,
-        )
-        for (key, etag, path), done in zip(stored, settled, strict=True)
+        to_document(bucket, key, etag, path, Outcome("ok", done), run_id=run_id, now=now)
+        if done is not None
+        else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
+        if fut is not None
+        else over_budget(bucket, key, etag, path, settings.extract_run_budget, run_id, now)
+        for (key, etag, path), done, fut in zip(stored, settled, futures, strict=True)
     ]
     if settings.ocr_enabled:
         run_ocr(settings, docs, stored, ocr_pool)
@@ -159,6 +188,33 @@ def to_document(
         base["extractor_version"] = INTERRUPTED
     log.warning("%s: %s: %s", key, status, error.splitlines()[0] if error else "")
     return Document(kind=kind, status=status, error=error[:4000], extractor="pool", **base)
+
+
+def over_budget(
+    bucket: str,
+    key: str,
+    etag: str,
+    path: str,
+    budget: float | None,
+    run_id: str,
+    now: datetime,
+) -> Document:
+    """The row of a file left unparsed because the run's extraction budget was spent: a
+    ``timeout`` whose version is not a real one, so the next run extracts it."""
+    return Document(
+        bucket=bucket,
+        key=key,
+        etag=etag,
+        kind=_kind_of(path, key),
+        status="timeout",
+        bytes=_size(path),
+        error=f"not extracted: the run's extraction budget (extract_run_budget={budget:g} s) "
+        "was spent; the next run extracts it",
+        extractor="budget",
+        extractor_version=INTERRUPTED,
+        run_id=run_id,
+        extracted_at=now,
+    )
 
 
 def run_ocr(

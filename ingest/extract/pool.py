@@ -56,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -145,6 +145,38 @@ class _Process:
             os.close(self.sentinel)
 
 
+# What a parser's process keeps of the environment: how to find programs and libraries,
+# locale, time zone, temporary folder, thread counts, OCR data. Nothing else, so no
+# credential (AWS_*, GITHUB_TOKEN, PREFECT_API_KEY, PREFECT_API_AUTH_STRING, INGEST_*
+# secrets, a source's API key) is readable by a hostile document's parser, in its memory
+# or in /proc/<pid>/environ.
+_KEPT = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "MALLOC_ARENA_MAX",
+        "SYSTEMROOT",
+        "TERM",
+    }
+)
+_KEPT_PREFIXES = ("LC_", "PYTHON", "OMP_", "OPENBLAS_", "MKL_", "ARROW_", "TESSDATA", "COV")
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed part of ``environ`` that extraction processes start with."""
+    return {k: v for k, v in environ.items() if k in _KEPT or k.startswith(_KEPT_PREFIXES)}
+
+
 class _Server:
     """The pool's fork server, started with ``subprocess`` (a daemonic process may)."""
 
@@ -152,7 +184,7 @@ class _Server:
         ours, theirs = socket.socketpair()
         # The server imports what this process would: the same ``ingest``, a test's job
         # hooks, a checkout run without installing it. -P: nothing from its working folder.
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(_import_path())}
+        env = {**worker_environment(os.environ), "PYTHONPATH": os.pathsep.join(_import_path())}
         args = [str(theirs.fileno()), str(config.memory_limit_mb), *config.preload]
         try:
             self.process = subprocess.Popen(

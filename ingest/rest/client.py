@@ -18,7 +18,16 @@ become the project's errors (``ingest.rest.errors``):
 
 Credentials travel only in headers or the query; they are registered with
 ``ingest.redact`` and every URL and message passes ``safe_url``/``redact``
-before it is logged or stored.
+before it is logged or stored. Redirects are followed here, not by httpx
+(``_MAX_REDIRECTS`` hops): a hop to another origin (scheme, host, port) goes out
+without any credential the client added, header (``OriginAuth``) or query
+parameter (``auth_params``), so an ``X-API-Key`` never reaches a host the API
+redirects to.
+
+A page body is read as a stream and given up past ``max_page_bytes`` (a
+``PageError`` at once: a retry would read the same page); a body nested too deep
+for the parser (``RecursionError``) is a malformed page like any other, never a
+failed run.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from ingest.rest.errors import (
     MalformedPageError,
     NotFoundError,
     PageError,
+    PageTooLargeError,
     RequestError,
 )
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
@@ -53,6 +63,10 @@ if TYPE_CHECKING:
     from ingest.rest.shared import SharedSlots
 
 log = logging.getLogger(__name__)
+
+# Redirect hops one request follows before it is an error (httpx's default is 20).
+_MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 # The primary limit answers with this many consecutive 403/429s at most before a
 # request gives up (each one makes the governor wait for the reset or stop).
@@ -89,8 +103,10 @@ def make_http(
 
     ``credentials`` (headers such as ``Authorization``) go to the base URL's origin only
     (``OriginAuth``): a ``Link`` header or a redirect naming another host gets the request
-    without them. Proxies (``HTTPS_PROXY``, ``NO_PROXY`` ...) and the CA bundle
-    (``SSL_CERT_FILE``) come from the environment, as GitHub Enterprise users need.
+    without them. Redirects are not followed by httpx but by ``RestClient``, which also
+    takes the query credential off a hop to another origin. Proxies (``HTTPS_PROXY``,
+    ``NO_PROXY`` ...) and the CA bundle (``SSL_CERT_FILE``) come from the environment, as
+    GitHub Enterprise users need.
     """
     return httpx.AsyncClient(
         base_url=base_url,
@@ -100,7 +116,7 @@ def make_http(
         timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         transport=transport,
-        follow_redirects=True,
+        follow_redirects=False,  # RestClient follows them, minding each hop's origin
         trust_env=True,  # HTTPS_PROXY, NO_PROXY, ...
     )
 
@@ -111,6 +127,10 @@ class OriginAuth(httpx.Auth):
     def __init__(self, headers: Mapping[str, str], base_url: str) -> None:
         self._headers = dict(headers)
         self._origin = origin(httpx.URL(base_url))
+
+    def values(self) -> list[str]:
+        """The credentials' values (to keep them off a URL bound for another origin)."""
+        return list(self._headers.values())
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if origin(request.url) == self._origin:
@@ -165,7 +185,7 @@ class _Sent:
     window: int
     response: httpx.Response | None = None
     error: BaseException | None = None
-    bad_json: ValueError | None = None
+    bad_json: ValueError | RecursionError | None = None
     data: Any = None
     outcome: Outcome = "error"
     seconds: float = 0.0
@@ -186,6 +206,7 @@ class RestClient:
     auth_hint: str = "check the credentials"
     who: str = "these credentials"  # what a 404 may not be visible to
     auth_params: dict[str, str] = field(default_factory=dict)  # a credential in the query
+    max_page_bytes: int = 64 * 1024 * 1024  # a body longer than this is a failed page
     requests: list[ApiRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -226,6 +247,8 @@ class RestClient:
             target = safe_url(response.request.url if response is not None else url)
             error = sent.bad_json or sent.error
             self._log_request(label, target, sent, attempt, error)
+            if isinstance(sent.error, (PageTooLargeError, RequestError)):
+                raise sent.error
             if response is None or sent.bad_json is not None:
                 failures += 1
                 if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
@@ -324,18 +347,15 @@ class RestClient:
             sent.sent_at = datetime.now(UTC)
             start = time.perf_counter()
             try:
-                target = httpx.URL(url)
-                # merged here (httpx's client params replace a query), and only for the
-                # API's own host: a Link header naming another host gets no credential
-                own = target.is_relative_url or origin(target) == origin(self.http.base_url)
-                if self.auth_params and own:
-                    target = target.copy_merge_params(self.auth_params)
-                response = await self.http.get(
-                    target, params=params, headers={"If-None-Match": etag} if etag else None
+                response = await self._follow(
+                    httpx.URL(url), params, {"If-None-Match": etag} if etag else None
                 )
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 sent.error = exc
                 sent.outcome = "timeout" if isinstance(exc, httpx.TimeoutException) else "error"
+                return sent
+            except (PageTooLargeError, RequestError) as exc:  # not retried: logged, then raised
+                sent.error = exc
                 return sent
             finally:
                 self.in_flight -= 1
@@ -344,7 +364,7 @@ class RestClient:
             if response.status_code == 200 and response.content:
                 try:
                     sent.data = response.json()
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
                     sent.bad_json = exc
             sent.outcome = _outcome(response)
             return sent
@@ -357,6 +377,80 @@ class RestClient:
                 await self.governor.release(
                     sent.response.headers if sent.response is not None else None
                 )
+
+    def _credentialed(self, target: httpx.URL) -> httpx.URL:
+        """``target`` with the query credential when it is on the API's origin; on another
+        origin, without any parameter that carries a credential of this client, by name or
+        by value (a ``Location`` may repeat one)."""
+        if target.is_relative_url or origin(target) == origin(self.http.base_url):
+            # merged here (httpx's client params replace a query)
+            return target.copy_merge_params(self.auth_params) if self.auth_params else target
+        secrets = self._secret_values()
+        for name, value in target.params.multi_items():
+            if name in self.auth_params or any(secret in value for secret in secrets):
+                target = target.copy_remove_param(name)
+        return target
+
+    def _secret_values(self) -> set[str]:
+        values = set(self.auth_params.values())
+        auth = self.http.auth
+        if isinstance(auth, OriginAuth):
+            for value in auth.values():
+                values |= {value, value.partition(" ")[2]}  # "Bearer x": also x
+        return values - {""}
+
+    async def _follow(
+        self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
+    ) -> httpx.Response:
+        """GET with redirects followed here: each hop's credentials are decided by its own
+        origin (``_credentialed``, ``OriginAuth``), never copied from the hop before."""
+        hops = 0
+        while True:
+            response = await self._read(self._credentialed(target), params, headers)
+            location = response.headers.get("location")
+            if response.status_code not in _REDIRECTS or not location:
+                return response
+            hops += 1
+            nxt = response.request.url.join(location)
+            if hops > _MAX_REDIRECTS or nxt.scheme not in ("http", "https"):
+                why = (
+                    "too many redirects" if hops > _MAX_REDIRECTS else "a redirect to " + nxt.scheme
+                )
+                raise RequestError(
+                    f"{safe_url(target)}: {why} (to {safe_url(nxt)})",
+                    url=safe_url(target),
+                    status=response.status_code,
+                )
+            if origin(nxt) != origin(response.request.url):
+                log.info("redirected to another origin: %s", safe_url(nxt))
+            target, params = nxt, None  # the Location is the whole next URL
+
+    async def _read(
+        self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
+    ) -> httpx.Response:
+        """One GET, its body read as a stream and given up past ``max_page_bytes``."""
+        request = self.http.build_request("GET", target, params=params, headers=headers)
+        response = await self.http.send(request, stream=True)
+        try:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_page_bytes:
+                    raise PageTooLargeError(
+                        f"{safe_url(request.url)}: the answer is larger than "
+                        f"{self.max_page_bytes:,} bytes (max_page_bytes); the page is not read",
+                        url=safe_url(request.url),
+                        attempts=1,
+                    )
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        headers_read = response.headers.copy()
+        headers_read.pop("content-encoding", None)  # the body below is already decoded
+        return httpx.Response(
+            response.status_code, headers=headers_read, content=b"".join(chunks), request=request
+        )
 
     def _log_request(
         self, label: str, url: str, sent: _Sent, attempt: int, error: BaseException | None
@@ -425,7 +519,7 @@ def _message(response: httpx.Response | None) -> str:
         return ""
     try:
         data = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     message = None
     if isinstance(data, dict):

@@ -8,7 +8,10 @@ extraction, watermark checks live there, not here):
    total in the body or a header), the rest are requested concurrently —
    all at once on a full listing, or in waves that double (1, 2, 4 ... up to
    ``max_wave``) on an incremental one, until a page reaches known ground
-   (``Page.stop``: items older than the watermark, an unchanged page);
+   (``Page.stop``: items older than the watermark, an unchanged page). The
+   announced count is clamped to ``max_pages`` before any URL is built: a
+   hostile ``rel="last"`` of 10^9 pages costs ``max_pages`` URLs at most, and
+   the listing says it stopped there;
 2. otherwise it follows ``next_url`` one page at a time (cursors cannot be
    planned), refusing a URL it has already fetched (a cursor that repeats
    would loop forever) and stopping at ``max_pages``.
@@ -38,7 +41,7 @@ from typing import Any
 from ingest.errors import TerminalError
 from ingest.redact import redact
 from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
-from ingest.rest.paging import Paginator
+from ingest.rest.paging import MAX_PLANNED, Paginator
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,8 @@ async def walk(
     """Page one listing to its end (or to known ground); see the module doc."""
     result = Walk()
     if known and not incremental:
-        await _with_known(fetch, first_url, paginator, list(known)[: max_pages - 1], result, label)
+        known = list(known)[: max_pages - 1]
+        await _with_known(fetch, first_url, paginator, known, result, label, max_pages)
         return result
     try:
         first = await fetch(first_url, 1)
@@ -102,16 +106,27 @@ async def walk(
     result.pages = 1
     if first.stop or (not first.not_modified and not first.items):
         return result
-    planned = paginator.planned_urls(first.url, first.headers, first.data)
+    # one more than may be fetched, to tell a listing that goes on past max_pages
+    planned = paginator.planned_urls(first.url, first.headers, first.data, limit=max_pages)
     if planned:
         await _planned(fetch, planned[: max_pages - 1], result, incremental, max_wave, label)
+        if len(planned) >= max_pages and result.stop_reason is None:
+            result.stop_reason = (
+                f"stopped at max_pages={max_pages}: the listing announces more pages"
+            )
     else:
         await _follow(fetch, first, paginator, result, max_pages, label)
     return result
 
 
 async def _with_known(
-    fetch: Fetch, first_url: str, paginator: Paginator, known: list[str], result: Walk, label: str
+    fetch: Fetch,
+    first_url: str,
+    paginator: Paginator,
+    known: list[str],
+    result: Walk,
+    label: str,
+    max_pages: int = MAX_PLANNED,
 ) -> None:
     """The first page and the ``known`` pages after it at once; then any page the first
     one announces that was not known (the listing grew since it was probed)."""
@@ -126,7 +141,7 @@ async def _with_known(
     if not isinstance(first, Page):
         return
     asked = set(known)
-    announced = paginator.planned_urls(first.url, first.headers, first.data)
+    announced = paginator.planned_urls(first.url, first.headers, first.data, limit=max_pages - 1)
     more = [u for u in announced if u not in asked]
     if more:
         await _planned(fetch, more, result, False, len(more), label, start=len(known) + 2)

@@ -9,8 +9,9 @@
     │       └── SourceError             the source file is invalid (names the line)
     └── ItemError
         └── PageError                   one page failed after its retries; becomes a row
-            └── MalformedPageError      a page the API answered but that cannot be read:
-                                        not JSON, records missing, a cursor that repeats
+            ├── MalformedPageError      a page the API answered but that cannot be read:
+            │                           not JSON, records missing, a cursor that repeats
+            └── PageTooLargeError       a body past max_page_bytes (not retried)
     RateLimitStop (IngestError)         the primary budget is spent and resets later than
                                         max_wait: stop cleanly, keep what was fetched
 
@@ -63,6 +64,13 @@ class PageError(ItemError):
 class MalformedPageError(PageError):
     """The API answered, but the page cannot be used (bad JSON, no records, a repeating
     cursor). Paging of that listing stops: following it could loop forever."""
+
+    retryable = False
+
+
+class PageTooLargeError(PageError):
+    """The answer's body grew past the client's ``max_page_bytes`` while it was read: the
+    page is a failed page (the same page would be as large again, so it is not retried)."""
 
     retryable = False
 

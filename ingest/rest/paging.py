@@ -25,6 +25,10 @@ from typing import Any
 
 import httpx
 
+# Pages one listing plans at most unless told (``walk``'s ``max_pages``): a ``rel="last"``
+# or a total announcing 10^9 pages builds this many URLs, not 10^9.
+MAX_PLANNED = 100_000
+
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel="([^"]+)"')
 
 
@@ -40,6 +44,19 @@ def parse_link_header(value: str | None) -> dict[str, str]:
 def set_param(url: str, name: str, value: Any) -> str:
     """``url`` with one query parameter replaced (or added)."""
     return str(httpx.URL(url).copy_set_param(name, str(value)))
+
+
+_SLOT = "9817364528173645"  # a number no URL of a listing holds: where the value goes
+
+
+def numbered(url: str, name: str, values: range) -> list[str]:
+    """``[set_param(url, name, v) for v in values]``, built from one template: a planned
+    listing of 100,000 pages costs ~40 ms instead of ~3 s of the event loop."""
+    template = set_param(url, name, _SLOT)
+    if template.count(_SLOT) != 1:
+        return [set_param(url, name, v) for v in values]
+    head, tail = template.split(_SLOT)
+    return [f"{head}{v}{tail}" for v in values]
 
 
 def get_param(url: str, name: str) -> str | None:
@@ -85,8 +102,11 @@ class Paginator(ABC):
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
         """The page after ``url``, or None at the end."""
 
-    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
-        """Further pages known from the first response; fetched concurrently."""
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
+        """Further pages known from the first response (at most ``limit``, however many the
+        API announces: the count is clamped before a URL is built); fetched concurrently."""
         return []
 
     def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
@@ -94,9 +114,12 @@ class Paginator(ABC):
         not say. What a probe page reads (``ingest.rest.sizing``)."""
         return None
 
-    def sized_urls(self, url: str, headers: Mapping[str, str], data: Any, size: int) -> list[str]:
-        """Pages 2.. of the listing at page size ``size``, from this first response and the
-        listing's total; empty when the strategy cannot resize or the total is unknown."""
+    def sized_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, size: int, limit: int = MAX_PLANNED
+    ) -> list[str]:
+        """Pages 2.. of the listing at page size ``size`` (at most ``limit``), from this first
+        response and the listing's total; empty when the strategy cannot resize or the total
+        is unknown."""
         return []
 
 
@@ -120,7 +143,9 @@ class LinkHeaderPaginator(Paginator):
         page = get_param(last, self.page_param) if last else None
         return int(page) if page and page.isdigit() else None
 
-    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
         links = parse_link_header(headers.get("link"))
         last = links.get("last")
         last_no = self.last_page(headers)
@@ -128,7 +153,7 @@ class LinkHeaderPaginator(Paginator):
             return []
         current = get_param(links.get("next", ""), self.page_param) if "next" in links else None
         start = int(current) if current and current.isdigit() else 2
-        return [set_param(last, self.page_param, n) for n in range(start, last_no + 1)]
+        return numbered(last, self.page_param, range(start, last_no + 1)[:limit])
 
     def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
         """From page 1: ``rel="last"``'s page number times its page size (exact for a page
@@ -143,16 +168,18 @@ class LinkHeaderPaginator(Paginator):
             return None
         return len(self.items(data))
 
-    def sized_urls(self, url: str, headers: Mapping[str, str], data: Any, size: int) -> list[str]:
-        """Pages 2.. at ``size``, written as the API's own ``rel="last"`` URL with the page
-        size and page number replaced, so they are the URLs that the Link headers of pages
-        of that size name (their stored ETags match on later runs)."""
+    def sized_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, size: int, limit: int = MAX_PLANNED
+    ) -> list[str]:
+        """Pages 2.. at ``size`` (at most ``limit``), written as the API's own ``rel="last"``
+        URL with the page size and page number replaced, so they are the URLs that the Link
+        headers of pages of that size name (their stored ETags match on later runs)."""
         total = self.total_items(url, headers, data)
         last = parse_link_header(headers.get("link")).get("last")
         if total is None or last is None or size < 1:
             return []
         sized = set_param(last, self.size_param, size)
-        return [set_param(sized, self.page_param, n) for n in range(2, -(-total // size) + 1)]
+        return numbered(sized, self.page_param, range(2, -(-total // size) + 1)[:limit])
 
 
 class PageNumberPaginator(Paginator):
@@ -202,12 +229,14 @@ class PageNumberPaginator(Paginator):
             else None
         )
 
-    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
         total = self._total(data, headers)
         if total is None:
             return []
         last = total + self.first_page - 1
-        return [set_param(url, self.page_param, n) for n in range(self._page(url) + 1, last + 1)]
+        return numbered(url, self.page_param, range(self._page(url) + 1, last + 1)[:limit])
 
 
 class OffsetPaginator(Paginator):
@@ -251,12 +280,14 @@ class OffsetPaginator(Paginator):
             return None
         return set_param(url, self.offset_param, offset + n)
 
-    def planned_urls(self, url: str, headers: Mapping[str, str], data: Any) -> list[str]:
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
         total = self._total(data, headers)
         if total is None:
             return []
         start = self._offset(url) + self.limit
-        return [set_param(url, self.offset_param, o) for o in range(start, total, self.limit)]
+        return numbered(url, self.offset_param, range(start, total, self.limit)[:limit])
 
 
 class BodyCursorPaginator(Paginator):

@@ -441,6 +441,7 @@ def make_client(
         auth_hint=creds.hint,
         who=who,
         auth_params=creds.params,
+        max_page_bytes=settings.http_max_page_bytes,
     )
 
 

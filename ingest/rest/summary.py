@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ingest import markdown as md
 from ingest.rest.records import GitHubSummary, RestSummary
 
 
@@ -43,7 +44,7 @@ def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.resources:
-        note = (r.get("note") or "").replace("|", "/")
+        note = md.cell(r.get("note") or "")
         lines.append(
             f"| {r['resource']} | {r['table']} | {r['listings']} | {r['complete']} | "
             f"{r['records']} | {r['pages']} | {r['requests']} | {r['failed_pages']} | "
@@ -101,9 +102,9 @@ def github_markdown(
         "|---|---|---|---|---|---|---|",
     ]
     for r in summary.repos:
-        note = (r.get("error") or r.get("stop_reason") or "").replace("|", "/")
+        note = md.cell(r.get("error") or r.get("stop_reason") or "")
         lines.append(
-            f"| {r['repo']} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
+            f"| {md.cell(r['repo'])} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
             f"{r['not_modified']} | {r['failed_pages']} | {note} |"
         )
     return "\n".join(lines)

@@ -252,6 +252,17 @@ def _missing_as(bucket: str, key: str, what: str) -> Iterator[None]:
 # --------------------------------------------------------------------------- manifest
 
 
+_MD5 = re.compile(r"[0-9a-f]{32}")
+
+
+def _md5_of(value: object) -> str:
+    """A manifest's ``MD5checksum``: 32 hex digits, or ValueError (it names a local file)."""
+    md5 = str(value).strip().lower()
+    if not _MD5.fullmatch(md5):
+        raise ValueError(f"MD5checksum {str(value)[:80]!r} is not 32 hex digits")
+    return md5
+
+
 def read_manifest(client: Any, bucket: str, key: str) -> InventoryManifest:
     """Read and check the ``manifest.json`` at ``s3://bucket/key``.
 
@@ -289,7 +300,7 @@ def read_manifest(client: Any, bucket: str, key: str) -> InventoryManifest:
         fmt = _file_format(str(doc["fileFormat"]))
         schema = str(doc["fileSchema"])
         files = tuple(
-            InventoryFile(key=str(f["key"]), size=int(f["size"]), md5=str(f["MD5checksum"]).lower())
+            InventoryFile(key=str(f["key"]), size=int(f["size"]), md5=_md5_of(f["MD5checksum"]))
             for f in doc["files"]
         )
         created = datetime.fromtimestamp(int(doc["creationTimestamp"]) / 1000, UTC)

@@ -29,7 +29,15 @@ from ingest.storage.maintenance import MaintenanceReport, maintain, sweep_tempor
 from ingest.storage.migrate import migrate, needs_migration
 from ingest.storage.staging import heartbeat, stage
 from ingest.storage.tables import SCHEMAS, SPECS
-from ingest.storage.warehouse import connect, query, refresh_warehouse, scan, snapshot_warehouse
+from ingest.storage.warehouse import (
+    ReadOnlyQueryError,
+    connect,
+    query,
+    query_read_only,
+    refresh_warehouse,
+    scan,
+    snapshot_warehouse,
+)
 
 __all__ = [
     "SCHEMAS",
@@ -38,6 +46,7 @@ __all__ = [
     "DataDir",
     "LakeLocation",
     "MaintenanceReport",
+    "ReadOnlyQueryError",
     "append",
     "commit_run",
     "connect",
@@ -52,6 +61,7 @@ __all__ = [
     "open_table",
     "prepare",
     "query",
+    "query_read_only",
     "recover",
     "refresh_warehouse",
     "scan",

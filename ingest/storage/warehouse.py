@@ -8,6 +8,15 @@ log does not name (a crashed writer's leftover, a stray copy) is never read.
 * ``query`` and ``connect`` build the views in an in-memory database each time:
   always the current version, and never blocked by someone holding
   ``warehouse.duckdb`` open.
+* ``query_read_only`` (``ingest query``) reads the same tables as Arrow datasets
+  of their current Delta versions, registered before the connection is locked
+  (``enable_external_access = false``, ``lock_configuration = true``, Python
+  replacement scans off): the views are the only way to the lake, no other file
+  can be read or written (``COPY``, ``read_csv('/etc/passwd')``, ``ATTACH``,
+  ``INSTALL``/``LOAD`` all fail), and every statement but ``SELECT`` and
+  ``EXPLAIN`` is refused before it runs (``ReadOnlyQueryError``). A view over
+  file names cannot serve here: DuckDB checks external access when a view is
+  read, not when it is made.
 * ``refresh_warehouse`` writes the same views into ``warehouse.duckdb`` for people
   who open it with the CLI; runs call it after they commit. When another process
   holds the file it is left alone and refreshed by the next run (or
@@ -201,6 +210,53 @@ def query(
     """Run SQL over the tables; returns column names and rows."""
     with connect(data_dir) as con:
         cur = con.execute(sql, list(params) if params else None)
+        columns = [d[0] for d in cur.description or ()]
+        return columns, cur.fetchall()
+
+
+class ReadOnlyQueryError(ValueError):
+    """A statement ``ingest query`` refuses: only ``SELECT`` and ``EXPLAIN`` run."""
+
+
+_READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+def connect_read_only(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB whose only way to data is a view per table (see the module doc)."""
+    loc = locate(data_dir)
+    con = duckdb.connect(":memory:", config={**duck.SETTINGS, "python_enable_replacements": False})
+    try:
+        for name in lake.table_names(loc):
+            spec = SPECS[name]
+            dt = lake.open_table(loc, name)
+            if dt is None:
+                body = view_sql(spec, [])
+            else:
+                relation = f"lake_{name}"
+                con.register(relation, arrow_dataset(dt, spec))
+                body = arrow_view_sql(spec, relation)
+            con.execute(f'CREATE TEMP VIEW "{name}" AS {body}')
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def query_read_only(data_dir: DataDir, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """``query`` for people (``ingest query``): reads the tables, changes and reads nothing
+    else. Raises ``ReadOnlyQueryError`` for a statement that is not a query."""
+    with connect_read_only(data_dir) as con:
+        for statement in con.extract_statements(sql):
+            if statement.type not in _READ_ONLY:
+                kind = statement.type.name
+                raise ReadOnlyQueryError(
+                    f"{kind} statements are refused: ingest query is read-only (SELECT and "
+                    "EXPLAIN over the tables' views only; no COPY, ATTACH, INSTALL, LOAD, SET "
+                    "or CREATE/DROP)"
+                )
+        cur = con.execute(sql)
         columns = [d[0] for d in cur.description or ()]
         return columns, cur.fetchall()
 

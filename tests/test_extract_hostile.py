@@ -1,0 +1,115 @@
+"""Extraction bounded per run, not only per file, and sandboxed from the flow's secrets:
+a text of combining marks is parsed in time in proportion to its length; a huge text is
+cut in the worker and the row says so; a spent run budget leaves the remaining files to
+the next run; the parser's processes see no credential of the flow's environment."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ingest.extract.base import clean_text
+from ingest.extract.batch import INTERRUPTED, extract_batch
+from ingest.extract.pool import PoolConfig, WorkerPool
+from ingest.settings import Settings
+
+HOOK = "tests.extract_support:misbehaving_extractor"
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-for-the-test-0123",
+    "AWS_ACCESS_KEY_ID": "AKIAFORTHETEST0123",
+    "GITHUB_TOKEN": "ghp_" + "t" * 36,
+    "PREFECT_API_KEY": "pnu_for_the_test_0123456789",
+    "PREFECT_API_AUTH_STRING": "admin:for-the-test-0123",
+    "INGEST_GITHUB_TOKEN": "ghp_" + "i" * 36,
+    "TRACKER_API_KEY": "a-source-key-0123456789",
+}
+
+
+def marks(n: int) -> str:
+    """One letter and 2n combining marks whose classes (230, then 220) NFC must reorder:
+    Python's normalisation sorts such a run in time growing with its square."""
+    return "a" + "\u0301" * n + "\u0323" * n
+
+
+def test_a_run_of_combining_marks_keeps_every_character() -> None:
+    text = marks(100) + " ok"
+    out = clean_text(text)
+    assert unicodedata.is_normalized("NFC", out)
+    kept = Counter(unicodedata.normalize("NFD", out.replace("\u034f", "")))
+    assert kept == Counter(unicodedata.normalize("NFD", text))  # composed apart, none lost
+    assert clean_text("cafe\u0301 \u1112\u1161\u11ab\u1100\u1173\u11af") == "café 한글"
+
+
+def test_a_file_of_combining_marks_is_extracted_within_its_time_limit(tmp_path: Path) -> None:
+    path = tmp_path / "marks.txt"
+    path.write_text(marks(250_000), encoding="utf-8")  # 1 MB; minutes to normalise before
+    with WorkerPool(PoolConfig(workers=1, time_limit=30)) as pool:
+        (doc,) = extract_batch(
+            Settings(), "b", [("marks.txt", "e", str(path))], run_id="m", pool=pool
+        )
+    assert doc.status == "ok", doc.error
+    assert doc.chars > 500_000
+
+
+def test_a_huge_text_is_cut_in_the_worker_and_the_row_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_text("abcdefghij\n" * 200_000, encoding="utf-8")
+    settings = Settings(extract_max_chars=100_000)
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        (doc,) = extract_batch(settings, "b", [("big.txt", "e", str(path))], run_id="c", pool=pool)
+    assert doc.status == "ok"
+    assert doc.chars == len(doc.text) == 100_000
+    assert doc.metadata["text_cut"] == {"kept": 100_000, "chars": 2_199_999}
+    assert any("text cut at 100,000" in w for w in doc.metadata["warnings"])
+
+
+def test_a_spent_run_budget_leaves_the_rest_to_the_next_run(tmp_path: Path) -> None:
+    names = ["a-hang.txt", "b.txt", "c.txt", "d.txt"]
+    stored = []
+    for name in names:
+        (tmp_path / name).write_text(f"text of {name}")
+        stored.append((name, "e", str(tmp_path / name)))
+    # one worker, two files handed over at a time: the third waits for the first, which
+    # hangs until the 2 s time limit, past the run's 1 s budget
+    settings = Settings(extract_workers=1, extract_run_budget=1.0)
+    with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
+        docs = extract_batch(settings, "b", stored, run_id="budget", pool=pool, extractor=HOOK)
+    by_key = {d.key: d for d in docs}
+    assert [d.key for d in docs] == names
+    assert "time limit" in (by_key["a-hang.txt"].error or "")
+    assert by_key["b.txt"].status == "ok"
+    for name in ("c.txt", "d.txt"):
+        doc = by_key[name]
+        assert doc.status == "timeout" and "extract_run_budget=1 s" in (doc.error or "")
+        assert doc.extractor_version == INTERRUPTED  # the next run's find-changes picks it up
+        assert doc.kind == "txt" and doc.bytes > 0
+
+
+@pytest.fixture
+def secrets() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in SECRETS}
+    os.environ.update(SECRETS)
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_workers_see_no_secret_of_the_flow(secrets: None) -> None:
+    with WorkerPool(PoolConfig(workers=1, time_limit=30)) as pool:
+        outcome = pool.submit("tests.extract_support:environment").result()
+        assert outcome.status == "ok", outcome.error
+        seen = outcome.value
+        environs = [Path(f"/proc/{pid}/environ").read_bytes() for pid in pool.pids()]
+    assert "PATH" in seen
+    assert not set(SECRETS) & set(seen)
+    for value in SECRETS.values():
+        assert value not in repr(seen)
+        assert all(value.encode() not in raw for raw in environs)

@@ -1,0 +1,269 @@
+"""Hostile or broken APIs, against real servers on loopback: a redirect to another origin
+gets no credential the client added (header, query parameter, bearer token); an oversized
+page, a ``rel="last"`` or total announcing 10^9 pages and JSON nested 100,000 deep each
+end one listing with a clear reason, never the run, and never build 10^9 URLs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ingest.github.client import GitHubClient, make_http_client
+
+from dev.servers.rest import DevRest
+from ingest import storage
+from ingest.rest.errors import PageTooLargeError
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.records import RestSummary
+from ingest.rest.run import fetch_source
+from ingest.rest.source import Source, parse_source
+from ingest.settings import Settings
+from tests.scripted_server import Answer, ScriptedServer
+
+API_KEY = "hostile-test-key-0123456789"  # fake
+TOKEN = "ghp_" + "h" * 36  # fake
+
+
+@pytest.fixture(autouse=True)
+def _api_key() -> Iterator[None]:
+    os.environ["TEST_HOSTILE_API_KEY"] = API_KEY
+    yield
+    os.environ.pop("TEST_HOSTILE_API_KEY", None)
+
+
+@pytest.fixture
+def recorder() -> Iterator[ScriptedServer]:
+    """Another origin (another port) that records whatever reaches it."""
+    with ScriptedServer() as server:
+        page = json.dumps({"data": [{"id": 1}], "next_cursor": None}).encode()
+        server.script("/tickets", Answer(200, page))
+        yield server
+
+
+def source_for(
+    url: str,
+    *,
+    paginator: dict[str, Any] | None = None,
+    selector: str | None = "data",
+    auth: dict[str, Any] | None = None,
+    max_pages: int = 100_000,
+    resources: list[dict[str, Any]] | None = None,
+) -> Source:
+    spec = {
+        "name": "tracker",
+        "client": {
+            "base_url": url,
+            "auth": auth or {"type": "api_key", "name": "X-API-Key", "env": "TEST_HOSTILE_API_KEY"},
+            "paginator": paginator or {"type": "cursor", "cursor_path": "next_cursor"},
+            "rate_limit": {"backoff": 0.05, "max_wait": 30},
+        },
+        "resource_defaults": {"primary_key": "id", "endpoint": {"data_selector": selector}},
+        "resources": resources
+        or [{"name": "tickets", "endpoint": {"path": "tickets"}, "max_pages": max_pages}],
+    }
+    return parse_source(json.dumps(spec), "hostile.yaml")
+
+
+def run(data_dir: Path, source: Source, **settings: Any) -> RestSummary:
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "rest_retry_base": 0.01,
+        "rest_retry_cap": 0.05,
+        "rest_max_attempts": 2,
+        **settings,
+    }
+    summary = fetch_source(Settings(**values), source, run_id="r1")
+    storage.commit_run(data_dir, "r1")
+    return summary
+
+
+def everything_sent(server: ScriptedServer) -> str:
+    return json.dumps([server.targets, [headers for _, headers in server.seen]])
+
+
+@pytest.mark.parametrize("location", ["header", "query"])
+def test_a_cross_origin_redirect_gets_no_api_key(
+    data_dir: Path, recorder: ScriptedServer, location: str
+) -> None:
+    auth = {
+        "type": "api_key",
+        "name": "api_key",
+        "location": location,
+        "env": "TEST_HOSTILE_API_KEY",
+    }
+    if location == "header":
+        auth["name"] = "X-API-Key"
+    faults = [{"kind": "redirect", "match": "/tickets", "to": recorder.url, "times": 99}]
+    with DevRest(api_key=API_KEY, projects=1, faults=faults) as api:
+        summary = run(data_dir, source_for(api.url, auth=auth))
+    assert recorder.targets, "the redirect was not followed"
+    assert recorder.targets[0].startswith("/tickets")
+    sent = everything_sent(recorder)
+    assert API_KEY not in sent, sent
+    assert "x-api-key" not in sent.lower()
+    assert summary.complete, summary.errors  # the other origin's page was read
+    _, urls = storage.query(data_dir, "SELECT url FROM api_requests")
+    assert all(API_KEY not in u for (u,) in urls)
+
+
+def test_a_same_origin_redirect_keeps_the_credential(data_dir: Path) -> None:
+    """The origin's own redirect (a moved path) still authenticates: nothing is lost."""
+    with DevRest(api_key=API_KEY, projects=1, tickets_per_project=30) as api:
+        api.post(
+            "/_dev/config", {"faults": [{"kind": "redirect", "match": "/tickets", "to": api.url}]}
+        )
+        summary = run(data_dir, source_for(api.url))
+        stats = api.stats()
+    assert summary.complete, summary.errors
+    assert stats["fault redirect"] == 1 and stats.get("401", 0) == 0
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__tickets")
+    assert rows == [(30,)]
+
+
+def test_a_bearer_token_stays_on_its_origin(recorder: ScriptedServer) -> None:
+    recorder.script("/elsewhere", Answer(200, b"[]"))
+    with ScriptedServer() as origin:
+        origin.script(
+            "/repos/o/r/pulls",
+            Answer(302, headers={"Location": f"{recorder.url}/elsewhere?x=1"}),
+        )
+        origin.script("/moved", Answer(302, headers={"Location": "/repos/o/r/pulls2"}))
+        origin.script("/repos/o/r/pulls2", Answer(200, b"[1]"))
+
+        async def get(path: str) -> Any:
+            http = make_http_client(origin.url, TOKEN, concurrency=2, timeout=5.0)
+            async with http:
+                gh = GitHubClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                return (await gh.get(path)).data
+
+        assert asyncio.run(get("/repos/o/r/pulls")) == []
+        assert asyncio.run(get("/moved")) == [1]
+        same = dict(origin.seen)["/repos/o/r/pulls2"]
+    assert TOKEN not in everything_sent(recorder)
+    assert "authorization" not in everything_sent(recorder).lower()
+    assert same.get("Authorization") == f"Bearer {TOKEN}"
+
+
+def test_an_oversized_page_is_a_failed_page(data_dir: Path) -> None:
+    big = 3 * 1024 * 1024
+    faults = [{"kind": "huge_body", "match": "/tickets", "size": big, "times": 99}]
+    with DevRest(api_key=API_KEY, projects=1, faults=faults) as api:
+        summary = run(
+            data_dir,
+            source_for(
+                api.url,
+                resources=[
+                    {"name": "tickets", "endpoint": {"path": "tickets"}},
+                    {"name": "projects", "endpoint": {"path": "projects"}},
+                ],
+            ),
+            http_max_page_bytes=1024 * 1024,
+        )
+        stats = api.stats()
+    assert not summary.complete and summary.failed_pages == 1
+    assert "larger than 1,048,576 bytes" in _stop_reason(data_dir)
+    assert stats["fault huge_body"] == 1  # not retried: the same page would be as large
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(1,)]  # the other resource of the run was read
+
+
+def test_the_cap_is_checked_while_streaming() -> None:
+    """The error comes from the stream, before the body is whole (a chunked body with no
+    length the client could have checked up front)."""
+    faults = [{"kind": "huge_body", "match": "/tickets", "size": 2 * 1024 * 1024}]
+    with DevRest(projects=1, faults=faults) as api:
+
+        async def get() -> None:
+            http = make_http_client(api.url, None, concurrency=1, timeout=5.0)
+            async with http:
+                gh = GitHubClient(http, RateLimitGovernor(), max_page_bytes=64 * 1024)
+                await gh.get("/tickets")
+                raise AssertionError("read a body past the cap")
+
+        with pytest.raises(PageTooLargeError, match="larger than 65,536 bytes"):
+            asyncio.run(get())
+
+
+@pytest.mark.parametrize(
+    "paginator",
+    [
+        {"type": "header_link"},
+        {"type": "page_number", "page_size": 5, "total_path": "total_pages"},
+        {"type": "offset", "limit": 5, "total_path": "total"},
+    ],
+    ids=lambda p: p["type"],
+)
+def test_a_huge_page_count_is_clamped_to_max_pages(
+    data_dir: Path, paginator: dict[str, Any]
+) -> None:
+    faults = [{"kind": "huge_total", "match": "/tickets", "pages": 10**9, "times": 1}]
+    selector = None if paginator["type"] == "header_link" else "data"
+    with DevRest(
+        api_key=API_KEY,
+        projects=1,
+        tickets_per_project=40,
+        paginator=paginator["type"],
+        default_page_size=5,
+        faults=faults,
+    ) as api:
+        summary = run(
+            data_dir, source_for(api.url, paginator=paginator, selector=selector, max_pages=20)
+        )
+        stats = api.stats()
+    assert stats["requests"] == 20  # page 1 and 19 planned ones, not 10^9
+    assert not summary.complete
+    assert "max_pages=20" in _stop_reason(data_dir)
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__tickets")
+    assert rows == [(40,)]  # what the pages held is kept
+
+
+def _stop_reason(data_dir: Path, resource: str = "tickets") -> str:
+    sql = f"SELECT stop_reason FROM rest_syncs WHERE resource = '{resource}'"
+    _, rows = storage.query(data_dir, sql)
+    return str(rows[0][0])
+
+
+def test_json_nested_100000_deep_fails_its_listing_not_the_run(data_dir: Path) -> None:
+    faults = [{"kind": "deep_json", "match": "/tickets", "depth": 100_000, "times": 99}]
+    with DevRest(api_key=API_KEY, projects=2, faults=faults) as api:
+        summary = run(
+            data_dir,
+            source_for(
+                api.url,
+                resources=[
+                    {"name": "tickets", "endpoint": {"path": "tickets"}},
+                    {"name": "projects", "endpoint": {"path": "projects"}},
+                ],
+            ),
+        )
+    assert not summary.complete
+    assert "not JSON" in _stop_reason(data_dir) and "recursion" in _stop_reason(data_dir)
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(2,)]
+
+
+def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: ScriptedServer) -> None:
+    """A careless (or hostile) API echoes the key into the next URL: the client sends no
+    parameter holding a credential of its own to another origin, whatever its name."""
+    from ingest.rest.client import RestClient, make_http
+
+    recorder.script("/next", Answer(200, b"[]"))
+    with ScriptedServer() as origin:
+        location = f"{recorder.url}/next?k={API_KEY}&token=Bearer+{API_KEY}&page=2"
+        origin.script("/first", Answer(302, headers={"Location": location}))
+
+        async def get() -> Any:
+            creds = {"X-API-Key": API_KEY}
+            http = make_http(origin.url, headers={}, concurrency=1, timeout=5.0, credentials=creds)
+            async with http:
+                return (await RestClient(http, RateLimitGovernor()).get("/first")).data
+
+        assert asyncio.run(get()) == []
+        assert dict(origin.seen)["/first"].get("X-API-Key") == API_KEY  # its own origin
+    assert recorder.targets == ["/next?page=2"]
+    assert API_KEY not in everything_sent(recorder)

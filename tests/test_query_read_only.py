@@ -1,0 +1,101 @@
+"""``ingest query`` is read-only: the tables' views read a real lake; COPY, ATTACH,
+INSTALL, LOAD, SET and DDL are refused with exit 2 before they run; no other file can
+be read (``read_csv('/etc/passwd')``, the lake's own Parquet files by name); and nothing
+in the lake or beside it changes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from ingest import storage
+from tests.helpers import files_under, write_rows
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def obj_row(key: str) -> dict[str, object]:
+    return {
+        "bucket": "b",
+        "key": key,
+        "etag": f"e-{key}",
+        "size": len(key),
+        "last_modified": T0,
+        "local_path": f"/x/{key}",
+        "status": "downloaded",
+        "run_id": "r1",
+        "ingested_at": T0,
+    }
+
+
+@pytest.fixture
+def lake(data_dir: Path) -> Path:
+    write_rows(data_dir, "s3_objects", "r1", "batch-0", [obj_row(f"k{i}") for i in range(7)])
+    return data_dir
+
+
+def ingest_query(data_dir: Path, sql: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["query", sql, "--data-dir", str(data_dir), "-f", "csv"])
+    return result.exit_code, result.output
+
+
+def test_the_views_read_the_lake(lake: Path) -> None:
+    code, out = ingest_query(lake, "SELECT count(*) AS n, sum(size) AS s FROM s3_objects")
+    assert code == 0, out
+    assert out.splitlines()[-1] == "7,14"
+    code, out = ingest_query(lake, "EXPLAIN SELECT key FROM s3_objects")
+    assert code == 0, out
+    # a table never written reads as empty, with its columns
+    code, out = ingest_query(lake, "SELECT count(*) FROM documents")
+    assert code == 0 and out.splitlines()[-1] == "0", out
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("COPY s3_objects TO '{lake}/lake/s3_objects/part-evil.parquet' (FORMAT parquet)", "COPY"),
+        ("COPY (SELECT 1) TO '{lake}/out.csv'", "COPY"),
+        ("ATTACH '{lake}/other.duckdb' AS other", "ATTACH"),
+        ("INSTALL httpfs", "LOAD"),
+        ("LOAD httpfs", "LOAD"),
+        ("CREATE TABLE t AS SELECT * FROM s3_objects", "CREATE"),
+        ("CREATE OR REPLACE TEMP VIEW s3_objects AS SELECT 1 AS key", "CREATE"),
+        ("DROP VIEW s3_objects", "DROP"),
+        ("SET enable_external_access = true", "SET"),
+        ("SELECT 1; DROP VIEW s3_objects", "DROP"),
+        ("CALL pragma_version()", "CALL"),
+    ],
+)
+def test_statements_that_change_or_reach_out_are_refused(lake: Path, sql: str, kind: str) -> None:
+    before = files_under(lake)
+    code, out = ingest_query(lake, sql.format(lake=lake))
+    assert code == 2, out
+    assert f"{kind} statements are refused: ingest query is read-only" in out
+    assert files_under(lake) == before
+    assert storage.query(lake, "SELECT count(*) FROM s3_objects")[1] == [(7,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM glob('/etc/*')",
+        "SELECT * FROM read_parquet('{lake}/lake/s3_objects/**/*.parquet')",
+    ],
+)
+def test_no_file_but_the_views_can_be_read(lake: Path, sql: str) -> None:
+    code, out = ingest_query(lake, sql.format(lake=lake))
+    assert code == 1, out
+    assert "disabled by configuration" in out
+    assert "root:" not in out
+
+
+def test_python_objects_are_not_tables(lake: Path) -> None:
+    """DuckDB's Python replacement scans would read any Arrow or pandas object in scope."""
+    code, out = ingest_query(lake, "SELECT * FROM SETTINGS")
+    assert code == 1 and "does not exist" in out, out
