@@ -155,9 +155,8 @@ QUERY = {"type": "api_key", "name": "api_key", "location": "query", "env": "TRAC
 
 
 def probe_redirects(base: Path, rows: list[Row]) -> None:
-    from ingest.github.client import GitHubClient, make_http_client
-
     from dev.servers.rest import DevRest
+    from ingest.rest.client import RestClient, make_http
     from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 
     for name, auth in (("API key header", HEADER), ("API key in the query", QUERY)):
@@ -194,8 +193,10 @@ def probe_redirects(base: Path, rows: list[Row]) -> None:
         )
 
         async def get(url: str = origin.url) -> Any:
-            async with make_http_client(url, TOKEN, concurrency=2, timeout=5.0) as http:
-                gh = GitHubClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+            async with make_http(
+                url, headers={}, concurrency=2, timeout=5.0, credentials=bearer(TOKEN)
+            ) as http:
+                gh = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
                 return (await gh.get("/repos/o/r/pulls")).data
 
         data = asyncio.run(get())
@@ -287,6 +288,11 @@ print(json.dumps({{"failed": s.failed_pages, "records": s.records, "complete": s
             summary = fetch(fresh(base), source(api.url, HEADER, extra=True))
         row.trial(summary.records == 2 and not summary.complete)
     rows.append(row)
+
+
+def bearer(token: str | None) -> dict[str, str] | None:
+    """The header GitHub's dialect sends its token in."""
+    return {"Authorization": f"Bearer {token}"} if token else None
 
 
 @contextmanager

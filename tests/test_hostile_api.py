@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ingest.github.client import GitHubClient, make_http_client
 
 from dev.servers.rest import DevRest
 from ingest import storage
+from ingest.rest.client import RestClient, make_http
 from ingest.rest.errors import PageTooLargeError
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RestSummary
@@ -27,6 +27,11 @@ from tests.scripted_server import Answer, ScriptedServer
 
 API_KEY = "hostile-test-key-0123456789"  # fake
 TOKEN = "ghp_" + "h" * 36  # fake
+
+
+def bearer(token: str | None) -> dict[str, str] | None:
+    """The header GitHub's dialect sends its token in."""
+    return {"Authorization": f"Bearer {token}"} if token else None
 
 
 @pytest.fixture(autouse=True)
@@ -136,9 +141,11 @@ def test_a_bearer_token_stays_on_its_origin(recorder: ScriptedServer) -> None:
         origin.script("/repos/o/r/pulls2", Answer(200, b"[1]"))
 
         async def get(path: str) -> Any:
-            http = make_http_client(origin.url, TOKEN, concurrency=2, timeout=5.0)
+            http = make_http(
+                origin.url, headers={}, concurrency=2, timeout=5.0, credentials=bearer(TOKEN)
+            )
             async with http:
-                gh = GitHubClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                gh = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
                 return (await gh.get(path)).data
 
         assert asyncio.run(get("/repos/o/r/pulls")) == []
@@ -179,9 +186,11 @@ def test_the_cap_is_checked_while_streaming() -> None:
     with DevRest(projects=1, faults=faults) as api:
 
         async def get() -> None:
-            http = make_http_client(api.url, None, concurrency=1, timeout=5.0)
+            http = make_http(
+                api.url, headers={}, concurrency=1, timeout=5.0, credentials=bearer(None)
+            )
             async with http:
-                gh = GitHubClient(http, RateLimitGovernor(), max_page_bytes=64 * 1024)
+                gh = RestClient(http, RateLimitGovernor(), max_page_bytes=64 * 1024)
                 await gh.get("/tickets")
                 raise AssertionError("read a body past the cap")
 
