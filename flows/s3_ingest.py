@@ -64,6 +64,9 @@ S3_TABLES = (
     "s3_object_log",
     "documents",
     "document_log",
+    "document_pages",
+    "dxf_attributes",
+    "dxf_drawings",
     "task_timings",
     "flow_runs",
 )

@@ -25,6 +25,7 @@ from ingest.extract.base import (
     UnsupportedFormatError,
 )
 from ingest.extract.detect import HEAD, detect_kind
+from ingest.extract.metadata import complete
 
 # Bump when a change to any extractor changes its output: every document is re-extracted.
 EXTRACTOR_VERSION = "1.0"
@@ -70,7 +71,7 @@ def extract_document(
         kind = detect_kind(data, name)
     body: bytes | Path = data if data is not None else source
     try:
-        return _dispatch(kind, body, max_pages)
+        return complete(_dispatch(kind, body, max_pages))
     except EncryptedDocumentError as exc:
         return Extraction(kind=kind, status="encrypted", error=str(exc), extractor=_lib(kind))
     except UnsupportedFormatError as exc:

@@ -145,6 +145,7 @@ def to_document(
             metadata=x.metadata,
             extractor=x.extractor,
             error=x.error,
+            structure=x.structure,
             **base,
         )
     kind = _kind_of(path, key)

@@ -77,7 +77,27 @@ def _with_python_docx(data: bytes) -> tuple[list[str], set[str], dict[str, Any]]
             metadata[name] = value
     if props.created:
         metadata["created"] = props.created.isoformat()
+    if props.modified:
+        metadata["modified"] = props.modified.isoformat()
+    application = _application(document)
+    if application:
+        metadata["application"] = application
     return out, seen, metadata
+
+
+def _application(document: Any) -> str | None:
+    """``Application`` (and ``AppVersion``) of ``docProps/app.xml``, the extended properties."""
+    for rel in document.part.package.rels.values():
+        if rel.reltype.endswith("/extended-properties") and not rel.is_external:
+            try:
+                root = ET.fromstring(rel.target_part.blob)
+            except (ET.ParseError, AttributeError):
+                return None
+            found = {_local(c.tag): (c.text or "").strip() for c in root}
+            name = found.get("Application", "")
+            version = found.get("AppVersion", "")
+            return f"{name} {version}".strip() or None
+    return None
 
 
 def _add_story(hf: Any, out: list[str], seen: set[str], seen_parts: set[int]) -> None:

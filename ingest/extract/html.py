@@ -14,7 +14,7 @@ import re
 from selectolax.lexbor import LexborHTMLParser
 
 from ingest.extract.base import Extraction, clean_text
-from ingest.extract.text import decode_bom, decode_utf8_or_detected
+from ingest.extract.text import decode_bom, decode_utf8_or_detected, encoding_confidence
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _XML_DECL = re.compile(rb"""^\s*<\?xml[^>]+encoding\s*=\s*["']([a-zA-Z0-9_.:-]+)""", re.I)
@@ -90,6 +90,18 @@ def extract_html(data: bytes) -> Extraction:
     metadata: dict[str, object] = {"encoding": encoding}
     if title:
         metadata["title"] = title
+    for name, field in (
+        ("author", "author"),
+        ("generator", "application"),
+        ("description", "description"),
+    ):
+        node = tree.css_first(f'meta[name="{name}" i]')
+        content = node.attributes.get("content") if node else None
+        if content and content.strip():
+            metadata[field] = content.strip()
+    confidence = encoding_confidence(data, encoding)
+    if confidence is not None:
+        metadata["encoding_confidence"] = confidence
     lang = tree.css_first("html")
     if lang and lang.attributes.get("lang"):
         metadata["lang"] = lang.attributes["lang"]

@@ -24,6 +24,7 @@ _META_KEYS = {
     "Creator": "creator",
     "Producer": "producer",
     "CreationDate": "created",
+    "ModDate": "modified",
 }
 
 
@@ -130,6 +131,7 @@ def _with_pdfium(data: bytes | Path, max_pages: int) -> Extraction:
         needs_ocr=needs_ocr,
         metadata=metadata,
         extractor="pypdfium2",
+        structure={"pages": [clean_text(t) for t in texts]},
     )
     if n > max_pages:
         result.warn(f"only the first {max_pages} of {n} pages were read")
@@ -189,4 +191,5 @@ def _with_pdfminer(data: bytes | Path, max_pages: int) -> Extraction:
         pages=len(texts),
         needs_ocr=needs_ocr,
         extractor="pdfminer.six",
+        structure={"pages": [clean_text(t) for t in texts]},
     )

@@ -1,0 +1,377 @@
+"""Structured outputs of extraction: pages against pypdfium2, drawing attributes and
+header data against ezdxf's own reading, and the common metadata fields; the fixtures
+are extracted once, by the real worker pool, as a run does."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import ezdxf
+import pypdfium2 as pdfium
+import pytest
+from ezdxf import recover
+
+from ingest import storage
+from ingest.extract.base import clean_text
+from ingest.extract.batch import extract_batch
+from ingest.extract.metadata import detect_language, pdf_date
+from ingest.extract.pool import PoolConfig, WorkerPool
+from ingest.extract.structure import CURRENT, stage_documents
+from ingest.extract.structure import rows as structure_rows
+from ingest.records import Document
+from ingest.settings import Settings
+from tests.extract_support import FIXTURES, KOREAN, cid_pdf
+from tests.helpers import rows as query
+
+pytestmark = pytest.mark.skipif(
+    not (FIXTURES / "MANIFEST.tsv").is_file(),
+    reason="shared fixtures (../shared/fixtures/documents beside the project) are absent",
+)
+
+
+def title_block_drawing() -> bytes:
+    """A drawing with a TITLE block (DWGNO, SCALE, AUTHOR attributes) inserted on a paper
+    space layout, and a DOOR tag block inserted twice in model space on its own layer."""
+    doc = ezdxf.new("R2010")
+    doc.header["$INSUNITS"] = 4  # millimeters
+    doc.layers.add("A-DOOR")
+    doc.layers.add("TITLE")
+    title = doc.blocks.new("TITLE")
+    for i, tag in enumerate(("DWGNO", "SCALE", "AUTHOR")):
+        title.add_attdef(tag, (0, -5 * i), dxfattribs={"height": 2.5})
+    door = doc.blocks.new("DOOR")
+    door.add_attdef("MARK", (0, 0), dxfattribs={"height": 1.8})
+    msp = doc.modelspace()
+    msp.add_text("GROUND FLOOR", dxfattribs={"height": 5})
+    for mark, x in (("D-01", 10.0), ("D-02", 20.0)):
+        msp.add_blockref("DOOR", (x, 3.0), dxfattribs={"layer": "A-DOOR"}).add_auto_attribs(
+            {"MARK": mark}
+        )
+    paper = doc.layouts.new("Sheet A1")
+    paper.add_blockref("TITLE", (400.0, 20.0), dxfattribs={"layer": "TITLE"}).add_auto_attribs(
+        {"DWGNO": "A-101", "SCALE": "1:100", "AUTHOR": "J. Kim"}
+    )
+    out = io.StringIO()
+    doc.write(out)
+    return out.getvalue().encode("utf-8")
+
+
+def multi_page_pdf(pages: list[str]) -> bytes:
+    """A PDF with one line of Helvetica text per page, written by pdfium itself."""
+    pdf = pdfium.PdfDocument.new()
+    font = pdfium.raw.FPDFText_LoadStandardFont(pdf.raw, b"Helvetica")
+    for text in pages:
+        page = pdf.new_page(300, 200)
+        obj = pdfium.raw.FPDFPageObj_NewTextObj(pdf.raw, b"Helvetica", 12.0)
+        encoded = (text + "\0").encode("utf-16-le")
+        buf = (pdfium.raw.c_ushort * (len(encoded) // 2)).from_buffer_copy(encoded)
+        pdfium.raw.FPDFText_SetText(obj, buf)
+        pdfium.raw.FPDFPageObj_Transform(obj, 1, 0, 0, 1, 20, 100)
+        pdfium.raw.FPDFPage_InsertObject(page.raw, obj)
+        pdfium.raw.FPDFPage_GenerateContent(page.raw)
+        page.close()
+    del font
+    out = io.BytesIO()
+    pdf.save(out)
+    pdf.close()
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
+    folder = tmp_path_factory.mktemp("generated")
+    generated = {
+        "gen/title-block.dxf": title_block_drawing(),
+        "gen/three-pages.pdf": multi_page_pdf(["first page", "second page", "third page"]),
+        "gen/korean.pdf": cid_pdf([KOREAN]),
+    }
+    stored = [
+        (name, f"etag-{i}", str(path))
+        for i, (name, path) in enumerate(
+            sorted((p.name, p) for p in FIXTURES.iterdir() if p.name != "MANIFEST.tsv")
+        )
+    ]
+    for name, data in generated.items():
+        path = folder / Path(name).name
+        path.write_bytes(data)
+        stored.append((name, "etag-gen", str(path)))
+    with WorkerPool(PoolConfig(workers=2, time_limit=60)) as pool:
+        docs = extract_batch(Settings(), "fixtures", stored, run_id="test", pool=pool)
+    return {d.key: d for d in docs}
+
+
+# ------------------------------------------------------------------------------ pages
+
+
+def test_pdf_pages_are_pypdfium2s_pages(extracted: dict[str, Document]) -> None:
+    checked = 0
+    for key, doc in extracted.items():
+        if doc.kind != "pdf" or doc.status != "ok" or doc.extractor != "pypdfium2":
+            continue
+        path = FIXTURES / key if not key.startswith("gen/") else None
+        if path is None:
+            continue
+        pdf = pdfium.PdfDocument(path)
+        expected = []
+        for i in range(len(pdf)):
+            textpage = pdf[i].get_textpage()
+            expected.append(clean_text(textpage.get_text_bounded()))
+        pdf.close()
+        pages = structure_rows([doc])["document_pages"]
+        assert [p["page"] for p in pages] == list(range(1, len(expected) + 1)), key
+        assert [p["text"] for p in pages] == expected, key
+        assert [p["chars"] for p in pages] == [len(t) for t in expected]
+        assert doc.metadata["page_count"] == len(expected) == doc.pages
+        for p in pages:
+            assert p["text"] in doc.text  # documents.text stays the whole text
+        checked += 1
+    assert checked >= 4  # the 4-page pdfLaTeX file among them
+
+
+def test_a_generated_pdf_has_a_row_per_page(extracted: dict[str, Document]) -> None:
+    pages = structure_rows([extracted["gen/three-pages.pdf"]])["document_pages"]
+    assert [(p["page"], p["text"]) for p in pages] == [
+        (1, "first page"),
+        (2, "second page"),
+        (3, "third page"),
+    ]
+    assert all(p["etag"] == "etag-gen" for p in pages)
+    korean = structure_rows([extracted["gen/korean.pdf"]])["document_pages"]
+    assert [p["text"] for p in korean] == [KOREAN]
+
+
+def test_formats_without_pages_are_one_page(extracted: dict[str, Document]) -> None:
+    for key in (
+        "mammoth__tables.docx",
+        "readability__wikipedia-3.html",
+        "gen__korean_cp949.txt",
+    ):
+        doc = extracted[key]
+        pages = structure_rows([doc])["document_pages"]
+        assert [(p["page"], p["text"]) for p in pages] == [(1, doc.text)], key
+
+
+def test_failed_documents_have_no_pages(extracted: dict[str, Document]) -> None:
+    for key in ("gen__zero_length.pdf", "pdfjs__issue6010_2.pdf", "ezdxf__dimtad-dimjust.dwg"):
+        assert extracted[key].status != "ok"
+        assert structure_rows([extracted[key]])["document_pages"] == []
+
+
+# ------------------------------------------------------------------------------ drawings
+
+
+def _ezdxf_attributes(doc) -> list[tuple]:
+    out = []
+    layouts = ["Model"] + [n for n in doc.layouts.names_in_taborder() if n != "Model"]
+    for name in layouts:
+        for insert in doc.layouts.get(name).query("INSERT"):
+            for a in insert.attribs:
+                out.append(
+                    (
+                        name,
+                        insert.dxf.name,
+                        a.dxf.tag,
+                        a.plain_text(),
+                        insert.dxf.layer,
+                        insert.dxf.insert.x,
+                        insert.dxf.insert.y,
+                    )
+                )
+    return out
+
+
+def _ours(doc: Document) -> list[tuple]:
+    return [
+        (r["layout"], r["block"], r["tag"], r["value"], r["layer"], r["insert_x"], r["insert_y"])
+        for r in structure_rows([doc])["dxf_attributes"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ezdxf__text_negative_extrusion.dxf",
+        "gen__korean_r2000_small.dxf",
+        "ezdxf__ASCII_R12.dxf",
+        "ezdxf__dimension_in_block.dxf",
+        "ezdxf__mtext_columns_R2018.dxf",
+        "librecad__Relay-2p2w.dxf",
+    ],
+)
+def test_dxf_attributes_and_header_as_ezdxf_reads_them(
+    extracted: dict[str, Document], name: str
+) -> None:
+    doc = extracted[name]
+    theirs, _auditor = recover.readfile(FIXTURES / name)
+    assert _ours(doc) == _ezdxf_attributes(theirs)
+    positions = [r["position"] for r in structure_rows([doc])["dxf_attributes"]]
+    assert positions == list(range(1, len(positions) + 1))
+    (drawing,) = structure_rows([doc])["dxf_drawings"]
+    assert drawing["acadver"] == theirs.dxfversion
+    assert drawing["layers"] == [layer.dxf.name for layer in theirs.layers]
+    assert set(drawing["blocks"]) == {
+        b.name for b in theirs.blocks if not b.name.startswith("*") and not b.is_any_layout
+    }
+    assert drawing["insunits"] == theirs.header.get("$INSUNITS")
+    assert drawing["attributes"] == len(positions)
+    heights = {
+        round(e.dxf.char_height if e.dxftype() == "MTEXT" else e.dxf.height, 6)
+        for e in theirs.entitydb.values()
+        if e.dxftype() in ("TEXT", "MTEXT", "ATTRIB", "ATTDEF")
+    }
+    assert drawing["text_heights"] == sorted(h for h in heights if h > 0)
+    # A page per layout, as ``documents.pages`` counts them.
+    assert len(structure_rows([doc])["document_pages"]) == doc.pages
+
+
+def test_korean_title_block_attributes(extracted: dict[str, Document]) -> None:
+    values = {r[2]: r[3] for r in _ours(extracted["gen__korean_r2000_small.dxf"])}
+    assert values["TITLE"] == "지하주차장 평면도"
+    assert values["DWGNO"] == "KR-2024-0007"
+
+
+def test_a_title_block_on_paper_space_is_fields(extracted: dict[str, Document]) -> None:
+    doc = extracted["gen/title-block.dxf"]
+    rows = structure_rows([doc])
+    assert _ours(doc) == [
+        ("Model", "DOOR", "MARK", "D-01", "A-DOOR", 10.0, 3.0),
+        ("Model", "DOOR", "MARK", "D-02", "A-DOOR", 20.0, 3.0),
+        ("Sheet A1", "TITLE", "DWGNO", "A-101", "TITLE", 400.0, 20.0),
+        ("Sheet A1", "TITLE", "SCALE", "1:100", "TITLE", 400.0, 20.0),
+        ("Sheet A1", "TITLE", "AUTHOR", "J. Kim", "TITLE", 400.0, 20.0),
+    ]
+    (drawing,) = rows["dxf_drawings"]
+    assert drawing["units"] == "millimeters"
+    assert drawing["acadver"] == "AC1024"
+    assert {"A-DOOR", "TITLE", "0"} <= set(drawing["layers"])
+    assert set(drawing["blocks"]) == {"TITLE", "DOOR"}
+    assert drawing["text_heights"] == [1.8, 2.5, 5.0]
+    assert drawing["layouts"][0] == "Model" and "Sheet A1" in drawing["layouts"]
+
+
+# ------------------------------------------------------------------------------ metadata
+
+
+def test_metadata_from_each_formats_own_fields(extracted: dict[str, Document]) -> None:
+    pdf = extracted["pdfjs__issue15340.pdf"].metadata
+    assert pdf["title"] == "issue15340"
+    assert pdf["application"] == "Pages"
+    assert pdf["producer"].startswith("macOS Version 12.5.1")
+    assert pdf["created"] == "2022-09-04T10:32:40+00:00"
+    assert pdf["modified"] == "2022-09-04T10:32:40+00:00"
+    assert pdf["language"] == "ja"
+    latex = extracted["pysf__pdflatex-4-pages.pdf"].metadata
+    assert (latex["page_count"], latex["language"], latex["producer"]) == (
+        4,
+        "en",
+        "pdfTeX-1.40.23",
+    )
+    assert latex["created"] == "2022-04-03T19:59:45+02:00"
+    docx = extracted["mammoth__tables.docx"].metadata
+    assert docx["author"] == "Michael Williamson"
+    assert docx["created"] == "2014-07-05T18:21:00+00:00"
+    assert docx["modified"] == "2014-07-05T18:22:00+00:00"
+    assert docx["application"] == "Microsoft Office Word 14.0000"
+    html = extracted["readability__wikipedia-3.html"].metadata
+    assert (html["title"], html["language"], html["page_count"]) == (
+        "Hermitian matrix - Wikipedia",
+        "en",
+        1,
+    )
+    assert extracted["readability__pixnet.html"].metadata["language"] == "zh"
+    cp949 = extracted["gen__korean_cp949.txt"].metadata
+    assert cp949["encoding"] == "cp949" and cp949["language"] == "ko"
+    assert 0.5 < cp949["encoding_confidence"] <= 1.0
+    utf16 = extracted["gen__drawing_note_utf16le_bom.txt"].metadata
+    assert (utf16["encoding"], utf16["encoding_confidence"]) == ("utf-16-le", 1.0)
+    assert extracted["chnorm__sample-spanish.txt"].metadata["language"] == "es"
+    dxf = extracted["ezdxf__ASCII_R12.dxf"].metadata
+    assert (dxf["created"], dxf["modified"]) == ("2016-03-27T10:43:26", "2016-03-27T10:52:02")
+    assert extracted["gen__korean_r2000_small.dxf"].metadata["language"] == "ko"
+
+
+def test_language_detection_and_pdf_dates() -> None:
+    assert detect_language(KOREAN) == "ko"
+    assert detect_language("これは日本語の文章です。漢字とかなが混ざっています。") == "ja"
+    assert detect_language("这是一个中文句子用于测试语言检测。") == "zh"
+    assert (
+        detect_language("Der Bericht ist nicht fertig, und die Pläne sind auf dem Tisch.") == "de"
+    )
+    assert detect_language("Le rapport est prêt et les plans sont sur la table pour vous.") == "fr"
+    assert detect_language("Это русский текст для проверки.") == "ru"
+    assert detect_language("A-101") is None
+    assert pdf_date("D:20240131093000+09'00'") == "2024-01-31T09:30:00+09:00"
+    assert pdf_date("D:2024") == "2024-01-01T00:00:00"
+    assert pdf_date("garbage") is None
+
+
+# ------------------------------------------------------------------------------ in the lake
+
+
+def test_structured_tables_in_the_lake_answer_the_documented_queries(
+    extracted: dict[str, Document], data_dir: Path
+) -> None:
+    docs = list(extracted.values())
+    stage_documents(data_dir, "run-1", "batch-1", docs)
+    storage.commit_run(data_dir, "run-1")
+    # "Every drawing whose title block says scale 1:100"
+    hits = query(
+        data_dir,
+        """SELECT key, block FROM dxf_attributes
+           WHERE tag = 'SCALE' AND value = '1:100' ORDER BY key""",
+    )
+    assert hits == [{"key": "gen/title-block.dxf", "block": "TITLE"}]
+    # A title block as one row: its tags as columns.
+    sheet = query(
+        data_dir,
+        """PIVOT (SELECT key, tag, value FROM dxf_attributes WHERE block = 'TITLE')
+           ON tag USING first(value)""",
+    )
+    assert sheet == [
+        {"key": "gen/title-block.dxf", "AUTHOR": "J. Kim", "DWGNO": "A-101", "SCALE": "1:100"}
+    ]
+    # "The page of each hit"
+    pages = query(
+        data_dir,
+        """SELECT key, page FROM document_pages WHERE text = 'second page'""",
+    )
+    assert pages == [{"key": "gen/three-pages.pdf", "page": 2}]
+    count = query(
+        data_dir,
+        "SELECT count(*) AS n FROM document_pages WHERE key = 'pysf__pdflatex-4-pages.pdf'",
+    )
+    assert count == [{"n": 4}]
+    mm = query(data_dir, "SELECT key FROM dxf_drawings WHERE units = 'millimeters' ORDER BY key")
+    assert [r["key"] for r in mm] == [
+        "ezdxf__text_negative_extrusion.dxf",
+        "gen/title-block.dxf",
+        "librecad__Relay-2p2w.dxf",
+    ]
+
+    # The PDF changes and has one page now: its rows of the old version are not current.
+    import dataclasses
+    from datetime import timedelta
+
+    old = extracted["gen/three-pages.pdf"]
+    new = dataclasses.replace(
+        old,
+        etag="etag-new",
+        text="only page",
+        pages=1,
+        structure={"pages": ["only page"]},
+        extracted_at=old.extracted_at + timedelta(seconds=1),
+    )
+    stage_documents(data_dir, "run-2", "batch-1", [new])
+    storage.commit_run(data_dir, "run-2")
+    current = query(
+        data_dir,
+        f"""SELECT t.page, t.text FROM document_pages t JOIN documents d ON {CURRENT}
+            WHERE t.key = 'gen/three-pages.pdf' ORDER BY t.page""",
+    )
+    assert current == [{"page": 1, "text": "only page"}]
+    stored = query(
+        data_dir,
+        "SELECT count(*) AS n FROM document_pages WHERE key = 'gen/three-pages.pdf'",
+    )
+    assert stored == [{"n": 3}]  # merged by position: page 1 replaced, 2 and 3 left behind
