@@ -135,6 +135,7 @@ class Document:
 
     def as_row(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "structure"}
+        row["markdown"] = self.structure.get("markdown")
         row["metadata"] = json.dumps(self.metadata, ensure_ascii=False, default=str)
         return row
 

@@ -375,3 +375,100 @@ def test_structured_tables_in_the_lake_answer_the_documented_queries(
         "SELECT count(*) AS n FROM document_pages WHERE key = 'gen/three-pages.pdf'",
     )
     assert stored == [{"n": 3}]  # merged by position: page 1 replaced, 2 and 3 left behind
+
+
+# ------------------------------------------------------------------------------ markdown
+
+
+def styled_word_document() -> bytes:
+    import docx
+
+    document = docx.Document()
+    document.add_heading("배관 시방서", level=1)
+    document.add_paragraph("General notes.")
+    document.add_heading("Materials", level=2)
+    document.add_paragraph("Steel pipe", style="List Bullet")
+    document.add_paragraph("Copper | tube", style="List Bullet")
+    document.add_paragraph("First step", style="List Number")
+    grid = document.add_table(rows=3, cols=3)
+    for r, row in enumerate([["Item", "Size", "Qty"], ["Valve V-101", "DN50", "2"]]):
+        for c, value in enumerate(row):
+            grid.cell(r, c).text = value
+    grid.cell(2, 0).text = "Flange"
+    grid.cell(2, 1).paragraphs[0].text = "DN80"
+    grid.cell(2, 1).add_paragraph("PN16")
+    document.add_paragraph("After the table.")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_a_docx_becomes_markdown_with_its_table(extracted: dict[str, Document]) -> None:
+    from ingest.extract import extract_document
+
+    x = extract_document(styled_word_document(), "spec.docx")
+    assert x.structure["markdown"] == (
+        "# 배관 시방서\n\n"
+        "General notes.\n\n"
+        "## Materials\n\n"
+        "- Steel pipe\n"
+        "- Copper | tube\n"
+        "1. First step\n\n"
+        "| Item | Size | Qty |\n"
+        "|---|---|---|\n"
+        "| Valve V-101 | DN50 | 2 |\n"
+        "| Flange | DN80 <br> PN16 |  |\n\n"
+        "After the table."
+    )
+    fixture = extracted["mammoth__tables.docx"]
+    assert fixture.structure["markdown"] == (
+        "Above\n\n| Top left | Top right |\n|---|---|\n| Bottom left | Bottom right |\n\nBelow"
+    )
+    assert fixture.as_row()["markdown"] == fixture.structure["markdown"]
+
+
+def test_an_html_page_becomes_markdown_with_its_table() -> None:
+    from ingest.extract import extract_document
+
+    page = """<html><head><title>T</title><style>p{color:red}</style></head><body>
+      <h1>Site  report</h1><p>Work <b>went</b>
+      well.</p>
+      <h2>Open items</h2>
+      <ul><li>Pump <i>P-2</i><ul><li>seal</li></ul></li><li>Valve</li></ul>
+      <ol><li>Call vendor</li></ol>
+      <table><tr><th>Room</th><th>Status</th></tr>
+        <tr><td>B1 | 101</td><td>done</td></tr>
+        <tr><td>B2</td><td><table><tr><td>nested</td></tr></table></td></tr></table>
+      <p>End.</p></body></html>"""
+    x = extract_document(page.encode(), "report.html")
+    assert x.structure["markdown"] == (
+        "# Site report\n\n"
+        "Work went well.\n\n"
+        "## Open items\n\n"
+        "- Pump P-2\n"
+        "  - seal\n"
+        "- Valve\n\n"
+        "1. Call vendor\n\n"
+        "| Room | Status |\n"
+        "|---|---|\n"
+        "| B1 \\| 101 | done |\n"
+        "| B2 | nested |\n\n"
+        "End."
+    )
+    assert "Site report" in x.text and "color:red" not in x.text
+
+
+def test_a_pdf_becomes_markdown_pages_and_headings(extracted: dict[str, Document]) -> None:
+    md = extracted["gen/three-pages.pdf"].structure["markdown"]
+    assert md == (
+        "<!-- page 1 -->\n\nfirst page\n\n<!-- page 2 -->\n\nsecond page\n\n"
+        "<!-- page 3 -->\n\nthird page"
+    )
+    latex = extracted["pysf__pdflatex-4-pages.pdf"].structure["markdown"]
+    assert [line for line in latex.splitlines() if line.startswith("<!--")] == [
+        f"<!-- page {n} -->" for n in range(1, 5)
+    ]
+    chapter = extracted["pysf__pdflatex-image.pdf"].structure["markdown"]
+    # The chapter title is set at 20.7 pt, the body at 10.9 pt.
+    assert chapter.startswith("<!-- page 1 -->\n\n## 1 Your Chapter\n\nLorem ipsum dolor")
+    assert [line for line in chapter.splitlines() if line.startswith("#")] == ["## 1 Your Chapter"]

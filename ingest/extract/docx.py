@@ -50,7 +50,15 @@ def extract_docx(source: bytes | Path) -> Extraction:
         extractor = "python-docx+xml"
         metadata["xml_only_paragraphs"] = len(extra)
     text = clean_text("\n".join(paragraphs + extra))
-    return Extraction(kind="docx", text=text, pages=1, metadata=metadata, extractor=extractor)
+    markdown = metadata.pop("_markdown", None)
+    return Extraction(
+        kind="docx",
+        text=text,
+        pages=1,
+        metadata=metadata,
+        extractor=extractor,
+        structure={"markdown": markdown} if markdown else {},
+    )
 
 
 def _with_python_docx(data: bytes) -> tuple[list[str], set[str], dict[str, Any]]:
@@ -82,7 +90,19 @@ def _with_python_docx(data: bytes) -> tuple[list[str], set[str], dict[str, Any]]
     application = _application(document)
     if application:
         metadata["application"] = application
+    metadata["_markdown"] = _markdown(document)
     return out, seen, metadata
+
+
+def _markdown(document: Any) -> str | None:
+    """The body as markdown (``ingest.extract.markdown``); None if it cannot be made."""
+    from ingest.extract.markdown import docx_markdown
+
+    try:
+        styles = {s.style_id: s.name for s in document.styles if s.style_id and s.name}
+        return docx_markdown(document.element.body, styles)
+    except (AttributeError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _application(document: Any) -> str | None:

@@ -83,9 +83,10 @@ def extract_html(data: bytes) -> Extraction:
     title_node = tree.css_first("title")
     title = title_node.text(strip=True) if title_node else ""
     tree.strip_tags(_INVISIBLE)
+    root = tree.body or tree.root
+    markdown = _markdown(root)
     for node in tree.css(_BLOCKS):
         node.insert_after("\n")
-    root = tree.body or tree.root
     text = root.text(separator="") if root else ""
     metadata: dict[str, object] = {"encoding": encoding}
     if title:
@@ -108,4 +109,24 @@ def extract_html(data: bytes) -> Extraction:
     body = clean_text(text)
     if title and title not in body[: len(title) + 200]:
         body = clean_text(title + "\n" + body)
-    return Extraction(kind="html", text=body, pages=1, metadata=metadata, extractor="selectolax")
+    return Extraction(
+        kind="html",
+        text=body,
+        pages=1,
+        metadata=metadata,
+        extractor="selectolax",
+        structure={"markdown": markdown} if markdown else {},
+    )
+
+
+def _markdown(root: object) -> str | None:
+    """The page as markdown (``ingest.extract.markdown``), read before the line breaks the
+    text needs are inserted; None if it cannot be made."""
+    from ingest.extract.markdown import html_markdown
+
+    if root is None:
+        return None
+    try:
+        return html_markdown(root)
+    except (AttributeError, ValueError, TypeError, RecursionError):
+        return None

@@ -51,6 +51,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("chars", pa.int64()),
             ("needs_ocr", pa.int32()),
             ("text", pa.string()),
+            ("markdown", pa.string()),  # headings, lists and tables (ingest.extract.markdown)
             ("metadata", pa.string()),
             ("extractor", pa.string()),
             ("extractor_version", pa.string()),
@@ -323,7 +324,7 @@ def _without(schema: pa.Schema, *names: str) -> pa.Schema:
 
 # History tables fed by a state table: the same rows (without the bulky text).
 SCHEMAS["s3_object_log"] = SCHEMAS["s3_objects"]
-SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text")
+SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text", "markdown")
 SCHEMAS["pull_request_log"] = _without(SCHEMAS["pull_requests"], "body")
 SCHEMAS["source_nights"] = SCHEMAS["source_freshness"]
 
