@@ -572,13 +572,25 @@ def search_command(
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
         rows = [
-            {"key": h.key, "kind": h.kind, "score": h.score, "snippet": h.snippet} for h in hits
+            {
+                "key": h.key,
+                "kind": h.kind,
+                "score": h.score,
+                "page": h.page,
+                "heading": h.heading,
+                "chunk_id": h.chunk_id,
+                "snippet": h.snippet,
+            }
+            for h in hits
         ]
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=1))
         return
     print_table(
-        ["key", "kind", "score", "snippet"],
-        [(h.key, h.kind, h.score, h.snippet) for h in hits],
+        ["key", "kind", "score", "page", "heading", "snippet"],
+        [
+            (h.key, h.kind, h.score, "" if h.page is None else h.page, h.heading, h.snippet)
+            for h in hits
+        ],
         width=100,
     )
 

@@ -65,6 +65,7 @@ S3_TABLES = (
     "documents",
     "document_log",
     "document_pages",
+    "document_chunks",
     "dxf_attributes",
     "dxf_drawings",
     "task_timings",

@@ -472,3 +472,77 @@ def test_a_pdf_becomes_markdown_pages_and_headings(extracted: dict[str, Document
     # The chapter title is set at 20.7 pt, the body at 10.9 pt.
     assert chapter.startswith("<!-- page 1 -->\n\n## 1 Your Chapter\n\nLorem ipsum dolor")
     assert [line for line in chapter.splitlines() if line.startswith("#")] == ["## 1 Your Chapter"]
+
+
+# ------------------------------------------------------------------------------ chunks
+
+
+def _assert_covered(pages: list[str], chunks: list[list], size: int) -> None:
+    by_page: dict[int, list[tuple[int, int]]] = {}
+    for page, start, end, _heading in chunks:
+        assert 0 <= start < end <= len(pages[page - 1]) or (start == end == 0)
+        assert end - start <= size
+        by_page.setdefault(page, []).append((start, end))
+    for number, text in enumerate(pages, start=1):
+        spans = by_page.get(number, [])
+        covered = 0
+        for start, end in spans:  # in order, each beginning at or before the last end
+            assert start <= covered, (number, start, covered)
+            covered = max(covered, end)
+        assert covered == len(text), (number, covered, len(text))
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(2000, 200), (300, 60), (120, 0), (100, 50)])
+def test_every_character_is_in_some_chunk(
+    extracted: dict[str, Document], size: int, overlap: int
+) -> None:
+    from ingest.extract.chunks import chunk_pages, headings_of
+
+    for key, doc in extracted.items():
+        if doc.status != "ok":
+            continue
+        pages = doc.structure.get("pages") or [doc.text]
+        chunks = chunk_pages(
+            pages, headings_of(doc.structure.get("markdown")), size=size, overlap=overlap
+        )
+        _assert_covered(pages, chunks, size)
+        if len(pages) == 1:
+            assert pages[0] == doc.text, key  # one page: the chunks cover documents.text
+
+
+def test_chunks_follow_headings_and_carry_their_path() -> None:
+    from ingest.extract import extract_document
+    from ingest.extract.chunks import add_chunks
+
+    x = extract_document(styled_word_document(), "spec.docx")
+    add_chunks(x, size=100, overlap=10)
+    headings = [c[3] for c in x.structure["chunks"]]
+    assert headings[0] == "배관 시방서"
+    assert "배관 시방서 > Materials" in headings
+    # A chunk begins where its heading does: no chunk holds text of two sections.
+    materials = next(c for c in x.structure["chunks"] if c[3] == "배관 시방서 > Materials")
+    assert x.text[materials[1] :].startswith("Materials")
+
+
+def test_chunk_rows_have_stable_ids_and_the_settings_reach_the_worker(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("\n\n".join(f"Paragraph {i}: " + "valve check " * 8 for i in range(30)))
+    stored = [("doc/notes.txt", "etag-1", str(path))]
+    settings = Settings(chunk_chars=200, chunk_overlap=20)
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        first = extract_batch(settings, "b", stored, run_id="r1", pool=pool)
+        again = extract_batch(settings, "b", stored, run_id="r2", pool=pool)
+        changed = extract_batch(
+            settings, "b", [("doc/notes.txt", "etag-2", str(path))], run_id="r3", pool=pool
+        )
+    rows_1 = structure_rows(first)["document_chunks"]
+    assert max(r["chars"] for r in rows_1) <= 200 and len(rows_1) > 10  # the setting's size
+    assert all(r["text"].endswith("\n\n") for r in rows_1[:-1])  # cut at paragraphs
+    assert [r["position"] for r in rows_1] == list(range(1, len(rows_1) + 1))
+    assert [r["chunk_id"] for r in rows_1] == [
+        r["chunk_id"] for r in structure_rows(again)["document_chunks"]
+    ]
+    assert not {r["chunk_id"] for r in rows_1} & {
+        r["chunk_id"] for r in structure_rows(changed)["document_chunks"]
+    }
+    assert len({r["chunk_id"] for r in rows_1}) == len(rows_1)

@@ -24,6 +24,7 @@ from ingest.extract.base import (
     Extraction,
     UnsupportedFormatError,
 )
+from ingest.extract.chunks import DEFAULT_OVERLAP, DEFAULT_SIZE, add_chunks
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.metadata import complete
 
@@ -122,9 +123,19 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
         return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
 
 
-def extract_stored(path: str, name: str, max_pages: int, in_memory_bytes: int) -> Extraction:
-    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``)."""
-    return extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
+def extract_stored(
+    path: str,
+    name: str,
+    max_pages: int,
+    in_memory_bytes: int,
+    chunk_chars: int = DEFAULT_SIZE,
+    chunk_overlap: int = DEFAULT_OVERLAP,
+) -> Extraction:
+    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``): the
+    extraction, with its chunks for retrieval (``ingest.extract.chunks``)."""
+    x = extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
+    add_chunks(x, chunk_chars, chunk_overlap)
+    return x
 
 
 def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:

@@ -96,6 +96,7 @@ def extract_batch(
                     key,
                     settings.extract_max_pages,
                     settings.extract_in_memory_bytes,
+                    **chunk_options(settings, extractor),
                 )
                 for key, _etag, path in parse
             ]
@@ -116,6 +117,13 @@ def extract_batch(
     if settings.ocr_enabled:
         run_ocr(settings, docs, stored, ocr_pool)
     return docs
+
+
+def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:
+    """The chunk settings the default job takes (a test's hook keeps its own signature)."""
+    if extractor != DEFAULT_EXTRACTOR:
+        return {}
+    return {"chunk_chars": settings.chunk_chars, "chunk_overlap": settings.chunk_overlap}
 
 
 def to_document(

@@ -1,9 +1,10 @@
 """Rows of the structured tables, from the documents a batch extracted.
 
 The worker returns, with each ``Extraction``, plain lists in ``structure`` (the text of
-each page, a drawing's attributes and header data); here they become the rows of
-``document_pages``, ``dxf_attributes`` and ``dxf_drawings``, staged beside the batch's
-``documents`` part under the same name (a retried batch overwrites all of them).
+each page, its chunks, a drawing's attributes and header data); here they become the
+rows of ``document_pages``, ``document_chunks``, ``dxf_attributes`` and ``dxf_drawings``,
+staged beside the batch's ``documents`` part under the same name (a retried batch
+overwrites all of them).
 
 Which rows are current: every row carries the ``etag`` and ``extracted_at`` of the
 ``documents`` row it was extracted with. The tables are merged by object and position,
@@ -19,10 +20,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ingest import storage
+from ingest.extract.chunks import chunk_id
 from ingest.records import Document
 from ingest.storage.location import DataDir
 
-TABLES = ("document_pages", "dxf_attributes", "dxf_drawings")
+TABLES = ("document_pages", "document_chunks", "dxf_attributes", "dxf_drawings")
 # The join condition of a structured table ``t`` with ``documents`` ``d`` that keeps its
 # current rows (see the module's docstring).
 CURRENT = (
@@ -53,6 +55,33 @@ def page_rows(doc: Document) -> list[dict[str, Any]]:
         {**base, "page": i, "text": text, "chars": len(text), "extractor": doc.extractor}
         for i, text in enumerate(pages, start=1)
     ]
+
+
+def chunk_rows(doc: Document) -> list[dict[str, Any]]:
+    """One row per chunk (``ingest.extract.chunks``), its text cut from its page."""
+    chunks = doc.structure.get("chunks")
+    if doc.status != "ok" or not chunks:
+        return []
+    pages: Sequence[str] = doc.structure.get("pages") or [doc.text]
+    base = _base(doc)
+    out = []
+    for i, (page, start, end, heading) in enumerate(chunks, start=1):
+        text = pages[page - 1][start:end]
+        out.append(
+            {
+                **base,
+                "position": i,
+                "chunk_id": chunk_id(doc.bucket, doc.key, doc.etag, page, start, end),
+                "page_start": page,
+                "page_end": page,
+                "heading": heading,
+                "start": start,
+                "end": end,
+                "text": text,
+                "chars": len(text),
+            }
+        )
+    return out
 
 
 def attribute_rows(doc: Document) -> list[dict[str, Any]]:
@@ -86,6 +115,7 @@ def rows(docs: Iterable[Document]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
     for doc in docs:
         out["document_pages"].extend(page_rows(doc))
+        out["document_chunks"].extend(chunk_rows(doc))
         out["dxf_attributes"].extend(attribute_rows(doc))
         out["dxf_drawings"].extend(drawing_rows(doc))
     return out

@@ -80,6 +80,26 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("extracted_at", _TS),
         ]
     ),
+    # Chunks for retrieval (ingest.extract.chunks): spans of a page's text, with a stable id.
+    "document_chunks": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("position", pa.int32()),  # 1, 2, ... in reading order
+            ("chunk_id", pa.string()),
+            ("page_start", pa.int32()),
+            ("page_end", pa.int32()),
+            ("heading", pa.string()),  # the heading path: "Materials > Pipes"
+            ("start", pa.int64()),  # the span in the page's text (document_pages.text)
+            ("end", pa.int64()),
+            ("text", pa.string()),
+            ("chars", pa.int64()),
+            ("extractor_version", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
     "dxf_attributes": pa.schema(
         [
             ("bucket", pa.string()),
@@ -419,6 +439,14 @@ SPECS: dict[str, TableSpec] = _Specs(
             keys=("bucket", "page", "key"),
             newer="extracted_at",
             sort=("bucket", "key", "page"),
+            parts=STATE_PARTS,
+        ),
+        TableSpec(
+            "document_chunks",
+            "state",
+            keys=("bucket", "position", "key"),
+            newer="extracted_at",
+            sort=("bucket", "key", "position"),
             parts=STATE_PARTS,
         ),
         TableSpec(
