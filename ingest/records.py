@@ -238,4 +238,6 @@ class ChunkResult:
     fetch: list[ObjectBatch] = field(default_factory=list)
     extract: list[ObjectBatch] = field(default_factory=list)
     extract_unchanged: int = 0  # unchanged objects whose text is already current
+    # Unchanged objects extracted again, by why: {"pdf extractor changed": 3, ...}
+    reextract: dict[str, int] = field(default_factory=dict)
     next: Cursor | None = None  # None when the shard is done

@@ -25,6 +25,8 @@ class RunSummary:
     # documents rows written by text extraction, by status; "unchanged" counts objects whose
     # ETag and extractor version were already extracted (no row written).
     extracted: dict[str, int] = field(default_factory=dict)
+    # Unchanged objects extracted again, by why ("pdf extractor changed": 3, ...).
+    reextracted: dict[str, int] = field(default_factory=dict)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -37,6 +39,8 @@ class RunSummary:
             self.extracted["unchanged"] = (
                 self.extracted.get("unchanged", 0) + chunk.extract_unchanged
             )
+        for why, n in chunk.reextract.items():
+            self.reextracted[why] = self.reextracted.get(why, 0) + n
 
     def add_batch(self, part: BatchSummary) -> None:
         """Add one download batch: counts, bytes and the first 20 failures."""

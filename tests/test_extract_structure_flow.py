@@ -87,3 +87,97 @@ def test_structured_tables_through_nightly_runs(s3, s3_server, bucket, data_dir:
             JOIN documents d ON {CURRENT} WHERE t.key = 'in/notes.txt'""",
     )
     assert "pump realigned" in notes[0]["text"]
+
+
+def test_a_pdf_extractor_bump_re_extracts_only_the_pdfs(
+    s3, s3_server, bucket, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest.extract import provenance
+
+    objects = {
+        "in/a.pdf": multi_page_pdf(["alpha"]),
+        "in/b.pdf": multi_page_pdf(["beta", "gamma"]),
+        "in/plan.dxf": title_block_drawing(),
+        "in/notes.txt": b"pump alignment notes",
+        "in/spec.docx": styled_word_document(),
+    }
+    put_many(s3, bucket, objects)
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    s3_ingest(prefix="in/", **kw)
+    before = {
+        r["key"]: r
+        for r in rows(data_dir, "SELECT key, kind, extractor_version, extracted_at FROM documents")
+    }
+    assert before["in/a.pdf"]["extractor_version"].split()[1] == f"pdf/{provenance.CODE['pdf']}"
+    assert "pypdfium2=" in before["in/a.pdf"]["extractor_version"]
+    assert "ezdxf=" in before["in/plan.dxf"]["extractor_version"]
+
+    nothing = s3_ingest(prefix="in/", **kw)  # nothing changed: nothing extracted
+    assert nothing.extracted == {"unchanged": len(objects)}
+    assert nothing.reextracted == {}
+
+    monkeypatch.setitem(provenance.CODE, "pdf", provenance.CODE["pdf"] + 1)  # a new PDF code
+    # One PDF's kept file is gone: it is fetched again; the other is read where it is kept.
+    kept = rows(data_dir, "SELECT key, local_path FROM s3_objects WHERE key = 'in/a.pdf'")
+    if kept[0]["local_path"]:
+        Path(kept[0]["local_path"]).unlink(missing_ok=True)
+    bumped = s3_ingest(prefix="in/", **kw)
+    assert bumped.extracted == {"ok": 2, "unchanged": len(objects) - 2}
+    assert kept[0]["local_path"]  # the run keeps its files here
+    # b.pdf is read from its kept file; a.pdf, whose file is gone, is downloaded again.
+    assert bumped.reextracted == {"pdf extractor changed": 1}
+    assert bumped.counts.get("downloaded") == 1
+    after = {
+        r["key"]: r
+        for r in rows(data_dir, "SELECT key, kind, extractor_version, extracted_at FROM documents")
+    }
+    for key, row in after.items():
+        if row["kind"] == "pdf":
+            assert row["extracted_at"] > before[key]["extracted_at"], key
+            assert f"pdf/{provenance.CODE['pdf']}" in row["extractor_version"]
+        else:
+            assert row == before[key], key  # the other kinds are not touched
+    pages = rows(
+        data_dir,
+        f"""SELECT t.key, t.page, t.text, t.extractor_version FROM document_pages t
+            JOIN documents d ON {CURRENT} WHERE t.key LIKE '%.pdf' ORDER BY t.key, t.page""",
+    )
+    assert [(r["key"], r["page"], r["text"]) for r in pages] == [
+        ("in/a.pdf", 1, "alpha"),
+        ("in/b.pdf", 1, "beta"),
+        ("in/b.pdf", 2, "gamma"),
+    ]
+    assert {r["extractor_version"] for r in pages} == {after["in/a.pdf"]["extractor_version"]}
+
+
+def test_reextract_on_demand_by_kind_and_release(
+    s3, s3_server, bucket, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``ingest reextract --kind K --since-version X`` runs: the flow with
+    ``reextract_kinds`` and ``reextract_since``."""
+    from ingest.extract import provenance
+
+    objects = {
+        "in/a.pdf": multi_page_pdf(["alpha"]),
+        "in/plan.dxf": title_block_drawing(),
+        "in/spec.docx": styled_word_document(),
+    }
+    put_many(s3, bucket, objects)
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    s3_ingest(prefix="in/", **kw)
+
+    # Asked for the drawings extracted by this release or later: the drawing only.
+    forced = s3_ingest(prefix="in/", reextract_kinds=["dxf"], reextract_since="2.0", **kw)
+    assert forced.extracted == {"ok": 1, "unchanged": 2}
+    assert forced.reextracted == {"dxf extracted since 2.0": 1}
+    # A release after the one recorded: nothing.
+    later = s3_ingest(prefix="in/", reextract_since="99.0", **kw)
+    assert later.extracted == {"unchanged": 3}
+
+    # DOCX and PDF extractors both change; asked for PDFs only, the DOCX waits.
+    monkeypatch.setitem(provenance.CODE, "pdf", provenance.CODE["pdf"] + 1)
+    monkeypatch.setitem(provenance.CODE, "docx", provenance.CODE["docx"] + 1)
+    pdfs = s3_ingest(prefix="in/", reextract_kinds=["pdf"], **kw)
+    assert pdfs.reextracted == {"pdf extractor changed": 1}
+    rest = s3_ingest(prefix="in/", **kw)  # the next night takes the DOCX
+    assert rest.reextracted == {"docx extractor changed": 1}

@@ -28,8 +28,11 @@ from ingest.extract.chunks import DEFAULT_OVERLAP, DEFAULT_SIZE, add_chunks
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.metadata import complete
 
-# Bump when a change to any extractor changes its output: every document is re-extracted.
-EXTRACTOR_VERSION = "1.0"
+# Bump when a change shared by every extractor changes its output: every document is
+# re-extracted. A change to one kind's extractor bumps that kind's code version instead
+# (``ingest.extract.provenance.CODE``): only the documents of that kind are re-extracted.
+# 2.0: pages, chunks, markdown, drawing data and common metadata for every kind.
+EXTRACTOR_VERSION = "2.0"
 
 IN_MEMORY_BYTES = 32 * 1024 * 1024
 # Kinds whose outcome the first bytes decide (the error names them): the rest of the file

@@ -4,7 +4,7 @@ Plain functions over injected settings and pools: ``tasks/extraction.py``
 wraps them for Prefect; tests and the benchmark call them directly.
 Which objects need extraction is decided with the listing (``ingest.changes``):
 new and changed objects, and unchanged ones whose ``documents`` row has another
-ETag or ``EXTRACTOR_VERSION``.
+ETag or extractor (``ingest.extract.provenance``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head
+from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head, provenance
 from ingest.extract.base import clean_text
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.ocr import ocr_unavailable
@@ -116,6 +116,7 @@ def extract_batch(
     ]
     if settings.ocr_enabled:
         run_ocr(settings, docs, stored, ocr_pool)
+    provenance.stamp(docs, settings, keep=INTERRUPTED)  # each kind's exact extractor
     return docs
 
 
