@@ -349,6 +349,23 @@ def test_structured_tables_in_the_lake_answer_the_documented_queries(
         "librecad__Relay-2p2w.dxf",
     ]
 
+    # Every query of the documents page runs, and the title-block one finds the drawing.
+    docs_page = (Path(__file__).resolve().parents[1] / "docs" / "documents.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in docs_page.split("```sql\n")[1:]]
+    statements = [
+        s.strip() for b in blocks for s in b.split(";") if s.strip().startswith(("SELECT", "PIVOT"))
+    ]
+    assert len(statements) >= 6
+    results = {sql: query(data_dir, sql) for sql in statements}
+    scale = next(r for sql, r in results.items() if "1:100" in sql)
+    assert scale == [{"key": "gen/title-block.dxf", "layout": "Sheet A1"}]
+    page_hits = next(r for sql, r in results.items() if "'%valve%'" in sql)
+    assert {"key": "gen/three-pages.pdf", "page": 2} not in page_hits
+    assert any(
+        r["key"] == "gen/title-block.dxf"
+        for r in next(r for sql, r in results.items() if "A-DOOR" in sql)
+    )
+
     # The PDF changes and has one page now: its rows of the old version are not current.
     import dataclasses
     from datetime import timedelta
