@@ -218,6 +218,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         )
         if gone.num_rows:
             storage.stage(settings.lake, spec.run_id, "documents", f"deleted-{name}", gone)
+            mark_structure(settings, spec, gone.column("key").to_pylist(), name)
     size = settings.s3_batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
@@ -228,6 +229,21 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         for i in range(0, found.extract.num_rows, size)
     ]
     return result
+
+
+def mark_structure(settings: Settings, spec: ListSpec, keys: list[str], name: str) -> None:
+    """Stage the structured tables' rows of deleted objects, marked ``deleted``."""
+    from ingest.extract import structure
+
+    present = set(storage.lake.tables_present(settings.lake))
+    for table in structure.TABLES:
+        if table not in present:
+            continue
+        marked = structure.deleted_rows(
+            _scan(settings.lake, table, spec.run_id), table, keys, spec.bucket, spec.run_id
+        )
+        if marked.num_rows:
+            storage.stage(settings.lake, spec.run_id, table, f"deleted-{name}", marked)
 
 
 def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> pa.Table:

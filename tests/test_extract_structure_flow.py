@@ -181,3 +181,39 @@ def test_reextract_on_demand_by_kind_and_release(
     assert pdfs.reextracted == {"pdf extractor changed": 1}
     rest = s3_ingest(prefix="in/", **kw)  # the next night takes the DOCX
     assert rest.reextracted == {"docx extractor changed": 1}
+
+
+def test_a_deleted_objects_structured_rows_are_marked(
+    s3, s3_server, bucket, data_dir: Path
+) -> None:
+    put_many(
+        s3,
+        bucket,
+        {"in/plan.dxf": title_block_drawing(), "in/b.pdf": multi_page_pdf(["beta", "gamma"])},
+    )
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    s3_ingest(prefix="in/", **kw)
+    s3.delete_object(Bucket=bucket, Key="in/plan.dxf")
+    second = s3_ingest(prefix="in/", **kw)
+    assert second.counts == {"deleted": 1, "skipped": 1}
+    for table in ("document_pages", "document_chunks", "dxf_attributes", "dxf_drawings"):
+        found = rows(data_dir, f"SELECT key, status, count(*) AS n FROM {table} GROUP BY ALL")
+        by = {(r["key"], r["status"]): r["n"] for r in found}
+        assert ("in/plan.dxf", "ok") not in by, table
+        assert by.get(("in/plan.dxf", "deleted")), table
+        if table.startswith("document_"):
+            assert by[("in/b.pdf", "ok")] >= 2, table
+    # Marked once: the next run has nothing more to mark.
+    third = s3_ingest(prefix="in/", **kw)
+    assert third.counts == {"skipped": 1}
+    assert rows(data_dir, "SELECT count(*) AS n FROM dxf_attributes WHERE status = 'deleted'") == [
+        {"n": 5}
+    ]
+
+
+def test_reextract_command_checks_its_release_before_running() -> None:
+    out = CliRunner().invoke(app, ["reextract", "--bucket", "docs", "--since-version", "two"])
+    assert out.exit_code == 2
+    assert "not a release number like 2.0: 'two'" in out.output
+    helped = CliRunner().invoke(app, ["reextract", "--help"])
+    assert helped.exit_code == 0 and "--since-version" in helped.output

@@ -9,14 +9,17 @@ overwrites all of them).
 Which rows are current: every row carries the ``etag`` and ``extracted_at`` of the
 ``documents`` row it was extracted with. The tables are merged by object and position,
 so a document that shrinks (fewer pages, fewer attributes) leaves its older positions
-behind with an older ``extracted_at``, and a deleted object's rows stay as they were;
-join on ``documents`` (same bucket, key, etag and extracted_at, status ``ok``) to read
-only the current ones (``CURRENT`` is that join's condition).
+behind with an older ``extracted_at``; a deleted object's rows are marked ``deleted``
+(``status``) by the run that sees it gone, as its ``documents`` row is (their text
+stays: these tables have no log). Join on ``documents`` (same bucket, key, etag and
+extracted_at, status ``ok``) to read only the current ones (``CURRENT`` is that join's
+condition).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ingest import storage
@@ -38,6 +41,7 @@ def _base(doc: Document) -> dict[str, Any]:
         "bucket": doc.bucket,
         "key": doc.key,
         "etag": doc.etag,
+        "status": "ok",
         "extractor_version": doc.extractor_version,
         "run_id": doc.run_id,
         "extracted_at": doc.extracted_at,
@@ -126,3 +130,25 @@ def stage_documents(data_dir: DataDir, run_id: str, name: str, docs: Sequence[Do
     storage.stage(data_dir, run_id, "documents", name, [d.as_row() for d in docs])
     for table, table_rows in rows(docs).items():
         storage.stage(data_dir, run_id, table, name, table_rows)
+
+
+def deleted_rows(table_sql: str, table: str, keys: list[str], bucket: str, run_id: str) -> Any:
+    """The rows of ``table`` (a ``storage.scan`` expression) of the deleted objects
+    ``keys``, marked ``deleted`` with this run and time (so the MERGE takes them)."""
+    import pyarrow as pa
+
+    from ingest import changes
+
+    if not keys:
+        return pa.Table.from_pylist([], schema=storage.SCHEMAS[table])
+    with changes.cursor() as con:
+        con.register("gone", pa.table({"key": keys}))
+        found = con.execute(
+            f"""SELECT * REPLACE ('deleted' AS status, ? AS run_id, ? AS extracted_at)
+                FROM {table_sql} t
+                WHERE bucket = ? AND status IS DISTINCT FROM 'deleted'
+                  AND key IN (SELECT key FROM gone)""",
+            [run_id, datetime.now(UTC), bucket],
+        ).fetch_arrow_table()
+        con.unregister("gone")
+    return pa.Table.from_pylist(found.to_pylist(), schema=storage.SCHEMAS[table])

@@ -71,6 +71,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("bucket", pa.string()),
             ("key", pa.string()),
             ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
             ("page", pa.int32()),
             ("text", pa.string()),
             ("chars", pa.int64()),
@@ -86,6 +87,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("bucket", pa.string()),
             ("key", pa.string()),
             ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
             ("position", pa.int32()),  # 1, 2, ... in reading order
             ("chunk_id", pa.string()),
             ("page_start", pa.int32()),
@@ -105,6 +107,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("bucket", pa.string()),
             ("key", pa.string()),
             ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
             ("position", pa.int32()),  # 1, 2, ... in layout and drawing order
             ("layout", pa.string()),
             ("block", pa.string()),
@@ -125,6 +128,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("bucket", pa.string()),
             ("key", pa.string()),
             ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
             ("acadver", pa.string()),
             ("release", pa.string()),
             ("insunits", pa.int32()),
