@@ -409,6 +409,61 @@ def s3_command(
     print_summary(summary)
 
 
+@app.command("reextract")
+def reextract_command(
+    ctx: typer.Context,
+    bucket: Annotated[str | None, typer.Option(help="Bucket [env INGEST_S3_BUCKET].")] = None,
+    prefix: Annotated[str | None, typer.Option(help="Key prefix [env INGEST_S3_PREFIX].")] = None,
+    endpoint_url: Annotated[
+        str | None, typer.Option(help="S3-compatible endpoint [env INGEST_S3_ENDPOINT_URL].")
+    ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(help="Only documents of this kind: pdf, dxf, docx, html, txt (repeatable)."),
+    ] = None,
+    since_version: Annotated[
+        str | None,
+        typer.Option(
+            help="Also the documents extracted by this extractor release (like 2.0) or a "
+            "later one, even where their extractor is current."
+        ),
+    ] = None,
+    data_dir: DataDir = None,
+    task_runner: TaskRunnerOption = None,
+) -> None:
+    """Extract again, now, the stored documents whose recorded extractor (code, library
+    versions, options) differs from the current one, as the next night would: from the
+    kept copy where there is one, else fetched again. A run of the s3-ingest flow, so new
+    and changed objects are fetched as in any run."""
+    runner = runner_choice(task_runner)
+    settings = Settings()
+    bucket = bucket or settings.s3_bucket
+    if not bucket:
+        raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
+    if since_version is not None:
+        from ingest.changes import release_numbers
+
+        try:
+            release_numbers(since_version)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--since-version") from None
+    from flows.s3_ingest import s3_ingest
+
+    summary = run_flow(
+        ctx,
+        s3_ingest,
+        bucket=bucket,
+        prefix=settings.s3_prefix if prefix is None else prefix,
+        endpoint_url=endpoint_url,
+        data_dir=str(data_dir) if data_dir else None,
+        task_runner=runner,
+        keep_files=settings.keep_files,
+        reextract_kinds=kind or None,
+        reextract_since=since_version,
+    )
+    print_summary(summary)
+
+
 def print_summary(summary: Any) -> None:
     from ingest import console
 
@@ -646,13 +701,25 @@ def search_command(
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
         rows = [
-            {"key": h.key, "kind": h.kind, "score": h.score, "snippet": h.snippet} for h in hits
+            {
+                "key": h.key,
+                "kind": h.kind,
+                "score": h.score,
+                "page": h.page,
+                "heading": h.heading,
+                "chunk_id": h.chunk_id,
+                "snippet": h.snippet,
+            }
+            for h in hits
         ]
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=1))
         return
     print_table(
-        ["key", "kind", "score", "snippet"],
-        [(h.key, h.kind, h.score, h.snippet) for h in hits],
+        ["key", "kind", "score", "page", "heading", "snippet"],
+        [
+            (h.key, h.kind, h.score, "" if h.page is None else h.page, h.heading, h.snippet)
+            for h in hits
+        ],
         width=100,
     )
 

@@ -38,7 +38,7 @@ from pydantic import Field
 from flows.parameters import deployment_defaults, described, ingest_flow
 from ingest import changes, security
 from ingest.errors import IngestError
-from ingest.extract import EXTRACTOR_VERSION
+from ingest.extract import provenance
 from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.report import RunSummary
@@ -71,6 +71,10 @@ S3_TABLES = (
     "s3_object_log",
     "documents",
     "document_log",
+    "document_pages",
+    "document_chunks",
+    "dxf_attributes",
+    "dxf_drawings",
     "task_timings",
     "flow_runs",
 )
@@ -168,6 +172,20 @@ def s3_ingest(
             "INGEST_TASK_RUNNER."
         ),
     ] = "thread",
+    reextract_kinds: Annotated[
+        list[str] | None,
+        Field(
+            description="Only documents of these kinds (pdf, dxf, ...) are extracted again "
+            "when their recorded extractor differs from the current one (default: every kind)."
+        ),
+    ] = None,
+    reextract_since: Annotated[
+        str | None,
+        Field(
+            description="Also extract again the documents extracted by this extractor "
+            "release (like 2.0) or a later one, even where their extractor is current."
+        ),
+    ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
     worker = settings = Settings()
@@ -190,7 +208,9 @@ def s3_ingest(
         include=list(settings.s3_include if include is None else include),
         exclude=list(settings.s3_exclude if exclude is None else exclude),
         full_refresh=full_refresh,
-        extract_version=EXTRACTOR_VERSION if extract else None,
+        extract_version=provenance.versions(settings) if extract else None,
+        reextract_kinds=tuple(reextract_kinds or ()),
+        reextract_since=reextract_since,
         inventory=inventory if listing == "inventory" else None,
     )
     if listing == "inventory" and not inventory:

@@ -9,8 +9,9 @@ outside the range):
 * listed and not stored, or stored with another ETag or size, or whose file is
   gone: **fetch**;
 * listed and stored unchanged: **unchanged** (no request; counted as skipped);
-  if text extraction is on and ``documents`` has no row for that ETag and the
-  current extractor version: **extract** only;
+  if text extraction is on and ``documents`` has no row for that ETag, or its row's
+  ``extractor_version`` is not the current one of its kind
+  (``ingest.extract.provenance``): **extract** only (``reasons`` counts why);
 * stored in the range, not deleted, matching the filters, and not listed:
   **deleted** (an anti-join of the state with the listing).
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
@@ -44,6 +45,25 @@ class ChunkChanges:
     extract: pa.Table  # listing rows of unchanged objects needing extraction (+ prev_path)
     deleted: pa.Table  # state rows gone from the listing
     unchanged: int
+    # Why unchanged objects are extracted again: "pdf extractor changed": n, ...
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def release_numbers(version: str) -> list[int]:
+    """``2.0`` -> ``[2, 0]``: a release as ``ingest reextract --since-version`` takes it."""
+    try:
+        return [int(p) for p in version.strip().split(".")]
+    except ValueError:
+        raise ValueError(f"not a release number like 2.0: {version!r}") from None
+
+
+def _versions(extract_version: str | dict[str, str]) -> pa.Table:
+    """The current extractor string of each kind (one string: the same for every kind)."""
+    if isinstance(extract_version, str):
+        extract_version = {"": extract_version}
+    table = dict(extract_version)
+    table.setdefault("", next(iter(table.values())))
+    return pa.table({"kind": list(table), "version": list(table.values())})
 
 
 def _bounds(after: str | None, upto: str | None, start: str | None, end: str | None, last: bool):
@@ -82,7 +102,9 @@ def diff_chunk(
     include: list[str] | None = None,
     exclude: list[str] | None = None,
     full_refresh: bool = False,
-    extract_version: str | None = None,
+    extract_version: str | dict[str, str] | None = None,
+    reextract_kinds: tuple[str, ...] | list[str] = (),
+    reextract_since: str | None = None,
     state_sql: str | None = None,
     documents_sql: str | None = None,
     local_files: bool = True,
@@ -117,24 +139,59 @@ def diff_chunk(
         fetch = joined.filter(pc.invert(unchanged_mask))
         same = joined.filter(unchanged_mask)
         extract = same.slice(0, 0)
+        reasons: dict[str, int] = {}
         if extract_version is not None and same.num_rows:
             documents_sql = documents_sql or storage.scan(data_dir, "documents")
             con.register("same", same)
-            extract = con.execute(
-                f"""SELECT s.* FROM same s LEFT JOIN (
-                        SELECT key, etag, extractor_version FROM {documents_sql}
+            kinds, kind_params = "true", list(reextract_kinds)
+            if reextract_kinds:
+                kinds = f"d.kind IN ({', '.join('?' for _ in reextract_kinds)})"
+            since, since_params = "false", []
+            if reextract_since:
+                since = (
+                    "TRY_CAST(string_split(split_part(d.extractor_version, ' ', 1), '.') "
+                    "AS INTEGER[]) >= ?::INTEGER[]"
+                )
+                since_params = [release_numbers(reextract_since)]
+            table = _versions(extract_version)
+            con.register("versions", table)
+            # A kind the table does not name is settled by detection (its version is the
+            # table's row for "").
+            found = con.execute(
+                f"""SELECT s.*, CASE WHEN d.etag IS DISTINCT FROM s.etag THEN 'new'
+                                     WHEN d.extractor_version IS NOT DISTINCT FROM coalesce(
+                                        v.version,
+                                        (SELECT version FROM versions WHERE kind = ''))
+                                     THEN 'asked:' || coalesce(d.kind, '')
+                                     ELSE coalesce(d.kind, '') END AS _why
+                    FROM same s LEFT JOIN (
+                        SELECT key, etag, kind, extractor_version FROM {documents_sql}
                         WHERE {where}) d USING (key)
+                    LEFT JOIN versions v ON v.kind = d.kind
                     WHERE d.etag IS DISTINCT FROM s.etag
-                       OR d.extractor_version IS DISTINCT FROM ?""",
-                [bucket, prefix, *params, extract_version],
+                       OR ({kinds} AND (d.extractor_version IS DISTINCT FROM coalesce(
+                            v.version, (SELECT version FROM versions WHERE kind = ''))
+                            OR {since}))""",
+                [bucket, prefix, *params, *kind_params, *since_params],
             ).fetch_arrow_table()
+            con.unregister("versions")
+            why = found.column("_why").to_pylist()
+            for reason in why:
+                if reason == "new":
+                    key = "no text for this ETag"
+                elif reason.startswith("asked:"):
+                    key = f"{reason[6:] or 'other'} extracted since {reextract_since}"
+                else:
+                    key = f"{reason or 'other'} extractor changed"
+                reasons[key] = reasons.get(key, 0) + 1
+            extract = found.drop_columns(["_why"])
     if deleted.num_rows and (include or exclude):
         mask = [
             keys.matches_filters(keys.relative_key(k, prefix), include or [], exclude or [])
             for k in deleted.column("key").to_pylist()
         ]
         deleted = deleted.filter(pa.array(mask, pa.bool_()))
-    return ChunkChanges(fetch, extract, deleted, same.num_rows)
+    return ChunkChanges(fetch, extract, deleted, same.num_rows, reasons)
 
 
 _db: duckdb.DuckDBPyConnection | None = None

@@ -50,6 +50,9 @@ def run_summary(summary: RunSummary) -> str:
     if summary.extracted:
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
         lines.append(f"text extraction: {extracted}")
+    if summary.reextracted:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(summary.reextracted.items()))
+        lines.append(f"extracted again: {why}")
     if summary.stages:
         stages = [tuple(s[c] for c in STAGE_COLUMNS) for s in summary.stages]
         lines.append(table(STAGE_COLUMNS, stages))

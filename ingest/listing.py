@@ -12,6 +12,7 @@ state is read per key range (``ingest.changes``), never loaded whole.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from ingest.s3 import chunks
 from ingest.settings import Settings
 from ingest.storage.location import DataDir
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
@@ -41,7 +44,12 @@ class ListSpec:
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     full_refresh: bool = False
-    extract_version: str | None = None  # None: no text extraction
+    # The current extractor of each kind (ingest.extract.provenance); None: no extraction.
+    extract_version: dict[str, str] | str | None = None
+    # ``ingest reextract``: only documents of these kinds count as outdated (empty: all),
+    # and those extracted by this release or a later one count as outdated too.
+    reextract_kinds: tuple[str, ...] = ()
+    reextract_since: str | None = None
     inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
 
     def __post_init__(self) -> None:
@@ -179,6 +187,8 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         exclude=spec.exclude,
         full_refresh=spec.full_refresh,
         extract_version=spec.extract_version,
+        reextract_kinds=spec.reextract_kinds,
+        reextract_since=spec.reextract_since,
         state_sql=_scan(settings.lake, "s3_objects", spec.run_id),
         documents_sql=_scan(settings.lake, "documents", spec.run_id)
         if spec.extract_version
@@ -191,6 +201,13 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         result.counts["skipped"] = found.unchanged
         if spec.extract_version:
             result.extract_unchanged = found.unchanged - found.extract.num_rows
+    if found.reasons:
+        log.info(
+            "extracting %d unchanged objects again: %s",
+            found.extract.num_rows,
+            ", ".join(f"{why}: {n}" for why, n in sorted(found.reasons.items())),
+        )
+        result.reextract = dict(found.reasons)
     if found.deleted.num_rows:
         storage.stage(
             settings.lake,
@@ -205,6 +222,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         )
         if gone.num_rows:
             storage.stage(settings.lake, spec.run_id, "documents", f"deleted-{name}", gone)
+            mark_structure(settings, spec, gone.column("key").to_pylist(), name)
     size = settings.s3_batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
@@ -215,6 +233,21 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         for i in range(0, found.extract.num_rows, size)
     ]
     return result
+
+
+def mark_structure(settings: Settings, spec: ListSpec, keys: list[str], name: str) -> None:
+    """Stage the structured tables' rows of deleted objects, marked ``deleted``."""
+    from ingest.extract import structure
+
+    present = set(storage.lake.tables_present(settings.lake))
+    for table in structure.TABLES:
+        if table not in present:
+            continue
+        marked = structure.deleted_rows(
+            _scan(settings.lake, table, spec.run_id), table, keys, spec.bucket, spec.run_id
+        )
+        if marked.num_rows:
+            storage.stage(settings.lake, spec.run_id, table, f"deleted-{name}", marked)
 
 
 def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> pa.Table:

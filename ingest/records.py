@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
@@ -129,9 +129,13 @@ class Document:
     error: str | None = None
     run_id: str = ""
     extracted_at: datetime | None = None
+    # Pages, drawing data, markdown (ingest.extract.structure): rows of their own tables,
+    # not columns of this one.
+    structure: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def as_row(self) -> dict[str, Any]:
-        row = asdict(self)
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "structure"}
+        row["markdown"] = self.structure.get("markdown")
         row["metadata"] = json.dumps(self.metadata, ensure_ascii=False, default=str)
         return row
 
@@ -234,4 +238,6 @@ class ChunkResult:
     fetch: list[ObjectBatch] = field(default_factory=list)
     extract: list[ObjectBatch] = field(default_factory=list)
     extract_unchanged: int = 0  # unchanged objects whose text is already current
+    # Unchanged objects extracted again, by why: {"pdf extractor changed": 3, ...}
+    reextract: dict[str, int] = field(default_factory=dict)
     next: Cursor | None = None  # None when the shard is done

@@ -27,6 +27,8 @@ class RunSummary:
     # ETag and extractor version were already extracted (no row written).
     extracted: dict[str, int] = field(default_factory=dict)
     note: str | None = None  # why the run did nothing (another run held its target)
+    # Unchanged objects extracted again, by why ("pdf extractor changed": 3, ...).
+    reextracted: dict[str, int] = field(default_factory=dict)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -39,6 +41,8 @@ class RunSummary:
             self.extracted["unchanged"] = (
                 self.extracted.get("unchanged", 0) + chunk.extract_unchanged
             )
+        for why, n in chunk.reextract.items():
+            self.reextracted[why] = self.reextracted.get(why, 0) + n
 
     def add_batch(self, part: BatchSummary) -> None:
         """Add one download batch: counts, bytes and the first 20 failures."""

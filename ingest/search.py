@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from ingest import duck, storage
 from ingest.storage.location import DataDir
 
@@ -69,6 +71,10 @@ class Hit:
     score: float
     snippet: str
     bucket: str = ""
+    # Where in the document: the first chunk (document_chunks) holding a query word.
+    page: int | None = None
+    heading: str = ""
+    chunk_id: str = ""
 
 
 def index_terms(text: str) -> list[str]:
@@ -216,10 +222,60 @@ def search(
         rows = con.execute(sql, params).fetchall()
     finally:
         con.close()
-    return [
+    hits = [
         Hit(key=key, kind=k, score=round(-score, 3), snippet=snippet(text, words), bucket=bucket)
         for bucket, key, k, score, text in rows
     ]
+    locate(data_dir, hits, words)
+    return hits
+
+
+def locate(data_dir: DataDir, hits: list[Hit], words: str) -> None:
+    """Set each hit's page, heading path and chunk id: those of its first current chunk
+    (``document_chunks``) whose text holds a query word (or, for CJK words, one of their
+    bigrams, as the index matched them); a document without chunks keeps none."""
+    if not hits:
+        return
+    from ingest.extract.structure import CURRENT
+
+    wanted = [(h.bucket, h.key) for h in hits]
+    pairs = ", ".join("(?, ?)" for _ in wanted)
+    try:
+        _cols, found = storage.query(
+            data_dir,
+            f"""SELECT t.bucket, t.key, t.page_start, t.heading, t.chunk_id, t.text
+                FROM document_chunks t JOIN documents d ON {CURRENT}
+                WHERE (t.bucket, t.key) IN (VALUES {pairs})
+                ORDER BY t.bucket, t.key, t.position""",
+            [v for pair in wanted for v in pair],
+        )
+    except duckdb.Error:  # a lake from before chunks: hits without a place
+        return
+    needles = [t.casefold() for t in _needles(words)]
+    by_key: dict[tuple[str, str], Hit] = {(h.bucket, h.key): h for h in hits}
+    for bucket, key, page, heading, chunk, text in found:
+        hit = by_key.get((bucket, key))
+        if hit is None or hit.chunk_id:
+            continue
+        folded = _fold(text)
+        if any(n in folded for n in needles):
+            hit.page, hit.heading, hit.chunk_id = page, heading or "", chunk
+
+
+def _needles(words: str) -> list[str]:
+    """What to look for in a chunk: each word, and each CJK word's bigrams."""
+    out: list[str] = []
+    for word in words.split():
+        out.append(_fold(word))
+        if _CJK_CHAR.search(word):
+            out += [t for t in index_terms(word) if len(t) >= 2]
+    return [n for n in out if n]
+
+
+def _fold(text: str) -> str:
+    """Case and diacritics folded, as the index folds them."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def snippet(text: str, words: str, width: int = 160) -> str:

@@ -305,6 +305,17 @@ class Settings(BaseSettings):
         ge=0,
         description="Files up to this size are read whole; larger PDFs stream from disk.",
     )
+    chunk_chars: int = Field(
+        2000,
+        ge=100,
+        description="Size of a document_chunks chunk in characters (cut at headings and "
+        "paragraphs, so most are shorter).",
+    )
+    chunk_overlap: int = Field(
+        200,
+        ge=0,
+        description="Characters a chunk repeats of the one before it (at most half a chunk).",
+    )
     ocr_enabled: bool = Field(
         False,
         description="OCR image-only PDF pages with tesseract (needs the ocr extra and the "

@@ -16,8 +16,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from ingest import fetch, storage, sync
-from ingest.extract import batch
+from ingest import fetch, sync
+from ingest.extract import batch, structure
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
 from tasks.s3 import client_for
@@ -34,7 +34,7 @@ def _extract(
 ) -> ExtractSummary:
     with timed(settings.lake, noun="documents") as t:
         docs = batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
-        storage.stage(settings.lake, run_id, "documents", name, [d.as_row() for d in docs])
+        structure.stage_documents(settings.lake, run_id, name, docs)
         summary = batch.summarize(docs)
         t.items = len(docs)
         t.bytes = summary.bytes

@@ -26,6 +26,7 @@ from ingest import fetch, listing, s3, storage, sync
 from ingest.backoff import Backoff
 from ingest.errors import TerminalError
 from ingest.extract import batch as extraction
+from ingest.extract import structure
 from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
@@ -181,9 +182,7 @@ def fetch_batch(
         summary = sync.summarize(results)
         summary.name = batch.name
         if extract:
-            storage.stage(
-                settings.lake, spec.run_id, "documents", batch.name, [d.as_row() for d in docs]
-            )
+            structure.stage_documents(settings.lake, spec.run_id, batch.name, docs)
             summary.extracted = extraction.summarize(docs)
         t.items = len(results)
         t.bytes = summary.bytes

@@ -24,10 +24,15 @@ from ingest.extract.base import (
     Extraction,
     UnsupportedFormatError,
 )
+from ingest.extract.chunks import DEFAULT_OVERLAP, DEFAULT_SIZE, add_chunks
 from ingest.extract.detect import HEAD, detect_kind
+from ingest.extract.metadata import complete
 
-# Bump when a change to any extractor changes its output: every document is re-extracted.
-EXTRACTOR_VERSION = "1.0"
+# Bump when a change shared by every extractor changes its output: every document is
+# re-extracted. A change to one kind's extractor bumps that kind's code version instead
+# (``ingest.extract.provenance.CODE``): only the documents of that kind are re-extracted.
+# 2.0: pages, chunks, markdown, drawing data and common metadata for every kind.
+EXTRACTOR_VERSION = "2.0"
 
 IN_MEMORY_BYTES = 32 * 1024 * 1024
 # Kinds whose outcome the first bytes decide (the error names them): the rest of the file
@@ -70,7 +75,7 @@ def extract_document(
         kind = detect_kind(data, name)
     body: bytes | Path = data if data is not None else source
     try:
-        return _dispatch(kind, body, max_pages)
+        return complete(_dispatch(kind, body, max_pages))
     except EncryptedDocumentError as exc:
         return Extraction(kind=kind, status="encrypted", error=str(exc), extractor=_lib(kind))
     except UnsupportedFormatError as exc:
@@ -122,17 +127,25 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
 
 
 def extract_stored(
-    path: str, name: str, max_pages: int, in_memory_bytes: int, *, max_chars: int | None = None
+    path: str,
+    name: str,
+    max_pages: int,
+    in_memory_bytes: int,
+    chunk_chars: int = DEFAULT_SIZE,
+    chunk_overlap: int = DEFAULT_OVERLAP,
+    *,
+    max_chars: int | None = None,
 ) -> Extraction:
-    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``).
+    """The job a pool worker runs for one stored file (see ``ingest.extract.batch``): the
+    extraction, with its chunks for retrieval (``ingest.extract.chunks``).
 
     With ``max_chars``, a longer text is cut in the worker, before it travels to the
     flow's process: the row keeps the first ``max_chars`` characters, and its metadata
     says where it was cut and how long the whole text was (``text_cut``)."""
-    result = extract_document(
-        Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes
-    )
-    return cut_text(result, max_chars)
+    x = extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
+    x = cut_text(x, max_chars)
+    add_chunks(x, chunk_chars, chunk_overlap)
+    return x
 
 
 def cut_text(result: Extraction, max_chars: int | None) -> Extraction:

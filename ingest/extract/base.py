@@ -37,6 +37,9 @@ class Extraction:
     metadata: dict[str, Any] = field(default_factory=dict)
     extractor: str = ""
     error: str | None = None
+    # Structured outputs (ingest.extract.structure): "pages" (text of each page), "drawing"
+    # and "attributes" (DXF), "markdown"; plain lists and strings, cheap to send back.
+    structure: dict[str, Any] = field(default_factory=dict)
 
     def warn(self, message: str) -> None:
         """Keep a note about a document that was read anyway (a repaired file...)."""

@@ -4,7 +4,7 @@ Plain functions over injected settings and pools: ``tasks/extraction.py``
 wraps them for Prefect; tests and the benchmark call them directly.
 Which objects need extraction is decided with the listing (``ingest.changes``):
 new and changed objects, and unchanged ones whose ``documents`` row has another
-ETag or ``EXTRACTOR_VERSION``.
+ETag or extractor (``ingest.extract.provenance``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head
+from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head, provenance
 from ingest.extract.base import clean_text
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.ocr import ocr_unavailable
@@ -130,6 +130,7 @@ def extract_batch(
             settings.extract_max_pages,
             settings.extract_in_memory_bytes,
             **extra,
+            **chunk_options(settings, extractor),
         )
         futures.append(fut)
         waiting.append(fut)
@@ -144,7 +145,15 @@ def extract_batch(
     ]
     if settings.ocr_enabled:
         run_ocr(settings, docs, stored, ocr_pool)
+    provenance.stamp(docs, settings, keep=INTERRUPTED)  # each kind's exact extractor
     return docs
+
+
+def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:
+    """The chunk settings the default job takes (a test's hook keeps its own signature)."""
+    if extractor != DEFAULT_EXTRACTOR:
+        return {}
+    return {"chunk_chars": settings.chunk_chars, "chunk_overlap": settings.chunk_overlap}
 
 
 def to_document(
@@ -174,6 +183,7 @@ def to_document(
             metadata=x.metadata,
             extractor=x.extractor,
             error=x.error,
+            structure=x.structure,
             **base,
         )
     kind = _kind_of(path, key)

@@ -50,7 +50,15 @@ def extract_docx(source: bytes | Path) -> Extraction:
         extractor = "python-docx+xml"
         metadata["xml_only_paragraphs"] = len(extra)
     text = clean_text("\n".join(paragraphs + extra))
-    return Extraction(kind="docx", text=text, pages=1, metadata=metadata, extractor=extractor)
+    markdown = metadata.pop("_markdown", None)
+    return Extraction(
+        kind="docx",
+        text=text,
+        pages=1,
+        metadata=metadata,
+        extractor=extractor,
+        structure={"markdown": markdown} if markdown else {},
+    )
 
 
 def _with_python_docx(data: bytes) -> tuple[list[str], set[str], dict[str, Any]]:
@@ -77,7 +85,39 @@ def _with_python_docx(data: bytes) -> tuple[list[str], set[str], dict[str, Any]]
             metadata[name] = value
     if props.created:
         metadata["created"] = props.created.isoformat()
+    if props.modified:
+        metadata["modified"] = props.modified.isoformat()
+    application = _application(document)
+    if application:
+        metadata["application"] = application
+    metadata["_markdown"] = _markdown(document)
     return out, seen, metadata
+
+
+def _markdown(document: Any) -> str | None:
+    """The body as markdown (``ingest.extract.markdown``); None if it cannot be made."""
+    from ingest.extract.markdown import docx_markdown
+
+    try:
+        styles = {s.style_id: s.name for s in document.styles if s.style_id and s.name}
+        return docx_markdown(document.element.body, styles)
+    except (AttributeError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _application(document: Any) -> str | None:
+    """``Application`` (and ``AppVersion``) of ``docProps/app.xml``, the extended properties."""
+    for rel in document.part.package.rels.values():
+        if rel.reltype.endswith("/extended-properties") and not rel.is_external:
+            try:
+                root = ET.fromstring(rel.target_part.blob)
+            except (ET.ParseError, AttributeError):
+                return None
+            found = {_local(c.tag): (c.text or "").strip() for c in root}
+            name = found.get("Application", "")
+            version = found.get("AppVersion", "")
+            return f"{name} {version}".strip() or None
+    return None
 
 
 def _add_story(hf: Any, out: list[str], seen: set[str], seen_parts: set[int]) -> None:

@@ -228,11 +228,13 @@ def extract_dxf(source: bytes | Path) -> Extraction:
     walker = _Walker(doc)
     layouts: list[str] = []
     parts: list[str] = []
+    pages: list[str] = []  # one per layout, as ``pages`` counts them
     names = ["Model"] + [n for n in doc.layouts.names_in_taborder() if n.lower() != "model"]
     for name in names:
         layout = doc.layouts.get(name) if name != "Model" else doc.modelspace()
         texts = walker.layout_text(layout)
         layouts.append(name)
+        pages.append(clean_text(decode_dxf_escapes("\n".join(texts))))
         if texts:
             parts.append("\n".join(texts))
     text = clean_text(decode_dxf_escapes("\n\n".join(parts)))
@@ -250,8 +252,19 @@ def extract_dxf(source: bytes | Path) -> Extraction:
         value = doc.header.get(var)
         if value:
             metadata[name] = decode_dxf_escapes(str(value))
+    # From the file's own header: ezdxf sets both variables to the time of loading.
+    created, modified = (_julian(_header_value(data, v)) for v in ("TDCREATE", "TDUPDATE"))
+    if created:
+        metadata["created"] = created
+    if modified:
+        metadata["modified"] = modified
     result = Extraction(
-        kind="dxf", text=text, pages=len(layouts), metadata=metadata, extractor="ezdxf"
+        kind="dxf",
+        text=text,
+        pages=len(layouts),
+        metadata=metadata,
+        extractor="ezdxf",
+        structure={"pages": pages, **_drawing_data(doc)},
     )
     for w in warnings:
         result.warn(w)
@@ -262,3 +275,41 @@ def _release(version: str) -> str:
     from ezdxf.lldxf.const import acad_release
 
     return str(acad_release.get(version, version))
+
+
+def _drawing_data(doc: Any) -> dict[str, Any]:
+    """The drawing's attributes and header data (``ingest.extract.dxf_data``); a drawing
+    whose tables are damaged keeps its text without them."""
+    from ingest.extract import dxf_data
+
+    out: dict[str, Any] = {}
+    try:
+        out["attributes"] = dxf_data.attributes(doc, decode_dxf_escapes)
+    except (AttributeError, ValueError, TypeError, KeyError, IndexError):
+        out["attributes"] = []
+    try:
+        out["drawing"] = dxf_data.drawing(doc, decode_dxf_escapes)
+    except (AttributeError, ValueError, TypeError, KeyError, IndexError):
+        out["drawing"] = {"acadver": doc.dxfversion}
+    return out
+
+
+def _header_value(data: bytes, name: str) -> str | None:
+    """A header variable's value as the (ASCII) file has it, before ezdxf touches it."""
+    m = re.search(rb"\$" + name.encode() + rb"\s*\r?\n\s*\d+\s*\r?\n\s*([-0-9.eE+]+)", data[:65536])
+    return m.group(1).decode("ascii") if m else None
+
+
+def _julian(value: Any) -> str | None:
+    """``$TDCREATE`` / ``$TDUPDATE`` as an ISO timestamp: AutoCAD's Julian date, whose
+    whole part is the day number and fraction the local time of day since midnight."""
+    from datetime import UTC, datetime, timedelta
+
+    try:
+        days = float(value)
+    except (TypeError, ValueError):
+        return None
+    if days < 2_400_000 or days > 2_600_000:  # unset (0) or nonsense
+        return None
+    when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(days=days - 2440588.0)
+    return when.replace(tzinfo=None).isoformat(timespec="seconds")

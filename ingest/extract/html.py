@@ -14,7 +14,7 @@ import re
 from selectolax.lexbor import LexborHTMLParser
 
 from ingest.extract.base import Extraction, clean_text
-from ingest.extract.text import decode_bom, decode_utf8_or_detected
+from ingest.extract.text import decode_bom, decode_utf8_or_detected, encoding_confidence
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
 _XML_DECL = re.compile(rb"""^\s*<\?xml[^>]+encoding\s*=\s*["']([a-zA-Z0-9_.:-]+)""", re.I)
@@ -83,17 +83,50 @@ def extract_html(data: bytes) -> Extraction:
     title_node = tree.css_first("title")
     title = title_node.text(strip=True) if title_node else ""
     tree.strip_tags(_INVISIBLE)
+    root = tree.body or tree.root
+    markdown = _markdown(root)
     for node in tree.css(_BLOCKS):
         node.insert_after("\n")
-    root = tree.body or tree.root
     text = root.text(separator="") if root else ""
     metadata: dict[str, object] = {"encoding": encoding}
     if title:
         metadata["title"] = title
+    for name, field in (
+        ("author", "author"),
+        ("generator", "application"),
+        ("description", "description"),
+    ):
+        meta = tree.css_first(f'meta[name="{name}" i]')
+        content = meta.attributes.get("content") if meta else None
+        if content and content.strip():
+            metadata[field] = content.strip()
+    confidence = encoding_confidence(data, encoding)
+    if confidence is not None:
+        metadata["encoding_confidence"] = confidence
     lang = tree.css_first("html")
     if lang and lang.attributes.get("lang"):
         metadata["lang"] = lang.attributes["lang"]
     body = clean_text(text)
     if title and title not in body[: len(title) + 200]:
         body = clean_text(title + "\n" + body)
-    return Extraction(kind="html", text=body, pages=1, metadata=metadata, extractor="selectolax")
+    return Extraction(
+        kind="html",
+        text=body,
+        pages=1,
+        metadata=metadata,
+        extractor="selectolax",
+        structure={"markdown": markdown} if markdown else {},
+    )
+
+
+def _markdown(root: object) -> str | None:
+    """The page as markdown (``ingest.extract.markdown``), read before the line breaks the
+    text needs are inserted; None if it cannot be made."""
+    from ingest.extract.markdown import html_markdown
+
+    if root is None:
+        return None
+    try:
+        return html_markdown(root)
+    except (AttributeError, ValueError, TypeError, RecursionError):
+        return None

@@ -16,6 +16,7 @@ import io
 from pathlib import Path
 
 from ingest.extract.base import EncryptedDocumentError, ExtractError, Extraction, clean_text
+from ingest.extract.markdown import pdf_markdown, pdfium_lines
 
 _META_KEYS = {
     "Title": "title",
@@ -24,6 +25,7 @@ _META_KEYS = {
     "Creator": "creator",
     "Producer": "producer",
     "CreationDate": "created",
+    "ModDate": "modified",
 }
 
 
@@ -102,6 +104,7 @@ def _with_pdfium(data: bytes | Path, max_pages: int) -> Extraction:
     try:
         n = len(pdf)
         texts: list[str] = []
+        lines: list[list[tuple[str, float]]] = []  # per page, for the markdown
         needs_ocr = 0
         ocr_pages: list[int] = []
         for i in range(min(n, max_pages)):
@@ -110,6 +113,7 @@ def _with_pdfium(data: bytes | Path, max_pages: int) -> Extraction:
                 textpage = page.get_textpage()
                 try:
                     text = textpage.get_text_bounded()
+                    lines.append(pdfium_lines(textpage))
                 finally:
                     textpage.close()
                 if not text.strip() and _has_image(page, raw.FPDF_PAGEOBJ_IMAGE):
@@ -130,6 +134,7 @@ def _with_pdfium(data: bytes | Path, max_pages: int) -> Extraction:
         needs_ocr=needs_ocr,
         metadata=metadata,
         extractor="pypdfium2",
+        structure={"pages": [clean_text(t) for t in texts], "markdown": pdf_markdown(lines)},
     )
     if n > max_pages:
         result.warn(f"only the first {max_pages} of {n} pages were read")
@@ -189,4 +194,8 @@ def _with_pdfminer(data: bytes | Path, max_pages: int) -> Extraction:
         pages=len(texts),
         needs_ocr=needs_ocr,
         extractor="pdfminer.six",
+        structure={
+            "pages": [clean_text(t) for t in texts],
+            "markdown": pdf_markdown([[(line, 0.0) for line in t.splitlines()] for t in texts]),
+        },
     )

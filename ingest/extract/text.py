@@ -68,12 +68,26 @@ def decode_bytes(data: bytes) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), "utf-8 (with replacements)"
 
 
+def encoding_confidence(data: bytes, encoding: str) -> float | None:
+    """How sure the decoding is, from 0 to 1: 1.0 for a BOM or strict UTF-8 of non-ASCII
+    bytes; for an encoding charset-normalizer chose, 1 minus its "chaos" (the share of
+    the text that looks like mojibake); 0.0 for a decoding with replacements."""
+    if "replacements" in encoding:
+        return 0.0
+    if bom_encoding(data) or encoding == "utf-8":
+        return 1.0
+    best = from_bytes(data[: 256 * 1024]).best()
+    if best is None:
+        return None
+    return round(max(0.0, 1.0 - float(best.chaos)), 3)
+
+
 def extract_text_file(data: bytes, kind: str = "txt") -> Extraction:
     text, encoding = decode_bytes(data)
+    metadata: dict[str, object] = {"encoding": encoding}
+    confidence = encoding_confidence(data, encoding)
+    if confidence is not None:
+        metadata["encoding_confidence"] = confidence
     return Extraction(
-        kind=kind,
-        text=clean_text(text),
-        pages=1,
-        metadata={"encoding": encoding},
-        extractor="text",
+        kind=kind, text=clean_text(text), pages=1, metadata=metadata, extractor="text"
     )

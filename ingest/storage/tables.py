@@ -51,12 +51,94 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("chars", pa.int64()),
             ("needs_ocr", pa.int32()),
             ("text", pa.string()),
+            ("markdown", pa.string()),  # headings, lists and tables (ingest.extract.markdown)
             ("metadata", pa.string()),
             ("extractor", pa.string()),
             ("extractor_version", pa.string()),
             ("bytes", pa.int64()),
             ("seconds", pa.float64()),
             ("error", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
+    # Structured outputs of extraction (ingest.extract.structure), beside ``documents``:
+    # the text of each page (DOCX, HTML and text files are one page; a DXF drawing has a
+    # page per layout), each ATTRIB of a drawing's block references, and each drawing's
+    # header data. ``etag`` says which version of the object a row comes from.
+    "document_pages": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
+            ("page", pa.int32()),
+            ("text", pa.string()),
+            ("chars", pa.int64()),
+            ("extractor", pa.string()),
+            ("extractor_version", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
+    # Chunks for retrieval (ingest.extract.chunks): spans of a page's text, with a stable id.
+    "document_chunks": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
+            ("position", pa.int32()),  # 1, 2, ... in reading order
+            ("chunk_id", pa.string()),
+            ("page_start", pa.int32()),
+            ("page_end", pa.int32()),
+            ("heading", pa.string()),  # the heading path: "Materials > Pipes"
+            ("start", pa.int64()),  # the span in the page's text (document_pages.text)
+            ("end", pa.int64()),
+            ("text", pa.string()),
+            ("chars", pa.int64()),
+            ("extractor_version", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
+    "dxf_attributes": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
+            ("position", pa.int32()),  # 1, 2, ... in layout and drawing order
+            ("layout", pa.string()),
+            ("block", pa.string()),
+            ("tag", pa.string()),
+            ("value", pa.string()),
+            ("layer", pa.string()),
+            ("insert_x", pa.float64()),
+            ("insert_y", pa.float64()),
+            ("insert_z", pa.float64()),
+            ("handle", pa.string()),
+            ("extractor_version", pa.string()),
+            ("run_id", pa.string()),
+            ("extracted_at", _TS),
+        ]
+    ),
+    "dxf_drawings": pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("etag", pa.string()),
+            ("status", pa.string()),  # ok; deleted once the object is gone
+            ("acadver", pa.string()),
+            ("release", pa.string()),
+            ("insunits", pa.int32()),
+            ("units", pa.string()),
+            ("layers", pa.list_(pa.string())),
+            ("blocks", pa.list_(pa.string())),
+            ("layouts", pa.list_(pa.string())),
+            ("text_heights", pa.list_(pa.float64())),
+            ("attributes", pa.int32()),
+            ("extractor_version", pa.string()),
             ("run_id", pa.string()),
             ("extracted_at", _TS),
         ]
@@ -267,7 +349,7 @@ def _without(schema: pa.Schema, *names: str) -> pa.Schema:
 
 # History tables fed by a state table: the same rows (without the bulky text).
 SCHEMAS["s3_object_log"] = SCHEMAS["s3_objects"]
-SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text")
+SCHEMAS["document_log"] = _without(SCHEMAS["documents"], "text", "markdown")
 SCHEMAS["pull_request_log"] = _without(SCHEMAS["pull_requests"], "body")
 SCHEMAS["source_nights"] = SCHEMAS["source_freshness"]
 
@@ -355,6 +437,38 @@ SPECS: dict[str, TableSpec] = _Specs(
             parts=STATE_PARTS,
         ),
         TableSpec("document_log", "history", day_from="extracted_at"),
+        # Keyed by object and position, the object's key last: its hash is the ``part``.
+        TableSpec(
+            "document_pages",
+            "state",
+            keys=("bucket", "page", "key"),
+            newer="extracted_at",
+            sort=("bucket", "key", "page"),
+            parts=STATE_PARTS,
+        ),
+        TableSpec(
+            "document_chunks",
+            "state",
+            keys=("bucket", "position", "key"),
+            newer="extracted_at",
+            sort=("bucket", "key", "position"),
+            parts=STATE_PARTS,
+        ),
+        TableSpec(
+            "dxf_attributes",
+            "state",
+            keys=("bucket", "position", "key"),
+            newer="extracted_at",
+            sort=("bucket", "key", "position"),
+            parts=STATE_PARTS,
+        ),
+        TableSpec(
+            "dxf_drawings",
+            "state",
+            keys=("bucket", "key"),
+            newer="extracted_at",
+            sort=("bucket", "key"),
+        ),
         TableSpec("task_timings", "history", day_from="started_at"),
         TableSpec("flow_runs", "state", keys=("flow_run_id",), newer="ended_at"),
         TableSpec(
