@@ -23,7 +23,9 @@ from typing import Any
 import httpx
 
 from ingest import duck, storage
+from ingest.rest import typed
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
+from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
 
 
@@ -120,7 +122,12 @@ def write_listing(
     rows: Sequence[dict[str, Any]],
     sync: dict[str, Any],
 ) -> None:
-    storage.stage(data_dir, run_id, table, part, rows)
+    """Stage one listing's rows, typed (``ingest.rest.typed``): a column the table has keeps
+    its stored type."""
+    if rows:
+        stored = lake.stored_schema(data_dir, table)
+        types = {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
+        storage.stage(data_dir, run_id, table, part, typed.typed_table(rows, types))
     storage.stage(data_dir, run_id, "rest_syncs", f"{table}-{part}", [sync])
 
 

@@ -28,13 +28,14 @@ import logging
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 
-from ingest.storage import lake, staging
+from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import SPECS
+from ingest.storage.tables import RESOURCE_SCHEMA, SCHEMAS, SPECS, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,8 @@ def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
 def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str], txn: int) -> int:
     rows = staging.read_parts(data_dir, keys, table)
     spec = SPECS[table]
+    if is_resource_table(table):
+        rows = _evolve(data_dir, run_name, table, rows, txn)
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
         if spec.log:
@@ -156,6 +159,36 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
     else:
         lake.append(data_dir, table, rows, txn=(_app_id(run_name, table), txn))
     return rows.num_rows
+
+
+def _evolve(data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: int) -> pa.Table:
+    """A resource table's rows reconciled with its stored columns, the changes recorded
+    in ``schema_history`` before the rows that bring them are committed."""
+    stored = lake.stored_schema(data_dir, table)
+    rows, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+    if changes and rows.num_rows:
+        first = rows.slice(0, 1).to_pylist()[0]
+        now = datetime.now(UTC)
+        history = [
+            {
+                "source": first["source"],
+                "resource": first["resource"],
+                "table_name": table,
+                "column_name": c.column,
+                "change": c.kind,
+                "old_type": c.old_type,
+                "new_type": c.new_type,
+                "base_column": c.base or None,
+                "run_id": first["run_id"],
+                "changed_at": now,
+            }
+            for c in changes
+        ]
+        batch = pa.Table.from_pylist(history, schema=SCHEMAS["schema_history"])
+        lake.append(
+            data_dir, "schema_history", batch, txn=(_app_id(run_name, f"{table}:schema"), txn)
+        )
+    return rows
 
 
 def recover(

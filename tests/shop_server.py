@@ -1,0 +1,72 @@
+"""A small nested-JSON shop API on loopback (real HTTP, a thread of this process) for the
+typed-table tests: ``GET /orders`` pages ``{"data": [...], "next_cursor": "..."}`` over
+the orders a test sets (``ShopServer.orders``), ``limit`` records a page."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+class ShopServer:
+    def __init__(self, orders: list[dict[str, Any]] | None = None) -> None:
+        self.orders: list[dict[str, Any]] = list(orders or [])
+        self.requests: list[str] = []
+        shop = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                shop.requests.append(self.path)
+                if url.path != "/orders":
+                    self.send_error(404)
+                    return
+                offset = int(query.get("cursor") or 0)
+                limit = int(query.get("limit") or 10)
+                items = shop.orders[offset : offset + limit]
+                more = offset + limit < len(shop.orders)
+                body = json.dumps(
+                    {"data": items, "next_cursor": str(offset + limit) if more else None}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ShopServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def order(n: int, **extra: Any) -> dict[str, Any]:
+    """Order ``n``: a customer object, a list of lines, nullable fields, ISO timestamps."""
+    record: dict[str, Any] = {
+        "id": n,
+        "createdAt": f"2025-03-{1 + n % 28:02d}T10:{n % 60:02d}:00+02:00",
+        "ship_date": f"2025-04-{1 + n % 28:02d}",
+        "total": n * 10 if n % 2 else n * 10 + 0.5,  # integers and fractions mixed
+        "paid": n % 3 == 0,
+        "note": None if n < 15 else f"note {n}",  # null on the first page
+        "status": "open",
+        "customer": {"id": 1000 + n, "name": f"Customer {n}", "address": {"city": "Lyon"}},
+        "lines": [{"sku": f"S{n}-{i}", "qty": i + 1, "price": 2.5} for i in range(n % 3 + 1)],
+        "tags": ["a", "b"][: n % 3],
+    }
+    record.update(extra)
+    return record

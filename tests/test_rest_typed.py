@@ -1,0 +1,171 @@
+"""Typed resource tables: columns inferred from the records of a nested-JSON API (a real
+HTTP server on loopback, ``tests.shop_server``), flattened, evolving from run to run, and
+shown with their types by the DuckDB views, also in a copied data folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from ingest import storage
+from ingest.rest import typed
+from ingest.rest.run import fetch_source
+from ingest.rest.source import Source, parse_source
+from ingest.settings import Settings
+from tests.shop_server import ShopServer, order
+
+
+def shop_source(shop: ShopServer) -> Source:
+    spec = {
+        "name": "shop",
+        "client": {
+            "base_url": shop.url,
+            "paginator": {
+                "type": "cursor",
+                "cursor_path": "next_cursor",
+                "cursor_param": "cursor",
+                "page_size": 10,
+                "page_size_param": "limit",
+            },
+        },
+        "resource_defaults": {"primary_key": "id", "endpoint": {"data_selector": "data"}},
+        "resources": [{"name": "orders", "endpoint": {"path": "orders"}}],
+    }
+    return parse_source(json.dumps(spec), "shop.yaml")
+
+
+def run(shop: ShopServer, data_dir: Path, run_id: str) -> None:
+    summary = fetch_source(Settings(data_dir=data_dir), shop_source(shop), run_id=run_id)
+    assert summary.complete
+    storage.commit_run(data_dir, run_id)
+
+
+def types(data_dir: Path, table: str = "shop__orders") -> dict[str, str]:
+    _, rows = storage.query(data_dir, f"DESCRIBE {table}")
+    return {name: kind for name, kind, *_ in rows}
+
+
+def test_columns_are_typed_from_the_records_and_the_record_is_kept(data_dir: Path) -> None:
+    with ShopServer([order(n) for n in range(1, 31)]) as shop:
+        run(shop, data_dir, "run-1")
+    got = types(data_dir)
+    # the fixed columns stay as they were
+    assert list(got)[:8] == storage.SCHEMAS["shop__orders"].names
+    assert {c: got[c] for c in got if c not in storage.SCHEMAS["shop__orders"].names} == {
+        "id": "BIGINT",
+        "created_at": "TIMESTAMP WITH TIME ZONE",  # createdAt, in snake case as dlt names it
+        "ship_date": "DATE",
+        "total": "DOUBLE",  # integers and fractions in one field
+        "paid": "BOOLEAN",
+        "note": "VARCHAR",  # null on the first page, typed from the values after
+        "status": "VARCHAR",
+        "customer__id": "BIGINT",
+        "customer__name": "VARCHAR",
+        "customer__address__city": "VARCHAR",
+    }
+    _, rows = storage.query(
+        data_dir,
+        "SELECT id, created_at, ship_date, total, paid, note, customer__name, data "
+        "FROM shop__orders WHERE id IN (2, 15) ORDER BY id",
+    )
+    (two, fifteen) = rows
+    assert two[:7] == (
+        2,
+        datetime(2025, 3, 3, 8, 2, tzinfo=UTC),  # 10:02+02:00 in UTC
+        datetime(2025, 4, 3).date(),
+        20.5,
+        False,
+        None,
+        "Customer 2",
+    )
+    assert fifteen[3] == 150.0 and fifteen[4] is True and fifteen[5] == "note 15"
+    assert json.loads(two[7])["lines"] == order(2)["lines"]  # what typing leaves, kept whole
+
+
+def test_a_second_run_adds_columns_types_late_nulls_and_keeps_a_changed_type(
+    data_dir: Path,
+) -> None:
+    with ShopServer([order(n, note=None) for n in range(1, 11)]) as shop:
+        run(shop, data_dir, "run-1")
+        assert "note" not in types(data_dir)  # no value yet, no column yet
+        shop.orders = [order(n) for n in range(11, 21)]
+        shop.orders[0]["total"] = "unknown"  # was a number
+        shop.orders[1]["coupon"] = "SPRING"  # a new field
+        for o in shop.orders:
+            del o["status"]  # a field gone
+        run(shop, data_dir, "run-2")
+    got = types(data_dir)
+    assert got["note"] == "VARCHAR" and got["coupon"] == "VARCHAR"
+    assert got["total"] == "DOUBLE" and got["total__v_text"] == "VARCHAR"
+    assert got["status"] == "VARCHAR"  # a disappeared field stays a column
+    _, rows = storage.query(
+        data_dir,
+        "SELECT id, total, total__v_text, coupon, status, note FROM shop__orders "
+        "WHERE id IN (1, 11, 12) ORDER BY id",
+    )
+    assert rows == [
+        (1, 10.0, None, None, "open", None),  # older rows read null in the new columns
+        (11, None, "unknown", None, None, None),  # the value kept, never lost
+        (12, 120.5, None, "SPRING", None, None),
+    ]
+    _, history = storage.query(
+        data_dir,
+        "SELECT run_id, column_name, change, old_type, new_type, base_column "
+        "FROM schema_history WHERE run_id = 'run-2' ORDER BY column_name",
+    )
+    assert history == [
+        ("run-2", "coupon", "added", None, "VARCHAR", None),
+        ("run-2", "note", "added", None, "VARCHAR", None),
+        ("run-2", "total__v_text", "variant", "DOUBLE", "VARCHAR", "total"),
+    ]
+
+
+def test_a_copied_data_folder_reads_its_own_files_with_the_types(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    with ShopServer([order(n) for n in range(1, 21)]) as shop:
+        run(shop, data_dir, "run-1")
+    assert storage.refresh_warehouse(data_dir)
+    copy = tmp_path / "copied"
+    shutil.copytree(data_dir, copy)
+    with duckdb.connect(str(copy / "warehouse.duckdb"), read_only=True) as con:
+        sql = " ".join(s for (s,) in con.execute("SELECT sql FROM duckdb_views()").fetchall())
+        described = {n: t for n, t, *_ in con.execute("DESCRIBE shop__orders").fetchall()}
+    assert str(data_dir) not in sql and str(copy) not in sql  # no absolute path in a view
+    assert described["created_at"] == "TIMESTAMP WITH TIME ZONE" and described["id"] == "BIGINT"
+    shutil.rmtree(data_dir)  # the original gone: the copy still reads its own files
+    with duckdb.connect(str(copy / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*), sum(id) FROM shop__orders").fetchall() == [(20, 210)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2024-05-01T12:00:00Z", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01 12:00:00.5-01:00", datetime(2024, 5, 1, 13, 0, 0, 500000, tzinfo=UTC)),
+        ("2024-05-01T12:00:00", None),  # no time zone: text
+        ("2024-13-01T12:00:00Z", None),  # no such month
+        ("12:00", None),
+    ],
+)
+def test_iso_timestamps_need_a_time_zone(value: str, expected: datetime | None) -> None:
+    assert typed.parse_timestamp(value) == expected
+
+
+def test_names_values_and_variants() -> None:
+    assert typed.normalize("createdAt") == "created_at"
+    assert typed.normalize("a-b c") == "a_b_c"
+    assert typed.flatten({"key": 1, "a": {"b": {"cD": 2}}, "l": [1]}) == {"key_": 1, "a__b__c_d": 2}
+    records: list[dict[str, Any]] = [{"n": 1}, {"n": 2**70}, {"n": "x"}, {"n": 2.5}]
+    cols = typed.typed_columns(records, {"n": pa.int64()})
+    assert cols["n"].to_pylist() == [1, None, None, None]
+    assert cols["n__v_decimal"].to_pylist()[1] == 2**70
+    assert cols["n__v_text"].to_pylist()[2] == "x"
+    assert cols["n__v_double"].to_pylist()[3] == 2.5
