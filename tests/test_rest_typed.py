@@ -169,3 +169,36 @@ def test_names_values_and_variants() -> None:
     assert cols["n__v_decimal"].to_pylist()[1] == 2**70
     assert cols["n__v_text"].to_pylist()[2] == "x"
     assert cols["n__v_double"].to_pylist()[3] == 2.5
+
+
+def test_nested_lists_are_child_tables_replaced_with_their_parent(data_dir: Path) -> None:
+    with ShopServer([order(n) for n in range(1, 13)]) as shop:
+        run(shop, data_dir, "run-1")
+        got = types(data_dir, "shop__orders__lines")
+        assert {c: got[c] for c in ("_index", "_root_key", "sku", "qty", "price")} == {
+            "_index": "BIGINT",
+            "_root_key": "VARCHAR",
+            "sku": "VARCHAR",
+            "qty": "BIGINT",
+            "price": "DOUBLE",
+        }
+        assert types(data_dir, "shop__orders__tags")["value"] == "VARCHAR"  # scalars
+        _, rows = storage.query(
+            data_dir,
+            "SELECT o.id, l._index, l.sku, l.qty FROM shop__orders o "
+            "JOIN shop__orders__lines l ON l.parent_key = o.key WHERE o.id = 2 ORDER BY 2",
+        )
+        assert rows == [(2, 0, "S2-0", 1), (2, 1, "S2-1", 2), (2, 2, "S2-2", 3)]
+        # order 2 loses two lines and order 5 all of its tags; order 3 is not fetched again
+        shop.orders = [order(2, lines=[{"sku": "NEW", "qty": 9, "price": 1}]), order(5, tags=[])]
+        run(shop, data_dir, "run-2")
+    _, rows = storage.query(
+        data_dir,
+        "SELECT parent_key, sku, qty FROM shop__orders__lines WHERE parent_key IN "
+        "('2', '3') ORDER BY parent_key, _index",
+    )
+    assert rows == [("2", "NEW", 9), ("3", "S3-0", 1)]  # no stale line remains
+    _, rows = storage.query(
+        data_dir, "SELECT count(*) FROM shop__orders__tags WHERE parent_key = '5'"
+    )
+    assert rows == [(0,)]

@@ -125,10 +125,28 @@ def write_listing(
     """Stage one listing's rows, typed (``ingest.rest.typed``): a column the table has keeps
     its stored type."""
     if rows:
-        stored = lake.stored_schema(data_dir, table)
-        types = {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
-        storage.stage(data_dir, run_id, table, part, typed.typed_table(rows, types))
+        records = [json.loads(r["data"]) for r in rows]
+        storage.stage(
+            data_dir,
+            run_id,
+            table,
+            part,
+            typed.typed_table(rows, _types(data_dir, table), records=records),
+        )
+        # each nested list a child table; a parent's stored children are replaced by its
+        # current list when the parent is committed (see commit.replace_children)
+        for child, c in typed.child_tables(table, rows, records).items():
+            if c.rows:
+                batch = typed.typed_table(
+                    c.rows, _types(data_dir, child), records=c.records, index=c.index, roots=c.roots
+                )
+                storage.stage(data_dir, run_id, child, part, batch)
     storage.stage(data_dir, run_id, "rest_syncs", f"{table}-{part}", [sync])
+
+
+def _types(data_dir: DataDir, table: str) -> dict[str, Any]:
+    stored = lake.stored_schema(data_dir, table)
+    return {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
 
 
 def write_run(

@@ -10,7 +10,8 @@ becomes a column of its own, typed from its values:
   ``...+02:00``) -> ``TIMESTAMP WITH TIME ZONE`` (UTC); ``YYYY-MM-DD`` -> ``DATE``;
   any other string -> ``VARCHAR``;
 * a nested object is flattened: ``customer.address.city`` -> ``customer__address__city``;
-* a list is not a column (see ``ingest.rest`` child tables); it stays in ``data``;
+* a list is a child table (``child_tables``): ``shop__orders__lines``, one row per
+  element, linked to its parent row by ``parent_key`` and ``_index``;
 * a field that is null in every record so far has no column yet: it gets one, typed,
   when its first value arrives.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -189,13 +191,86 @@ def typed_columns(
     return {c: pa.array(values[c], types[c]) for c in values}
 
 
+INDEX = "_index"  # a child row's position in its parent's list (no field is named so)
+ROOT = "_root_key"  # a child row's top-level record's key: its rows are replaced together
+
+
 def typed_table(
-    rows: Sequence[Mapping[str, Any]], stored: Mapping[str, pa.DataType] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    stored: Mapping[str, pa.DataType] | None = None,
+    *,
+    records: Sequence[Mapping[str, Any]] | None = None,
+    index: Sequence[int] | None = None,
+    roots: Sequence[str] | None = None,
 ) -> pa.Table:
     """Resource-table rows (``RESOURCE_SCHEMA``, the record as JSON in ``data``) with the
-    record's typed columns beside them."""
+    record's typed columns beside them (``records``: the records, when not ``data``'s;
+    ``index``: a child table's positions)."""
     base = pa.Table.from_pylist([dict(r) for r in rows], schema=RESOURCE_SCHEMA)
-    records = [json.loads(r["data"]) if r.get("data") else {} for r in rows]
+    if records is None:
+        records = [json.loads(r["data"]) if r.get("data") else {} for r in rows]
+    if index is not None:
+        base = base.append_column(pa.field(INDEX, pa.int64()), pa.array(index, pa.int64()))
+    if roots is not None:
+        base = base.append_column(pa.field(ROOT, pa.string()), pa.array(roots, pa.string()))
     for column, array in typed_columns(records, stored).items():
         base = base.append_column(pa.field(column, array.type), array)
     return base
+
+
+@dataclass(slots=True)
+class Child:
+    """The rows of one child table: a nested list's elements, each linked to its parent
+    row's key (``parent_key``) with its position in the list (``_index``)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Mapping[str, Any]] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+
+
+def child_tables(
+    table: str, rows: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]
+) -> dict[str, Child]:
+    """Child table name -> rows, for every nested list of the records (in nested objects
+    too, and lists in the elements of lists: ``shop__orders__lines__discounts``).
+
+    An element that is an object is typed like a record; a scalar element goes to the
+    column ``value``. Lists of scalars are child tables too, not list columns: their
+    elements are then typed, evolve and get variant columns like any field, and a
+    person queries one shape of table."""
+    out: dict[str, Child] = {}
+
+    def walk(
+        name: str, parent: Mapping[str, Any], row: Mapping[str, Any], prefix: str, root: str
+    ) -> None:
+        for fname, value in parent.items():
+            column = f"{prefix}{normalize(str(fname))}"
+            if isinstance(value, Mapping):
+                walk(name, value, row, f"{column}{SEP}", root)
+            elif isinstance(value, list):
+                child = f"{name}{SEP}{column}"
+                into = out.setdefault(child, Child())
+                for i, element in enumerate(value):
+                    key = f"{row['key']}/{column}/{i}"
+                    element_row = {
+                        "key": key,
+                        "parent_key": row["key"],
+                        "source": row["source"],
+                        "resource": child.partition(SEP)[2],
+                        "cursor": None,
+                        "data": json.dumps(element, separators=(",", ":"), default=str),
+                        "run_id": row["run_id"],
+                        "fetched_at": row["fetched_at"],
+                    }
+                    record = element if isinstance(element, Mapping) else {"value": element}
+                    into.rows.append(element_row)
+                    into.records.append(record)
+                    into.index.append(i)
+                    into.roots.append(root)
+                    if isinstance(element, Mapping):
+                        walk(child, element, element_row, "", root)
+
+    for row, record in zip(rows, records, strict=True):
+        walk(table, record, row, "", row["key"])
+    return out

@@ -154,6 +154,8 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
         rows = _evolve(data_dir, run_name, table, rows, txn)
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
+        if is_resource_table(table):
+            replace_children(data_dir, table, rows)
         if spec.log:
             lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), txn))
     else:
@@ -189,6 +191,27 @@ def _evolve(data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: i
             data_dir, "schema_history", batch, txn=(_app_id(run_name, f"{table}:schema"), txn)
         )
     return rows
+
+
+def replace_children(data_dir: DataDir, table: str, rows: pa.Table) -> None:
+    """Delete the stored rows of ``table``'s child tables (its nested lists, at any depth)
+    whose top-level record is among ``rows``, but those of the run that brought them: the
+    run's own child rows, committed after their parents, then stand alone, and a line gone
+    from an order is gone from its table. Replayed after the children were committed, it
+    deletes nothing (the stored children are the run's)."""
+    children = [t for t in files(data_dir).children(lake.LAKE_DIR) if t.startswith(f"{table}__")]
+    if not children or not rows.num_rows:
+        return
+    keys = ", ".join("'" + k.replace("'", "''") + "'" for k in set(rows.column("key").to_pylist()))
+    runs = ", ".join(
+        "'" + r.replace("'", "''") + "'" for r in set(rows.column("run_id").to_pylist()) if r
+    )
+    for child in children:
+        dt = lake.open_table(data_dir, child)
+        if dt is None:
+            continue
+        predicate = f"_root_key IN ({keys})" + (f" AND run_id NOT IN ({runs})" if runs else "")
+        lake.with_commit_retries(lambda dt=dt, p=predicate: dt.delete(p), child)
 
 
 def recover(
