@@ -13,11 +13,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
+from cli.main import app
 from ingest import storage
 from ingest.rest import typed
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
+from ingest.rest.summary import markdown, schema_line
 from ingest.settings import Settings
 from tests.shop_server import ShopServer, order
 
@@ -202,3 +205,33 @@ def test_nested_lists_are_child_tables_replaced_with_their_parent(data_dir: Path
         data_dir, "SELECT count(*) FROM shop__orders__tags WHERE parent_key = '5'"
     )
     assert rows == [(0,)]
+
+
+def test_schema_changes_in_the_summary_and_by_ingest_schema(data_dir: Path) -> None:
+    settings = Settings(data_dir=data_dir)
+    with ShopServer([order(n) for n in range(1, 6)]) as shop:
+        run(shop, data_dir, "run-1")
+        shop.orders = [order(6, total="n/a", gift=True)]
+        summary = fetch_source(settings, shop_source(shop), run_id="run-2")
+    lines = {schema_line(c) for c in summary.schema_changes}
+    assert lines == {
+        "shop__orders.gift: added (BOOLEAN)",
+        "shop__orders.total__v_text: variant (DOUBLE -> VARCHAR)",
+    }
+    assert "- `shop__orders.gift: added (BOOLEAN)`" in markdown(summary, "shop")
+    storage.commit_run(data_dir, "run-2")
+    result = CliRunner().invoke(
+        app, ["schema", "shop", "orders", "--data-dir", str(data_dir), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    got = [
+        (r["table_name"], r["column_name"], r["change"], r["run_id"])
+        for r in json.loads(result.output)
+    ]
+    assert ("shop__orders__lines", "sku", "added", "run-1") in got  # its child tables too
+    assert [g for g in got if g[3] == "run-2"] == [
+        ("shop__orders", "gift", "added", "run-2"),
+        ("shop__orders", "total__v_text", "variant", "run-2"),
+    ]
+    other = CliRunner().invoke(app, ["schema", "nosuch", "--data-dir", str(data_dir), "-f", "json"])
+    assert other.exit_code == 0 and json.loads(other.output) == []

@@ -620,7 +620,9 @@ async def _fetch(
         summary.seconds = time.perf_counter() - started
         return summary
     assert runner is not None
-    return summarize(runner, client, time.perf_counter() - started)
+    summary = summarize(runner, client, time.perf_counter() - started)
+    summary.schema_changes = store.staged_schema_changes(settings.lake, run_id, source.name)
+    return summary
 
 
 def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSummary:

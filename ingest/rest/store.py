@@ -27,6 +27,7 @@ from ingest.rest import typed
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
+from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
 
 
 @dataclass(slots=True)
@@ -147,6 +148,32 @@ def write_listing(
 def _types(data_dir: DataDir, table: str) -> dict[str, Any]:
     stored = lake.stored_schema(data_dir, table)
     return {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
+
+
+def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[dict[str, Any]]:
+    """The column changes the run's staged rows bring to the source's tables (what their
+    commit records in ``schema_history``), read from the staged parts' footers: for the
+    run's summary, before the commit."""
+    out: list[dict[str, Any]] = []
+    for table in storage.staging.staged_tables(data_dir, run_id):
+        if not table.startswith(f"{source}{RESOURCE_SEPARATOR}"):
+            continue
+        parts = []
+        for key in storage.staging.parts(data_dir, run_id, table):
+            part = storage.staging.read_part(data_dir, key)
+            if part is not None:
+                parts.append(part.slice(0, 0))
+        if not parts:
+            continue
+        stored = lake.stored_schema(data_dir, table)
+        rows = evolve.unify(parts)
+        _, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+        out += [
+            {"table": table, "column": c.column, "change": c.kind}
+            | {"old_type": c.old_type, "new_type": c.new_type}
+            for c in changes
+        ]
+    return out
 
 
 def write_run(
