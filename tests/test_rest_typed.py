@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from ingest import storage
 from ingest.rest import typed
+from ingest.rest.errors import SchemaContractError, SourceError
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
 from ingest.rest.summary import markdown, schema_line
@@ -25,7 +26,8 @@ from ingest.settings import Settings
 from tests.shop_server import ShopServer, order
 
 
-def shop_source(shop: ShopServer) -> Source:
+def shop_source(shop: ShopServer, **orders: Any) -> Source:
+    """The shop's source; ``orders``: keys of the orders resource (dlt's)."""
     spec = {
         "name": "shop",
         "client": {
@@ -39,13 +41,14 @@ def shop_source(shop: ShopServer) -> Source:
             },
         },
         "resource_defaults": {"primary_key": "id", "endpoint": {"data_selector": "data"}},
-        "resources": [{"name": "orders", "endpoint": {"path": "orders"}}],
+        "resources": [{"name": "orders", "endpoint": {"path": "orders"}, **orders}],
     }
     return parse_source(json.dumps(spec), "shop.yaml")
 
 
-def run(shop: ShopServer, data_dir: Path, run_id: str) -> None:
-    summary = fetch_source(Settings(data_dir=data_dir), shop_source(shop), run_id=run_id)
+def run(shop: ShopServer, data_dir: Path, run_id: str, **orders: Any) -> None:
+    source = shop_source(shop, **orders)
+    summary = fetch_source(Settings(data_dir=data_dir), source, run_id=run_id)
     assert summary.complete
     storage.commit_run(data_dir, run_id)
 
@@ -235,3 +238,130 @@ def test_schema_changes_in_the_summary_and_by_ingest_schema(data_dir: Path) -> N
     ]
     other = CliRunner().invoke(app, ["schema", "nosuch", "--data-dir", str(data_dir), "-f", "json"])
     assert other.exit_code == 0 and json.loads(other.output) == []
+
+
+def count(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
+    return storage.query(data_dir, sql)[1]
+
+
+def test_dlt_keys_are_accepted_and_a_wrong_one_is_refused_with_its_line() -> None:
+    text = """
+name: shop
+client: {base_url: "http://127.0.0.1:9/"}
+schema_contract: {columns: evolve}
+resource_defaults:
+  primary_key: id
+  write_disposition: {disposition: merge, strategy: upsert}
+  schema_contract: evolve
+resources:
+  - name: orders
+    write_disposition: merge
+    merge_key: day
+    columns: {deleted: {hard_delete: true}}
+    endpoint: {path: orders}
+  - name: events
+    write_disposition: append
+    schema_contract: {tables: freeze, columns: discard_value, data_type: discard_row}
+    endpoint: {path: events}
+"""
+    source = parse_source(text, "dlt.yaml")
+    orders, events = (source.resolved(r) for r in source.resources)
+    assert (orders.disposition, orders.merge_fields, orders.hard_delete) == (
+        "merge",
+        ["day"],
+        "deleted",
+    )
+    assert events.disposition == "append" and events.contract.data_type == "discard_row"
+    bad = text.replace("data_type: discard_row", "data_type: discard_it")
+    with pytest.raises(SourceError, match=r"dlt.yaml:17: resources.1.schema_contract"):
+        parse_source(bad, "dlt.yaml")
+
+
+def test_append_replace_merge_key_and_hard_delete(data_dir: Path, tmp_path: Path) -> None:
+    with ShopServer([order(n) for n in range(1, 6)]) as shop:
+        run(shop, data_dir, "a-1", write_disposition="append")
+        run(shop, data_dir, "a-2", write_disposition="append")
+        assert count(data_dir, "SELECT count(*), count(DISTINCT id) FROM shop__orders") == [(10, 5)]
+        # replace: a complete listing's rows are the table, child rows too
+        replaced = tmp_path / "replaced"
+        run(shop, replaced, "r-1", write_disposition="replace")
+        shop.orders = [order(n) for n in (2, 3)]
+        run(shop, replaced, "r-2", write_disposition="replace")
+        assert count(replaced, "SELECT id FROM shop__orders ORDER BY id") == [(2,), (3,)]
+        assert count(replaced, "SELECT DISTINCT _root_key FROM shop__orders__lines ORDER BY 1") == [
+            ("2",),
+            ("3",),
+        ]
+        # hard_delete: the flagged order and its lines go
+        deleted = tmp_path / "deleted"
+        shop.orders = [order(n) for n in range(1, 6)]
+        hint = {"columns": {"deleted": {"hard_delete": True}}}
+        run(shop, deleted, "d-1", **hint)
+        shop.orders = [order(3, deleted=True)]
+        run(shop, deleted, "d-2", **hint)
+        assert count(deleted, "SELECT id FROM shop__orders ORDER BY id") == [(1,), (2,), (4,), (5,)]
+        assert count(deleted, "SELECT count(*) FROM shop__orders__lines WHERE _root_key = '3'") == [
+            (0,)
+        ]
+        # merge_key: a day's orders replace the stored orders of that day
+        keyed = tmp_path / "keyed"
+        shop.orders = [order(n, day="mon" if n < 4 else "tue") for n in range(1, 7)]
+        run(shop, keyed, "k-1", merge_key="day")
+        shop.orders = [order(2, day="mon")]
+        run(shop, keyed, "k-2", merge_key="day")
+        assert count(keyed, "SELECT id, day FROM shop__orders ORDER BY id") == [
+            (2, "mon"),
+            (4, "tue"),
+            (5, "tue"),
+            (6, "tue"),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("contract", "stored"),
+    [
+        # a new field: the order bringing it is not stored, or stored without the value
+        ({"columns": "discard_row"}, [(1, 10.0), (2, 20.5), (4, 40.5)]),
+        ({"columns": "discard_value"}, [(1, 10.0), (2, 20.5), (3, 30.0), (4, 40.5)]),
+        # a value of another type
+        ({"data_type": "discard_row"}, [(1, 10.0), (2, 20.5), (4, 40.5)]),
+        ({"data_type": "discard_value"}, [(1, 10.0), (2, 20.5), (3, None), (4, 40.5)]),
+    ],
+)
+def test_schema_contract_discards(
+    data_dir: Path, contract: dict[str, str], stored: list[tuple[Any, ...]]
+) -> None:
+    change = {"coupon": "X"} if "columns" in contract else {"total": "n/a"}
+    with ShopServer([order(1), order(2)]) as shop:
+        run(shop, data_dir, "run-1", schema_contract=contract)
+        shop.orders = [order(3, **change), order(4)]
+        run(shop, data_dir, "run-2", schema_contract=contract)
+    got = types(data_dir)
+    assert "coupon" not in got and "total__v_text" not in got
+    assert count(data_dir, "SELECT id, total FROM shop__orders ORDER BY id") == stored
+    if "discard_value" in contract.values():  # the value stays in the record
+        name, value = next(iter(change.items()))
+        got_value = count(data_dir, f"SELECT data->>'{name}' FROM shop__orders WHERE id = 3")
+        assert got_value == [(value,)]
+
+
+@pytest.mark.parametrize(
+    ("contract", "change", "field"),
+    [
+        ({"columns": "freeze"}, {"coupon": "X"}, "coupon"),
+        ({"data_type": "freeze"}, {"total": "n/a"}, "total"),
+        ({"tables": "freeze"}, {"gifts": [{"sku": "G"}]}, "shop__orders__gifts"),
+    ],
+)
+def test_a_frozen_contract_fails_the_run_naming_the_field(
+    data_dir: Path, contract: dict[str, str], change: dict[str, Any], field: str
+) -> None:
+    with ShopServer([order(1)]) as shop:
+        run(shop, data_dir, "run-1", schema_contract=contract)
+        shop.orders = [order(2, **change)]
+        with pytest.raises(SchemaContractError, match=field):
+            fetch_source(
+                Settings(data_dir=data_dir),
+                shop_source(shop, schema_contract=contract),
+                run_id="run-2",
+            )

@@ -139,7 +139,13 @@ class SourceRun:
                 listings = self._children(resource, table, parent[0])
             self.listings[resource.name] = listings
             await asyncio.gather(*(self._list(x) for x in listings))
-            if not self.full_refresh:
+            # replace and a merge_key keep the run's rows whole (the others go); append
+            # keys them by run
+            if (
+                not self.full_refresh
+                and resource.disposition == "merge"
+                and not (resource.merge_key)
+            ):
                 await asyncio.to_thread(self._drop_unchanged, table, listings)
 
     def _drop_unchanged(self, table: str, listings: list[Listing]) -> None:
@@ -298,7 +304,8 @@ class SourceRun:
                 if oldest is None or cursor_order(cursor) < cursor_order(oldest):
                     oldest = cursor
             listing.rows[key] = {
-                "key": key,
+                # append: every run's rows kept beside the earlier ones
+                "key": f"{key}@{self.run_id}" if resource.disposition == "append" else key,
                 "parent_key": listing.parent_key or None,
                 "source": self.source.name,
                 "resource": resource.name,
@@ -591,6 +598,7 @@ async def _fetch(
                         part,
                         list(listing.rows.values()),
                         runner.sync_row(listing),
+                        listing.resource,
                     )
         window = client.window
         assert window is not None

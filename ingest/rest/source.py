@@ -159,6 +159,37 @@ class Incremental(_Strict):
     )
 
 
+Disposition = Literal["append", "replace", "merge"]
+ContractMode = Literal["evolve", "freeze", "discard_row", "discard_value"]
+
+
+class WriteDisposition(_Strict):
+    """dlt's long form, ``{disposition: merge, strategy: upsert}``: both merge strategies
+    dlt names for a primary key upsert the same way here."""
+
+    disposition: Disposition
+    strategy: Literal["delete-insert", "upsert"] | None = None
+
+
+class SchemaContract(_Strict):
+    """dlt's schema contract, per entity: what a new table (a nested list's, once its
+    parent's table exists), a new column, or a value of another type than its column's
+    does: ``evolve`` (added; a variant column), ``freeze`` (the run fails, naming the
+    field), ``discard_row`` (the record is not stored), ``discard_value`` (the value is
+    not stored in its column; the record keeps it in ``data``)."""
+
+    tables: ContractMode = "evolve"
+    columns: ContractMode = "evolve"
+    data_type: ContractMode = "evolve"
+
+
+class ColumnHint(_Strict):
+    """dlt's column hints that apply here: ``hard_delete`` (a true value deletes the
+    stored row, and its child rows, instead of storing it)."""
+
+    hard_delete: bool = False
+
+
 class Endpoint(_Strict):
     path: str | None = None
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -173,8 +204,35 @@ class Resource(_Strict):
     name: str
     table_name: str | None = None
     primary_key: str | list[str] | None = None
+    write_disposition: Disposition | WriteDisposition | None = None
+    merge_key: str | list[str] | None = None
+    columns: dict[str, ColumnHint] = Field(default_factory=dict)
+    schema_contract: ContractMode | SchemaContract | None = None
     endpoint: Endpoint = Field(default_factory=Endpoint)
     max_pages: int = Field(100_000, ge=1)
+
+    @property
+    def disposition(self) -> str:
+        """append, replace or merge (dlt's default for a resource with a key: merge here,
+        as the rows of a key are replaced by their newest version)."""
+        wd = self.write_disposition
+        return (wd.disposition if isinstance(wd, WriteDisposition) else wd) or "merge"
+
+    @property
+    def contract(self) -> SchemaContract:
+        c = self.schema_contract
+        if isinstance(c, str):
+            return SchemaContract(tables=c, columns=c, data_type=c)
+        return c or SchemaContract()
+
+    @property
+    def merge_fields(self) -> list[str]:
+        mk = self.merge_key
+        return [mk] if isinstance(mk, str) else list(mk or [])
+
+    @property
+    def hard_delete(self) -> str | None:
+        return next((name for name, hint in self.columns.items() if hint.hard_delete), None)
 
     @field_validator("name", "table_name")
     @classmethod
@@ -203,6 +261,10 @@ class Resource(_Strict):
 
 class ResourceDefaults(_Strict):
     primary_key: str | list[str] | None = None
+    write_disposition: Disposition | WriteDisposition | None = None
+    merge_key: str | list[str] | None = None
+    columns: dict[str, ColumnHint] = Field(default_factory=dict)
+    schema_contract: ContractMode | SchemaContract | None = None
     endpoint: Endpoint = Field(default_factory=Endpoint)
 
 
@@ -249,6 +311,7 @@ class Source(_Strict):
         description="dialect github: the repositories (owner/name) whose pull requests to list.",
     )
     resource_defaults: ResourceDefaults = Field(default_factory=ResourceDefaults)
+    schema_contract: ContractMode | SchemaContract | None = None
     resources: list[Resource] = Field(min_length=1)
 
     @field_validator("repos")
@@ -319,6 +382,10 @@ class Source(_Strict):
         return r.model_copy(
             update={
                 "primary_key": r.primary_key if r.primary_key is not None else d.primary_key,
+                "write_disposition": r.write_disposition or d.write_disposition,
+                "merge_key": r.merge_key if r.merge_key is not None else d.merge_key,
+                "columns": {**d.columns, **r.columns},
+                "schema_contract": r.schema_contract or d.schema_contract or self.schema_contract,
                 "endpoint": endpoint,
             }
         )

@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.storage.evolve import variant
+from ingest.storage.evolve import type_label, variant
 from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
 
 SEP = RESOURCE_SEPARATOR  # customer__name, as dlt names it
@@ -159,13 +159,18 @@ def _first_types(flat: Sequence[Mapping[str, Any]]) -> dict[str, pa.DataType]:
 
 
 def typed_columns(
-    records: Iterable[Mapping[str, Any]], stored: Mapping[str, pa.DataType] | None = None
+    records: Iterable[Mapping[str, Any]],
+    stored: Mapping[str, pa.DataType] | None = None,
+    drop: Sequence[set[str]] | None = None,
 ) -> dict[str, pa.Array]:
     """The typed columns of ``records`` (one value per record, in order): a column the
     table has keeps its stored type, a new one takes the type its values ask for, and a
-    value that fits neither goes to the variant column of its own type."""
+    value that fits neither goes to the variant column of its own type. ``drop``: per
+    record, the columns whose values are not stored (``discard_value``)."""
     stored = stored or {}
     flat = [flatten(r) for r in records]
+    if drop is not None:
+        flat = [{c: v for c, v in f.items() if c not in d} for f, d in zip(flat, drop, strict=True)]
     wanted = _first_types(flat)
     types = {c: stored.get(c, t) for c, t in wanted.items()}
     values: dict[str, list[Any]] = {c: [None] * len(flat) for c in types}
@@ -202,6 +207,8 @@ def typed_table(
     records: Sequence[Mapping[str, Any]] | None = None,
     index: Sequence[int] | None = None,
     roots: Sequence[str] | None = None,
+    drop: Sequence[set[str]] | None = None,
+    directives: Mapping[str, Any] | None = None,
 ) -> pa.Table:
     """Resource-table rows (``RESOURCE_SCHEMA``, the record as JSON in ``data``) with the
     record's typed columns beside them (``records``: the records, when not ``data``'s;
@@ -213,9 +220,60 @@ def typed_table(
         base = base.append_column(pa.field(INDEX, pa.int64()), pa.array(index, pa.int64()))
     if roots is not None:
         base = base.append_column(pa.field(ROOT, pa.string()), pa.array(roots, pa.string()))
-    for column, array in typed_columns(records, stored).items():
+    for column, array in typed_columns(records, stored, drop).items():
         base = base.append_column(pa.field(column, array.type), array)
+    if directives:  # how the commit writes the rows (see ingest.storage.evolve.directives)
+        base = base.replace_schema_metadata({"ingest": json.dumps(dict(directives))})
     return base
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a new table, a new column, a value of another type does (dlt's modes)."""
+
+    tables: str = "evolve"
+    columns: str = "evolve"
+    data_type: str = "evolve"
+
+
+def enforce(
+    table: str,
+    records: Sequence[Mapping[str, Any]],
+    stored: Mapping[str, pa.DataType],
+    contract: Contract,
+) -> tuple[list[bool], list[set[str]]]:
+    """(keep, drop) per record under ``contract``: whether the record is stored
+    (``discard_row``) and which of its columns' values are not (``discard_value``).
+    ``freeze`` raises ``SchemaContractError`` naming the table, the field and the record.
+    A table that has no stored columns yet takes every column (its first run)."""
+    from ingest.rest.errors import SchemaContractError
+
+    keep = [True] * len(records)
+    drop: list[set[str]] = [set() for _ in records]
+    if not stored or contract == Contract():
+        return keep, drop
+    for i, record in enumerate(records):
+        for column, value in flatten(record).items():
+            if value is None:
+                continue
+            if column not in stored:
+                mode, what = contract.columns, "is a new column"
+            elif not convert(value, stored[column])[0]:
+                have = stored[column]
+                mode, what = contract.data_type, f"has a value that is not {type_label(have)}"
+            else:
+                continue
+            if mode == "freeze":
+                raise SchemaContractError(
+                    f"{table}: schema_contract freezes "
+                    f"{'columns' if what.startswith('is') else 'data_type'}: field {column!r} "
+                    f"{what} (record {i}: {json.dumps(value, default=str)[:80]})"
+                )
+            if mode == "discard_row":
+                keep[i] = False
+            elif mode == "discard_value":
+                drop[i].add(column)
+    return keep, drop
 
 
 @dataclass(slots=True)

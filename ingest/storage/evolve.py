@@ -17,7 +17,9 @@ Each change (a column added, a variant column made) is returned, to be recorded 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -160,13 +162,29 @@ def reconcile(rows: pa.Table, schema: pa.Schema) -> tuple[pa.Table, list[Change]
     return table, changes
 
 
+def directives(rows: pa.Table) -> dict[str, Any]:
+    """How a resource table's rows are written, as the REST run staged them (schema
+    metadata ``ingest``): ``disposition`` (append, replace, merge), ``merge_key``,
+    ``hard_delete`` (a column), ``complete`` (every listing of the rows completed)."""
+    meta = rows.schema.metadata or {}
+    raw = meta.get(b"ingest")
+    return dict(json.loads(raw)) if raw else {}
+
+
 def unify(parts: list[pa.Table]) -> pa.Table:
     """Parts of one commit as one table: the first part's type of a column wins, later
-    parts' other types go to variant columns (``reconcile``)."""
+    parts' other types go to variant columns (``reconcile``); the parts' directives kept
+    (complete only when every part's listing was)."""
     schema = RESOURCE_SCHEMA
     done = []
+    said = [directives(p) for p in parts]
     for part in parts:
         part, _ = reconcile(part, schema)
         schema = part.schema
         done.append(part)
-    return pa.concat_tables([reconcile(p, schema)[0] for p in done])
+    out = pa.concat_tables([reconcile(p, schema)[0] for p in done])
+    merged = next((d for d in said if d), None)
+    if merged is not None:
+        merged["complete"] = all(d.get("complete", False) for d in said if d)
+        out = out.replace_schema_metadata({"ingest": json.dumps(merged)})
+    return out
