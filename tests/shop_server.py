@@ -1,6 +1,7 @@
 """A small nested-JSON shop API on loopback (real HTTP, a thread of this process) for the
 typed-table tests: ``GET /orders`` pages ``{"data": [...], "next_cursor": "..."}`` over
-the orders a test sets (``ShopServer.orders``), ``limit`` records a page."""
+the orders a test sets (``ShopServer.orders``), ``limit`` records a page, ``since`` and
+``until`` filtering by ``updated_at``; ``GET /orders/{id}/notes`` two notes an order."""
 
 from __future__ import annotations
 
@@ -22,13 +23,24 @@ class ShopServer:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 shop.requests.append(self.path)
-                if url.path != "/orders":
+                parts = url.path.strip("/").split("/")
+                if parts == ["orders"]:
+                    since, until = query.get("since", ""), query.get("until")
+                    listed = [
+                        o
+                        for o in shop.orders
+                        if str(o.get("updated_at", "")) >= since
+                        and (until is None or str(o.get("updated_at", "")) < until)
+                    ]
+                elif len(parts) == 3 and parts[0] == "orders" and parts[2] == "notes":
+                    listed = [{"id": i, "text": f"note {i} of {parts[1]}"} for i in (1, 2)]
+                else:
                     self.send_error(404)
                     return
                 offset = int(query.get("cursor") or 0)
                 limit = int(query.get("limit") or 10)
-                items = shop.orders[offset : offset + limit]
-                more = offset + limit < len(shop.orders)
+                items = listed[offset : offset + limit]
+                more = offset + limit < len(listed)
                 body = json.dumps(
                     {"data": items, "next_cursor": str(offset + limit) if more else None}
                 ).encode()

@@ -5,6 +5,7 @@ shown with their types by the DuckDB views, also in a copied data folder."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -365,3 +366,85 @@ def test_a_frozen_contract_fails_the_run_naming_the_field(
                 shop_source(shop, schema_contract=contract),
                 run_id="run-2",
             )
+
+
+DLT_STYLE = """
+name: shop
+client:
+  base_url: {url}
+  paginator:
+    type: cursor
+    cursor_path: "$.next_cursor"
+    cursor_param: cursor
+resource_defaults:
+  primary_key: id
+  write_disposition: merge
+  endpoint:
+    data_selector: "$.data"
+resources:
+  - name: orders
+    endpoint:
+      path: orders
+      params:
+        limit: 10
+        since: "{{incremental.start_value}}"
+      incremental:
+        cursor_path: "$.updated_at"
+        initial_value: "2025-05-01T00:00:00Z"
+  - name: notes
+    include_from_parent: [status]
+    endpoint:
+      path: orders/{{resources.orders.id}}/notes
+"""
+
+
+def stamp(n: int) -> str:
+    return f"2025-05-01T{n // 60:02d}:{n % 60:02d}:00Z"
+
+
+def test_a_source_written_as_dlt_documents_it_runs_and_pages_to_the_end(data_dir: Path) -> None:
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 31)]) as shop:
+        source = parse_source(DLT_STYLE.format(url=shop.url), "dlt.yaml")
+        settings = Settings(data_dir=data_dir)
+        first = fetch_source(settings, source, run_id="run-1")
+        storage.commit_run(data_dir, "run-1")
+        assert first.complete
+        # the JSONPath cursor followed past the first page, the placeholder filled in
+        assert count(data_dir, "SELECT count(*) FROM shop__orders") == [(30,)]
+        firsts = [r for r in shop.requests if r.startswith("/orders?")]
+        assert "since=2025-05-01T00%3A00%3A00Z" in firsts[0] and len(firsts) == 3
+        assert not any("incremental" in r for r in shop.requests)
+        notes = types(data_dir, "shop__notes")
+        assert notes["_orders_status"] == "VARCHAR" and notes["text"] == "VARCHAR"
+        shop.orders[4]["updated_at"] = stamp(100)
+        shop.requests.clear()
+        fetch_source(settings, source, run_id="run-2")
+        storage.commit_run(data_dir, "run-2")
+    since = [r for r in shop.requests if r.startswith("/orders?")]
+    assert since == ["/orders?limit=10&since=2025-05-01T00%3A30%3A00Z"]  # the watermark
+
+
+def test_unselected_parent_feeds_its_children_only(data_dir: Path) -> None:
+    text = DLT_STYLE.replace("  - name: orders\n", "  - name: orders\n    selected: false\n")
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
+        source = parse_source(text.format(url=shop.url), "dlt.yaml")
+        fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        storage.commit_run(data_dir, "run-1")
+    assert storage.open_table(data_dir, "shop__orders") is None
+    assert count(data_dir, "SELECT count(*) FROM shop__notes") == [(6,)]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('since: "{{incremental.start_value}}"', 'since: "{{incremental.last}}"', "placeholder"),
+        ('data_selector: "$.data"', 'data_selector: "$.data[*].x"', "more than one field"),
+        ("include_from_parent: [status]", "processing_steps: [keep]", "processing_steps"),
+    ],
+)
+def test_what_is_not_understood_is_refused_when_the_file_loads(
+    old: str, new: str, message: str
+) -> None:
+    text = DLT_STYLE.replace(old, new).format(url="http://127.0.0.1:9/")
+    with pytest.raises(SourceError, match=rf"dlt.yaml:\d+: .*{re.escape(message)}"):
+        parse_source(text, "dlt.yaml")

@@ -200,6 +200,8 @@ class SourceRun:
             start = listing.watermark if listing.watermark is not None else inc.initial_value
             if start is not None:
                 params[inc.start_param] = start
+        if inc is not None and inc.end_param and inc.end_value is not None:
+            params[inc.end_param] = inc.end_value
         spec = ep.paginator
         # page_number and offset carry the size themselves; the others through a parameter
         sized = spec is not None and spec.type not in ("page_number", "offset")
@@ -288,6 +290,15 @@ class SourceRun:
                     "not an object",
                     url=url,
                 )
+            if resource.include_from_parent and listing.parent is not None and resource.parent:
+                parent_name = resource.parent[0]
+                record = {
+                    **record,
+                    **{
+                        f"_{parent_name}_{f}": dig(listing.parent, f)
+                        for f in resource.include_from_parent
+                    },
+                }
             own = record_key(record, keys) if keys else None
             if keys and own is None:
                 raise MalformedPageError(
@@ -298,6 +309,13 @@ class SourceRun:
                 own = json.dumps(record, sort_keys=True)
             key = f"{listing.parent_key}/{own}" if listing.parent_key else own
             cursor = dig(record, inc.cursor_path) if inc is not None else None
+            if (
+                inc is not None
+                and inc.end_value is not None
+                and cursor is not None
+                and cursor_order(cursor) >= cursor_order(inc.end_value)
+            ):
+                continue  # past the end of the range asked for: not stored
             if cursor is not None:
                 if listing.newest is None or cursor_order(cursor) > cursor_order(listing.newest):
                     listing.newest = cursor
@@ -352,8 +370,10 @@ class SourceRun:
 
     def sync_row(self, listing: Listing) -> dict[str, Any]:
         watermark = listing.watermark
+        inc = listing.resource.endpoint.incremental
         if (
             listing.complete
+            and not (inc is not None and inc.end_value is not None)  # a range: no watermark
             and listing.newest is not None
             and (watermark is None or cursor_order(listing.newest) > cursor_order(watermark))
         ):
@@ -589,6 +609,8 @@ async def _fetch(
         if runner is not None:
             for listings in runner.listings.values():
                 for listing in listings:
+                    if not listing.resource.selected:
+                        continue  # fetched for its children only
                     part = store.part_name(listing.resource.name, listing.parent_key)
                     await asyncio.to_thread(
                         store.write_listing,

@@ -55,6 +55,30 @@ REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 PLACEHOLDER = re.compile(r"\{resources\.([A-Za-z0-9_]+)\.([A-Za-z0-9_.]+)\}")
 
 
+INCREMENTAL = re.compile(r"^\{incremental\.(start_value|end_value)\}$")
+_ANY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_JSON_NAME = re.compile(r"\[\s*'([^']*)'\s*\]|\[\s*\"([^\"]*)\"\s*\]")
+
+
+def json_path(value: str | None) -> str | None:
+    """dlt's JSONPath for one field (``$.data``, ``$.meta.next``, ``$['next']``) as the dotted
+    path the engine digs (``data``, ``meta.next``); ``$`` is the page itself. A path that
+    selects several values (``*``, ``..``, a filter, an index) is refused: the engine reads
+    one field, and a path it cannot follow would page silently short."""
+    if value is None:
+        return None
+    path = value.strip()
+    if not path.startswith("$"):
+        return path
+    path = _JSON_NAME.sub(lambda m: "." + (m.group(1) or m.group(2) or ""), path[1:])
+    if any(t in path for t in ("*", "..", "?", "[", "]", "@")):
+        raise ValueError(
+            f"JSONPath {value!r} selects more than one field; use a path to one field "
+            "($.a.b), which is what this engine follows"
+        )
+    return path.lstrip(".")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -135,6 +159,11 @@ class PaginatorSpec(_Strict):
     cursor_key: str = "x-next-cursor"
     next_url_path: str = "next"
 
+    @field_validator("cursor_path", "next_url_path", "total_path")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return json_path(v)
+
     @field_validator("page_size", "limit")
     @classmethod
     def _positive(cls, v: Any) -> Any:
@@ -147,16 +176,29 @@ class Incremental(_Strict):
     """The incremental cursor: a field of each record whose largest value is kept
     (the watermark) once a listing completes."""
 
-    cursor_path: str = Field(description="Field of the record, e.g. updated_at.")
+    cursor_path: str = Field(description="Field of the record, e.g. updated_at ($.updated_at).")
     start_param: str | None = Field(
         None, description="Query parameter the watermark is sent as (e.g. since)."
     )
     initial_value: str | int | None = None
+    end_value: str | int | None = Field(
+        None,
+        description="The cursor's end: records at or past it are not stored, and the "
+        "listing advances no watermark (dlt's backfill of a range).",
+    )
+    end_param: str | None = Field(
+        None, description="Query parameter the end value is sent as ({incremental.end_value})."
+    )
     row_order: Literal["asc", "desc"] | None = Field(
         None,
         description="desc: the listing is sorted newest first, so paging stops at the "
         "first page older than the watermark (for APIs without a since parameter).",
     )
+
+    @field_validator("cursor_path")
+    @classmethod
+    def _cursor(cls, v: str) -> str:
+        return json_path(v) or v
 
 
 Disposition = Literal["append", "replace", "merge"]
@@ -194,10 +236,53 @@ class Endpoint(_Strict):
     path: str | None = None
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
     data_selector: str | None = Field(
-        None, description="JSON path of the records in a page (dots); empty: the page itself."
+        None,
+        description="Path of the records in a page (dots, or JSONPath: $.data); empty: the "
+        "page itself.",
     )
     paginator: PaginatorSpec | None = None
     incremental: Incremental | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dlt_incremental(cls, data: Any) -> Any:
+        """dlt's two ways of naming the parameter the cursor goes out as: a placeholder,
+        ``params: {since: "{incremental.start_value}"}``, or an incremental param,
+        ``params: {since: {type: incremental, cursor_path: updated_at}}``; any other
+        ``{...}`` in a param but ``{resources.NAME.FIELD}`` is refused (it would be sent as
+        it is written)."""
+        if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+            return data
+        data = dict(data)
+        params = dict(data["params"])
+        inc = dict(data.get("incremental") or {})
+        for name, value in list(params.items()):
+            if isinstance(value, dict) and value.get("type") == "incremental":
+                params.pop(name)
+                inc = {**{k: v for k, v in value.items() if k != "type"}, **inc}
+                inc.setdefault("start_param", name)
+            elif isinstance(value, str) and (found := INCREMENTAL.match(value)):
+                params.pop(name)
+                inc.setdefault(
+                    "start_param" if found.group(1) == "start_value" else "end_param", name
+                )
+            elif isinstance(value, str):
+                for inner in _ANY_PLACEHOLDER.findall(value):
+                    if not inner.startswith("resources."):
+                        raise ValueError(
+                            f"params.{name}: placeholder {{{inner}}} is not understood "
+                            "(use {resources.NAME.FIELD}, {incremental.start_value} or "
+                            "{incremental.end_value})"
+                        )
+        data["params"] = params
+        if inc:
+            data["incremental"] = inc
+        return data
+
+    @field_validator("data_selector")
+    @classmethod
+    def _selector(cls, v: str | None) -> str | None:
+        return json_path(v)
 
 
 class Resource(_Strict):
@@ -208,6 +293,14 @@ class Resource(_Strict):
     merge_key: str | list[str] | None = None
     columns: dict[str, ColumnHint] = Field(default_factory=dict)
     schema_contract: ContractMode | SchemaContract | None = None
+    selected: bool = Field(
+        True, description="false: fetched only to feed its child resources, not stored."
+    )
+    include_from_parent: list[str] = Field(
+        default_factory=list,
+        description="Fields of the parent record copied into each record, as "
+        "_<parent>_<field> (dlt's names).",
+    )
     endpoint: Endpoint = Field(default_factory=Endpoint)
     max_pages: int = Field(100_000, ge=1)
 

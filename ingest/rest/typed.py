@@ -54,7 +54,7 @@ _OTHER = re.compile(r"[^a-z0-9_]+")
 
 def normalize(name: str) -> str:
     """A field's name as a column's: ``createdAt`` -> ``created_at``, ``a-b c`` -> ``a_b_c``."""
-    out = _OTHER.sub("_", _CAMEL.sub("_", name).lower()).strip("_") or "_"
+    out = _OTHER.sub("_", _CAMEL.sub("_", name).lower()).rstrip("_") or "_"
     return f"_{out}" if out[0].isdigit() else out
 
 
