@@ -1,7 +1,8 @@
 """A small nested-JSON shop API on loopback (real HTTP, a thread of this process) for the
 typed-table tests: ``GET /orders`` pages ``{"data": [...], "next_cursor": "..."}`` over
 the orders a test sets (``ShopServer.orders``), ``limit`` records a page, ``since`` and
-``until`` filtering by ``updated_at``; ``GET /orders/{id}/notes`` two notes an order."""
+``until`` filtering by ``updated_at``; ``GET /orders/{id}/notes`` two notes an order;
+``POST /oauth/token`` (OAuth 2 client credentials) when ``token`` is set."""
 
 from __future__ import annotations
 
@@ -16,13 +17,35 @@ class ShopServer:
     def __init__(self, orders: list[dict[str, Any]] | None = None) -> None:
         self.orders: list[dict[str, Any]] = list(orders or [])
         self.requests: list[str] = []
+        # OAuth 2 client credentials: when token is set, /orders wants it as a bearer token,
+        # and POST /oauth/token hands it out for these form fields
+        self.token = ""
+        self.client: dict[str, str] = {}
         shop = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                shop.requests.append(f"POST {self.path}")
+                wanted = {"grant_type": "client_credentials", **shop.client}
+                if self.path != "/oauth/token" or any(form.get(k) != v for k, v in wanted.items()):
+                    self.send_error(401)
+                    return
+                body = json.dumps({"access_token": shop.token, "expires_in": 3600}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def do_GET(self) -> None:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 shop.requests.append(self.path)
+                if shop.token and self.headers.get("Authorization") != f"Bearer {shop.token}":
+                    self.send_error(401)
+                    return
                 parts = url.path.strip("/").split("/")
                 if parts == ["orders"]:
                     since, until = query.get("since", ""), query.get("until")

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from ingest import storage
 from ingest.rest import typed
-from ingest.rest.errors import SchemaContractError, SourceError
+from ingest.rest.errors import AuthError, SchemaContractError, SourceError
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
 from ingest.rest.summary import markdown, schema_line
@@ -448,3 +448,28 @@ def test_what_is_not_understood_is_refused_when_the_file_loads(
     text = DLT_STYLE.replace(old, new).format(url="http://127.0.0.1:9/")
     with pytest.raises(SourceError, match=rf"dlt.yaml:\d+: .*{re.escape(message)}"):
         parse_source(text, "dlt.yaml")
+
+
+def test_oauth2_client_credentials(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "shop-client-secret-0123456789"  # fake
+    monkeypatch.setenv("SHOP_CLIENT_SECRET", secret)
+    auth = (
+        "  auth:\n    type: oauth2_client_credentials\n    access_token_url: {url}oauth/token\n"
+        "    client_id: shop-app\n    env: SHOP_CLIENT_SECRET\n"
+        "    access_token_request_data: {{scope: orders}}\n"
+    )
+    text = DLT_STYLE.replace("  paginator:\n", auth + "  paginator:\n", 1)
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
+        shop.token = "access-token-0123456789abcdef"  # fake
+        shop.client = {"client_id": "shop-app", "client_secret": secret, "scope": "orders"}
+        summary = fetch_source(
+            Settings(data_dir=data_dir), parse_source(text.format(url=shop.url)), run_id="run-1"
+        )
+        assert summary.complete and summary.records == 3 + 6
+        assert shop.requests[0] == "POST /oauth/token"
+        shop.client["client_secret"] = "another"  # rejected: a clear error, no secret in it
+        with pytest.raises(AuthError, match="token request answered 401") as caught:
+            fetch_source(
+                Settings(data_dir=data_dir), parse_source(text.format(url=shop.url)), run_id="r2"
+            )
+        assert secret not in str(caught.value)

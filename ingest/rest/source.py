@@ -125,8 +125,24 @@ class BasicAuth(SecretRef):
     username: str
 
 
-_AUTH_TYPES = ("bearer", "api_key", "http_basic")
-Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type")]
+class OAuth2ClientCredentials(SecretRef):
+    """OAuth 2 client credentials (dlt's ``oauth2_client_credentials``): the client
+    secret (from secret/env) and the client id are posted to ``access_token_url`` once a
+    run, and the access token it answers goes out as a bearer token."""
+
+    type: Literal["oauth2_client_credentials"]
+    access_token_url: str
+    client_id: str
+    access_token_request_data: dict[str, str] = Field(
+        default_factory=dict, description="More form fields of the token request (scope=...)."
+    )
+    default_token_expiration: int = Field(3600, ge=1)
+
+
+_AUTH_TYPES = ("bearer", "api_key", "http_basic", "oauth2_client_credentials")
+Auth = Annotated[
+    BearerAuth | ApiKeyAuth | BasicAuth | OAuth2ClientCredentials, Field(discriminator="type")
+]
 
 
 class PaginatorSpec(_Strict):
