@@ -21,6 +21,7 @@ class ShopServer:
         # and POST /oauth/token hands it out for these form fields
         self.token = ""
         self.client: dict[str, str] = {}
+        self.gone: set[str] = set()  # orders whose notes answer 404
         shop = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +56,9 @@ class ShopServer:
                         if str(o.get("updated_at", "")) >= since
                         and (until is None or str(o.get("updated_at", "")) < until)
                     ]
+                elif len(parts) == 3 and parts[1] in shop.gone:
+                    self.send_error(404)
+                    return
                 elif len(parts) == 3 and parts[0] == "orders" and parts[2] == "notes":
                     listed = [{"id": i, "text": f"note {i} of {parts[1]}"} for i in (1, 2)]
                 else:

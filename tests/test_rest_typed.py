@@ -473,3 +473,28 @@ def test_oauth2_client_credentials(data_dir: Path, monkeypatch: pytest.MonkeyPat
                 Settings(data_dir=data_dir), parse_source(text.format(url=shop.url)), run_id="r2"
             )
         assert secret not in str(caught.value)
+
+
+def test_response_actions_ignore_reads_a_status_as_an_empty_page(data_dir: Path) -> None:
+    ignoring = DLT_STYLE.replace(
+        "      path: orders/{{resources.orders.id}}/notes\n",
+        "      path: orders/{{resources.orders.id}}/notes\n"
+        "      response_actions:\n        - {{status_code: 404, action: ignore}}\n",
+    )
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
+        shop.gone = {"2"}
+        plain = fetch_source(
+            Settings(data_dir=data_dir / "plain"),
+            parse_source(DLT_STYLE.format(url=shop.url)),
+            run_id="run-0",
+        )
+        assert not plain.complete  # without the action, the 404 is an error of the listing
+        summary = fetch_source(
+            Settings(data_dir=data_dir), parse_source(ignoring.format(url=shop.url)), run_id="r1"
+        )
+        storage.commit_run(data_dir, "r1")
+    assert summary.complete
+    assert count(data_dir, "SELECT DISTINCT parent_key FROM shop__notes ORDER BY 1") == [
+        ("1",),
+        ("3",),
+    ]

@@ -46,7 +46,7 @@ from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
 from ingest.rest.client import RestClient, make_http
 from ingest.rest.engine import Page, walk
-from ingest.rest.errors import AuthError, MalformedPageError
+from ingest.rest.errors import AuthError, MalformedPageError, NotFoundError, RequestError
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
@@ -231,8 +231,16 @@ class SourceRun:
         first = paginator.first_url(self._first_url(listing))
         desc = inc is not None and inc.row_order == "desc" and listing.watermark is not None
 
+        ignored = {a.status_code for a in ep.response_actions if a.action == "ignore"}
+
         async def fetch(url: str, page_no: int) -> Page:
-            answer = await self.client.get(url, label=label)
+            try:
+                answer = await self.client.get(url, label=label)
+            except (NotFoundError, RequestError) as exc:
+                if exc.status not in ignored:
+                    raise
+                listing.requests += 1
+                return Page(url, httpx.Headers(), None, page_no, [])  # an empty last page
             listing.requests += answer.attempts
             return self._read(listing, answer.url, answer.headers, answer.data, page_no, desc)
 

@@ -248,6 +248,15 @@ class ColumnHint(_Strict):
     hard_delete: bool = False
 
 
+class ResponseAction(_Strict):
+    """dlt's ``response_actions`` entry this engine takes: ``{status_code: 404, action:
+    ignore}``, an answer of that status read as an empty last page (a child whose parent
+    has none, say). Matching on ``content`` and actions other than ``ignore`` are refused."""
+
+    status_code: int = Field(ge=400, le=599)
+    action: Literal["ignore"]
+
+
 class Endpoint(_Strict):
     path: str | None = None
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -258,6 +267,7 @@ class Endpoint(_Strict):
     )
     paginator: PaginatorSpec | None = None
     incremental: Incremental | None = None
+    response_actions: list[ResponseAction] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -487,6 +497,7 @@ class Source(_Strict):
             data_selector=ep.data_selector if ep.data_selector is not None else dep.data_selector,
             paginator=ep.paginator or dep.paginator or self.client.paginator,
             incremental=ep.incremental or dep.incremental,
+            response_actions=ep.response_actions or dep.response_actions,
         )
         return r.model_copy(
             update={
