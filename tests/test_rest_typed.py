@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from dev.servers.shop import ShopServer, order
 from ingest import storage
 from ingest.rest import typed
 from ingest.rest.errors import AuthError, SchemaContractError, SourceError
@@ -24,7 +25,6 @@ from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
 from ingest.rest.summary import markdown, schema_line
 from ingest.settings import Settings
-from tests.shop_server import ShopServer, order
 
 
 def shop_source(shop: ShopServer, **orders: Any) -> Source:

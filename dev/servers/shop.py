@@ -1,21 +1,25 @@
 """A small nested-JSON shop API on loopback (real HTTP, a thread of this process) for the
-typed-table tests: ``GET /orders`` pages ``{"data": [...], "next_cursor": "..."}`` over
-the orders a test sets (``ShopServer.orders``), ``limit`` records a page, ``since`` and
-``until`` filtering by ``updated_at``; ``GET /orders/{id}/notes`` two notes an order;
-``POST /oauth/token`` (OAuth 2 client credentials) when ``token`` is set."""
+typed-table tests and the side-by-side benchmark with dlt.
+
+``GET /orders`` pages ``{"data": [...], "next_cursor": "..."}`` over the orders a test
+sets (``ShopServer.orders``), ``limit`` records a page, ``since`` and ``until`` filtering
+by ``updated_at``; ``GET /orders/{id}/notes`` two notes an order; ``POST /oauth/token``
+(OAuth 2 client credentials) when ``token`` is set."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 
 class ShopServer:
-    def __init__(self, orders: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, orders: list[dict[str, Any]] | None = None, latency: float = 0.0) -> None:
         self.orders: list[dict[str, Any]] = list(orders or [])
+        self.latency = latency  # seconds each GET takes (a remote API's round trip)
         self.requests: list[str] = []
         # OAuth 2 client credentials: when token is set, /orders wants it as a bearer token,
         # and POST /oauth/token hands it out for these form fields
@@ -41,6 +45,8 @@ class ShopServer:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:
+                if shop.latency:
+                    time.sleep(shop.latency)
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 shop.requests.append(self.path)
