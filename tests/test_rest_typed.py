@@ -498,3 +498,20 @@ def test_response_actions_ignore_reads_a_status_as_an_empty_page(data_dir: Path)
         ("1",),
         ("3",),
     ]
+
+
+def test_compaction_keeps_the_evolved_columns(data_dir: Path) -> None:
+    with ShopServer([order(n) for n in range(1, 6)]) as shop:
+        run(shop, data_dir, "run-1")
+        shop.orders = [order(6, coupon="X"), order(7, total="n/a")]
+        run(shop, data_dir, "run-2")
+    before = count(
+        data_dir, "SELECT id, total, total__v_text, coupon FROM shop__orders ORDER BY id"
+    )
+    report = storage.maintain(
+        data_dir, retention_days=0, compact_min_files=0, vacuum_retention_hours=0
+    )
+    assert "shop__orders" in report.compacted
+    assert types(data_dir)["coupon"] == "VARCHAR"
+    after = count(data_dir, "SELECT id, total, total__v_text, coupon FROM shop__orders ORDER BY id")
+    assert after == before and after[-2:] == [(6, 60.5, None, "X"), (7, None, "n/a", None)]
