@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from dev.servers.shop import ShopServer, order
+from dev.servers.shop import IssuesServer, ShopServer, order
 from ingest import storage
 from ingest.rest import typed
 from ingest.rest.errors import AuthError, SchemaContractError, SourceError
@@ -515,3 +515,62 @@ def test_compaction_keeps_the_evolved_columns(data_dir: Path) -> None:
     assert types(data_dir)["coupon"] == "VARCHAR"
     after = count(data_dir, "SELECT id, total, total__v_text, coupon FROM shop__orders ORDER BY id")
     assert after == before and after[-2:] == [(6, 60.5, None, "X"), (7, None, "n/a", None)]
+
+
+# dlt's documented GitHub example (its rest_api documentation), as YAML, unchanged but for
+# the credential (named here, never written) and the base_url (the local server)
+DLT_GITHUB_EXAMPLE = """
+name: github
+client:
+  base_url: {url}repos/dlt-hub/dlt/
+  auth:
+    type: bearer
+    env: GITHUB_TOKEN
+resource_defaults:
+  primary_key: id
+  write_disposition: merge
+  endpoint:
+    params:
+      per_page: 100
+resources:
+  - name: issues
+    endpoint:
+      path: issues
+      params:
+        sort: updated
+        direction: desc
+        state: open
+        since:
+          type: incremental
+          cursor_path: updated_at
+          initial_value: "2024-01-25T11:21:28Z"
+  - name: issue_comments
+    endpoint:
+      path: issues/{{issue_number}}/comments
+      params:
+        issue_number:
+          type: resolve
+          resource: issues
+          field: number
+    include_from_parent: [id]
+"""
+
+
+def test_dlt_documented_github_example_loads_unchanged(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "ExampleToken0123456789abcdefABCDEFGHij")  # fake
+    with IssuesServer(issues=150) as api:
+        source = parse_source(DLT_GITHUB_EXAMPLE.format(url=api.url), "github.yaml")
+        summary = fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        storage.commit_run(data_dir, "run-1")
+    assert summary.complete
+    assert count(data_dir, "SELECT count(*), min(created_at) FROM github__issues") == [
+        (150, datetime(2024, 2, 1, tzinfo=UTC))
+    ]
+    assert count(data_dir, "SELECT count(*) FROM github__issue_comments") == [(300,)]
+    assert types(data_dir, "github__issue_comments")["_issues_id"] == "BIGINT"
+    assert count(data_dir, "SELECT count(*) FROM github__issues__labels WHERE name = 'bug'") == [
+        (75,)
+    ]
+    assert any("since=2024-01-25T11%3A21%3A28Z" in r for r in api.requests)

@@ -115,3 +115,76 @@ def order(n: int, **extra: Any) -> dict[str, Any]:
     }
     record.update(extra)
     return record
+
+
+class IssuesServer:
+    """GitHub's issues listing, in its shape, for dlt's documented example: ``GET
+    /repos/{owner}/{repo}/issues`` (the body a list, ``Link: <...>; rel="next"``, ``page``
+    and ``per_page``, ``since`` by ``updated_at``) and ``GET
+    /repos/{owner}/{repo}/issues/{number}/comments``."""
+
+    def __init__(self, issues: int = 45) -> None:
+        self.issues = [
+            {
+                "id": 9000 + n,
+                "number": n,
+                "title": f"Issue {n}",
+                "state": "open",
+                "user": {"login": f"user{n % 4}", "id": n % 4},
+                "labels": [{"id": 1, "name": "bug"}] if n % 2 else [],
+                "comments": 2,
+                "created_at": f"2024-02-01T00:{n % 60:02d}:00Z",
+                "updated_at": f"2024-03-01T00:{n % 60:02d}:00Z",
+                "closed_at": None,
+            }
+            for n in range(1, issues + 1)
+        ]
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                server.requests.append(self.path)
+                parts = url.path.strip("/").split("/")
+                if len(parts) == 4 and parts[3] == "issues":
+                    since = query.get("since", "")
+                    listed = [i for i in server.issues if i["updated_at"] >= since]
+                elif len(parts) == 6 and parts[5] == "comments":
+                    listed = [
+                        {"id": int(parts[4]) * 10 + c, "body": f"comment {c}", "user": {"id": c}}
+                        for c in (1, 2)
+                    ]
+                else:
+                    self.send_error(404)
+                    return
+                page, per_page = int(query.get("page") or 1), int(query.get("per_page") or 30)
+                items = listed[(page - 1) * per_page : page * per_page]
+                body = json.dumps(items).encode()
+                self.send_response(200)
+                if page * per_page < len(listed):
+                    nxt = {**query, "page": str(page + 1)}
+                    link = f"{server.url.rstrip('/')}{url.path}?" + "&".join(
+                        f"{k}={v}" for k, v in nxt.items()
+                    )
+                    self.send_header("Link", f'<{link}>; rel="next"')
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> IssuesServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

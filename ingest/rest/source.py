@@ -283,7 +283,21 @@ class Endpoint(_Strict):
         params = dict(data["params"])
         inc = dict(data.get("incremental") or {})
         for name, value in list(params.items()):
-            if isinstance(value, dict) and value.get("type") == "incremental":
+            if isinstance(value, dict) and value.get("type") == "resolve":
+                # dlt's older form of a parent's field: {type: resolve, resource, field}
+                extra = set(value) - {"type", "resource", "field"}
+                if extra or not value.get("resource") or not value.get("field"):
+                    raise ValueError(
+                        f"params.{name}: a resolve param takes resource and field only"
+                    )
+                placeholder = f"{{resources.{value['resource']}.{value['field']}}}"
+                params.pop(name)
+                path = str(data.get("path") or "")
+                if f"{{{name}}}" in path:
+                    data["path"] = path.replace(f"{{{name}}}", placeholder)
+                else:
+                    params[name] = placeholder
+            elif isinstance(value, dict) and value.get("type") == "incremental":
                 params.pop(name)
                 inc = {**{k: v for k, v in value.items() if k != "type"}, **inc}
                 inc.setdefault("start_param", name)
@@ -432,6 +446,14 @@ class Source(_Strict):
     resource_defaults: ResourceDefaults = Field(default_factory=ResourceDefaults)
     schema_contract: ContractMode | SchemaContract | None = None
     resources: list[Resource] = Field(min_length=1)
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _named(cls, v: Any) -> Any:
+        """dlt's shorthand: a resource given by its name alone is the endpoint of that path."""
+        if isinstance(v, list):
+            return [{"name": r, "endpoint": {"path": r}} if isinstance(r, str) else r for r in v]
+        return v
 
     @field_validator("repos")
     @classmethod
