@@ -94,6 +94,12 @@ def test_columns_are_typed_from_the_records_and_the_record_is_kept(data_dir: Pat
     )
     assert fifteen[3] == 150.0 and fifteen[4] is True and fifteen[5] == "note 15"
     assert json.loads(two[7])["lines"] == order(2)["lines"]  # what typing leaves, kept whole
+    # ingest query (its read-only views over the tables' Arrow datasets) shows the same
+    columns, typed_rows = storage.query_read_only(
+        data_dir, "SELECT id, created_at, ship_date, total FROM shop__orders WHERE id = 2"
+    )
+    assert columns == ["id", "created_at", "ship_date", "total"]
+    assert typed_rows == [(*two[:3], 20.5)]
 
 
 def test_a_second_run_adds_columns_types_late_nulls_and_keeps_a_changed_type(
