@@ -575,6 +575,49 @@ def rest_command(
             f"{f' (unchanged {u})' if (u := r.get('unchanged')) else ''}, "
             f"{r['listings']} listings, {r['requests']} requests, {note}"
         )
+    from ingest.rest.summary import schema_line
+
+    for change in getattr(summary, "schema_changes", []):
+        typer.echo(f"  schema: {schema_line(change)}")
+
+
+@app.command("schema")
+def schema_command(
+    source: Annotated[str, typer.Argument(help="Source name (its tables are SOURCE__*).")],
+    resource: Annotated[
+        str | None, typer.Argument(help="Resource name; its child tables too.")
+    ] = None,
+    data_dir: DataDir = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+) -> None:
+    """Every column change of a REST source's tables (schema_history), oldest first."""
+    from ingest import storage
+
+    if format not in ("table", "csv", "json"):
+        raise typer.BadParameter("use table, csv or json", param_hint="--format")
+
+    def quoted(text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
+    # the source's tables, or the resource's table and its child tables
+    table = f"{source}__{resource}" if resource else ""
+    prefix = f"{table}__" if resource else f"{source}__"
+    columns, rows = storage.query_read_only(
+        lake_of(data_dir),
+        "SELECT table_name, column_name, change, old_type, new_type, base_column, run_id, "
+        f"changed_at FROM schema_history WHERE source = {quoted(source)} AND "
+        f"(table_name = {quoted(table)} OR starts_with(table_name, {quoted(prefix)})) "
+        "ORDER BY changed_at, table_name, column_name",
+    )
+    if format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    elif format == "json":
+        records = [dict(zip(columns, r, strict=True)) for r in rows]
+        typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
+    else:
+        print_table(columns, rows)
 
 
 @app.command("query")

@@ -15,9 +15,17 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
+
 from ingest.redact import register_secret
 from ingest.rest.errors import AuthError
-from ingest.rest.source import ApiKeyAuth, BasicAuth, BearerAuth, SecretRef
+from ingest.rest.source import (
+    ApiKeyAuth,
+    BasicAuth,
+    BearerAuth,
+    OAuth2ClientCredentials,
+    SecretRef,
+)
 
 SecretLoader = Callable[[str], str]
 
@@ -46,8 +54,37 @@ def resolve(ref: SecretRef, load_block: SecretLoader | None) -> str:
     return value
 
 
+def client_credentials_token(auth: OAuth2ClientCredentials, secret: str) -> str:
+    """The access token an OAuth 2 token endpoint answers for the client's credentials
+    (RFC 6749, 4.4). Errors name the endpoint and the status, never a credential."""
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": auth.client_id,
+        "client_secret": secret,
+        **auth.access_token_request_data,
+    }
+    try:
+        response = httpx.post(auth.access_token_url, data=form, timeout=30.0)
+    except httpx.HTTPError as exc:
+        raise AuthError(f"{auth.access_token_url}: the token request failed: {exc}") from None
+    if response.status_code != 200:
+        raise AuthError(
+            f"{auth.access_token_url}: the token request answered {response.status_code}: "
+            "the client credentials were rejected"
+        )
+    try:
+        token = response.json()["access_token"]
+    except (ValueError, KeyError, TypeError):
+        raise AuthError(f"{auth.access_token_url}: the answer holds no access_token") from None
+    if not isinstance(token, str) or not token:
+        raise AuthError(f"{auth.access_token_url}: the answer holds no access_token")
+    register_secret(token)
+    return token
+
+
 def credentials(
-    auth: BearerAuth | ApiKeyAuth | BasicAuth | None, load_block: SecretLoader | None = None
+    auth: BearerAuth | ApiKeyAuth | BasicAuth | OAuth2ClientCredentials | None,
+    load_block: SecretLoader | None = None,
 ) -> Credentials:
     """Headers or query parameters that carry the source's credential."""
     if auth is None:
@@ -57,6 +94,9 @@ def credentials(
     value = resolve(auth, load_block)
     if isinstance(auth, BearerAuth):
         return Credentials(headers={"Authorization": f"Bearer {value}"}, hint=hint)
+    if isinstance(auth, OAuth2ClientCredentials):
+        token = client_credentials_token(auth, value)
+        return Credentials(headers={"Authorization": f"Bearer {token}"}, hint=hint)
     if isinstance(auth, BasicAuth):
         pair = base64.b64encode(f"{auth.username}:{value}".encode()).decode()
         register_secret(pair)

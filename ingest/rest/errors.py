@@ -51,6 +51,11 @@ class SourceError(RestTerminalError):
     """The declarative source file is invalid; the message names the file and line."""
 
 
+class SchemaContractError(SourceError):
+    """A record broke a frozen schema contract (``schema_contract: freeze``): the message
+    names the table and the field."""
+
+
 class PageError(ItemError):
     """A page that could not be fetched after its retries (5xx, timeouts, limit answers)."""
 

@@ -74,6 +74,8 @@ class RestSummary:
     stopped: str | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)
     stages: list[dict[str, Any]] = field(default_factory=list)
+    # columns the run's rows add to the source's tables (see ingest.storage.evolve)
+    schema_changes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:

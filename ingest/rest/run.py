@@ -46,7 +46,7 @@ from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
 from ingest.rest.client import RestClient, make_http
 from ingest.rest.engine import Page, walk
-from ingest.rest.errors import AuthError, MalformedPageError
+from ingest.rest.errors import AuthError, MalformedPageError, NotFoundError, RequestError
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
@@ -139,7 +139,13 @@ class SourceRun:
                 listings = self._children(resource, table, parent[0])
             self.listings[resource.name] = listings
             await asyncio.gather(*(self._list(x) for x in listings))
-            if not self.full_refresh:
+            # replace and a merge_key keep the run's rows whole (the others go); append
+            # keys them by run
+            if (
+                not self.full_refresh
+                and resource.disposition == "merge"
+                and not (resource.merge_key)
+            ):
                 await asyncio.to_thread(self._drop_unchanged, table, listings)
 
     def _drop_unchanged(self, table: str, listings: list[Listing]) -> None:
@@ -194,6 +200,8 @@ class SourceRun:
             start = listing.watermark if listing.watermark is not None else inc.initial_value
             if start is not None:
                 params[inc.start_param] = start
+        if inc is not None and inc.end_param and inc.end_value is not None:
+            params[inc.end_param] = inc.end_value
         spec = ep.paginator
         # page_number and offset carry the size themselves; the others through a parameter
         sized = spec is not None and spec.type not in ("page_number", "offset")
@@ -223,8 +231,16 @@ class SourceRun:
         first = paginator.first_url(self._first_url(listing))
         desc = inc is not None and inc.row_order == "desc" and listing.watermark is not None
 
+        ignored = {a.status_code for a in ep.response_actions if a.action == "ignore"}
+
         async def fetch(url: str, page_no: int) -> Page:
-            answer = await self.client.get(url, label=label)
+            try:
+                answer = await self.client.get(url, label=label)
+            except (NotFoundError, RequestError) as exc:
+                if exc.status not in ignored:
+                    raise
+                listing.requests += 1
+                return Page(url, httpx.Headers(), None, page_no, [])  # an empty last page
             listing.requests += answer.attempts
             return self._read(listing, answer.url, answer.headers, answer.data, page_no, desc)
 
@@ -282,6 +298,15 @@ class SourceRun:
                     "not an object",
                     url=url,
                 )
+            if resource.include_from_parent and listing.parent is not None and resource.parent:
+                parent_name = resource.parent[0]
+                record = {
+                    **record,
+                    **{
+                        f"_{parent_name}_{f}": dig(listing.parent, f)
+                        for f in resource.include_from_parent
+                    },
+                }
             own = record_key(record, keys) if keys else None
             if keys and own is None:
                 raise MalformedPageError(
@@ -292,13 +317,21 @@ class SourceRun:
                 own = json.dumps(record, sort_keys=True)
             key = f"{listing.parent_key}/{own}" if listing.parent_key else own
             cursor = dig(record, inc.cursor_path) if inc is not None else None
+            if (
+                inc is not None
+                and inc.end_value is not None
+                and cursor is not None
+                and cursor_order(cursor) >= cursor_order(inc.end_value)
+            ):
+                continue  # past the end of the range asked for: not stored
             if cursor is not None:
                 if listing.newest is None or cursor_order(cursor) > cursor_order(listing.newest):
                     listing.newest = cursor
                 if oldest is None or cursor_order(cursor) < cursor_order(oldest):
                     oldest = cursor
             listing.rows[key] = {
-                "key": key,
+                # append: every run's rows kept beside the earlier ones
+                "key": f"{key}@{self.run_id}" if resource.disposition == "append" else key,
                 "parent_key": listing.parent_key or None,
                 "source": self.source.name,
                 "resource": resource.name,
@@ -345,8 +378,10 @@ class SourceRun:
 
     def sync_row(self, listing: Listing) -> dict[str, Any]:
         watermark = listing.watermark
+        inc = listing.resource.endpoint.incremental
         if (
             listing.complete
+            and not (inc is not None and inc.end_value is not None)  # a range: no watermark
             and listing.newest is not None
             and (watermark is None or cursor_order(listing.newest) > cursor_order(watermark))
         ):
@@ -582,6 +617,8 @@ async def _fetch(
         if runner is not None:
             for listings in runner.listings.values():
                 for listing in listings:
+                    if not listing.resource.selected:
+                        continue  # fetched for its children only
                     part = store.part_name(listing.resource.name, listing.parent_key)
                     await asyncio.to_thread(
                         store.write_listing,
@@ -591,6 +628,7 @@ async def _fetch(
                         part,
                         list(listing.rows.values()),
                         runner.sync_row(listing),
+                        listing.resource,
                     )
         window = client.window
         assert window is not None
@@ -620,7 +658,9 @@ async def _fetch(
         summary.seconds = time.perf_counter() - started
         return summary
     assert runner is not None
-    return summarize(runner, client, time.perf_counter() - started)
+    summary = summarize(runner, client, time.perf_counter() - started)
+    summary.schema_changes = store.staged_schema_changes(settings.lake, run_id, source.name)
+    return summary
 
 
 def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSummary:

@@ -55,6 +55,30 @@ REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 PLACEHOLDER = re.compile(r"\{resources\.([A-Za-z0-9_]+)\.([A-Za-z0-9_.]+)\}")
 
 
+INCREMENTAL = re.compile(r"^\{incremental\.(start_value|end_value)\}$")
+_ANY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_JSON_NAME = re.compile(r"\[\s*'([^']*)'\s*\]|\[\s*\"([^\"]*)\"\s*\]")
+
+
+def json_path(value: str | None) -> str | None:
+    """dlt's JSONPath for one field (``$.data``, ``$.meta.next``, ``$['next']``) as the dotted
+    path the engine digs (``data``, ``meta.next``); ``$`` is the page itself. A path that
+    selects several values (``*``, ``..``, a filter, an index) is refused: the engine reads
+    one field, and a path it cannot follow would page silently short."""
+    if value is None:
+        return None
+    path = value.strip()
+    if not path.startswith("$"):
+        return path
+    path = _JSON_NAME.sub(lambda m: "." + (m.group(1) or m.group(2) or ""), path[1:])
+    if any(t in path for t in ("*", "..", "?", "[", "]", "@")):
+        raise ValueError(
+            f"JSONPath {value!r} selects more than one field; use a path to one field "
+            "($.a.b), which is what this engine follows"
+        )
+    return path.lstrip(".")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,8 +125,24 @@ class BasicAuth(SecretRef):
     username: str
 
 
-_AUTH_TYPES = ("bearer", "api_key", "http_basic")
-Auth = Annotated[BearerAuth | ApiKeyAuth | BasicAuth, Field(discriminator="type")]
+class OAuth2ClientCredentials(SecretRef):
+    """OAuth 2 client credentials (dlt's ``oauth2_client_credentials``): the client
+    secret (from secret/env) and the client id are posted to ``access_token_url`` once a
+    run, and the access token it answers goes out as a bearer token."""
+
+    type: Literal["oauth2_client_credentials"]
+    access_token_url: str
+    client_id: str
+    access_token_request_data: dict[str, str] = Field(
+        default_factory=dict, description="More form fields of the token request (scope=...)."
+    )
+    default_token_expiration: int = Field(3600, ge=1)
+
+
+_AUTH_TYPES = ("bearer", "api_key", "http_basic", "oauth2_client_credentials")
+Auth = Annotated[
+    BearerAuth | ApiKeyAuth | BasicAuth | OAuth2ClientCredentials, Field(discriminator="type")
+]
 
 
 class PaginatorSpec(_Strict):
@@ -135,6 +175,11 @@ class PaginatorSpec(_Strict):
     cursor_key: str = "x-next-cursor"
     next_url_path: str = "next"
 
+    @field_validator("cursor_path", "next_url_path", "total_path")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return json_path(v)
+
     @field_validator("page_size", "limit")
     @classmethod
     def _positive(cls, v: Any) -> Any:
@@ -147,34 +192,180 @@ class Incremental(_Strict):
     """The incremental cursor: a field of each record whose largest value is kept
     (the watermark) once a listing completes."""
 
-    cursor_path: str = Field(description="Field of the record, e.g. updated_at.")
+    cursor_path: str = Field(description="Field of the record, e.g. updated_at ($.updated_at).")
     start_param: str | None = Field(
         None, description="Query parameter the watermark is sent as (e.g. since)."
     )
     initial_value: str | int | None = None
+    end_value: str | int | None = Field(
+        None,
+        description="The cursor's end: records at or past it are not stored, and the "
+        "listing advances no watermark (dlt's backfill of a range).",
+    )
+    end_param: str | None = Field(
+        None, description="Query parameter the end value is sent as ({incremental.end_value})."
+    )
     row_order: Literal["asc", "desc"] | None = Field(
         None,
         description="desc: the listing is sorted newest first, so paging stops at the "
         "first page older than the watermark (for APIs without a since parameter).",
     )
 
+    @field_validator("cursor_path")
+    @classmethod
+    def _cursor(cls, v: str) -> str:
+        return json_path(v) or v
+
+
+Disposition = Literal["append", "replace", "merge"]
+ContractMode = Literal["evolve", "freeze", "discard_row", "discard_value"]
+
+
+class WriteDisposition(_Strict):
+    """dlt's long form, ``{disposition: merge, strategy: upsert}``: both merge strategies
+    dlt names for a primary key upsert the same way here."""
+
+    disposition: Disposition
+    strategy: Literal["delete-insert", "upsert"] | None = None
+
+
+class SchemaContract(_Strict):
+    """dlt's schema contract, per entity: what a new table (a nested list's, once its
+    parent's table exists), a new column, or a value of another type than its column's
+    does: ``evolve`` (added; a variant column), ``freeze`` (the run fails, naming the
+    field), ``discard_row`` (the record is not stored), ``discard_value`` (the value is
+    not stored in its column; the record keeps it in ``data``)."""
+
+    tables: ContractMode = "evolve"
+    columns: ContractMode = "evolve"
+    data_type: ContractMode = "evolve"
+
+
+class ColumnHint(_Strict):
+    """dlt's column hints that apply here: ``hard_delete`` (a true value deletes the
+    stored row, and its child rows, instead of storing it)."""
+
+    hard_delete: bool = False
+
+
+class ResponseAction(_Strict):
+    """dlt's ``response_actions`` entry this engine takes: ``{status_code: 404, action:
+    ignore}``, an answer of that status read as an empty last page (a child whose parent
+    has none, say). Matching on ``content`` and actions other than ``ignore`` are refused."""
+
+    status_code: int = Field(ge=400, le=599)
+    action: Literal["ignore"]
+
 
 class Endpoint(_Strict):
     path: str | None = None
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
     data_selector: str | None = Field(
-        None, description="JSON path of the records in a page (dots); empty: the page itself."
+        None,
+        description="Path of the records in a page (dots, or JSONPath: $.data); empty: the "
+        "page itself.",
     )
     paginator: PaginatorSpec | None = None
     incremental: Incremental | None = None
+    response_actions: list[ResponseAction] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dlt_incremental(cls, data: Any) -> Any:
+        """dlt's two ways of naming the parameter the cursor goes out as: a placeholder,
+        ``params: {since: "{incremental.start_value}"}``, or an incremental param,
+        ``params: {since: {type: incremental, cursor_path: updated_at}}``; any other
+        ``{...}`` in a param but ``{resources.NAME.FIELD}`` is refused (it would be sent as
+        it is written)."""
+        if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+            return data
+        data = dict(data)
+        params = dict(data["params"])
+        inc = dict(data.get("incremental") or {})
+        for name, value in list(params.items()):
+            if isinstance(value, dict) and value.get("type") == "resolve":
+                # dlt's older form of a parent's field: {type: resolve, resource, field}
+                extra = set(value) - {"type", "resource", "field"}
+                if extra or not value.get("resource") or not value.get("field"):
+                    raise ValueError(
+                        f"params.{name}: a resolve param takes resource and field only"
+                    )
+                placeholder = f"{{resources.{value['resource']}.{value['field']}}}"
+                params.pop(name)
+                path = str(data.get("path") or "")
+                if f"{{{name}}}" in path:
+                    data["path"] = path.replace(f"{{{name}}}", placeholder)
+                else:
+                    params[name] = placeholder
+            elif isinstance(value, dict) and value.get("type") == "incremental":
+                params.pop(name)
+                inc = {**{k: v for k, v in value.items() if k != "type"}, **inc}
+                inc.setdefault("start_param", name)
+            elif isinstance(value, str) and (found := INCREMENTAL.match(value)):
+                params.pop(name)
+                inc.setdefault(
+                    "start_param" if found.group(1) == "start_value" else "end_param", name
+                )
+            elif isinstance(value, str):
+                for inner in _ANY_PLACEHOLDER.findall(value):
+                    if not inner.startswith("resources."):
+                        raise ValueError(
+                            f"params.{name}: placeholder {{{inner}}} is not understood "
+                            "(use {resources.NAME.FIELD}, {incremental.start_value} or "
+                            "{incremental.end_value})"
+                        )
+        data["params"] = params
+        if inc:
+            data["incremental"] = inc
+        return data
+
+    @field_validator("data_selector")
+    @classmethod
+    def _selector(cls, v: str | None) -> str | None:
+        return json_path(v)
 
 
 class Resource(_Strict):
     name: str
     table_name: str | None = None
     primary_key: str | list[str] | None = None
+    write_disposition: Disposition | WriteDisposition | None = None
+    merge_key: str | list[str] | None = None
+    columns: dict[str, ColumnHint] = Field(default_factory=dict)
+    schema_contract: ContractMode | SchemaContract | None = None
+    selected: bool = Field(
+        True, description="false: fetched only to feed its child resources, not stored."
+    )
+    include_from_parent: list[str] = Field(
+        default_factory=list,
+        description="Fields of the parent record copied into each record, as "
+        "_<parent>_<field> (dlt's names).",
+    )
     endpoint: Endpoint = Field(default_factory=Endpoint)
     max_pages: int = Field(100_000, ge=1)
+
+    @property
+    def disposition(self) -> str:
+        """append, replace or merge (dlt's default for a resource with a key: merge here,
+        as the rows of a key are replaced by their newest version)."""
+        wd = self.write_disposition
+        return (wd.disposition if isinstance(wd, WriteDisposition) else wd) or "merge"
+
+    @property
+    def contract(self) -> SchemaContract:
+        c = self.schema_contract
+        if isinstance(c, str):
+            return SchemaContract(tables=c, columns=c, data_type=c)
+        return c or SchemaContract()
+
+    @property
+    def merge_fields(self) -> list[str]:
+        mk = self.merge_key
+        return [mk] if isinstance(mk, str) else list(mk or [])
+
+    @property
+    def hard_delete(self) -> str | None:
+        return next((name for name, hint in self.columns.items() if hint.hard_delete), None)
 
     @field_validator("name", "table_name")
     @classmethod
@@ -203,6 +394,10 @@ class Resource(_Strict):
 
 class ResourceDefaults(_Strict):
     primary_key: str | list[str] | None = None
+    write_disposition: Disposition | WriteDisposition | None = None
+    merge_key: str | list[str] | None = None
+    columns: dict[str, ColumnHint] = Field(default_factory=dict)
+    schema_contract: ContractMode | SchemaContract | None = None
     endpoint: Endpoint = Field(default_factory=Endpoint)
 
 
@@ -249,7 +444,16 @@ class Source(_Strict):
         description="dialect github: the repositories (owner/name) whose pull requests to list.",
     )
     resource_defaults: ResourceDefaults = Field(default_factory=ResourceDefaults)
+    schema_contract: ContractMode | SchemaContract | None = None
     resources: list[Resource] = Field(min_length=1)
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _named(cls, v: Any) -> Any:
+        """dlt's shorthand: a resource given by its name alone is the endpoint of that path."""
+        if isinstance(v, list):
+            return [{"name": r, "endpoint": {"path": r}} if isinstance(r, str) else r for r in v]
+        return v
 
     @field_validator("repos")
     @classmethod
@@ -315,10 +519,15 @@ class Source(_Strict):
             data_selector=ep.data_selector if ep.data_selector is not None else dep.data_selector,
             paginator=ep.paginator or dep.paginator or self.client.paginator,
             incremental=ep.incremental or dep.incremental,
+            response_actions=ep.response_actions or dep.response_actions,
         )
         return r.model_copy(
             update={
                 "primary_key": r.primary_key if r.primary_key is not None else d.primary_key,
+                "write_disposition": r.write_disposition or d.write_disposition,
+                "merge_key": r.merge_key if r.merge_key is not None else d.merge_key,
+                "columns": {**d.columns, **r.columns},
+                "schema_contract": r.schema_contract or d.schema_contract or self.schema_contract,
                 "endpoint": endpoint,
             }
         )

@@ -23,8 +23,13 @@ from typing import Any
 import httpx
 
 from ingest import duck, storage
+from ingest.rest import typed
+from ingest.rest.errors import SchemaContractError
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
+from ingest.rest.source import Resource
+from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
+from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
 
 
 @dataclass(slots=True)
@@ -119,9 +124,87 @@ def write_listing(
     part: str,
     rows: Sequence[dict[str, Any]],
     sync: dict[str, Any],
+    resource: Resource | None = None,
 ) -> None:
-    storage.stage(data_dir, run_id, table, part, rows)
+    """Stage one listing's rows, typed (``ingest.rest.typed``): a column the table has keeps
+    its stored type; the resource's schema contract decides what a new column or another
+    type does, its write disposition how the commit writes the rows."""
+    if rows:
+        c = resource.contract if resource is not None else None
+        contract = typed.Contract(c.tables, c.columns, c.data_type) if c else typed.Contract()
+        records = [json.loads(r["data"]) for r in rows]
+        stored = _types(data_dir, table)
+        keep, drop = typed.enforce(table, records, stored, contract)
+        rows = [r for r, k in zip(rows, keep, strict=True) if k]
+        drop = [d for d, k in zip(drop, keep, strict=True) if k]
+        records = [r for r, k in zip(records, keep, strict=True) if k]
+        hard_delete = resource.hard_delete if resource is not None else None
+        directives = {
+            "disposition": resource.disposition if resource is not None else "merge",
+            "merge_key": [typed.normalize(f) for f in resource.merge_fields] if resource else [],
+            "hard_delete": typed.normalize(hard_delete) if hard_delete else None,
+            "complete": bool(sync.get("complete")),
+        }
+        batch = typed.typed_table(rows, stored, records=records, drop=drop, directives=directives)
+        storage.stage(data_dir, run_id, table, part, batch)
+        if hard_delete:  # a deleted record's lists are not stored again
+            pairs = [(r, x) for r, x in zip(rows, records, strict=True) if not x.get(hard_delete)]
+            rows, records = [r for r, _ in pairs], [x for _, x in pairs]
+        # each nested list a child table; a parent's stored children are replaced by its
+        # current list when the parent is committed (see commit.replace_children)
+        for child, ch in typed.child_tables(table, rows, records).items():
+            if not ch.rows:
+                continue
+            child_stored = _types(data_dir, child)
+            if not child_stored and stored and contract.tables != "evolve":
+                if contract.tables == "freeze":
+                    raise SchemaContractError(
+                        f"{child}: schema_contract freezes tables: the list {child!r} is new"
+                    )
+                continue  # discard_row, discard_value: the new table is not made
+            keep, drop = typed.enforce(child, ch.records, child_stored, contract)
+            pick = [i for i, k in enumerate(keep) if k]
+            batch = typed.typed_table(
+                [ch.rows[i] for i in pick],
+                child_stored,
+                records=[ch.records[i] for i in pick],
+                index=[ch.index[i] for i in pick],
+                roots=[ch.roots[i] for i in pick],
+                drop=[drop[i] for i in pick],
+            )
+            storage.stage(data_dir, run_id, child, part, batch)
     storage.stage(data_dir, run_id, "rest_syncs", f"{table}-{part}", [sync])
+
+
+def _types(data_dir: DataDir, table: str) -> dict[str, Any]:
+    stored = lake.stored_schema(data_dir, table)
+    return {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
+
+
+def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[dict[str, Any]]:
+    """The column changes the run's staged rows bring to the source's tables (what their
+    commit records in ``schema_history``), read from the staged parts' footers: for the
+    run's summary, before the commit."""
+    out: list[dict[str, Any]] = []
+    for table in storage.staging.staged_tables(data_dir, run_id):
+        if not table.startswith(f"{source}{RESOURCE_SEPARATOR}"):
+            continue
+        parts = []
+        for key in storage.staging.parts(data_dir, run_id, table):
+            part = storage.staging.read_part(data_dir, key)
+            if part is not None:
+                parts.append(part.slice(0, 0))
+        if not parts:
+            continue
+        stored = lake.stored_schema(data_dir, table)
+        rows = evolve.unify(parts)
+        _, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+        out += [
+            {"table": table, "column": c.column, "change": c.kind}
+            | {"old_type": c.old_type, "new_type": c.new_type}
+            for c in changes
+        ]
+    return out
 
 
 def write_run(

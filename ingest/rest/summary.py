@@ -5,6 +5,7 @@ budget spent, the planned page size)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ingest import markdown as md
 from ingest.rest.records import GitHubSummary, RestSummary
@@ -50,7 +51,23 @@ def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None
             f"{r['records']} | {r['pages']} | {r['requests']} | {r['failed_pages']} | "
             f"{r['page_size']} | {note} |"
         )
+    lines += schema_markdown(summary.schema_changes)
     return "\n".join(lines)
+
+
+def schema_line(change: dict[str, Any]) -> str:
+    """``shop__orders.total__v_text: variant (DOUBLE -> VARCHAR)``."""
+    old = f"{change['old_type']} -> " if change.get("old_type") else ""
+    return f"{change['table']}.{change['column']}: {change['change']} ({old}{change['new_type']})"
+
+
+def schema_markdown(changes: list[dict[str, Any]]) -> list[str]:
+    """The run's column changes (``schema_history``), as a list under the table."""
+    if not changes:
+        return []
+    return ["", f"Schema changes ({len(changes)}):", ""] + [
+        f"- {md.code(schema_line(c))}" for c in changes
+    ]
 
 
 def github_headline(summary: GitHubSummary) -> str:

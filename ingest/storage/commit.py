@@ -28,13 +28,15 @@ import logging
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 
-from ingest.storage import lake, staging
+from ingest import duck
+from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import SPECS
+from ingest.storage.tables import RESOURCE_SCHEMA, SCHEMAS, SPECS, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +151,140 @@ def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
 def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str], txn: int) -> int:
     rows = staging.read_parts(data_dir, keys, table)
     spec = SPECS[table]
+    resource = is_resource_table(table)
+    said = evolve.directives(rows) if resource else {}
+    if resource:
+        rows = _evolve(data_dir, run_name, table, rows, txn)
+        rows = _deletions(data_dir, table, rows, said)
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
+        if resource:
+            replace_children(data_dir, table, rows)
+            if said.get("disposition") == "replace" and said.get("complete"):
+                _replace(data_dir, table, rows)
         if spec.log:
             lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), txn))
     else:
         lake.append(data_dir, table, rows, txn=(_app_id(run_name, table), txn))
     return rows.num_rows
+
+
+def _evolve(data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: int) -> pa.Table:
+    """A resource table's rows reconciled with its stored columns, the changes recorded
+    in ``schema_history`` before the rows that bring them are committed."""
+    stored = lake.stored_schema(data_dir, table)
+    rows, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+    if changes and rows.num_rows:
+        first = rows.slice(0, 1).to_pylist()[0]
+        now = datetime.now(UTC)
+        history = [
+            {
+                "source": first["source"],
+                "resource": first["resource"],
+                "table_name": table,
+                "column_name": c.column,
+                "change": c.kind,
+                "old_type": c.old_type,
+                "new_type": c.new_type,
+                "base_column": c.base or None,
+                "run_id": first["run_id"],
+                "changed_at": now,
+            }
+            for c in changes
+        ]
+        batch = pa.Table.from_pylist(history, schema=SCHEMAS["schema_history"])
+        lake.append(
+            data_dir, "schema_history", batch, txn=(_app_id(run_name, f"{table}:schema"), txn)
+        )
+    return rows
+
+
+def _quoted(values: Any) -> str:
+    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+
+
+def _descendants(data_dir: DataDir, table: str) -> list[str]:
+    """The stored child tables of ``table`` (its nested lists, at any depth)."""
+    return [t for t in files(data_dir).children(lake.LAKE_DIR) if t.startswith(f"{table}__")]
+
+
+def _delete(data_dir: DataDir, table: str, predicate: str) -> None:
+    dt = lake.open_table(data_dir, table)
+    if dt is not None:
+        lake.with_commit_retries(lambda: dt.delete(predicate), table)
+
+
+def _delete_keys(data_dir: DataDir, table: str, keys: set[str]) -> None:
+    """Delete the rows of ``keys`` and their child rows."""
+    if not keys:
+        return
+    listed = _quoted(sorted(keys))
+    _delete(data_dir, table, f"key IN ({listed})")
+    for child in _descendants(data_dir, table):
+        _delete(data_dir, child, f"_root_key IN ({listed})")
+
+
+def _deletions(data_dir: DataDir, table: str, rows: pa.Table, said: dict[str, Any]) -> pa.Table:
+    """Rows a ``hard_delete`` column marks deleted: their stored rows (and child rows) go,
+    and they are not stored. With a ``merge_key``, the stored rows (of other runs) that
+    share a merge-key value with the rows go first (dlt's delete-insert)."""
+    column = said.get("hard_delete")
+    if column and column in rows.column_names and rows.num_rows:
+        values = rows.column(column).to_pylist()
+        gone = [v not in (None, False, 0, "", "false", "False", "0") for v in values]
+        _delete_keys(
+            data_dir,
+            table,
+            {k for k, g in zip(rows.column("key").to_pylist(), gone, strict=True) if g},
+        )
+        rows = rows.filter(pa.array([not g for g in gone]))
+    merge_key = [c for c in said.get("merge_key") or [] if c in rows.column_names]
+    if merge_key and rows.num_rows and lake.open_table(data_dir, table) is not None:
+        from ingest.storage import warehouse
+
+        relation = warehouse.table_sql(data_dir, table)
+        same = " AND ".join(f't."{c}" = i."{c}"' for c in merge_key)
+        runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
+        with duck.connect() as con:
+            con.register("incoming", rows.select(merge_key))
+            stale = con.execute(
+                f"SELECT t.key FROM ({relation}) t WHERE EXISTS "
+                f"(SELECT 1 FROM incoming i WHERE {same}) AND t.run_id NOT IN (SELECT unnest(?))",
+                [runs],
+            ).fetchall()
+        _delete_keys(data_dir, table, {k for (k,) in stale})
+    return rows
+
+
+def _replace(data_dir: DataDir, table: str, rows: pa.Table) -> None:
+    """``write_disposition: replace`` after complete listings: the rows of other runs go,
+    from the table and its child tables (an incomplete listing replaces nothing)."""
+    runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
+    if not runs:
+        return
+    for name in (table, *_descendants(data_dir, table)):
+        _delete(data_dir, name, f"run_id NOT IN ({_quoted(runs)})")
+
+
+def replace_children(data_dir: DataDir, table: str, rows: pa.Table) -> None:
+    """Delete the stored rows of ``table``'s child tables (its nested lists, at any depth)
+    whose top-level record is among ``rows``, but those of the run that brought them: the
+    run's own child rows, committed after their parents, then stand alone, and a line gone
+    from an order is gone from its table. Replayed after the children were committed, it
+    deletes nothing (the stored children are the run's)."""
+    children = [t for t in files(data_dir).children(lake.LAKE_DIR) if t.startswith(f"{table}__")]
+    if not children or not rows.num_rows:
+        return
+    keys = ", ".join("'" + k.replace("'", "''") + "'" for k in set(rows.column("key").to_pylist()))
+    runs = ", ".join(
+        "'" + r.replace("'", "''") + "'" for r in set(rows.column("run_id").to_pylist()) if r
+    )
+    for child in children:
+        dt = lake.open_table(data_dir, child)
+        if dt is None:
+            continue
+        predicate = f"_root_key IN ({keys})" + (f" AND run_id NOT IN ({runs})" if runs else "")
+        lake.with_commit_retries(lambda dt=dt, p=predicate: dt.delete(p), child)
 
 
 def recover(

@@ -154,6 +154,8 @@ def data_files(data_dir: DataDir, table: str, prune: Prune | None = None) -> lis
 def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
     """Cast ``rows`` to the table's schema: missing columns become nulls, extra ones go,
     and a history table gets its ``day`` from its timestamp column."""
+    if is_resource_table(spec.name):  # typed columns beside the fixed ones: see evolve
+        return rows
     schema = spec.schema
     columns = []
     for field in schema:
@@ -235,6 +237,7 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     # of the next version (appends do not conflict), and a state table would hold every
     # key twice. An empty table first, then the MERGE, which does conflict.
     dt = ensure_table(data_dir, table)
+    resource = is_resource_table(table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
     groups: list[tuple[str, pa.Table]] = [(on, data)]
@@ -259,7 +262,14 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
         def write(predicate: str = predicate, source: pa.Table = source) -> dict[str, int]:
             dt.update_incremental()
             return dict(
-                dt.merge(source, predicate, source_alias="s", target_alias="t", streamed_exec=False)
+                dt.merge(
+                    source,
+                    predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    streamed_exec=False,
+                    merge_schema=resource,  # a new typed column is added
+                )
                 .when_matched_update_all(predicate=newer)
                 .when_not_matched_insert_all()
                 .execute()
@@ -342,6 +352,12 @@ def with_commit_retries(write: Callable[[], T], table: str) -> T:
     return COMMIT_BACKOFF.retrying(
         write, CommitFailedError, what=f"{table}: commit conflict", level=logging.INFO
     )
+
+
+def stored_schema(data_dir: DataDir, table: str) -> pa.Schema | None:
+    """The schema of the table's current version (None when it has none yet)."""
+    dt = open_table(data_dir, table)
+    return None if dt is None else pa.schema(dt.schema().to_arrow())
 
 
 def table_names(data_dir: DataDir) -> list[str]:

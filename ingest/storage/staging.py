@@ -38,8 +38,9 @@ import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ingest import duck
+from ingest.storage import evolve
 from ingest.storage.location import DataDir, LocalFiles, files, locate
-from ingest.storage.tables import SCHEMAS
+from ingest.storage.tables import SCHEMAS, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -128,18 +129,21 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
     """The rows of the parts ``keys``; a part that cannot be read is moved aside, never
     read again."""
     schema = SCHEMAS[table]
+    resource = is_resource_table(table)
     tables = []
     for key in keys:
         try:
             part = read_part(data_dir, key)
-            if part is not None:
+            if part is not None and resource:  # typed columns of their own: see evolve
+                tables.append(part)
+            elif part is not None:
                 part = _with_columns(part, schema)
                 tables.append(part if part.schema.equals(schema) else part.cast(schema))
         except (OSError, pa.ArrowException, ValueError) as exc:
             quarantine(data_dir, key, exc)
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables(tables)
+    return evolve.unify(tables) if resource else pa.concat_tables(tables)
 
 
 def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:

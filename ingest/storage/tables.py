@@ -301,6 +301,22 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("ended_at", _TS),
         ]
     ),
+    # Every change of a REST resource table's columns (ingest.storage.evolve): a column
+    # added, or a variant column made for values of another type than the stored one.
+    "schema_history": pa.schema(
+        [
+            ("source", pa.string()),
+            ("resource", pa.string()),
+            ("table_name", pa.string()),
+            ("column_name", pa.string()),
+            ("change", pa.string()),  # added | variant
+            ("old_type", pa.string()),
+            ("new_type", pa.string()),
+            ("base_column", pa.string()),  # of a variant column: the column it stands beside
+            ("run_id", pa.string()),
+            ("changed_at", _TS),
+        ]
+    ),
 }
 
 # One table per resource of a declared REST source, named ``<source>__<resource>``: the
@@ -493,5 +509,6 @@ SPECS: dict[str, TableSpec] = _Specs(
         TableSpec("source_nights", "history", day_from="checked_at"),
         TableSpec("api_windows", "state", keys=("host",), newer="updated_at"),
         TableSpec("rest_syncs", "history", day_from="started_at"),
+        TableSpec("schema_history", "history", day_from="changed_at"),
     )
 )

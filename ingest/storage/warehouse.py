@@ -52,9 +52,9 @@ import duckdb
 import pyarrow as pa
 
 from ingest import duck
-from ingest.storage import lake
+from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
-from ingest.storage.tables import SPECS, TableSpec
+from ingest.storage.tables import SPECS, TableSpec, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,46 @@ def _duck_types(schema: pa.Schema) -> list[str]:
 
 _TYPES: dict[str, list[str]] = {}
 
+# Where the database file that holds a view lies, told by DuckDB at bind time: a
+# persistent database's temp_directory is ``<file>.tmp`` unless someone set another.
+# A stored view names its files relative to that folder, so a data folder moved or
+# copied whole reads its own files (never the original's); with another temp_directory,
+# the files are looked for relative to the working folder.
+_HERE = (
+    r"regexp_extract(current_setting('temp_directory'), '^(.*[/\\])?warehouse\.duckdb\.tmp$', 1)"
+)
 
-def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
-    """``SELECT`` over the given files of the table, columns in the schema's order."""
-    schema = spec.schema
-    types = _TYPES.get(spec.name)
+
+def _types(schema: pa.Schema) -> list[str]:
+    key = schema.to_string(show_schema_metadata=False)
+    types = _TYPES.get(key)
     if types is None:
-        types = _TYPES[spec.name] = _duck_types(schema)
+        types = _TYPES[key] = _duck_types(schema)
+    return types
+
+
+def table_schema(data_dir: DataDir, spec: TableSpec) -> pa.Schema:
+    """The columns a table's view shows: its spec's, or for a REST resource table the
+    stored ones (the fixed columns, then the typed columns its records brought)."""
+    if is_resource_table(spec.name):
+        stored = lake.stored_schema(data_dir, spec.name)
+        if stored is not None:
+            return evolve.plain_schema(stored)
+    return spec.schema
+
+
+def view_sql(
+    spec: TableSpec,
+    files: Iterable[str],
+    *,
+    schema: pa.Schema | None = None,
+    relative_to: str | None = None,
+) -> str:
+    """``SELECT`` over the given files of the table, columns in the schema's order; with
+    ``relative_to`` (a folder the files lie under), the files are named relative to the
+    folder of the database file holding the view (see ``_HERE``)."""
+    schema = schema if schema is not None else spec.schema
+    types = _types(schema)
     files = list(files)
     empty = "SELECT " + ", ".join(
         f'CAST(NULL AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
@@ -90,24 +123,27 @@ def view_sql(spec: TableSpec, files: Iterable[str]) -> str:
     cols = ", ".join(
         f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
     )
-    listing = ", ".join(_sql_str(f) for f in files)
+    if relative_to is not None:
+        base = str(relative_to).rstrip("/\\") + "/"
+        names = [f[len(base) :] if f.startswith(base) else f for f in files]
+        listing = f"list_transform([{', '.join(_sql_str(f) for f in names)}], f -> {_HERE} || f)"
+    else:
+        listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
     hive = "true" if spec.partition_by else "false"
     # The typed empty row set first: a column added to the schema later (task_timings.worker)
     # reads as NULL from files written before it, even when no file has it yet.
     return (
         f"SELECT {cols} FROM ({empty} WHERE false UNION ALL BY NAME "
-        f"SELECT * FROM read_parquet([{listing}], "
+        f"SELECT * FROM read_parquet({listing}, "
         f"hive_partitioning = {hive}, union_by_name = true))"
     )
 
 
-def arrow_view_sql(spec: TableSpec, relation: str) -> str:
+def arrow_view_sql(spec: TableSpec, relation: str, schema: pa.Schema | None = None) -> str:
     """``SELECT`` over a registered Arrow relation of the table, columns in the schema's
     order and types."""
-    schema = spec.schema
-    types = _TYPES.get(spec.name)
-    if types is None:
-        types = _TYPES[spec.name] = _duck_types(schema)
+    schema = schema if schema is not None else spec.schema
+    types = _types(schema)
     cols = ", ".join(
         f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
     )
@@ -129,7 +165,9 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     ``string`` (its default) makes DuckDB push down plain string literals, which pyarrow
     cannot compare with the files' views ("no kernel matching (string, string_view)").
     Declaring the files' own string type lets every pushed-down filter run."""
-    schema = spec.schema
+    schema = evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
+    if not is_resource_table(spec.name):
+        schema = spec.schema
     fragment = next(iter(dt.to_pyarrow_dataset().get_fragments()), None)
     if fragment is not None and any(
         pa.types.is_string_view(f.type) for f in fragment.physical_schema
@@ -146,13 +184,13 @@ def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) ->
     spec = SPECS[table]
     loc = locate(data_dir)
     if not loc.remote:
-        return view_sql(spec, lake.data_files(loc, table, prune))
+        return view_sql(spec, lake.data_files(loc, table, prune), schema=table_schema(loc, spec))
     dt = lake.open_table(loc, table)
     if dt is None:
         return view_sql(spec, [])
     dataset = arrow_dataset(dt, spec)
     name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dataset)
-    return arrow_view_sql(spec, name)
+    return arrow_view_sql(spec, name, dataset.schema if is_resource_table(table) else None)
 
 
 def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
@@ -181,11 +219,21 @@ def views(data_dir: DataDir, *, stored: bool = False) -> dict[str, str]:
     ``stored``, for a database file: the tables' files by name (``s3://`` URIs for a lake
     on object storage), never a relation of this process."""
     if stored:
-        return {
-            name: view_sql(SPECS[name], lake.data_files(data_dir, name))
-            for name in lake.table_names(data_dir)
-        }
+        return {name: stored_view_sql(data_dir, name) for name in lake.table_names(data_dir)}
     return {name: table_sql(data_dir, name) for name in lake.table_names(data_dir)}
+
+
+def stored_view_sql(data_dir: DataDir, name: str) -> str:
+    """A view for a database file: a local lake's files named relative to the file's
+    folder (a data folder copied or moved whole reads its own files), an object store's
+    by their ``s3://`` URIs."""
+    loc = locate(data_dir)
+    spec = SPECS[name]
+    files = lake.data_files(loc, name)
+    schema = table_schema(loc, spec)
+    if loc.remote:
+        return view_sql(spec, files, schema=schema)
+    return view_sql(spec, files, schema=schema, relative_to=str(loc.local_dir))
 
 
 def create_views(con: duckdb.DuckDBPyConnection, data_dir: DataDir, *, temp: bool) -> None:
@@ -233,8 +281,11 @@ def connect_read_only(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
                 body = view_sql(spec, [])
             else:
                 relation = f"lake_{name}"
-                con.register(relation, arrow_dataset(dt, spec))
-                body = arrow_view_sql(spec, relation)
+                dataset = arrow_dataset(dt, spec)
+                con.register(relation, dataset)
+                body = arrow_view_sql(
+                    spec, relation, dataset.schema if is_resource_table(name) else None
+                )
             con.execute(f'CREATE TEMP VIEW "{name}" AS {body}')
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
@@ -288,10 +339,7 @@ def refresh_warehouse(
             return True
     else:
         present = set(lake.table_names(data_dir))
-        bodies = {
-            name: view_sql(SPECS[name], lake.data_files(data_dir, name))
-            for name in sorted(set(tables) & present)
-        }
+        bodies = {name: stored_view_sql(data_dir, name) for name in sorted(set(tables) & present)}
         signature = None  # the stamp covers all views: it no longer holds
         if not bodies:
             return True
