@@ -150,7 +150,7 @@ class IssuesServer:
                 parts = url.path.strip("/").split("/")
                 if len(parts) == 4 and parts[3] == "issues":
                     since = query.get("since", "")
-                    listed = [i for i in server.issues if i["updated_at"] >= since]
+                    listed = [i for i in server.issues if str(i["updated_at"]) >= since]
                 elif len(parts) == 6 and parts[5] == "comments":
                     listed = [
                         {"id": int(parts[4]) * 10 + c, "body": f"comment {c}", "user": {"id": c}}

@@ -29,6 +29,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -284,7 +285,7 @@ def replace_children(data_dir: DataDir, table: str, rows: pa.Table) -> None:
         if dt is None:
             continue
         predicate = f"_root_key IN ({keys})" + (f" AND run_id NOT IN ({runs})" if runs else "")
-        lake.with_commit_retries(lambda dt=dt, p=predicate: dt.delete(p), child)
+        lake.with_commit_retries(partial(dt.delete, predicate), child)
 
 
 def recover(
