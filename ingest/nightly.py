@@ -18,7 +18,7 @@ FAILURES_SHOWN = 10
 ENGINE_PREFIX = "Flow run encountered an exception: "
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False)
 class ChildOutcome:
     """How one child flow run (``s3-ingest``, ``github-pulls``) ended."""
 
@@ -29,8 +29,10 @@ class ChildOutcome:
     seconds: float = 0.0
     error_type: str = ""
     summary: Any = None  # RunSummary or GitHubSummary when the child returned one
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    # The first failed items the child named: (key or repository, error, permanent).
+    failures: list[tuple[str, str, bool]] = field(default_factory=list)
     target: str = ""  # what the child reads: s3://bucket/prefix, the repositories
+    cause: str = ""  # the failed child's own state message (``message`` adds the advice)
 
     @property
     def changed(self) -> int:
@@ -52,11 +54,79 @@ class ChildOutcome:
             return int(s.counts.get("failed", 0))
         return int(getattr(s, "failed_pages", 0) or 0)
 
+    @property
+    def failed_extractions(self) -> int:
+        """Documents whose text could not be extracted (the run itself may have completed)."""
+        return int(getattr(self.summary, "failed_extractions", 0) or 0)
+
+    @property
+    def verdict(self) -> str:
+        """``completed``, ``failed``, or ``completed with 1 failed object`` and the like."""
+        said = [
+            plural(n, noun)
+            for n, noun in (
+                (
+                    self.failed_items,
+                    "failed object" if self.flow_name == "s3-ingest" else "failed page",
+                ),
+                (self.failed_extractions, "failed extraction"),
+            )
+            if n
+        ]
+        return f"{self.state} with {', '.join(said)}" if said and self.ok else self.state
+
     started_at: datetime | None = None  # when the parent started it (wall clock, UTC)
 
     @property
     def ok(self) -> bool:
         return self.state == "completed"
+
+    def __repr__(self) -> str:  # short: Prefect logs it with the calling task's state
+        return f"ChildOutcome({self.flow_name} {self.state}, run {self.flow_run_id})"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 night``, ``2 nights``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+# The longest state message the run page shows whole (longer ones end in "See More").
+MESSAGE_CHARS = 300
+
+
+def failed_message(outcomes: list[ChildOutcome]) -> str:
+    """The failed nightly's state message: which children failed, each cause cut short;
+    the advice in full is in the nightly-summary artifact."""
+    failed = [o for o in outcomes if not o.ok]
+    causes = "; ".join(f"{o.flow_name}: {short_cause(o.cause, 120)}" for o in failed)
+    text = f"{len(failed)} of {len(outcomes)} ingestions failed: {causes}"
+    return cut(text, MESSAGE_CHARS - 40) + ". See the nightly-summary artifact."
+
+
+def completed_message(outcomes: list[ChildOutcome]) -> str:
+    """The state message of a nightly whose children completed with failed items (empty
+    without): the counts and the first keys with their errors, permanent ones said so."""
+    said = [f"{o.flow_name} {o.verdict}" for o in outcomes if o.verdict != o.state]
+    if not said:
+        return ""
+    items = [(o.flow_name, k, e, p) for o in outcomes for k, e, p in o.failures]
+    permanent = sum(p for *_, p in items)
+    keys = "; ".join(f"{cut(k, 50)}: {cut(e, 50)}" for _f, k, e, _p in items[:3])
+    text = "Completed, " + ", ".join(said)
+    if permanent:
+        text += f" ({permanent} permanent, no retry fixes them)"
+    if keys:
+        text += f": {keys}"
+    return cut(text, MESSAGE_CHARS - 35) + ". See the nightly-summary artifact."
+
+
+def cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short_cause(message: str, limit: int) -> str:
+    return cut(message.removeprefix(ENGINE_PREFIX), limit)
 
 
 def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
@@ -102,7 +172,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     elif outcome.error_type.startswith("TooMany"):
         todo = (
             "read the failures in that run's run-summary artifact (or the query in the "
-            "message); the next run retries the failed items"
+            "message); the next run retries the failed downloads, not the permanent failures"
         )
     else:
         todo = (
@@ -136,7 +206,7 @@ def headline(outcome: ChildOutcome) -> str:
             text += f", stopped early: {s.stopped}"
     else:
         text = outcome.message or "no summary"
-    return f"**{outcome.flow_name}** ({outcome.state}, {outcome.seconds:.2f} s): {text}"
+    return f"**{outcome.flow_name}** ({outcome.verdict}, {outcome.seconds:.2f} s): {text}"
 
 
 def markdown(
@@ -174,18 +244,23 @@ def markdown(
                 f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
                 f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"
             )
-    failures = [(o.flow_name, k, e) for o in outcomes for k, e in o.failures]
-    total = sum(max(o.failed_items, len(o.failures)) for o in outcomes)
+    failures = [(o.flow_name, k, e, p) for o in outcomes for k, e, p in o.failures]
+    total = sum(max(o.failed_items + o.failed_extractions, len(o.failures)) for o in outcomes)
     if failures:
         shown = failures[:FAILURES_SHOWN]
         lines += [
             "",
             f"## {failures_heading(len(shown), total)}",
             "",
-            "| flow | item | error |",
-            "|---|---|---|",
+            "| flow | item | error | permanent |",
+            "|---|---|---|---|",
         ]
-        lines += [f"| {f} | {md.code(k)} | {md.cell(e)} |" for f, k, e in shown]
+        lines += [
+            f"| {f} | {md.code(k)} | {md.cell(e)} | {'yes' if p else 'no'} |"
+            for f, k, e, p in shown
+        ]
+        if total > len(shown):
+            lines += ["", "The rest are in each child run's run-summary artifact."]
     for section in sections:
         lines += ["", section]
     return "\n".join(lines) + "\n" + comparison

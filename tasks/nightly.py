@@ -13,9 +13,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
+from prefect.states import Failed
 
-from ingest import chart, freshness, history, nightly, nights
-from ingest.nightly import ChildOutcome, advice, is_terminal
+from ingest import chart, freshness, history, nightly, nights, report
+from ingest.nightly import ChildOutcome, advice, is_terminal, short_cause
+from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
@@ -67,13 +69,38 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
         target=target,
         started_at=started_at,
     )
-    if outcome.summary is not None:
-        outcome.failures = list(
-            getattr(outcome.summary, "failures", None) or getattr(outcome.summary, "errors", [])
-        )
+    outcome.cause = outcome.message
+    if isinstance(outcome.summary, RunSummary):
+        outcome.failures = report.failed_items(outcome.summary)
+    elif outcome.summary is not None:  # a REST summary: (repository or page, error)
+        outcome.failures = [(k, e, False) for k, e in getattr(outcome.summary, "errors", [])]
     if error is not None:
         outcome.message = advice(outcome, is_terminal(error))
     return outcome
+
+
+def child_state(outcome: ChildOutcome) -> Any:
+    """What the calling task ends in: Failed when its child failed (so the task is not
+    drawn green under a red subflow), carrying the outcome for the nightly's summary."""
+    if outcome.ok:
+        return outcome
+    return Failed(
+        message=f"{outcome.flow_name} {outcome.state}: {short_cause(outcome.cause, 200)}",
+        data=outcome,
+    )
+
+
+def outcome_of(future: Any, flow_name: str) -> ChildOutcome:
+    """The outcome a ``run-*`` task returned, Failed or not; a task that itself broke
+    becomes a failed outcome naming its error."""
+    future.wait()
+    result = future.state.result(raise_on_failure=False)
+    if isinstance(result, ChildOutcome):
+        return result
+    cause = f"{type(result).__name__}: {result}" if result is not None else "no outcome"
+    return ChildOutcome(
+        flow_name=flow_name, flow_run_id="", state="failed", cause=cause, message=cause
+    )
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -154,7 +181,7 @@ def publish_nightly_summary(
         len(outcomes),
         len(outcomes),
         f"Finished in {seconds:.1f} s: "
-        + ", ".join(f"{o.flow_name} {o.state} ({o.seconds:.1f} s)" for o in outcomes),
+        + ", ".join(f"{o.flow_name} {o.verdict} ({o.seconds:.1f} s)" for o in outcomes),
     )
     create_markdown_artifact(
         key="nightly-summary",

@@ -184,7 +184,7 @@ def fetch_batch(
             storage.stage(
                 settings.lake, spec.run_id, "documents", batch.name, [d.as_row() for d in docs]
             )
-            summary.extracted = extraction.summarize(docs)
+            summary.extracted = extraction.summarize(docs).note_failures(docs)
         t.items = len(results)
         t.bytes = summary.bytes
     return summary

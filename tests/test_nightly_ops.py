@@ -110,7 +110,7 @@ def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
         assert "failed-objects" in client.read_flow_run(run_id).tags
     arts = artifacts(run_id)
     summary = arts["run-summary"].data
-    assert "## Failures (1)" in summary and "First 1 of 1" not in summary
+    assert "## Failed downloads: Failures (1)" in summary and "First 1 of 1" not in summary
     assert "20 objects" not in summary and "21 objects" in summary
     assert arts["download-progress"].description.startswith("Finished: 21 objects")
 
@@ -132,3 +132,85 @@ def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> N
     assert state.is_failed()
     assert "bucket: String should have at least 3 characters" in state.message, state.message
     assert "concurrency: Input should be greater than or equal to 1" in state.message
+
+
+def task_runs(flow_run_id: Any) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return {t.name.rsplit("-", 1)[0]: t for t in found}
+
+
+def flow_run_of(flow_run_id: Any) -> Any:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id)
+
+
+def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dev.servers.github import DevGitHub
+
+    put_many(
+        s3,
+        bucket,
+        {
+            "in/../escape.txt": b"evil",  # an unsafe key: permanent, no retry fixes it
+            "in/broken.pdf": b"%PDF-1.4\nnot a pdf at all\n",  # a corrupt document
+        }
+        | {f"in/fine-{i}.txt": b"a fine document" for i in range(18)},
+    )
+    params = {
+        "bucket": bucket,
+        "prefix": "in/",
+        "repos": [],
+        "endpoint_url": s3_server.url,
+        "data_dir": str(data_dir),
+    }
+    night = nightly(**params, return_state=True)
+    # Everything ran, but not everything went well: Completed, with counts, keys and a tag.
+    assert night.is_completed(), night
+    message = night.message or ""
+    assert len(message) <= 300, message
+    assert "s3-ingest completed with 1 failed object, 1 failed extraction" in message, message
+    assert "2 permanent" in message and "in/../escape.txt" in message and "retries" not in message
+    night_id = night.state_details.flow_run_id
+    assert {"failed-objects", "failed-extractions"} <= set(flow_run_of(night_id).tags)
+    [child] = children(night_id)
+    assert child.state.is_completed() and "retries them" not in (child.state.message or "")
+    assert child.state.message.startswith(
+        "Completed with 1 of 20 objects failed and 1 of 19 extractions failed (2 permanent"
+    ), child.state.message
+    assert {"failed-objects", "failed-extractions"} <= set(child.tags)
+    summary = artifacts(child.id)["run-summary"].data
+    downloads = summary.split("## Failed downloads", 1)[1].split("##", 1)[0]
+    assert "`in/../escape.txt` | failed | UnsafeKeyError" in downloads and "| yes |" in downloads
+    extractions = summary.split("## Failed extractions", 1)[1]
+    assert "`in/broken.pdf` | failed |" in extractions and "| yes |" in extractions
+    nightly_summary = artifacts(night_id)["nightly-summary"].data
+    assert "`in/broken.pdf`" in nightly_summary and "`in/../escape.txt`" in nightly_summary
+    progress = artifacts(night_id)["nightly-progress"].description or ""
+    assert "1 failed object" in progress, progress
+
+    # A child that fails: its calling task is Failed too, the nightly Failed, readable.
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "RejectedTokenValue0123456789abcdefAB")
+    with DevGitHub(repos={"octo/engine": 3}, token="ghp_" + "x" * 36) as gh:
+        failed = nightly(
+            **params | {"repos": ["octo/engine"], "github_base_url": gh.url}, return_state=True
+        )
+    assert failed.is_failed()
+    failed_message = failed.message or ""
+    assert len(failed_message) <= 300 and "1 of 2 ingestions failed: github-pulls" in (
+        failed_message
+    ), failed_message
+    tasks = task_runs(failed.state_details.flow_run_id)
+    assert tasks["run-github-pulls"].state.is_failed(), tasks["run-github-pulls"].state
+    assert "401" in (tasks["run-github-pulls"].state.message or "")
+    assert tasks["run-s3-ingest"].state.is_completed()
+    assert len(children(failed.state_details.flow_run_id)) == 2
