@@ -34,15 +34,29 @@ def run_seconds(flow_run_id: Any, fallback: float) -> float:
     return recorded or fallback
 
 
-def tag_child(flow_run_id: Any) -> None:
-    """Give the finished child run the nightly's tags (and ``nightly``, ``nightly-child``),
-    so filtering the run list on ``nightly`` finds it. Set on the run afterwards, not with
+# The tags that name a source; a child gets its own, never another source's.
+SOURCE_TAGS = {"s3-ingest": "s3", "github-pulls": "github", "rest-ingest": "rest"}
+
+
+def child_tags(flow_name: str, have: list[str], parent: list[str]) -> list[str]:
+    """A child's tags: its own, the parent's shared ones (not the parent's source tags)
+    with ``nightly`` and ``nightly-child``, and its own source tag."""
+    own = {SOURCE_TAGS[flow_name]} if flow_name in SOURCE_TAGS else set()
+    others = set(SOURCE_TAGS.values()) - own
+    shared = {t for t in [*have, *parent] if t not in others}
+    return sorted({*shared, *own, "nightly", "nightly-child"})
+
+
+def tag_child(flow_run_id: Any, flow_name: str) -> None:
+    """Give the finished child run its source tag and the nightly's shared tags (and
+    ``nightly``, ``nightly-child``), so filtering the run list on ``nightly`` finds it and
+    filtering on ``s3`` finds no GitHub run. Set on the run afterwards, not with
     ``prefect.tags()`` around the call: those tags would reach every task run too, and each
     tagged task run asks the server for tag concurrency slots."""
     try:
         with get_client(sync_client=True) as client:
             have = client.read_flow_run(flow_run_id).tags or []
-            wanted = sorted({*have, *(flow_run.tags or []), "nightly", "nightly-child"})
+            wanted = child_tags(flow_name, have, list(flow_run.tags or []))
             if wanted != sorted(have):
                 client.update_flow_run(flow_run_id, tags=wanted)
     except Exception as exc:  # a signpost for the run list, not worth failing the night
@@ -57,7 +71,7 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
     result = state.result(raise_on_failure=False)
     error = result if isinstance(result, BaseException) else None
     run_id = state.state_details.flow_run_id
-    tag_child(run_id)
+    tag_child(run_id, child.name)
     outcome = ChildOutcome(
         flow_name=child.name,
         flow_run_id=str(run_id),

@@ -214,3 +214,38 @@ def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
     assert "401" in (tasks["run-github-pulls"].state.message or "")
     assert tasks["run-s3-ingest"].state.is_completed()
     assert len(children(failed.state_details.flow_run_id)) == 2
+
+
+def test_each_child_has_its_own_source_tag_and_the_shared_ones(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect import tags
+
+    from dev.servers.github import DevGitHub
+
+    token = "ghp_" + "TagsTokenValue0123456789abcdefABCDEFG"
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    put_many(s3, bucket, {"in/a.txt": b"a"})
+    deployment_tags = tags("ingest", "nightly", "s3", "github")  # the nightly deployment's
+    with DevGitHub(repos={"octo/engine": 2}, token=token) as gh, deployment_tags:
+        night = nightly(
+            bucket=bucket,
+            prefix="in/",
+            repos=["octo/engine"],
+            endpoint_url=s3_server.url,
+            github_base_url=gh.url,
+            data_dir=str(data_dir),
+            return_state=True,
+        )
+    assert night.is_completed(), night
+    kids = {flow_name_of(c): set(c.tags) for c in children(night.state_details.flow_run_id)}
+    shared = {"ingest", "nightly", "nightly-child"}
+    assert shared | {"s3"} <= kids["s3-ingest"] and "github" not in kids["s3-ingest"]
+    assert shared | {"github"} <= kids["github-pulls"] and "s3" not in kids["github-pulls"]
+
+
+def flow_name_of(run: Any) -> str:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.read_flow(run.flow_id).name)
