@@ -31,6 +31,7 @@ from tasks.nightly import child_state, outcome_of, publish_nightly_summary, run_
 from tasks.progress import publish_progress
 from tasks.report import add_tags, failure_tags
 from tasks.storage import run_staging
+from tasks.timing import running_seconds
 
 
 class NightlyFailedError(IngestError):
@@ -141,7 +142,7 @@ def nightly(
                 f"{len(outcomes)} of {len(running)} ingestions finished: "
                 + ", ".join(f"{o.flow_name} {o.verdict}" for o in outcomes),
             )
-        publish_nightly_summary(settings, outcomes, time.perf_counter() - started)
+        publish_nightly_summary(settings, outcomes, running_seconds(time.perf_counter() - started))
 
     if any(not o.ok for o in outcomes):
         raise NightlyFailedError(failed_message(outcomes))

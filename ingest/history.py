@@ -93,6 +93,8 @@ def record_child_run(
         record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
         record.parent_flow_run_id = record.parent_flow_run_id or observed.parent_flow_run_id
         record.deployment_id = record.deployment_id or observed.deployment_id
+        if observed.seconds:  # the server's figure for the ended run, as the UI shows it
+            record.seconds = observed.seconds
         if observed.state != "completed":  # the child ended failed after recording itself
             record.state = observed.state
             record.message = observed.message or record.message

@@ -206,7 +206,8 @@ def headline(outcome: ChildOutcome) -> str:
             text += f", stopped early: {s.stopped}"
     else:
         text = outcome.message or "no summary"
-    return f"**{outcome.flow_name}** ({outcome.verdict}, {outcome.seconds:.2f} s): {text}"
+    took = f"{outcome.seconds:.2f} s in Running"
+    return f"**{outcome.flow_name}** ({outcome.verdict}, {took}): {text}"
 
 
 def markdown(
@@ -225,8 +226,9 @@ def markdown(
     lines = [
         "# nightly ingestion",
         "",
-        f"{ok} of {len(outcomes)} ingestions completed in {seconds:.2f} s (they ran at the "
-        "same time). Durations are each flow run's time in Running, as the Prefect UI shows.",
+        f"{ok} of {len(outcomes)} ingestions completed (they ran at the same time); this "
+        f"nightly run had been {seconds:.2f} s in Running when this summary was written. "
+        "Each duration is the flow run's time in Running, the figure the Prefect UI shows.",
         "",
     ]
     lines += [f"- {headline(o)}, run {link(o.flow_run_id)}" for o in outcomes]

@@ -189,8 +189,8 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"# {title}",
         "",
         f"**{summary.total} objects** ({counts}), {human_bytes(summary.bytes)} downloaded, "
-        f"{summary.seconds:.2f} s from the flow's start to this summary (the UI's duration "
-        "also counts the final commit).",
+        f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "
+        "counts; the finished run's figure there also counts the final commit).",
     ]
     if summary.failed or summary.failed_extractions:
         lines += ["", f"**{failed_objects_message(summary)}**"]

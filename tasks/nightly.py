@@ -21,18 +21,7 @@ from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
-
-
-def run_seconds(flow_run_id: Any, fallback: float) -> float:
-    """The child's time in Running as the server recorded it (what the UI shows), so the
-    nightly summary, the run and the UI give one duration; ``fallback`` without a server."""
-    try:
-        with get_client(sync_client=True) as client:
-            recorded = client.read_flow_run(flow_run_id).total_run_time.total_seconds()
-    except Exception:  # no API (a run without a server): the time measured here
-        return fallback
-    return recorded or fallback
-
+from tasks.timing import running_seconds
 
 # The tags that name a source; a child gets its own, never another source's.
 SOURCE_TAGS = {"s3-ingest": "s3", "github-pulls": "github", "rest-ingest": "rest"}
@@ -77,7 +66,7 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
         flow_run_id=str(run_id),
         state=state.type.value.lower(),
         message=state.message or "",
-        seconds=run_seconds(run_id, time.perf_counter() - started),
+        seconds=running_seconds(time.perf_counter() - started, run_id),
         error_type=type(error).__name__ if error else "",
         summary=None if error else result,
         target=target,

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prefect import get_run_logger
+from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run, task_run
 
 from ingest import timing
@@ -29,3 +30,19 @@ def timed(data_dir: DataDir, noun: str = "objects") -> Iterator[TaskTiming]:
         worker=worker_name(),
     ) as t:
         yield t
+
+
+def running_seconds(fallback: float, flow_run_id: object = None) -> float:
+    """A flow run's time in Running by Prefect's rule, the figure its UI shows: the
+    server's ``total_run_time`` plus the Running interval under way (``estimated_run_time``),
+    so a summary written before the run ends gives the figure up to that moment. The
+    current run by default; ``fallback`` (the time measured here) without a server."""
+    run_id = flow_run_id or flow_run.id
+    if not run_id:
+        return fallback
+    try:
+        with get_client(sync_client=True) as client:
+            recorded = client.read_flow_run(run_id).estimated_run_time.total_seconds()
+    except Exception:  # no API (a run without a server): the time measured here
+        return fallback
+    return recorded or fallback

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from flows.nightly import nightly
-from tests.helpers import put_many, run_cli
+from tests.helpers import put_many, rows, run_cli
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -242,6 +242,15 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
     shared = {"ingest", "nightly", "nightly-child"}
     assert shared | {"s3"} <= kids["s3-ingest"] and "github" not in kids["s3-ingest"]
     assert shared | {"github"} <= kids["github-pulls"] and "s3" not in kids["github-pulls"]
+
+    # One duration per run: the summary and the flow_runs rows say what the API says.
+    summary = artifacts(night.state_details.flow_run_id)["nightly-summary"].data
+    stored = {r["flow_run_id"]: r["seconds"] for r in rows(data_dir, "SELECT * FROM flow_runs")}
+    for child in children(night.state_details.flow_run_id):
+        api = child.total_run_time.total_seconds()
+        assert api > 0
+        assert f"(completed, {api:.2f} s in Running)" in summary, (api, summary)
+        assert stored[str(child.id)] == pytest.approx(api, abs=1e-6)
 
 
 def flow_name_of(run: Any) -> str:
