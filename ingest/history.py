@@ -128,6 +128,33 @@ def previous_run(
     return None
 
 
+def previous_run_of_target(
+    data_dir: DataDir, *, flow_name: str, target: str, flow_run_id: str
+) -> dict[str, Any] | None:
+    """The latest earlier ``flow_runs`` row of a run of ``flow_name`` that read ``target``
+    (``s3://bucket/prefix``, the repositories, the source), found by its freshness rows in
+    ``source_nights``; runs over other inputs are no comparison."""
+    sql = f"""
+        SELECT f.* FROM {storage.scan(data_dir, "flow_runs")} f
+        JOIN (
+            SELECT DISTINCT flow_run_id FROM {storage.scan(data_dir, "source_nights")}
+            WHERE source = ? AND target = ? AND flow_run_id <> ?
+        ) n USING (flow_run_id)
+        WHERE f.started_at IS NOT NULL
+        ORDER BY f.started_at DESC, f.ended_at DESC LIMIT 1
+    """
+    return _first(data_dir, sql, [flow_name, target, flow_run_id])
+
+
+def targets_of_nightly(data_dir: DataDir, nightly_run_id: str) -> dict[str, str]:
+    """What each child of a nightly run read, by flow name (from ``source_nights``)."""
+    sql = f"""
+        SELECT source, target FROM {storage.scan(data_dir, "source_nights")}
+        WHERE nightly_run_id = ?
+    """
+    return {r["source"]: r["target"] for r in _all(data_dir, sql, [nightly_run_id])}
+
+
 def child_runs(data_dir: DataDir, parent_flow_run_id: str) -> list[dict[str, Any]]:
     """The ``flow_runs`` rows whose parent is ``parent_flow_run_id``, by flow name."""
     sql = f"""
@@ -202,16 +229,18 @@ def comparison_markdown(
     *,
     heading: str = "Compared with the previous run of this deployment",
     link: Callable[[str], str] | None = None,
+    what: str = "run",
 ) -> str:
-    """The "compared with the previous run" section of a run summary."""
+    """The "compared with the previous run" section of a run summary; ``what`` names what
+    none was found of (``run of s3://b/p``)."""
     link = link or (lambda run_id: f"`{run_id}`")
     lines = ["", f"## {heading}", ""]
     if previous is None or not comparison:
-        return "\n".join([*lines, "No earlier run to compare with."])
+        return "\n".join([*lines, f"No earlier {what} to compare with."])
     lines += [
         f"Previous run {link(previous['flow_run_id'])} {when_text(previous)} and took "
-        f"{previous['seconds'] or 0:.2f} s ({previous['state']}). A stage reads slower or "
-        f"faster only when its wall time changed by at least {CHANGE_SECONDS:g} s and "
+        f"{previous['seconds'] or 0:.2f} s in Running ({previous['state']}). A stage reads "
+        f"slower or faster only when its wall time changed by at least {CHANGE_SECONDS:g} s and "
         f"{CHANGE_SHARE:.0%}; smaller changes are about the same.",
         "",
         "| stage | wall s now | wall s before | change | verdict |",

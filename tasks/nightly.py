@@ -16,6 +16,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 
 from ingest import chart, freshness, history, nightly, nights, report
+from ingest import markdown as md
 from ingest.nightly import ChildOutcome, advice, is_terminal, short_cause
 from ingest.report import RunSummary
 from ingest.settings import Settings
@@ -145,10 +146,30 @@ def publish_nightly_summary(
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     if previous is not None:
-        before = history.child_runs(data_dir, previous["flow_run_id"])
+        # A child is compared only with the previous night's run of the same target.
+        then = history.targets_of_nightly(data_dir, previous["flow_run_id"])
+        tonight_targets = {o.flow_name: o.target for o in outcomes}
+        before = []
+        for r in history.child_runs(data_dir, previous["flow_run_id"]):
+            name = r["flow_name"]
+            if name not in tonight_targets:
+                continue
+            if then.get(name, tonight_targets[name]) == tonight_targets[name]:
+                before.append(r)
+            else:
+                notes.append(
+                    f"{name} read {md.code(then[name])} then and "
+                    f"{md.code(tonight_targets[name])} tonight: its stages are not compared."
+                )
+        for o in outcomes:
+            if o.flow_name not in {r["flow_name"] for r in before} and not any(
+                n.startswith(o.flow_name + " ") for n in notes
+            ):
+                notes.append(f"No earlier {o.flow_name} run of {md.code(o.target)} to compare.")
         rows = history.compare_stages(
-            stages,
+            [s for s in stages if s["stage"].split(":", 1)[0] in {r["flow_name"] for r in before}],
             history.stages_of(data_dir, [(r["flow_name"], r["flow_run_id"]) for r in before]),
         )
     failed = [o for o in outcomes if not o.ok]
@@ -192,7 +213,8 @@ def publish_nightly_summary(
             outcomes,
             stages,
             seconds,
-            history.comparison_markdown(rows, previous, link=run_link),
+            history.comparison_markdown(rows, previous, link=run_link)
+            + "".join(f"\n\n{n}" for n in notes),
             link=run_link,
             sections=[freshness.markdown(tonight), history_md],
         ),

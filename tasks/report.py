@@ -62,7 +62,7 @@ def publish_summary(
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.lake, summary.stages)
+    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
     looked_at = summary.total - summary.counts.get("deleted", 0)
     too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
     record_current_run(

@@ -103,13 +103,13 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.lake, summary.stages)
     # What the run read, as the nightly names it: the repositories, or the source.
     target = (
         ", ".join(r["repo"] for r in summary.repos)
         if isinstance(summary, GitHubSummary)
         else summary.source
     )
+    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
     record_current_run(
         settings.lake,
         seconds=summary.seconds,

@@ -258,3 +258,46 @@ def flow_name_of(run: Any) -> str:
 
     with get_client(sync_client=True) as client:
         return str(client.read_flow(run.flow_id).name)
+
+
+def test_freshness_and_comparisons_are_per_target(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    from flows.s3_ingest import s3_ingest
+    from ingest import freshness
+
+    put_many(s3, bucket, {"a/1.txt": b"one", "a/2.txt": b"two", "b/1.txt": b"three"})
+
+    def run(prefix: str) -> tuple[str, str]:
+        state = s3_ingest(
+            bucket=bucket,
+            prefix=prefix,
+            endpoint_url=s3_server.url,
+            data_dir=str(data_dir),
+            extract=False,
+            return_state=True,
+        )
+        assert state.is_completed(), state
+        run_id = str(state.state_details.flow_run_id)
+        return run_id, artifacts(run_id)["run-summary"].data
+
+    first_a, _ = run("a/")
+    _, summary_b = run("b/")  # another prefix: no comparison with the run of a/
+    assert f"## Compared with the previous s3-ingest run of `s3://{bucket}/b/`" in summary_b
+    assert f"No earlier s3-ingest run of `s3://{bucket}/b/` to compare with." in summary_b
+    _, summary_a = run("a/")
+    assert f"## Compared with the previous s3-ingest run of `s3://{bucket}/a/`" in summary_a
+    assert f"Previous run `{first_a[:8]}`" in summary_a or f"[{first_a[:8]}]" in summary_a
+
+    fresh = freshness.current(data_dir)
+    a, b = fresh[("s3-ingest", f"s3://{bucket}/a/")], fresh[("s3-ingest", f"s3://{bucket}/b/")]
+    assert a["flow_run_id"] != first_a  # the second run of a/, not the run of b/
+    assert b["rows_changed"] == 1 and b["state"] == "completed"
+
+    # A target that never succeeded has no last success, whatever other targets did.
+    [missing] = freshness.record(
+        data_dir,
+        [freshness.SourceNight("s3-ingest", f"s3://{bucket}-gone/a/", "failed")],
+        staged_by="gone",
+    )
+    assert missing.last_success is None and missing.rows_changed == 0
