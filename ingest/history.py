@@ -181,6 +181,10 @@ def stages_of(
     return rows
 
 
+# The shortest previous wall time a relative change is given for.
+SHARE_BASE_SECONDS = 0.1
+
+
 def compare_stages(
     now: Sequence[dict[str, Any]], before: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -201,7 +205,8 @@ def compare_stages(
         else:
             was = float(p.get("wall_seconds") or 0)
             delta = wall - was
-            share = delta / was if was else None
+            # A share of a near-zero figure says nothing ("+20900%" for 0.00 -> 0.21 s).
+            share = delta / was if was >= SHARE_BASE_SECONDS else None
             if abs(delta) < CHANGE_SECONDS or (share is not None and abs(share) < CHANGE_SHARE):
                 verdict = "about the same"
             else:

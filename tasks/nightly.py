@@ -190,7 +190,17 @@ def publish_nightly_summary(
     for n in last_nights:
         if n.slow and n.nightly_run_id == ids["flow_run_id"]:
             logger.warning("%s slow tonight: %s", n.source, nights.slow_note(n).replace("**", ""))
-    history_md = nights.markdown(last_nights, chart_path.resolve().as_uri(), run_link)
+    create_table_artifact(  # the chart's figures where the UI shows them: one row per bar
+        key="nightly-durations",
+        table=chart.table(last_nights),
+        description="nightly: duration per source and night (the chart's figures)",
+    )
+    history_md = nights.markdown(
+        last_nights,
+        "Durations over the nights: the `nightly-durations` table artifact of this run (one "
+        f"row per bar); the same as a chart, `reports/{chart_path.name}` in the data folder.",
+        run_link,
+    )
     create_markdown_artifact(
         key="nightly-history",
         markdown=f"# The last {nights.NIGHTS} nights\n\n{history_md}",

@@ -4,6 +4,7 @@ nightly's tags, and ``ingest status`` prints freshness and the nights' outcomes.
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,14 @@ def test_nightly_summary_freshness_history_and_status(
     assert "### s3-ingest: 2 nights" in arts["nightly-history"].data, arts["nightly-history"].data
     chart = data_dir / "reports" / "nightly-durations.svg"
     bars = [r for r in ET.parse(chart).getroot().iter() if "bar" in (r.get("class") or "")]
-    assert len(bars) == 2
+    assert len(bars) == 2 and bars[0].get("x") != bars[1].get("x")  # same date, two bars
+    assert "file://" not in summary and "nightly-durations" in summary
+    table = json.loads(arts["nightly-durations"].data)
+    assert [(r["source"], r["state"]) for r in table] == [
+        ("s3-ingest", "completed"),
+        ("s3-ingest", "failed"),
+    ]
+    assert table[0]["night"].endswith("#1") and table[1]["night"].endswith("#2")
 
     proc = run_cli(["status", "--data-dir", str(data_dir)])
     out, _ = proc.communicate(timeout=120)
