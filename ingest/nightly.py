@@ -12,6 +12,7 @@ from ingest import markdown as md
 from ingest.errors import TerminalError
 from ingest.history import FlowRunRecord
 from ingest.report import failures_heading
+from ingest.rest.summary import requests_text
 from ingest.timing import human_bytes
 
 FAILURES_SHOWN = 10
@@ -200,7 +201,7 @@ def headline(outcome: ChildOutcome) -> str:
     elif outcome.flow_name == "github-pulls" and s is not None:
         text = (
             f"{s.pulls} pull requests from {len(s.repos)} repositories, {s.requests} requests "
-            f"({s.not_modified} not modified), {s.failed_pages} failed pages"
+            f"({requests_text(s)}), {s.failed_pages} failed pages"
         )
         if s.stopped:
             text += f", stopped early: {s.stopped}"
@@ -242,7 +243,8 @@ def markdown(
         ]
         for s in stages:
             lines.append(
-                f"| {s['stage']} | {s['task_runs']} | {s['items']} | {human_bytes(s['bytes'])} "
+                f"| {s['stage']} | {s['task_runs']} | {s['items']} "
+                f"| {human_bytes(s['bytes']) if s['bytes'] else ''} "
                 f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
                 f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"
             )
