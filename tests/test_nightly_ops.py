@@ -28,6 +28,20 @@ def artifacts(flow_run_id: Any) -> dict[str, Any]:
     return {a.key: a for a in found}
 
 
+def run_logs(flow_run_id: Any) -> list[str]:
+    """The messages stored for a flow run and its task runs (sent to the server first)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        found = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return [log.message for log in found]
+
+
 def children(flow_run_id: Any) -> list[Any]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
@@ -64,6 +78,11 @@ def test_nightly_summary_freshness_history_and_status(
     failed = nightly(**params, return_state=True)
     assert failed.is_failed()
     failed_id = failed.state_details.flow_run_id
+
+    # The failed child's logs hold its failure's traceback once, not once per layer.
+    [gone] = [c for c in children(failed_id) if c.state.is_failed()]
+    tracebacks = [line for line in run_logs(gone.id) if "Traceback (most recent" in line]
+    assert len(tracebacks) == 1, tracebacks
 
     arts = artifacts(failed_id)
     summary = arts["nightly-summary"].data
