@@ -211,6 +211,11 @@ def headline(outcome: ChildOutcome) -> str:
     return f"**{outcome.flow_name}** ({outcome.verdict}, {took}): {text}"
 
 
+def run_seconds_text(stage: dict[str, Any]) -> str:
+    seconds = stage.get("run_seconds")
+    return "" if seconds is None else f"{seconds:.2f}"
+
+
 def markdown(
     outcomes: list[ChildOutcome],
     stages: list[dict[str, Any]],
@@ -238,12 +243,16 @@ def markdown(
             "",
             "## Stages",
             "",
-            "| stage | task runs | items | bytes | wall s | items/s | MB/s | failed attempts |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "Task runs s: the sum of the stage's task runs' time in Running, as the Prefect "
+            "UI shows each; wall s: its first task's start to its last task's end.",
+            "",
+            "| stage | task runs | task runs s | items | bytes | wall s | items/s | MB/s "
+            "| failed attempts |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s in stages:
             lines.append(
-                f"| {s['stage']} | {s['task_runs']} | {s['items']} "
+                f"| {s['stage']} | {s['task_runs']} | {run_seconds_text(s)} | {s['items']} "
                 f"| {human_bytes(s['bytes']) if s['bytes'] else ''} "
                 f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
                 f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"

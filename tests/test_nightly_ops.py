@@ -172,6 +172,18 @@ def task_runs(flow_run_id: Any) -> dict[str, Any]:
     return {t.name.rsplit("-", 1)[0]: t for t in found}
 
 
+def task_runs_all(flow_run_id: Any) -> list[tuple[str, Any]]:
+    """Every task run of a flow run, with its task's name."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return [(t.name.rsplit("-", 1)[0], t) for t in found]
+
+
 def flow_run_of(flow_run_id: Any) -> Any:
     from prefect.client.orchestration import get_client
 
@@ -278,6 +290,12 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
         assert api > 0
         assert f"(completed, {api:.2f} s in Running)" in summary, (api, summary)
         assert stored[str(child.id)] == pytest.approx(api, abs=1e-6)
+    # A stage's figure is the sum of its task runs' time in Running, as the API gives it.
+    [s3_child] = [c for c in children(night.state_details.flow_run_id) if "s3" in c.tags]
+    listed = [t for name, t in task_runs_all(s3_child.id) if name == "list-objects"]
+    total = sum(t.total_run_time.total_seconds() for t in listed)
+    [row] = [line for line in summary.splitlines() if line.startswith("| s3-ingest: list-objects")]
+    assert row.split("|")[2:4] == [f" {len(listed)} ", f" {total:.2f} "], row
 
 
 def flow_name_of(run: Any) -> str:
