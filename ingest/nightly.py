@@ -34,6 +34,7 @@ class ChildOutcome:
     failures: list[tuple[str, str, bool]] = field(default_factory=list)
     target: str = ""  # what the child reads: s3://bucket/prefix, the repositories
     cause: str = ""  # the failed child's own state message (``message`` adds the advice)
+    terminal: bool = False  # it failed on what no retry fixes (configuration, credentials)
 
     @property
     def changed(self) -> int:
@@ -96,12 +97,19 @@ MESSAGE_CHARS = 300
 
 
 def failed_message(outcomes: list[ChildOutcome]) -> str:
-    """The failed nightly's state message: which children failed, each cause cut short;
-    the advice in full is in the nightly-summary artifact."""
+    """The failed nightly's state message: which children failed, each cause cut short,
+    and what to do in a few words; the advice in full is in the nightly-summary artifact."""
     failed = [o for o in outcomes if not o.ok]
-    causes = "; ".join(f"{o.flow_name}: {short_cause(o.cause, 120)}" for o in failed)
-    text = f"{len(failed)} of {len(outcomes)} ingestions failed: {causes}"
-    return cut(text, MESSAGE_CHARS - 40) + ". See the nightly-summary artifact."
+    causes = "; ".join(f"{o.flow_name} failed: {short_cause(o.cause, 90)}" for o in failed)
+    first = failed[0]
+    if first.terminal:
+        todo = "fix what it names, then Run > Custom run"
+    elif first.error_type.startswith("TooMany"):
+        todo = "read the failures in its run-summary"
+    else:
+        todo = "read the failed subflow run's logs"
+    text = cut(causes, 110)  # with Prefect's prefix and the rest: under MESSAGE_CHARS
+    return f"{text}. What to do: {todo}; see the nightly-summary artifact."
 
 
 def completed_message(outcomes: list[ChildOutcome]) -> str:

@@ -79,7 +79,8 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
     elif outcome.summary is not None:  # a REST summary: (repository or page, error)
         outcome.failures = [(k, e, False) for k, e in getattr(outcome.summary, "errors", [])]
     if error is not None:
-        outcome.message = advice(outcome, is_terminal(error))
+        outcome.terminal = is_terminal(error)
+        outcome.message = advice(outcome, outcome.terminal)
     return outcome
 
 

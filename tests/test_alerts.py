@@ -192,7 +192,7 @@ def test_failed_and_late_nightly_alert(
         body = failed["body"]
         assert "Source: nightly" in body
         assert (
-            f"failed: s3-ingest: BucketNotFoundError: s3://{bucket}: NoSuchBucket" in body
+            f"s3-ingest failed: BucketNotFoundError: s3://{bucket}: NoSuchBucket" in body
         )  # the source, the cause
         assert f"{server.ui_url}/runs/flow-run/{failing.id}" in body  # the link to the run
 

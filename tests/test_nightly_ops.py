@@ -245,9 +245,11 @@ def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
         )
     assert failed.is_failed()
     failed_message = failed.message or ""
-    assert len(failed_message) <= 300 and "1 of 2 ingestions failed: github-pulls" in (
-        failed_message
-    ), failed_message
+    assert len(failed_message) <= 300 and "github-pulls failed: " in failed_message
+    assert (
+        "s3-ingest failed" not in failed_message
+        and "What to do: fix what it names" in failed_message
+    )
     tasks = task_runs(failed.state_details.flow_run_id)
     assert tasks["run-github-pulls"].state.is_failed(), tasks["run-github-pulls"].state
     assert "401" in (tasks["run-github-pulls"].state.message or "")
