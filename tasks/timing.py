@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
@@ -33,7 +34,7 @@ def timed(data_dir: DataDir, noun: str = "objects") -> Iterator[TaskTiming]:
         yield t
 
 
-def running_seconds(fallback: float, flow_run_id: object = None) -> float:
+def running_seconds(fallback: float, flow_run_id: Any = None) -> float:
     """A flow run's time in Running by Prefect's rule, the figure its UI shows: the
     server's ``total_run_time`` plus the Running interval under way (``estimated_run_time``),
     so a summary written before the run ends gives the figure up to that moment. The
@@ -43,7 +44,7 @@ def running_seconds(fallback: float, flow_run_id: object = None) -> float:
         return fallback
     try:
         with get_client(sync_client=True) as client:
-            recorded = client.read_flow_run(run_id).estimated_run_time.total_seconds()
+            recorded = client.read_flow_run(UUID(str(run_id))).estimated_run_time.total_seconds()
     except Exception:  # no API (a run without a server): the time measured here
         return fallback
     return recorded or fallback
