@@ -55,9 +55,11 @@ def publish_summary(
     logger = get_run_logger()
     for s in summary.stages:
         logger.info(
-            "stage %s: %s task runs, %s items, %s bytes, wall %.2f s",
+            "stage %s: %s task runs (%s s in Running, as the UI shows them), %s items, "
+            "%s bytes, wall %.2f s",
             s["stage"],
             s["task_runs"],
+            s.get("run_seconds", "?"),
             s["items"],
             s["bytes"],
             s["wall_seconds"] or 0,
