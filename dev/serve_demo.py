@@ -1,6 +1,6 @@
 """``ingest serve`` with the demo's local servers, from a checkout of the project:
-``python -m dev.serve_demo [--port N] [--database-url URL]`` (``make serve
-SERVE_ARGS=--demo``).
+``python -m dev.serve_demo [--port N] [--database-url URL] [--s3-port N] [--github-port N]
+[--api-port N] [--free-ports]`` (``make serve SERVE_ARGS="--demo --s3-port 9100"``).
 
 1. Start the local S3-compatible server, the GitHub-compatible server and the ticket
    API of ``sources/tickets.yaml`` on the ports of the URLs of ``prefect.demo.yaml``,
@@ -87,20 +87,59 @@ def loopback_port(url: str | None) -> int | None:
     return parts.port
 
 
+# The demo's servers: the endpoint each serves, what it is called, the option moving it.
+SERVERS: dict[str, int | None] = {"s3_url": None, "github_url": None, "rest_url": None}
+SERVER_NAMES = {
+    "s3_url": "the demo S3 server",
+    "github_url": "the demo GitHub server",
+    "rest_url": "the demo ticket API",
+}
+SERVER_OPTIONS = {"s3_url": "--s3-port", "github_url": "--github-port", "rest_url": "--api-port"}
+
+
 class DemoServers:
     """The local S3-compatible, GitHub-compatible and ticket API servers that the demo's
     parameters (``prefect.demo.yaml``) point at, seeded with the demo data."""
 
-    def __init__(self, overrides: dict[str, Any] | None = None, *, any_port: bool = False) -> None:
-        """``any_port`` serves on free ports instead (tests, which may run side by side);
-        ``endpoints`` then holds the URLs actually served, and ``overrides`` the demo's
-        parameters with those URLs."""
+    def __init__(
+        self,
+        overrides: dict[str, Any] | None = None,
+        *,
+        any_port: bool = False,
+        ports: dict[str, int | None] | None = None,
+    ) -> None:
+        """``any_port`` serves on free ports instead (tests, which may run side by side;
+        ``--free-ports``); ``ports`` ({"s3_url": 9100, ...}) moves a server to the port
+        given. ``endpoints`` then holds the URLs actually served, and ``overrides`` the
+        demo's parameters with those URLs (what the deployments are created with)."""
         self.declared = load_overrides() if overrides is None else overrides
         config = project.with_parameters(project.load(), self.declared)
         self.endpoints = demo_endpoints(config)
         self.any_port = any_port
+        self.ports = {
+            name: port or loopback_port(self.endpoints[name]) for name, port in SERVERS.items()
+        } | {k: v for k, v in (ports or {}).items() if v}
         self.served: dict[str, str] = {}  # declared URL -> URL served
         self.stack = ExitStack()
+
+    def check_ports(self) -> None:
+        """Refuse, before anything starts, a port of a demo server something listens on."""
+        if self.any_port:
+            return
+        for name, what in SERVER_NAMES.items():
+            port = self.ports.get(name)
+            if port and loopback_port(self.endpoints[name]):
+                try:
+                    serve.require_free_port(port, what)
+                except RuntimeError:
+                    raise RuntimeError(
+                        f"port {port} for {what} is in use; stop what listens there, or move "
+                        f"the server with {SERVER_OPTIONS[name]} N (or --free-ports)"
+                    ) from None
+
+    def port_of(self, name: str) -> int | None:
+        """The port to serve ``name`` on: None (a free one) with ``any_port``."""
+        return None if self.any_port else self.ports.get(name)
 
     def __enter__(self) -> DemoServers:
         from dev import samples
@@ -110,32 +149,22 @@ class DemoServers:
         from dev.servers.s3 import DevServer
 
         e = self.endpoints
+        self.check_ports()
         try:
-            s3_port = loopback_port(e["s3_url"])
-            if s3_port:
-                if not self.any_port:
-                    serve.require_free_port(s3_port, "the demo S3 server")
-                server = self.stack.enter_context(
-                    DevServer(port=None if self.any_port else s3_port)
-                )
+            if loopback_port(e["s3_url"]):
+                server = self.stack.enter_context(DevServer(port=self.port_of("s3_url")))
                 self._serve(e, "s3_url", server.url)
                 client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
                 with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
                     client.create_bucket(Bucket=e["bucket"])
                 for key, body in samples.documents().items():
                     client.put_object(Bucket=e["bucket"], Key=e["prefix"] + key, Body=body)
-            gh_port = loopback_port(e["github_url"])
-            if gh_port:
-                if not self.any_port:
-                    serve.require_free_port(gh_port, "the demo GitHub server")
+            if loopback_port(e["github_url"]):
                 repos = {r: DEMO_REPOS.get(r, DEMO_PULL_REQUESTS) for r in e["repos"]}
-                github = DevGitHub(port=None if self.any_port else gh_port, repos=repos)
+                github = DevGitHub(port=self.port_of("github_url"), repos=repos)
                 self._serve(e, "github_url", self.stack.enter_context(github).url)
-            rest_port = loopback_port(e["rest_url"])
-            if rest_port:
-                if not self.any_port:
-                    serve.require_free_port(rest_port, "the demo ticket API")
-                api = tickets_server(port=None if self.any_port else rest_port)
+            if loopback_port(e["rest_url"]):
+                api = tickets_server(port=self.port_of("rest_url"))
                 self._serve(e, "rest_url", self.stack.enter_context(api).url)
         except BaseException:
             self.stack.close()
@@ -175,12 +204,17 @@ def demo_home() -> Path:
 
 @contextlib.contextmanager
 def serving_demo(
-    *, port: int = 4200, database_url: str | None = None, echo: Any = print
+    *,
+    port: int = 4200,
+    database_url: str | None = None,
+    echo: Any = print,
+    servers: DemoServers | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The demo's servers, then ``serve.serving`` with the demo's parameters; all stopped
-    in reverse order on exit."""
+    """The demo's servers, then ``serve.serving`` with the demo's parameters (the URLs the
+    servers actually serve on written into the deployments); all stopped in reverse order
+    on exit."""
     os.environ.update(credentials())
-    with DemoServers() as servers:
+    with servers or DemoServers() as servers:
         e = servers.endpoints
         echo(f"Demo S3 server on {e['s3_url']} (s3://{e['bucket']}/{e['prefix']}, seeded)")
         echo(f"Demo GitHub server on {e['github_url']} ({', '.join(e['repos'])})")
@@ -207,12 +241,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", help="Database of the local Prefect server (as ingest serve's)."
     )
+    for name, option in SERVER_OPTIONS.items():
+        parser.add_argument(
+            option,
+            type=int,
+            dest=name,
+            help=f"Port of {SERVER_NAMES[name]} [the port of dev/prefect.demo.yaml's URL].",
+        )
+    parser.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="Serve the demo's servers on free ports (written into the deployments).",
+    )
     args = parser.parse_args(argv)
+    try:
+        servers = DemoServers(
+            any_port=args.free_ports, ports={name: getattr(args, name) for name in SERVERS}
+        )
+        servers.check_ports()  # before anything starts, the Prefect server included
+    except RuntimeError as exc:
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return 1
     local_api.prefect_defaults()
     local_api.use_running_serve()  # as `ingest serve` does
     try:
         return serve.until_stopped(
-            lambda: serving_demo(port=args.port, database_url=args.database_url)
+            lambda: serving_demo(port=args.port, database_url=args.database_url, servers=servers)
         )
     except database.DatabaseUrlError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)

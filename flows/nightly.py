@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
@@ -23,12 +24,14 @@ from flows.parameters import deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest import security
 from ingest.errors import IngestError
-from ingest.nightly import ChildOutcome
+from ingest.nightly import ChildOutcome, completed_message, failed_message
 from ingest.settings import Settings
 from tasks import limits
-from tasks.nightly import publish_nightly_summary, run_child
+from tasks.nightly import child_state, outcome_of, publish_nightly_summary, run_child
 from tasks.progress import publish_progress
+from tasks.report import add_tags, failure_tags
 from tasks.storage import run_staging
+from tasks.timing import running_seconds
 
 
 class NightlyFailedError(IngestError):
@@ -36,16 +39,17 @@ class NightlyFailedError(IngestError):
 
 
 @task(name="run-s3-ingest", cache_policy=NO_CACHE)
-def run_s3_ingest(parameters: dict[str, Any]) -> ChildOutcome:
-    """The ``s3-ingest`` flow as a child run; never raises."""
+def run_s3_ingest(parameters: dict[str, Any]) -> Any:
+    """The ``s3-ingest`` flow as a child run: its outcome, in a Failed state when it failed."""
     target = f"s3://{parameters['bucket']}/{parameters.get('prefix') or ''}"
-    return run_child(s3_ingest, parameters, target)
+    return child_state(run_child(s3_ingest, parameters, target))
 
 
 @task(name="run-github-pulls", cache_policy=NO_CACHE)
-def run_github_pulls(parameters: dict[str, Any]) -> ChildOutcome:
-    """The ``github-pulls`` flow as a child run; never raises."""
-    return run_child(github_pulls, parameters, ", ".join(parameters["repos"]))
+def run_github_pulls(parameters: dict[str, Any]) -> Any:
+    """The ``github-pulls`` flow as a child run: its outcome, in a Failed state when it
+    failed."""
+    return child_state(run_child(github_pulls, parameters, ", ".join(parameters["repos"])))
 
 
 @ingest_flow(
@@ -71,7 +75,7 @@ def nightly(
     data_dir: str | None = None,
     full_refresh: bool = False,
     task_runner: Literal["thread", "dask"] = "thread",
-) -> list[ChildOutcome]:
+) -> Any:
     """Both ingestions at the same time, then one summary.
 
     The descriptions below are what the UI's Custom run form shows under each
@@ -125,22 +129,30 @@ def nightly(
     # The children commit their own rows; this run stages the summary rows it records
     # (the children's flow_runs rows under this parent) and commits them as it ends.
     with run_staging(settings, str(flow_run.id or "local")):
-        running = [run_s3_ingest.submit(s3_parameters)]
+        running = [("s3-ingest", run_s3_ingest.submit(s3_parameters))]
         if repos:
-            running.append(run_github_pulls.submit(github_parameters))
+            running.append(("github-pulls", run_github_pulls.submit(github_parameters)))
         outcomes: list[ChildOutcome] = []
-        for future in running:
-            outcomes.append(future.result())
+        for name, future in running:
+            outcomes.append(outcome_of(future, name))
             publish_progress(
                 "nightly-progress",
                 len(outcomes),
                 len(running),
                 f"{len(outcomes)} of {len(running)} ingestions finished: "
-                + ", ".join(f"{o.flow_name} {o.state}" for o in outcomes),
+                + ", ".join(f"{o.flow_name} {o.verdict}" for o in outcomes),
             )
-        publish_nightly_summary(settings, outcomes, time.perf_counter() - started)
+        publish_nightly_summary(settings, outcomes, running_seconds(time.perf_counter() - started))
 
-    failed = [o for o in outcomes if not o.ok]
-    if failed:
-        raise NightlyFailedError(" | ".join(o.message for o in failed))
+    if any(not o.ok for o in outcomes):
+        raise NightlyFailedError(failed_message(outcomes))
+    message = completed_message(outcomes)
+    if message:  # completed, but with failed items: said in the state and a tag
+        add_tags(
+            failure_tags(
+                sum(o.failed_items for o in outcomes),
+                sum(o.failed_extractions for o in outcomes),
+            )
+        )
+        return Completed(message=message, data=outcomes)
     return outcomes

@@ -31,6 +31,7 @@ from tasks import limits
 from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
 from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
+from tasks.timing import running_seconds
 
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
 
@@ -168,7 +169,7 @@ def ingest_source(
                 full_refresh=full_refresh,
             ).result()
         upkeep.result()
-        summary.seconds = time.perf_counter() - started
+        summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings, run_id, lambda: publish_summary(settings, summary, title)
         )

@@ -64,6 +64,7 @@ from tasks.storage import (
     publish_and_commit,
     run_staging,
 )
+from tasks.timing import running_seconds
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
 S3_TABLES = (
@@ -248,7 +249,7 @@ def s3_ingest(
         )
         changes.release()  # the listing is compared: its database's memory goes back
         upkeep.result()
-        summary.seconds = time.perf_counter() - started
+        summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings,
             run_id,

@@ -22,10 +22,48 @@ COLOURS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4")
 SLOW_COLOUR = "#c00000"
 
 
+def slots(nights: Sequence[Night]) -> list[tuple[str, str]]:
+    """One slot per nightly run, oldest first: (run id, label). Runs of the same date each
+    get their own slot, labelled ``MM-DD #2`` and so on, instead of being drawn over one
+    another."""
+    order: dict[str, tuple[str, int]] = {}
+    for source in dict.fromkeys(n.source for n in nights):
+        mine = [n for n in nights if n.source == source]  # oldest first
+        for i, n in enumerate(mine):
+            key = n.nightly_run_id or n.flow_run_id
+            rank = (n.night, i - len(mine))  # the newest of each source last
+            order[key] = max(order.get(key, rank), rank)
+    runs = sorted(order, key=lambda k: order[k])
+    out: list[tuple[str, str]] = []
+    for key in runs:
+        day = order[key][0]
+        same = [k for k in runs if order[k][0] == day]
+        label = day[5:] if len(same) == 1 else f"{day[5:]} #{same.index(key) + 1}"
+        out.append((key, label))
+    return out
+
+
+def table(nights: Sequence[Night]) -> list[dict[str, object]]:
+    """The chart's figures as rows (a table artifact the UI shows): one per bar."""
+    labels = dict(slots(nights))
+    return [
+        {
+            "night": labels[n.nightly_run_id or n.flow_run_id],
+            "source": n.source,
+            "seconds in Running": round(n.seconds, 2),
+            "state": n.state,
+            "slow": "slow" if n.slow else "",
+            "flow run": n.flow_run_id,
+        }
+        for n in nights
+    ]
+
+
 def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)") -> str:
     """The chart as SVG text."""
     sources = list(dict.fromkeys(n.source for n in nights))
-    days = sorted({n.night for n in nights})
+    columns = slots(nights)
+    days = [key for key, _ in columns]
     top = max((n.seconds for n in nights), default=0.0) or 1.0
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(days), 1)
@@ -41,15 +79,15 @@ def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)")
         f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{top:.1f}</text>',
         f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end">0</text>',
     ]
-    for i, day in enumerate(days):
+    for i, (_key, label) in enumerate(columns):
         x = LEFT + i * slot + slot / 2
         parts.append(
-            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">{day[5:]}</text>'
+            f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">{escape(label)}</text>'
         )
     for n in nights:
         s = sources.index(n.source)
         h = plot_h * n.seconds / top
-        x = LEFT + days.index(n.night) * slot + slot * 0.1 + s * bar
+        x = LEFT + days.index(n.nightly_run_id or n.flow_run_id) * slot + slot * 0.1 + s * bar
         colour = SLOW_COLOUR if n.slow else COLOURS[s % len(COLOURS)]
         tip = f"{n.source} {n.night}: {n.seconds:.2f} s, {n.state}"
         if n.slow and n.grown_stage:

@@ -93,6 +93,8 @@ def record_child_run(
         record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
         record.parent_flow_run_id = record.parent_flow_run_id or observed.parent_flow_run_id
         record.deployment_id = record.deployment_id or observed.deployment_id
+        if observed.seconds:  # the server's figure for the ended run, as the UI shows it
+            record.seconds = observed.seconds
         if observed.state != "completed":  # the child ended failed after recording itself
             record.state = observed.state
             record.message = observed.message or record.message
@@ -126,6 +128,33 @@ def previous_run(
     return None
 
 
+def previous_run_of_target(
+    data_dir: DataDir, *, flow_name: str, target: str, flow_run_id: str
+) -> dict[str, Any] | None:
+    """The latest earlier ``flow_runs`` row of a run of ``flow_name`` that read ``target``
+    (``s3://bucket/prefix``, the repositories, the source), found by its freshness rows in
+    ``source_nights``; runs over other inputs are no comparison."""
+    sql = f"""
+        SELECT f.* FROM {storage.scan(data_dir, "flow_runs")} f
+        JOIN (
+            SELECT DISTINCT flow_run_id FROM {storage.scan(data_dir, "source_nights")}
+            WHERE source = ? AND target = ? AND flow_run_id <> ?
+        ) n USING (flow_run_id)
+        WHERE f.started_at IS NOT NULL
+        ORDER BY f.started_at DESC, f.ended_at DESC LIMIT 1
+    """
+    return _first(data_dir, sql, [flow_name, target, flow_run_id])
+
+
+def targets_of_nightly(data_dir: DataDir, nightly_run_id: str) -> dict[str, str]:
+    """What each child of a nightly run read, by flow name (from ``source_nights``)."""
+    sql = f"""
+        SELECT source, target FROM {storage.scan(data_dir, "source_nights")}
+        WHERE nightly_run_id = ?
+    """
+    return {r["source"]: r["target"] for r in _all(data_dir, sql, [nightly_run_id])}
+
+
 def child_runs(data_dir: DataDir, parent_flow_run_id: str) -> list[dict[str, Any]]:
     """The ``flow_runs`` rows whose parent is ``parent_flow_run_id``, by flow name."""
     sql = f"""
@@ -152,6 +181,10 @@ def stages_of(
     return rows
 
 
+# The shortest previous wall time a relative change is given for.
+SHARE_BASE_SECONDS = 0.1
+
+
 def compare_stages(
     now: Sequence[dict[str, Any]], before: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -172,7 +205,8 @@ def compare_stages(
         else:
             was = float(p.get("wall_seconds") or 0)
             delta = wall - was
-            share = delta / was if was else None
+            # A share of a near-zero figure says nothing ("+20900%" for 0.00 -> 0.21 s).
+            share = delta / was if was >= SHARE_BASE_SECONDS else None
             if abs(delta) < CHANGE_SECONDS or (share is not None and abs(share) < CHANGE_SHARE):
                 verdict = "about the same"
             else:
@@ -200,16 +234,18 @@ def comparison_markdown(
     *,
     heading: str = "Compared with the previous run of this deployment",
     link: Callable[[str], str] | None = None,
+    what: str = "run",
 ) -> str:
-    """The "compared with the previous run" section of a run summary."""
+    """The "compared with the previous run" section of a run summary; ``what`` names what
+    none was found of (``run of s3://b/p``)."""
     link = link or (lambda run_id: f"`{run_id}`")
     lines = ["", f"## {heading}", ""]
     if previous is None or not comparison:
-        return "\n".join([*lines, "No earlier run to compare with."])
+        return "\n".join([*lines, f"No earlier {what} to compare with."])
     lines += [
         f"Previous run {link(previous['flow_run_id'])} {when_text(previous)} and took "
-        f"{previous['seconds'] or 0:.2f} s ({previous['state']}). A stage reads slower or "
-        f"faster only when its wall time changed by at least {CHANGE_SECONDS:g} s and "
+        f"{previous['seconds'] or 0:.2f} s in Running ({previous['state']}). A stage reads "
+        f"slower or faster only when its wall time changed by at least {CHANGE_SECONDS:g} s and "
         f"{CHANGE_SHARE:.0%}; smaller changes are about the same.",
         "",
         "| stage | wall s now | wall s before | change | verdict |",

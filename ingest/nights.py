@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ingest import duck, storage
@@ -182,13 +181,14 @@ def markdown(nights: list[Night], chart: str = "", run_link: Any = None) -> str:
     if not nights:
         return "\n".join([*lines, "No nights recorded yet."])
     if chart:
-        lines += [f"Durations over the nights, as a chart: [{Path(chart).name}]({chart})", ""]
+        lines += [chart, ""]
     sources = list(dict.fromkeys(n.source for n in nights))
     for source in sources:
         mine = [n for n in nights if n.source == source]
         durations = [n.seconds for n in mine]
         lines += [
-            f"### {source}: {len(mine)} nights {sparkline(durations)}",
+            f"### {source}: {len(mine)} night{'' if len(mine) == 1 else 's'} "
+            f"{sparkline(durations)}",
             "",
             f"Duration trend: {trend(durations)}. A night more than {SLOW_FACTOR:g}x the "
             f"median of the nights before it (at least {MIN_PREVIOUS}) is flagged.",

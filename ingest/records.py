@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
@@ -149,6 +150,31 @@ class ExtractSummary:
     bytes: int = 0
     pages: int = 0
     seconds: float = 0.0
+    # The first documents whose text could not be extracted: (key, status, error).
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+
+    MAX_FAILURES = 20
+
+    def note_failures(self, docs: Iterable[Document]) -> ExtractSummary:
+        """Keep the first failed extractions of ``docs`` (statuses in EXTRACT_FAILED)."""
+        for d in docs:
+            if d.status in EXTRACT_FAILED and len(self.failures) < self.MAX_FAILURES:
+                self.failures.append((d.key, d.status, d.error or ""))
+        return self
+
+
+# Document statuses that mean the text could not be extracted, and of those the ones no
+# retry fixes (a corrupt document, an unsupported format, an encrypted file): the next run
+# does not extract them again either, unless the object changes.
+EXTRACT_FAILED = ("failed", "timeout", "unsupported", "encrypted")
+EXTRACT_PERMANENT = ("failed", "unsupported", "encrypted")
+# Error kinds of object rows that a retry cannot fix (the key itself is the problem).
+PERMANENT_ERRORS = ("UnsafeKeyError",)
+
+
+def permanent_object_error(error: str | None) -> bool:
+    """True when an ``s3_objects`` error row names a failure no later run fixes."""
+    return (error or "").startswith(PERMANENT_ERRORS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,14 @@ from typing import Any
 
 from ingest import duck, storage
 from ingest import markdown as md
-from ingest.records import BatchSummary, ChunkResult, ExtractSummary
+from ingest.records import (
+    EXTRACT_FAILED,
+    EXTRACT_PERMANENT,
+    BatchSummary,
+    ChunkResult,
+    ExtractSummary,
+    permanent_object_error,
+)
 from ingest.storage.location import DataDir
 from ingest.timing import human_bytes
 
@@ -29,6 +36,8 @@ class RunSummary:
     note: str | None = None  # why the run did nothing (another run held its target)
     # Unchanged objects extracted again, by why ("pdf extractor changed": 3, ...).
     reextracted: dict[str, int] = field(default_factory=dict)
+    # The first documents whose text could not be extracted: (key, status, error).
+    extract_failures: list[tuple[str, str, str]] = field(default_factory=list)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -57,6 +66,8 @@ class RunSummary:
             counts["unchanged"] = part.unchanged
         for status, n in counts.items():
             self.extracted[status] = self.extracted.get(status, 0) + n
+        room = max(0, ExtractSummary.MAX_FAILURES - len(self.extract_failures))
+        self.extract_failures.extend(part.failures[:room])
 
     @property
     def total(self) -> int:
@@ -65,6 +76,15 @@ class RunSummary:
     @property
     def failed(self) -> int:
         return self.counts.get("failed", 0)
+
+    @property
+    def failed_extractions(self) -> int:
+        return sum(self.extracted.get(s, 0) for s in EXTRACT_FAILED)
+
+    @property
+    def extractions(self) -> int:
+        """Documents extracted by this run (rows written, whatever their status)."""
+        return sum(n for s, n in self.extracted.items() if s != "unchanged")
 
 
 def first_day(seconds: float) -> date:
@@ -117,14 +137,53 @@ def failures_heading(shown: int, total: int) -> str:
     return f"Failures ({total})" if shown >= total else f"First {shown} of {total} failures"
 
 
+# How many failed keys a state message names (the rest are in the run summary).
+KEYS_IN_MESSAGE = 3
+
+
+def failed_items(summary: RunSummary) -> list[tuple[str, str, bool]]:
+    """The run's failed downloads and extractions it knows of: (key, error, permanent)."""
+    items = [(k, e, permanent_object_error(e)) for k, e in summary.failures]
+    items += [
+        (k, f"{status}: {e}" if e else status, status in EXTRACT_PERMANENT)
+        for k, status, e in summary.extract_failures
+    ]
+    return items
+
+
+def short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def failed_objects_message(summary: RunSummary) -> str:
-    """The state message of a run that completed with failed objects (empty without)."""
-    if not summary.failed:
+    """The state message of a run that completed with failed objects or failed extractions
+    (empty without): the counts, which of them a retry cannot fix, the first keys."""
+    parts = []
+    if summary.failed:
+        looked_at = summary.total - summary.counts.get("deleted", 0)
+        parts.append(f"{summary.failed} of {looked_at} objects failed")
+    if summary.failed_extractions:
+        parts.append(f"{summary.failed_extractions} of {summary.extractions} extractions failed")
+    if not parts:
         return ""
-    looked_at = summary.total - summary.counts.get("deleted", 0)
+    items = failed_items(summary)
+    permanent = [i for i in items if i[2]]
+    retried = [k for k, e in summary.failures if not permanent_object_error(e)]
+    timed_out = [k for k, status, _ in summary.extract_failures if status == "timeout"]
+    said = []
+    if permanent:
+        said.append(f"{len(permanent)} permanent, no retry fixes them")
+    if retried:
+        said.append(f"{len(retried)} retried by the next run")
+    if timed_out:
+        said.append(f"{len(timed_out)} timed out")
+    keys = "; ".join(f"{short(k, 50)}: {short(e)}" for k, e, _ in items[:KEYS_IN_MESSAGE])
     return (
-        f"Completed with {summary.failed} of {looked_at} objects failed (under the "
-        "max_failed_ratio threshold); the next run retries them. See the run-summary artifact."
+        f"Completed with {' and '.join(parts)}"
+        + (f" ({', '.join(said)})" if said else "")
+        + (f": {keys}" if keys else "")
+        + ". See the run-summary artifact."
     )
 
 
@@ -134,22 +193,62 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"# {title}",
         "",
         f"**{summary.total} objects** ({counts}), {human_bytes(summary.bytes)} downloaded, "
-        f"{summary.seconds:.2f} s from the flow's start to this summary (the UI's duration "
-        "also counts the final commit).",
+        f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "
+        "counts; the finished run's figure there also counts the final commit).",
     ]
-    if summary.failed:
+    if summary.failed or summary.failed_extractions:
         lines += ["", f"**{failed_objects_message(summary)}**"]
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
         lines += ["", f"**Text extraction**: {extracted}."]
+    lines += failure_tables(summary)
+    return "\n".join(lines)
+
+
+def failure_tables(summary: RunSummary) -> list[str]:
+    """The failed downloads and failed extractions, each with its status, error and
+    whether a retry can fix it; long lists cut, with the query listing them all."""
+    run = summary.run_id.replace("'", "''")
+    lines: list[str] = []
     if summary.failures:
         total = max(summary.failed, len(summary.failures))
         lines += [
             "",
-            f"## {failures_heading(len(summary.failures), total)}",
+            f"## Failed downloads: {failures_heading(len(summary.failures), total)}",
             "",
-            "| key | error |",
-            "|---|---|",
+            "| key | status | error | permanent |",
+            "|---|---|---|---|",
         ]
-        lines += [f"| {md.code(k)} | {md.cell(e)} |" for k, e in summary.failures]
-    return "\n".join(lines)
+        lines += [
+            f"| {md.code(k)} | failed | {md.cell(e)} | "
+            f"{'yes' if permanent_object_error(e) else 'no: the next run retries it'} |"
+            for k, e in summary.failures
+        ]
+        if total > len(summary.failures):
+            lines += [
+                "",
+                f"All {total}: `SELECT key, error FROM s3_objects WHERE status = 'failed' "
+                f"AND run_id = '{run}'`",
+            ]
+    if summary.extract_failures:
+        total = max(summary.failed_extractions, len(summary.extract_failures))
+        lines += [
+            "",
+            f"## Failed extractions: {failures_heading(len(summary.extract_failures), total)}",
+            "",
+            "| key | status | error | permanent |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {md.code(k)} | {status} | {md.cell(e)} | "
+            f"{'yes' if status in EXTRACT_PERMANENT else 'no: a longer timeout may do'} |"
+            for k, status, e in summary.extract_failures
+        ]
+        if total > len(summary.extract_failures):
+            statuses = ", ".join(f"'{s}'" for s in EXTRACT_FAILED)
+            lines += [
+                "",
+                f"All {total}: `SELECT key, status, error FROM documents WHERE status IN "
+                f"({statuses}) AND run_id = '{run}'`",
+            ]
+    return lines

@@ -35,7 +35,7 @@ def _extract(
     with timed(settings.lake, noun="documents") as t:
         docs = batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
         structure.stage_documents(settings.lake, run_id, name, docs)
-        summary = batch.summarize(docs)
+        summary = batch.summarize(docs).note_failures(docs)
         t.items = len(docs)
         t.bytes = summary.bytes
     return summary

@@ -16,6 +16,7 @@ from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
 from ingest import freshness, history
+from ingest import markdown as md
 from ingest.storage.location import DataDir
 
 _ids: dict[str, dict[str, str]] = {}
@@ -124,15 +125,26 @@ def previous_of_current_run(
 
 
 def compare_with_previous(
-    data_dir: DataDir, stages: list[dict[str, Any]]
+    data_dir: DataDir, stages: list[dict[str, Any]], *, target: str = ""
 ) -> tuple[list[dict[str, Any]], str]:
-    """Compare ``stages`` of the running flow with its previous run of the same deployment.
+    """Compare ``stages`` of the running flow with its previous run: of the same target
+    (what it reads) when ``target`` is given, else of the same deployment.
 
     Returns the comparison rows and the markdown section for the run summary.
     """
     ids = current_ids()
-    previous = previous_of_current_run(data_dir, ids)
-    if ids["parent_flow_run_id"]:
+    what = "run"
+    if target:
+        previous = history.previous_run_of_target(
+            data_dir, flow_name=ids["flow_name"], target=target, flow_run_id=ids["flow_run_id"]
+        )
+        what = f"{ids['flow_name']} run of {md.code(target)}"
+        heading = f"Compared with the previous {what}"
+    else:
+        previous = previous_of_current_run(data_dir, ids)
+    if target:
+        pass  # the heading names the target
+    elif ids["parent_flow_run_id"]:
         heading = f"Compared with the {ids['flow_name']} run of the previous nightly run"
     elif ids["deployment_id"]:
         heading = "Compared with the previous run of this deployment"
@@ -153,7 +165,9 @@ def compare_with_previous(
                     r["wall_seconds"],
                     r["previous_wall_seconds"],
                 )
-    return rows, history.comparison_markdown(rows, previous, heading=heading, link=run_link)
+    return rows, history.comparison_markdown(
+        rows, previous, heading=heading, link=run_link, what=what
+    )
 
 
 def run_link(flow_run_id: str) -> str:

@@ -16,6 +16,8 @@ import logging
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.logging.handlers import APILogHandler
 
+from ingest.errors import TerminalError
+
 LIBRARY_LOGGER = "ingest"
 
 
@@ -41,3 +43,23 @@ def send_library_logs(level: int = logging.WARNING) -> None:
         logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > level:
         logger.setLevel(level)
+
+
+class OneTraceback(logging.Filter):
+    """A configuration error (missing bucket, rejected credentials) ends the whole run,
+    whose flow-run log line carries its traceback; the failed task's own lines keep their
+    message without a second copy of the same traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, TerminalError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def one_traceback_per_failure() -> None:
+    """Install ``OneTraceback`` on Prefect's task-run logger once per process."""
+    logger = logging.getLogger("prefect.task_runs")
+    if not any(isinstance(f, OneTraceback) for f in logger.filters):
+        logger.addFilter(OneTraceback())

@@ -13,34 +13,40 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
+from prefect.states import Failed
 
-from ingest import chart, freshness, history, nightly, nights
-from ingest.nightly import ChildOutcome, advice, is_terminal
+from ingest import chart, freshness, history, nightly, nights, report
+from ingest import markdown as md
+from ingest.nightly import ChildOutcome, advice, is_terminal, short_cause
+from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
+from tasks.timing import add_task_run_seconds, running_seconds
+
+# The tags that name a source; a child gets its own, never another source's.
+SOURCE_TAGS = {"s3-ingest": "s3", "github-pulls": "github", "rest-ingest": "rest"}
 
 
-def run_seconds(flow_run_id: Any, fallback: float) -> float:
-    """The child's time in Running as the server recorded it (what the UI shows), so the
-    nightly summary, the run and the UI give one duration; ``fallback`` without a server."""
-    try:
-        with get_client(sync_client=True) as client:
-            recorded = client.read_flow_run(flow_run_id).total_run_time.total_seconds()
-    except Exception:  # no API (a run without a server): the time measured here
-        return fallback
-    return recorded or fallback
+def child_tags(flow_name: str, have: list[str], parent: list[str]) -> list[str]:
+    """A child's tags: its own, the parent's shared ones (not the parent's source tags)
+    with ``nightly`` and ``nightly-child``, and its own source tag."""
+    own = {SOURCE_TAGS[flow_name]} if flow_name in SOURCE_TAGS else set()
+    others = set(SOURCE_TAGS.values()) - own
+    shared = {t for t in [*have, *parent] if t not in others}
+    return sorted({*shared, *own, "nightly", "nightly-child"})
 
 
-def tag_child(flow_run_id: Any) -> None:
-    """Give the finished child run the nightly's tags (and ``nightly``, ``nightly-child``),
-    so filtering the run list on ``nightly`` finds it. Set on the run afterwards, not with
+def tag_child(flow_run_id: Any, flow_name: str) -> None:
+    """Give the finished child run its source tag and the nightly's shared tags (and
+    ``nightly``, ``nightly-child``), so filtering the run list on ``nightly`` finds it and
+    filtering on ``s3`` finds no GitHub run. Set on the run afterwards, not with
     ``prefect.tags()`` around the call: those tags would reach every task run too, and each
     tagged task run asks the server for tag concurrency slots."""
     try:
         with get_client(sync_client=True) as client:
             have = client.read_flow_run(flow_run_id).tags or []
-            wanted = sorted({*have, *(flow_run.tags or []), "nightly", "nightly-child"})
+            wanted = child_tags(flow_name, have, list(flow_run.tags or []))
             if wanted != sorted(have):
                 client.update_flow_run(flow_run_id, tags=wanted)
     except Exception as exc:  # a signpost for the run list, not worth failing the night
@@ -55,25 +61,51 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
     result = state.result(raise_on_failure=False)
     error = result if isinstance(result, BaseException) else None
     run_id = state.state_details.flow_run_id
-    tag_child(run_id)
+    tag_child(run_id, child.name)
     outcome = ChildOutcome(
         flow_name=child.name,
         flow_run_id=str(run_id),
         state=state.type.value.lower(),
         message=state.message or "",
-        seconds=run_seconds(run_id, time.perf_counter() - started),
+        seconds=running_seconds(time.perf_counter() - started, run_id),
         error_type=type(error).__name__ if error else "",
         summary=None if error else result,
         target=target,
         started_at=started_at,
     )
-    if outcome.summary is not None:
-        outcome.failures = list(
-            getattr(outcome.summary, "failures", None) or getattr(outcome.summary, "errors", [])
-        )
+    outcome.cause = outcome.message
+    if isinstance(outcome.summary, RunSummary):
+        outcome.failures = report.failed_items(outcome.summary)
+    elif outcome.summary is not None:  # a REST summary: (repository or page, error)
+        outcome.failures = [(k, e, False) for k, e in getattr(outcome.summary, "errors", [])]
     if error is not None:
-        outcome.message = advice(outcome, is_terminal(error))
+        outcome.terminal = is_terminal(error)
+        outcome.message = advice(outcome, outcome.terminal)
     return outcome
+
+
+def child_state(outcome: ChildOutcome) -> Any:
+    """What the calling task ends in: Failed when its child failed (so the task is not
+    drawn green under a red subflow), carrying the outcome for the nightly's summary."""
+    if outcome.ok:
+        return outcome
+    return Failed(
+        message=f"{outcome.flow_name} {outcome.state}: {short_cause(outcome.cause, 200)}",
+        data=outcome,
+    )
+
+
+def outcome_of(future: Any, flow_name: str) -> ChildOutcome:
+    """The outcome a ``run-*`` task returned, Failed or not; a task that itself broke
+    becomes a failed outcome naming its error."""
+    future.wait()
+    result = future.state.result(raise_on_failure=False)
+    if isinstance(result, ChildOutcome):
+        return result
+    cause = f"{type(result).__name__}: {result}" if result is not None else "no outcome"
+    return ChildOutcome(
+        flow_name=flow_name, flow_run_id="", state="failed", cause=cause, message=cause
+    )
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -113,12 +145,35 @@ def publish_nightly_summary(
     last_nights = nights.load(data_dir, staged_run=ids["flow_run_id"])
     chart_path = chart.write(settings.local_path, last_nights)
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
+    for o in outcomes:  # each stage's figure by Prefect's rule: its task runs' time in Running
+        if o.flow_run_id:
+            add_task_run_seconds(stages, o.flow_run_id, o.flow_name)
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     if previous is not None:
-        before = history.child_runs(data_dir, previous["flow_run_id"])
+        # A child is compared only with the previous night's run of the same target.
+        then = history.targets_of_nightly(data_dir, previous["flow_run_id"])
+        tonight_targets = {o.flow_name: o.target for o in outcomes}
+        before = []
+        for r in history.child_runs(data_dir, previous["flow_run_id"]):
+            name = r["flow_name"]
+            if name not in tonight_targets:
+                continue
+            if then.get(name, tonight_targets[name]) == tonight_targets[name]:
+                before.append(r)
+            else:
+                notes.append(
+                    f"{name} read {md.code(then[name])} then and "
+                    f"{md.code(tonight_targets[name])} tonight: its stages are not compared."
+                )
+        for o in outcomes:
+            if o.flow_name not in {r["flow_name"] for r in before} and not any(
+                n.startswith(o.flow_name + " ") for n in notes
+            ):
+                notes.append(f"No earlier {o.flow_name} run of {md.code(o.target)} to compare.")
         rows = history.compare_stages(
-            stages,
+            [s for s in stages if s["stage"].split(":", 1)[0] in {r["flow_name"] for r in before}],
             history.stages_of(data_dir, [(r["flow_name"], r["flow_run_id"]) for r in before]),
         )
     failed = [o for o in outcomes if not o.ok]
@@ -139,7 +194,17 @@ def publish_nightly_summary(
     for n in last_nights:
         if n.slow and n.nightly_run_id == ids["flow_run_id"]:
             logger.warning("%s slow tonight: %s", n.source, nights.slow_note(n).replace("**", ""))
-    history_md = nights.markdown(last_nights, chart_path.resolve().as_uri(), run_link)
+    create_table_artifact(  # the chart's figures where the UI shows them: one row per bar
+        key="nightly-durations",
+        table=chart.table(last_nights),
+        description="nightly: duration per source and night (the chart's figures)",
+    )
+    history_md = nights.markdown(
+        last_nights,
+        "Durations over the nights: the `nightly-durations` table artifact of this run (one "
+        f"row per bar); the same as a chart, `reports/{chart_path.name}` in the data folder.",
+        run_link,
+    )
     create_markdown_artifact(
         key="nightly-history",
         markdown=f"# The last {nights.NIGHTS} nights\n\n{history_md}",
@@ -154,7 +219,7 @@ def publish_nightly_summary(
         len(outcomes),
         len(outcomes),
         f"Finished in {seconds:.1f} s: "
-        + ", ".join(f"{o.flow_name} {o.state} ({o.seconds:.1f} s)" for o in outcomes),
+        + ", ".join(f"{o.flow_name} {o.verdict} ({o.seconds:.1f} s)" for o in outcomes),
     )
     create_markdown_artifact(
         key="nightly-summary",
@@ -162,7 +227,8 @@ def publish_nightly_summary(
             outcomes,
             stages,
             seconds,
-            history.comparison_markdown(rows, previous, link=run_link),
+            history.comparison_markdown(rows, previous, link=run_link)
+            + "".join(f"\n\n{n}" for n in notes),
             link=run_link,
             sections=[freshness.markdown(tonight), history_md],
         ),

@@ -16,8 +16,30 @@ from ingest.settings import Settings
 from ingest.timing import human_bytes
 from tasks.history import compare_with_previous, record_current_run
 from tasks.progress import publish_progress
+from tasks.timing import add_task_run_seconds
 
 FAILED_OBJECTS_TAG = "failed-objects"
+FAILED_EXTRACTIONS_TAG = "failed-extractions"
+
+
+def failure_tags(failed_objects: int, failed_extractions: int) -> set[str]:
+    """The run-list signposts of a run that completed with failed items."""
+    tags = {FAILED_OBJECTS_TAG} if failed_objects else set()
+    return tags | ({FAILED_EXTRACTIONS_TAG} if failed_extractions else set())
+
+
+def add_tags(tags: set[str]) -> None:
+    """Add ``tags`` to the current flow run (a signpost: failing to is only logged)."""
+    if not tags:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            run_id = flow_run.id
+            if run_id:
+                have = client.read_flow_run(run_id).tags or []
+                client.update_flow_run(run_id, tags=sorted({*have, *tags}))
+    except Exception as exc:  # the tag is a signpost; the state message still says it
+        get_run_logger().warning("tags %s not added: %s", sorted(tags), exc)
 
 
 @task(name="publish-summary", cache_policy=NO_CACHE)
@@ -28,12 +50,16 @@ def publish_summary(
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
+    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
+        add_task_run_seconds(summary.stages, summary.run_id)
     logger = get_run_logger()
     for s in summary.stages:
         logger.info(
-            "stage %s: %s task runs, %s items, %s bytes, wall %.2f s",
+            "stage %s: %s task runs (%s s in Running, as the UI shows them), %s items, "
+            "%s bytes, wall %.2f s",
             s["stage"],
             s["task_runs"],
+            s.get("run_seconds", "?"),
             s["items"],
             s["bytes"],
             s["wall_seconds"] or 0,
@@ -41,7 +67,7 @@ def publish_summary(
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.lake, summary.stages)
+    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
     looked_at = summary.total - summary.counts.get("deleted", 0)
     too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
     record_current_run(
@@ -59,6 +85,13 @@ def publish_summary(
         markdown=report.markdown(summary, title) + "\n" + comparison,
         description=title,
     )
+    for key, error, permanent in report.failed_items(summary):  # one line per document
+        logger.warning(
+            "failed%s: %s: %s", " (permanent)" if permanent else "", key, report.short(error, 300)
+        )
+    unnamed = summary.failed + summary.failed_extractions - len(report.failed_items(summary))
+    if unnamed > 0:
+        logger.warning("%s more failed; the run-summary artifact has the query", unnamed)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
     publish_progress(  # the finished bar says what was done, not only "100 %"
         "download-progress",
@@ -71,18 +104,12 @@ def publish_summary(
 
 
 def finish(summary: report.RunSummary) -> Any:
-    """What the flow returns: its summary, or, when objects failed (under the threshold), a
-    Completed state whose message says so, with the run tagged ``failed-objects``, so the
-    run stands out in the run list instead of reading as a plain green Completed."""
+    """What the flow returns: its summary, or, when objects or extractions failed (under
+    the threshold), a Completed state whose message says so, with the run tagged
+    ``failed-objects`` / ``failed-extractions``, so the run stands out in the run list
+    instead of reading as a plain green Completed."""
     message = report.failed_objects_message(summary)
     if not message:
         return summary
-    try:
-        with get_client(sync_client=True) as client:
-            run_id = flow_run.id
-            tags = sorted({*(flow_run.tags or []), FAILED_OBJECTS_TAG})
-            if run_id:
-                client.update_flow_run(run_id, tags=tags)
-    except Exception as exc:  # the tag is a signpost; the state message still says it
-        get_run_logger().warning("tag %s not added: %s", FAILED_OBJECTS_TAG, exc)
+    add_tags(failure_tags(summary.failed, summary.failed_extractions))
     return Completed(message=message, data=summary)

@@ -26,7 +26,7 @@ from ingest.rest.source import Source
 from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
 from tasks.history import compare_with_previous, record_current_run, run_link
-from tasks.timing import timed
+from tasks.timing import add_task_run_seconds, timed
 
 
 def load_secret_block(name: str) -> str:
@@ -95,6 +95,8 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
+    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
+        add_task_run_seconds(summary.stages, summary.run_id)
     create_table_artifact(
         key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
         table=summary.listings,
@@ -103,13 +105,13 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     create_table_artifact(
         key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
     )
-    _, comparison = compare_with_previous(settings.lake, summary.stages)
     # What the run read, as the nightly names it: the repositories, or the source.
     target = (
         ", ".join(r["repo"] for r in summary.repos)
         if isinstance(summary, GitHubSummary)
         else summary.source
     )
+    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
     record_current_run(
         settings.lake,
         seconds=summary.seconds,

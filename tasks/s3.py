@@ -183,7 +183,7 @@ def fetch_batch(
         summary.name = batch.name
         if extract:
             structure.stage_documents(settings.lake, spec.run_id, batch.name, docs)
-            summary.extracted = extraction.summarize(docs)
+            summary.extracted = extraction.summarize(docs).note_failures(docs)
         t.items = len(results)
         t.bytes = summary.bytes
     return summary

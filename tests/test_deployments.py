@@ -339,7 +339,9 @@ def test_nightly_run_from_the_api_completes(client: Any, served: Served) -> None
     # The nightly summary, the child run and the UI give the child one duration.
     s3_again = children_of(client, again.id)["s3-ingest"]
     ui_seconds = s3_again.total_run_time.total_seconds()
-    assert f"**s3-ingest** (completed, {ui_seconds:.2f} s)" in summary
+    [headline] = [line for line in summary.splitlines() if line.startswith("- **s3-ingest**")]
+    assert "**s3-ingest** (completed" in headline
+    assert f", {ui_seconds:.2f} s in Running)" in headline, headline
     assert {"nightly", "nightly-child"} <= set(s3_again.tags)
 
 
@@ -484,6 +486,73 @@ def test_custom_run_from_the_ui_completes(client: Any, served: Served) -> None:
         finally:
             browser.close()
     assert wait_final(client, run.id).state.is_completed()
+
+
+@pytest.mark.ui
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (.ci/run)")
+def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -> None:
+    """A nightly whose GitHub child fails (a repository the server does not have) while
+    its S3 child completes with a permanently failed key: in the browser, the calling task
+    shows Failed, the run's message is readable whole, and the summary names the key."""
+    import boto3
+    from playwright.sync_api import expect, sync_playwright
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    d = nightly_deployment(client)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=served.endpoints["s3_url"],
+        region_name="us-east-1",
+        aws_access_key_id="demo",
+        aws_secret_access_key="demo",
+    )
+    put_many(
+        s3,
+        served.endpoints["bucket"],
+        {"ui-check/../escape.txt": b"evil"} | {f"ui-check/ok-{i}.txt": b"ok" for i in range(15)},
+    )
+    params = {**d.parameters, "prefix": "ui-check/", "repos": ["octo/not-there"]}
+    run = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
+    assert run.state.is_failed()
+    message = run.state.message or ""
+    assert len(message) <= 300 and "github-pulls failed" in message, message
+    tasks = {
+        t.name.rsplit("-", 1)[0]: t
+        for t in client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        )
+    }
+    assert tasks["run-github-pulls"].state.is_failed()
+    arts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+    )
+    [summary] = [a for a in arts if a.key == "nightly-summary"]
+    assert "ui-check/../escape.txt" in summary.data
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{served.ui_url}/runs/task-run/{tasks['run-github-pulls'].id}")
+            expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
+            page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
+            expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
+            expect(page.get_by_text("github-pulls failed", exact=False).first).to_be_visible()
+            expect(page.get_by_text("See More")).to_have_count(0)
+            page.goto(f"{served.ui_url}/artifacts/artifact/{summary.id}")
+            expect(page.get_by_text("ui-check/../escape.txt").first).to_be_visible()
+        except BaseException:
+            page.screenshot(path=str(served.log_dir / "ui-failed-nightly.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
 
 
 def submit_until_created(page: Any, runs: Any, before: set[UUID]) -> list[Any]:

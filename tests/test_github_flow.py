@@ -16,6 +16,7 @@ from dev.servers.github import DevGitHub
 from flows.github_pulls import github_pulls
 from ingest import storage
 from ingest.rest.errors import AuthError, RestTerminalError
+from ingest.rest.summary import github_headline
 
 pytestmark = pytest.mark.flow
 
@@ -78,6 +79,17 @@ def test_flow_stores_everything_then_reruns_for_free(
         repos=list(REPOS), base_url=server.url, data_dir=str(data_dir), concurrency=8
     )
     assert second.complete and second.budget_spent == 0 and second.not_modified == 2
+    # The per-repository rows add up to the totals the summary gives.
+    assert sum(r["not_modified"] for r in second.repos) == second.not_modified
+    for_repos = sum(r["requests"] for r in second.repos)
+    assert f"{second.requests} requests ({for_repos} for the repositories" in (
+        github_headline(second)
+    )
+    unattributed = storage.query(
+        data_dir,
+        f"SELECT count(*) FROM api_requests WHERE run_id = '{second.run_id}' AND repo = ''",
+    )[1][0][0]
+    assert for_repos + unattributed == second.requests
     assert server.stats()["counted"] == before
     per_run = storage.query(
         data_dir,

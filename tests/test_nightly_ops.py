@@ -4,6 +4,7 @@ nightly's tags, and ``ingest status`` prints freshness and the nights' outcomes.
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from flows.nightly import nightly
-from tests.helpers import put_many, run_cli
+from tests.helpers import put_many, rows, run_cli
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -25,6 +26,20 @@ def artifacts(flow_run_id: Any) -> dict[str, Any]:
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
     return {a.key: a for a in found}
+
+
+def run_logs(flow_run_id: Any) -> list[str]:
+    """The messages stored for a flow run and its task runs (sent to the server first)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    with get_client(sync_client=True) as client:
+        found = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return [log.message for log in found]
 
 
 def children(flow_run_id: Any) -> list[Any]:
@@ -64,6 +79,11 @@ def test_nightly_summary_freshness_history_and_status(
     assert failed.is_failed()
     failed_id = failed.state_details.flow_run_id
 
+    # The failed child's logs hold its failure's traceback once, not once per layer.
+    [gone] = [c for c in children(failed_id) if c.state.is_failed()]
+    tracebacks = [line for line in run_logs(gone.id) if "Traceback (most recent" in line]
+    assert len(tracebacks) == 1, tracebacks
+
     arts = artifacts(failed_id)
     summary = arts["nightly-summary"].data
     assert "## Freshness" in summary and "## Last nights" in summary
@@ -73,7 +93,14 @@ def test_nightly_summary_freshness_history_and_status(
     assert "### s3-ingest: 2 nights" in arts["nightly-history"].data, arts["nightly-history"].data
     chart = data_dir / "reports" / "nightly-durations.svg"
     bars = [r for r in ET.parse(chart).getroot().iter() if "bar" in (r.get("class") or "")]
-    assert len(bars) == 2
+    assert len(bars) == 2 and bars[0].get("x") != bars[1].get("x")  # same date, two bars
+    assert "file://" not in summary and "nightly-durations" in summary
+    table = json.loads(arts["nightly-durations"].data)
+    assert [(r["source"], r["state"]) for r in table] == [
+        ("s3-ingest", "completed"),
+        ("s3-ingest", "failed"),
+    ]
+    assert table[0]["night"].endswith("#1") and table[1]["night"].endswith("#2")
 
     proc = run_cli(["status", "--data-dir", str(data_dir)])
     out, _ = proc.communicate(timeout=120)
@@ -110,7 +137,7 @@ def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
         assert "failed-objects" in client.read_flow_run(run_id).tags
     arts = artifacts(run_id)
     summary = arts["run-summary"].data
-    assert "## Failures (1)" in summary and "First 1 of 1" not in summary
+    assert "## Failed downloads: Failures (1)" in summary and "First 1 of 1" not in summary
     assert "20 objects" not in summary and "21 objects" in summary
     assert arts["download-progress"].description.startswith("Finished: 21 objects")
 
@@ -132,3 +159,192 @@ def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> N
     assert state.is_failed()
     assert "bucket: String should have at least 3 characters" in state.message, state.message
     assert "concurrency: Input should be greater than or equal to 1" in state.message
+
+
+def task_runs(flow_run_id: Any) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return {t.name.rsplit("-", 1)[0]: t for t in found}
+
+
+def task_runs_all(flow_run_id: Any) -> list[tuple[str, Any]]:
+    """Every task run of a flow run, with its task's name."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return [(t.name.rsplit("-", 1)[0], t) for t in found]
+
+
+def flow_run_of(flow_run_id: Any) -> Any:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id)
+
+
+def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dev.servers.github import DevGitHub
+
+    put_many(
+        s3,
+        bucket,
+        {
+            "in/../escape.txt": b"evil",  # an unsafe key: permanent, no retry fixes it
+            "in/broken.pdf": b"%PDF-1.4\nnot a pdf at all\n",  # a corrupt document
+        }
+        | {f"in/fine-{i}.txt": b"a fine document" for i in range(18)},
+    )
+    params = {
+        "bucket": bucket,
+        "prefix": "in/",
+        "repos": [],
+        "endpoint_url": s3_server.url,
+        "data_dir": str(data_dir),
+    }
+    night = nightly(**params, return_state=True)
+    # Everything ran, but not everything went well: Completed, with counts, keys and a tag.
+    assert night.is_completed(), night
+    message = night.message or ""
+    assert len(message) <= 300, message
+    assert "s3-ingest completed with 1 failed object, 1 failed extraction" in message, message
+    assert "2 permanent" in message and "in/../escape.txt" in message and "retries" not in message
+    night_id = night.state_details.flow_run_id
+    assert {"failed-objects", "failed-extractions"} <= set(flow_run_of(night_id).tags)
+    [child] = children(night_id)
+    assert child.state.is_completed() and "retries them" not in (child.state.message or "")
+    assert child.state.message.startswith(
+        "Completed with 1 of 20 objects failed and 1 of 19 extractions failed (2 permanent"
+    ), child.state.message
+    assert {"failed-objects", "failed-extractions"} <= set(child.tags)
+    summary = artifacts(child.id)["run-summary"].data
+    downloads = summary.split("## Failed downloads", 1)[1].split("##", 1)[0]
+    assert "`in/../escape.txt` | failed | UnsafeKeyError" in downloads and "| yes |" in downloads
+    extractions = summary.split("## Failed extractions", 1)[1]
+    assert "`in/broken.pdf` | failed |" in extractions and "| yes |" in extractions
+    nightly_summary = artifacts(night_id)["nightly-summary"].data
+    assert "`in/broken.pdf`" in nightly_summary and "`in/../escape.txt`" in nightly_summary
+    progress = artifacts(night_id)["nightly-progress"].description or ""
+    assert "1 failed object" in progress, progress
+
+    # A child that fails: its calling task is Failed too, the nightly Failed, readable.
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "RejectedTokenValue0123456789abcdefAB")
+    with DevGitHub(repos={"octo/engine": 3}, token="ghp_" + "x" * 36) as gh:
+        failed = nightly(
+            **params | {"repos": ["octo/engine"], "github_base_url": gh.url}, return_state=True
+        )
+    assert failed.is_failed()
+    failed_message = failed.message or ""
+    assert len(failed_message) <= 300 and "github-pulls failed: " in failed_message
+    assert (
+        "s3-ingest failed" not in failed_message
+        and "What to do: fix what it names" in failed_message
+    )
+    tasks = task_runs(failed.state_details.flow_run_id)
+    assert tasks["run-github-pulls"].state.is_failed(), tasks["run-github-pulls"].state
+    assert "401" in (tasks["run-github-pulls"].state.message or "")
+    assert tasks["run-s3-ingest"].state.is_completed()
+    assert len(children(failed.state_details.flow_run_id)) == 2
+
+
+def test_each_child_has_its_own_source_tag_and_the_shared_ones(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect import tags
+
+    from dev.servers.github import DevGitHub
+
+    token = "ghp_" + "TagsTokenValue0123456789abcdefABCDEFG"
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    put_many(s3, bucket, {"in/a.txt": b"a"})
+    deployment_tags = tags("ingest", "nightly", "s3", "github")  # the nightly deployment's
+    with DevGitHub(repos={"octo/engine": 2}, token=token) as gh, deployment_tags:
+        night = nightly(
+            bucket=bucket,
+            prefix="in/",
+            repos=["octo/engine"],
+            endpoint_url=s3_server.url,
+            github_base_url=gh.url,
+            data_dir=str(data_dir),
+            return_state=True,
+        )
+    assert night.is_completed(), night
+    kids = {flow_name_of(c): set(c.tags) for c in children(night.state_details.flow_run_id)}
+    shared = {"ingest", "nightly", "nightly-child"}
+    assert shared | {"s3"} <= kids["s3-ingest"] and "github" not in kids["s3-ingest"]
+    assert shared | {"github"} <= kids["github-pulls"] and "s3" not in kids["github-pulls"]
+
+    # One duration per run: the summary and the flow_runs rows say what the API says.
+    summary = artifacts(night.state_details.flow_run_id)["nightly-summary"].data
+    stored = {r["flow_run_id"]: r["seconds"] for r in rows(data_dir, "SELECT * FROM flow_runs")}
+    for child in children(night.state_details.flow_run_id):
+        api = child.total_run_time.total_seconds()
+        assert api > 0
+        assert f"(completed, {api:.2f} s in Running)" in summary, (api, summary)
+        assert stored[str(child.id)] == pytest.approx(api, abs=1e-6)
+    # A stage's figure is the sum of its task runs' time in Running, as the API gives it.
+    [s3_child] = [c for c in children(night.state_details.flow_run_id) if "s3" in c.tags]
+    listed = [t for name, t in task_runs_all(s3_child.id) if name == "list-objects"]
+    total = sum(t.total_run_time.total_seconds() for t in listed)
+    [row] = [line for line in summary.splitlines() if line.startswith("| s3-ingest: list-objects")]
+    assert row.split("|")[2:4] == [f" {len(listed)} ", f" {total:.2f} "], row
+
+
+def flow_name_of(run: Any) -> str:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.read_flow(run.flow_id).name)
+
+
+def test_freshness_and_comparisons_are_per_target(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    from flows.s3_ingest import s3_ingest
+    from ingest import freshness
+
+    put_many(s3, bucket, {"a/1.txt": b"one", "a/2.txt": b"two", "b/1.txt": b"three"})
+
+    def run(prefix: str) -> tuple[str, str]:
+        state = s3_ingest(
+            bucket=bucket,
+            prefix=prefix,
+            endpoint_url=s3_server.url,
+            data_dir=str(data_dir),
+            extract=False,
+            return_state=True,
+        )
+        assert state.is_completed(), state
+        run_id = str(state.state_details.flow_run_id)
+        return run_id, artifacts(run_id)["run-summary"].data
+
+    first_a, _ = run("a/")
+    _, summary_b = run("b/")  # another prefix: no comparison with the run of a/
+    assert f"## Compared with the previous s3-ingest run of `s3://{bucket}/b/`" in summary_b
+    assert f"No earlier s3-ingest run of `s3://{bucket}/b/` to compare with." in summary_b
+    _, summary_a = run("a/")
+    assert f"## Compared with the previous s3-ingest run of `s3://{bucket}/a/`" in summary_a
+    assert f"Previous run `{first_a[:8]}`" in summary_a or f"[{first_a[:8]}]" in summary_a
+
+    fresh = freshness.current(data_dir)
+    a, b = fresh[("s3-ingest", f"s3://{bucket}/a/")], fresh[("s3-ingest", f"s3://{bucket}/b/")]
+    assert a["flow_run_id"] != first_a  # the second run of a/, not the run of b/
+    assert b["rows_changed"] == 1 and b["state"] == "completed"
+
+    # A target that never succeeded has no last success, whatever other targets did.
+    [missing] = freshness.record(
+        data_dir,
+        [freshness.SourceNight("s3-ingest", f"s3://{bucket}-gone/a/", "failed")],
+        staged_by="gone",
+    )
+    assert missing.last_success is None and missing.rows_changed == 0

@@ -128,3 +128,16 @@ def test_freshness_keeps_the_last_success_of_a_failed_source(tmp_path: Path) -> 
     stored = freshness.current(tmp_path)[("s3-ingest", "s3://b/")]
     assert stored["state"] == "failed" and stored["rows_changed"] == 7
     assert "| s3-ingest | s3://b/ |" in freshness.markdown([failed])
+
+
+def test_one_night_and_a_near_zero_stage_read_right(tmp_path: Path) -> None:
+    from ingest import history
+
+    seed_nights(tmp_path, count=1, slow_night=-1, rng=random.Random(1))
+    text = nights.markdown(nights.load(tmp_path))
+    assert "### s3-ingest: 1 night " in text and "1 nights" not in text
+    [row] = history.compare_stages(
+        [{"stage": "commit-run", "wall_seconds": 0.21}],
+        [{"stage": "commit-run", "wall_seconds": 0.001}],
+    )
+    assert row["change"] == "+0.21 s"  # no "+20900%" of a figure that rounds to 0.00

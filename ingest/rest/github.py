@@ -299,7 +299,9 @@ class _RepoSync:
             stop_reason=redact(stop) if stop else None,
             pages=self.page_count,
             requests=len(mine),
-            not_modified=self.not_modified,
+            # every 304 of the repository, as the run's total counts them (the paging
+            # loop's own count leaves out the final look at page 1)
+            not_modified=sum(1 for r in mine if r.status == 304),
             items=len(self.pulls),
             failed_pages=self.failed,
             run_id=self.opts.run_id,

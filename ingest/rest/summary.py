@@ -70,15 +70,26 @@ def schema_markdown(changes: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def requests_text(summary: GitHubSummary) -> str:
+    """How the run's requests add up: per repository (the rows of the github-repos table)
+    and the others (the rate-limit check), and how many were answered 304."""
+    for_repos = sum(int(r.get("requests") or 0) for r in summary.repos)
+    other = summary.requests - for_repos
+    text = f"{for_repos} for the repositories"
+    if other:
+        text += f", {other} rate-limit check{'' if other == 1 else 's'}"
+    return text + f"; {summary.not_modified} not modified"
+
+
 def github_headline(summary: GitHubSummary) -> str:
     """``run R: 515 pull requests from 2 repositories, 18 requests (0 not modified) ...``."""
     text = (
         f"run {summary.run_id}: {summary.pulls} pull requests from {len(summary.repos)} "
-        f"repositories, {summary.requests} requests ({summary.not_modified} not modified), "
+        f"repositories, {summary.requests} requests ({requests_text(summary)}), "
         f"budget spent {summary.budget_spent}, per_page {summary.per_page}, "
         f"max in flight {summary.max_in_flight} (window {summary.window}"
         f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
-        f"{summary.seconds:.2f} s"
+        f"{summary.seconds:.2f} s in Running"
     )
     if summary.limit_answers:
         text += f", {summary.limit_answers} limit answers"

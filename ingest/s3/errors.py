@@ -71,7 +71,9 @@ def translate_errors(bucket: str) -> Iterator[None]:
             kind = AccessDeniedError
         if kind is None:
             raise
-        raise kind(f"s3://{bucket}: {code or status} ({_HINTS[kind]})") from exc
+        # from None: the message holds what the S3 error said; its botocore traceback
+        # would only double what the run's log shows
+        raise kind(f"s3://{bucket}: {code or status} ({_HINTS[kind]})") from None
     except (bce.NoCredentialsError, bce.PartialCredentialsError) as exc:
         raise CredentialsError(
             f"s3://{bucket}: no credentials ({_HINTS[CredentialsError]})"
