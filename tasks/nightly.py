@@ -147,7 +147,8 @@ def publish_nightly_summary(
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
     for o in outcomes:  # each stage's figure by Prefect's rule: its task runs' time in Running
         if o.flow_run_id:
-            add_task_run_seconds(stages, o.flow_run_id, o.flow_name)
+            # the children have ended: their task runs' final states are on their way
+            add_task_run_seconds(stages, o.flow_run_id, o.flow_name, wait=10.0)
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []

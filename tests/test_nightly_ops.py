@@ -162,18 +162,33 @@ def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> N
 
 
 def task_runs(flow_run_id: Any) -> dict[str, Any]:
+    """The flow run's task runs by task name, once the server has recorded each one's final
+    state: task run states reach it as events, which its recorder writes in batches, so
+    they may lag the flow run's own state by a flush."""
+    import time
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
+    from deployments.local_api import drain_prefect_queues
+
+    drain_prefect_queues()  # this process's events are sent
+    deadline = time.monotonic() + 60
     with get_client(sync_client=True) as client:
-        found = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        )
-    return {t.name.rsplit("-", 1)[0]: t for t in found}
+        while True:
+            found = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            )
+            if all(t.state is not None and t.state.is_final() for t in found):
+                return {t.name.rsplit("-", 1)[0]: t for t in found}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"task runs not final after 60 s: {found}")
+            time.sleep(0.1)  # polling the recorded state, not waiting for a guessed time
 
 
 def task_runs_all(flow_run_id: Any) -> list[tuple[str, Any]]:
-    """Every task run of a flow run, with its task's name."""
+    """Every task run of a flow run, with its task's name, once each is final."""
+    task_runs(flow_run_id)  # waits for the recorder
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
@@ -297,7 +312,7 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
     listed = [t for name, t in task_runs_all(s3_child.id) if name == "list-objects"]
     total = sum(t.total_run_time.total_seconds() for t in listed)
     [row] = [line for line in summary.splitlines() if line.startswith("| s3-ingest: list-objects")]
-    assert row.split("|")[2:4] == [f" {len(listed)} ", f" {total:.2f} "], row
+    assert row.split("|")[2:4] == [f" {len(listed)} ", f" {round(total, 3):.2f} "], row
 
 
 def flow_name_of(run: Any) -> str:
