@@ -443,10 +443,7 @@ def reextract_command(
     if since_version is not None:
         from ingest.changes import release_numbers
 
-        try:
-            release_numbers(since_version)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--since-version") from None
+        checked(release_numbers, since_version, "--since-version")
     from flows.s3_ingest import s3_ingest
 
     summary = run_flow(
@@ -462,6 +459,14 @@ def reextract_command(
         reextract_since=since_version,
     )
     print_summary(summary)
+
+
+def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
+    """``check(value)``, its ValueError said as the option's usage error (exit 2)."""
+    try:
+        check(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
 def print_summary(summary: Any) -> None:
@@ -499,10 +504,7 @@ def github_command(
     from ingest.rest.source import check_repo
 
     for r in repo:
-        try:
-            check_repo(r)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--repo") from None
+        checked(check_repo, r, "--repo")
     from flows.github_pulls import github_pulls
 
     summary = run_flow(

@@ -373,6 +373,19 @@ Kind = Literal["state", "history"]
 STATE_PARTS = 16  # hash partitions of the per-object state tables (see TableSpec.parts)
 
 
+def _per_document(name: str, position: str) -> TableSpec:
+    """A state table of many rows per document, keyed by object and ``position``, the
+    object's key last (its hash is the ``part``)."""
+    return TableSpec(
+        name,
+        "state",
+        keys=("bucket", position, "key"),
+        newer="extracted_at",
+        sort=("bucket", "key", position),
+        parts=STATE_PARTS,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class TableSpec:
     """How a table is written and maintained.
@@ -454,30 +467,9 @@ SPECS: dict[str, TableSpec] = _Specs(
         ),
         TableSpec("document_log", "history", day_from="extracted_at"),
         # Keyed by object and position, the object's key last: its hash is the ``part``.
-        TableSpec(
-            "document_pages",
-            "state",
-            keys=("bucket", "page", "key"),
-            newer="extracted_at",
-            sort=("bucket", "key", "page"),
-            parts=STATE_PARTS,
-        ),
-        TableSpec(
-            "document_chunks",
-            "state",
-            keys=("bucket", "position", "key"),
-            newer="extracted_at",
-            sort=("bucket", "key", "position"),
-            parts=STATE_PARTS,
-        ),
-        TableSpec(
-            "dxf_attributes",
-            "state",
-            keys=("bucket", "position", "key"),
-            newer="extracted_at",
-            sort=("bucket", "key", "position"),
-            parts=STATE_PARTS,
-        ),
+        _per_document("document_pages", "page"),
+        _per_document("document_chunks", "position"),
+        _per_document("dxf_attributes", "position"),
         TableSpec(
             "dxf_drawings",
             "state",
