@@ -188,6 +188,12 @@ class QuietConsole:
     def filter(self, record: logging.LogRecord) -> bool:
         from ingest.errors import TerminalError
 
+        marked = getattr(record, "terminal_error", None)  # tasks.logs.OneTraceback's mark
+        if marked is not None:
+            first = marked.strip().splitlines()
+            if first:
+                self.texts.add(first[0])
+            return False
         exc = record.exc_info[1] if record.exc_info else None
         while exc is not None:
             if isinstance(exc, TerminalError):

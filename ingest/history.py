@@ -133,17 +133,32 @@ def previous_run_of_target(
 ) -> dict[str, Any] | None:
     """The latest earlier ``flow_runs`` row of a run of ``flow_name`` that read ``target``
     (``s3://bucket/prefix``, the repositories, the source), found by its freshness rows in
-    ``source_nights``; runs over other inputs are no comparison."""
+    ``source_nights``; runs over other inputs are no comparison.
+
+    Two queries with literals, not a join or parameters: on a lake on object storage the
+    tables are Arrow datasets of string_view columns, and DuckDB pushes a join's keys or a
+    parameter down as plain strings, which pyarrow cannot compare with them ("no kernel
+    matching (string_view, string)")."""
+    runs = _all(
+        data_dir,
+        f"""SELECT DISTINCT flow_run_id FROM {storage.scan(data_dir, "source_nights")}
+            WHERE source = {_literal(flow_name)} AND target = {_literal(target)}
+                AND flow_run_id <> {_literal(flow_run_id)}""",
+        [],
+    )
+    if not runs:
+        return None
+    ids = ", ".join(_literal(str(r["flow_run_id"])) for r in runs)
     sql = f"""
-        SELECT f.* FROM {storage.scan(data_dir, "flow_runs")} f
-        JOIN (
-            SELECT DISTINCT flow_run_id FROM {storage.scan(data_dir, "source_nights")}
-            WHERE source = ? AND target = ? AND flow_run_id <> ?
-        ) n USING (flow_run_id)
-        WHERE f.started_at IS NOT NULL
-        ORDER BY f.started_at DESC, f.ended_at DESC LIMIT 1
+        SELECT * FROM {storage.scan(data_dir, "flow_runs")}
+        WHERE flow_run_id IN ({ids}) AND started_at IS NOT NULL
+        ORDER BY started_at DESC, ended_at DESC LIMIT 1
     """
-    return _first(data_dir, sql, [flow_name, target, flow_run_id])
+    return _first(data_dir, sql, [])
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def targets_of_nightly(data_dir: DataDir, nightly_run_id: str) -> dict[str, str]:

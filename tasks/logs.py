@@ -55,6 +55,7 @@ class OneTraceback(logging.Filter):
         if isinstance(error, TerminalError):
             record.exc_info = None
             record.exc_text = None
+            record.terminal_error = str(error)  # what the command's console says once itself
         return True
 
 

@@ -168,10 +168,18 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     schema = evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
     if not is_resource_table(spec.name):
         schema = spec.schema
-    fragment = next(iter(dt.to_pyarrow_dataset().get_fragments()), None)
-    if fragment is not None and any(
-        pa.types.is_string_view(f.type) for f in fragment.physical_schema
-    ):
+    views = {
+        any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
+        for fragment in dt.to_pyarrow_dataset().get_fragments()
+    }
+    if views == {True, False}:
+        # Files of both kinds (written by different paths, or before and after an upgrade):
+        # no declared type lets pyarrow compare a pushed-down literal with every file's
+        # columns, so the rows are read into one table of plain strings. Only small
+        # tables mix (the runs' history); the state tables are written one way.
+        table = dt.to_pyarrow_dataset().to_table()
+        return table.cast(pa.schema([(f.name, schema.field(f.name).type) for f in table.schema]))
+    if views == {True}:
         schema = pa.schema([pa.field(f.name, _as_views(f.type)) for f in schema])
     return dt.to_pyarrow_dataset(schema=schema)
 
