@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -124,9 +125,16 @@ def view_sql(
         f'CAST("{f.name}" AS {t}) AS "{f.name}"' for f, t in zip(schema, types, strict=True)
     )
     if relative_to is not None:
-        base = str(relative_to).rstrip("/\\") + "/"
-        names = [f[len(base) :] if f.startswith(base) else f for f in files]
-        listing = f"list_transform([{', '.join(_sql_str(f) for f in names)}], f -> {_HERE} || f)"
+        # Absolute first: a data dir given as a relative path names its files absolutely.
+        base = os.path.abspath(relative_to).rstrip("/\\") + "/"
+        items = []
+        for f in files:
+            full = f if "://" in f else os.path.abspath(f)
+            if full.startswith(base):  # under the folder: found from the database file
+                items.append(f"{_HERE} || {_sql_str(full[len(base) :])}")
+            else:  # elsewhere: named as it is
+                items.append(_sql_str(f))
+        listing = "[" + ", ".join(items) + "]"
     else:
         listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
     hive = "true" if spec.partition_by else "false"
