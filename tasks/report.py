@@ -14,6 +14,7 @@ from prefect.states import Completed
 from ingest import report
 from ingest.settings import Settings
 from ingest.timing import human_bytes
+from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, record_current_run
 from tasks.progress import publish_progress
 from tasks.timing import add_task_run_seconds
@@ -64,42 +65,51 @@ def publish_summary(
             s["bytes"],
             s["wall_seconds"] or 0,
         )
-    create_table_artifact(
-        key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
-    )
-    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
-    looked_at = summary.total - summary.counts.get("deleted", 0)
-    too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
-    record_current_run(
-        settings.lake,
-        seconds=summary.seconds,
-        items=summary.total,
-        size=summary.bytes,
-        failed=summary.failed,
-        state="failed" if too_many else "completed",
-        target=target,
-        changed=summary.counts.get("downloaded", 0) + summary.counts.get("deleted", 0),
-    )
-    create_markdown_artifact(
-        key="run-summary",
-        markdown=report.markdown(summary, title) + "\n" + comparison,
-        description=title,
-    )
-    for key, error, permanent in report.failed_items(summary):  # one line per document
-        logger.warning(
-            "failed%s: %s: %s", " (permanent)" if permanent else "", key, report.short(error, 300)
+    with Sends() as send:  # each artifact beside the history work, not after it
+        send(
+            create_table_artifact,
+            key="stage-timing",
+            table=summary.stages,
+            description=f"{title}: per-stage timing",
         )
-    unnamed = summary.failed + summary.failed_extractions - len(report.failed_items(summary))
-    if unnamed > 0:
-        logger.warning("%s more failed; the run-summary artifact has the query", unnamed)
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
-    publish_progress(  # the finished bar says what was done, not only "100 %"
-        "download-progress",
-        1,
-        1,
-        f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
-        f"downloaded in {summary.seconds:.1f} s",
-    )
+        _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
+        looked_at = summary.total - summary.counts.get("deleted", 0)
+        too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
+        record_current_run(
+            settings.lake,
+            seconds=summary.seconds,
+            items=summary.total,
+            size=summary.bytes,
+            failed=summary.failed,
+            state="failed" if too_many else "completed",
+            target=target,
+            changed=summary.counts.get("downloaded", 0) + summary.counts.get("deleted", 0),
+        )
+        send(
+            create_markdown_artifact,
+            key="run-summary",
+            markdown=report.markdown(summary, title) + "\n" + comparison,
+            description=title,
+        )
+        for key, error, permanent in report.failed_items(summary):  # one line per document
+            logger.warning(
+                "failed%s: %s: %s",
+                " (permanent)" if permanent else "",
+                key,
+                report.short(error, 300),
+            )
+        unnamed = summary.failed + summary.failed_extractions - len(report.failed_items(summary))
+        if unnamed > 0:
+            logger.warning("%s more failed; the run-summary artifact has the query", unnamed)
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
+        send(  # the finished bar says what was done, not only "100 %"
+            publish_progress,
+            "download-progress",
+            1,
+            1,
+            f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
+            f"downloaded in {summary.seconds:.1f} s",
+        )
     return summary
 
 

@@ -25,6 +25,7 @@ from ingest.rest.run import fetch_source as fetch_source_plain
 from ingest.rest.source import Source
 from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
+from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, record_current_run, run_link
 from tasks.timing import add_task_run_seconds, timed
 
@@ -97,33 +98,39 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     )
     if summary.run_id != "local":  # the figures the UI shows for the task runs so far
         add_task_run_seconds(summary.stages, summary.run_id)
-    create_table_artifact(
-        key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
-        table=summary.listings,
-        description=f"{title}: per listing",
-    )
-    create_table_artifact(
-        key="stage-timing", table=summary.stages, description=f"{title}: per-stage timing"
-    )
-    # What the run read, as the nightly names it: the repositories, or the source.
-    target = (
-        ", ".join(r["repo"] for r in summary.repos)
-        if isinstance(summary, GitHubSummary)
-        else summary.source
-    )
-    _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
-    record_current_run(
-        settings.lake,
-        seconds=summary.seconds,
-        items=summary.items,
-        failed=summary.failed_pages,
-        state="failed" if summary.errors else "completed",
-        target=target,
-        changed=summary.items,
-    )
-    create_markdown_artifact(
-        key="run-summary",
-        markdown=markdown(summary, title, link=run_link) + "\n" + comparison,
-        description=title,
-    )
+    with Sends() as send:  # each artifact beside the history work, not after it
+        send(
+            create_table_artifact,
+            key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
+            table=summary.listings,
+            description=f"{title}: per listing",
+        )
+        send(
+            create_table_artifact,
+            key="stage-timing",
+            table=summary.stages,
+            description=f"{title}: per-stage timing",
+        )
+        # What the run read, as the nightly names it: the repositories, or the source.
+        target = (
+            ", ".join(r["repo"] for r in summary.repos)
+            if isinstance(summary, GitHubSummary)
+            else summary.source
+        )
+        _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
+        record_current_run(
+            settings.lake,
+            seconds=summary.seconds,
+            items=summary.items,
+            failed=summary.failed_pages,
+            state="failed" if summary.errors else "completed",
+            target=target,
+            changed=summary.items,
+        )
+        send(
+            create_markdown_artifact,
+            key="run-summary",
+            markdown=markdown(summary, title, link=run_link) + "\n" + comparison,
+            description=title,
+        )
     return summary
