@@ -155,3 +155,39 @@ def allocate(n: int) -> int:
 def environment() -> dict[str, str]:
     """The environment a job sees (what a hostile document's parser could read)."""
     return dict(os.environ)
+
+
+def layered_pdf(pages: list[tuple[str, list[str]]]) -> bytes:
+    """A PDF written by pdfium: each page is ``("text", lines)``, lines of Helvetica 6 pt
+    in its text layer, or ``("scan", lines)``, the lines drawn into a picture (black on
+    white, 64 px) that fills the page: no text layer, as a scanned page has none."""
+    import pypdfium2 as pdfium
+    from PIL import Image, ImageDraw, ImageFont
+
+    pdf = pdfium.PdfDocument.new()
+    for layer, lines in pages:
+        page = pdf.new_page(600, 200)
+        if layer == "scan":
+            picture = Image.new("L", (1200, 400), 255)
+            draw = ImageDraw.Draw(picture)
+            font = ImageFont.load_default(size=64)
+            for i, line in enumerate(lines):
+                draw.text((40, 40 + 110 * i), line, fill=0, font=font)
+            image = pdfium.PdfImage.new(pdf)
+            image.set_bitmap(pdfium.PdfBitmap.from_pil(picture))
+            image.set_matrix(pdfium.PdfMatrix().scale(600, 200))
+            page.insert_obj(image)
+        else:
+            for i, line in enumerate(lines):
+                obj = pdfium.raw.FPDFPageObj_NewTextObj(pdf.raw, b"Helvetica", 6.0)
+                encoded = (line + "\0").encode("utf-16-le")
+                buf = (pdfium.raw.c_ushort * (len(encoded) // 2)).from_buffer_copy(encoded)
+                pdfium.raw.FPDFText_SetText(obj, buf)
+                pdfium.raw.FPDFPageObj_Transform(obj, 1, 0, 0, 1, 10, 190 - 8 * i)
+                pdfium.raw.FPDFPage_InsertObject(page.raw, obj)
+        page.gen_content()
+        page.close()
+    out = io.BytesIO()
+    pdf.save(out)
+    pdf.close()
+    return out.getvalue()
