@@ -75,7 +75,7 @@ def version_for(kind: str, settings: Settings) -> str:
     if name == "pdf":
         parts.append(f"max_pages={settings.extract_max_pages}")
         parts.append(
-            f"ocr={'+'.join(settings.ocr_languages)}/{settings.ocr_max_pages}/{settings.ocr_dpi}"
+            f"ocr={settings.ocr_languages}/{settings.ocr_max_pages}/{settings.ocr_dpi}"
             if settings.ocr_enabled
             else "ocr=off"
         )
