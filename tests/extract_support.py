@@ -50,9 +50,10 @@ def started_then_wait(flag: str, seconds: float) -> str:
 # ---------------------------------------------------------------- generated documents
 
 
-def cid_pdf(lines: list[str]) -> bytes:
+def cid_pdf(lines: list[str], info: dict[str, str] | None = None) -> bytes:
     """A PDF whose text is Hangul (or anything) in a Type0/Identity-H font with a ToUnicode
-    CMap, as Korean PDFs are written; no font file is needed to extract it."""
+    CMap, as Korean PDFs are written; no font file is needed to extract it. ``info``: the
+    entries of its Info dictionary (``Title``, ``Author``...), as UTF-16BE text strings."""
     chars = sorted({c for line in lines for c in line})
     cid = {c: i + 1 for i, c in enumerate(chars)}
     bfchar = "\n".join(f"<{cid[c]:04X}> <{ord(c):04X}>" for c in chars)
@@ -87,7 +88,15 @@ def cid_pdf(lines: list[str]) -> bytes:
         b"/FontBBox [0 -200 1000 900] /ItalicAngle 0 /Ascent 900 /Descent -200 "
         b"/CapHeight 700 /StemV 80 >>",
     ]
-    return samples.pdf_file(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    if info:
+        entries = "".join(
+            f"/{k} <FEFF{v.encode('utf-16-be').hex().upper()}> " for k, v in info.items()
+        )
+        objects.append(f"<< {entries}>>".encode())
+    data = samples.pdf_file(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    if info:  # the trailer follows the cross-reference table: no offset moves
+        data = data.replace(b"/Root 1 0 R >>", b"/Root 1 0 R /Info %d 0 R >>" % len(objects))
+    return data
 
 
 def drawing(codepage: str | None = None) -> bytes:

@@ -34,7 +34,7 @@ CODE: dict[str, int] = {
     "pdf": 2,  # 2: pages, markdown with font-size headings, common metadata, chunks
     "dxf": 2,  # 2: pages per layout, attributes, drawing data, header dates
     "docx": 2,  # 2: markdown from styles, modified and application
-    "html": 2,  # 2: markdown from tags, author/generator, encoding confidence
+    "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator
     "text": 2,  # 2: encoding confidence, language
     "detect": 1,  # empty, unsupported, DWG: told from the first bytes
 }
