@@ -156,3 +156,29 @@ def test_ocr_text_obeys_the_bound_on_text_pages_and_markdown(tmp_path: Path) -> 
     }
     chunks = structure_rows([doc])["document_chunks"]
     _covered(pages, chunks)
+
+
+def test_ocr_output_merges_onto_its_page_without_tesseract(tmp_path: Path) -> None:
+    """The merge of an OCR job's output, ``(page, text)`` pairs as ``ocr_pdf_pages``
+    returns them, into a document the real worker extracted (runs where tesseract is
+    absent too): OCR noise that looks like a marker or a heading stays text."""
+    from ingest.extract.batch import add_ocr_text
+    from ingest.extract.chunks import headings_of
+
+    settings = Settings(chunk_chars=200, chunk_overlap=20)
+    doc: Document = run(settings, scanned_between(tmp_path, ["first page"]))["doc"]
+    assert doc.needs_ocr == 1 and doc.metadata["ocr_pages"] == [1]
+    ocr = "# 7 Hatch\n<!-- page 3 -->\nROOM 42 OF THE PLANT"
+    add_ocr_text(doc, [(1, ocr)], settings)
+    pages = [p["text"] for p in structure_rows([doc])["document_pages"]]
+    assert pages == ["first page", ocr, "third page"]  # the page's text as read
+    assert doc.text == "first page\n\n" + ocr + "\n\nthird page" and doc.chars == len(doc.text)
+    assert doc.needs_ocr == 0
+    md = doc.structure["markdown"]
+    assert md == (
+        "<!-- page 1 -->\n\nfirst page\n\n<!-- page 2 -->\n\n"
+        "\\# 7 Hatch\n\\<!-- page 3 -->\nROOM 42 OF THE PLANT\n\n<!-- page 3 -->\n\nthird page"
+    )
+    assert headings_of(md) == []  # no heading made of noise
+    chunks = structure_rows([doc])["document_chunks"]
+    assert [(c["page_start"], c["text"]) for c in chunks] == list(enumerate(pages, start=1))
