@@ -130,10 +130,12 @@ def test_ocr_text_lands_on_its_page_in_the_markdown_and_the_chunks(
 def test_ocr_text_obeys_the_bound_on_text_pages_and_markdown(tmp_path: Path) -> None:
     settings = Settings(ocr_enabled=True, ocr_dpi=150, extract_max_chars=1000)
     doc: Document = run(settings, scanned_between(tmp_path, BODY))["doc"]
-    assert doc.status == "ok" and doc.metadata["ocr"] == "1 pages"
+    assert doc.status == "ok"
     pages = [p["text"] for p in structure_rows([doc])["document_pages"]]
     # Page 1 alone is over the bound: it is cut at 1,000 and the later pages dropped, the
-    # scanned page 2 with them (its OCR'd text has nowhere to go).
+    # scanned page 2 with them (its OCR'd text would have nowhere to go: it is not read).
+    assert doc.metadata["ocr"] == "skipped: its pages are past the extract_max_chars bound"
+    assert doc.needs_ocr == 1
     assert [len(p) for p in pages] == [1000]
     assert len(doc.text) <= 1000 and doc.chars == len(doc.text)
     assert len(doc.structure["markdown"]) <= 1000
@@ -144,6 +146,7 @@ def test_ocr_text_obeys_the_bound_on_text_pages_and_markdown(tmp_path: Path) -> 
     first, last = BODY[:10], BODY[:5]  # 799 and 399 characters
     doc = run(settings, scanned_between(tmp_path, first, last))["doc"]
     pages = [p["text"] for p in structure_rows([doc])["document_pages"]]
+    assert doc.metadata["ocr"] == "1 pages"
     assert len(pages) == 3 and "ROOM 42 OF THE PLANT" in pages[1]
     assert pages[2] == "\n".join(last)[: 1000 - 799 - len(pages[1])]
     assert sum(len(p) for p in pages) == 1000 and len(doc.text) <= 1000

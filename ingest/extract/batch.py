@@ -254,7 +254,12 @@ def run_ocr(
         if pool.pending >= settings.ocr_queue_size:
             doc.metadata["ocr"] = "skipped: OCR queue full"
             continue
-        pages = list(doc.metadata.get("ocr_pages", []))
+        # Pages past the bound (``pages_cut``) have no row for their text: not read.
+        kept = len(doc.structure.get("pages") or [])
+        pages = [i for i in doc.metadata.get("ocr_pages", []) if i < kept]
+        if not pages:
+            doc.metadata["ocr"] = "skipped: its pages are past the extract_max_chars bound"
+            continue
         fut = pool.submit(
             OCR_JOB,
             path,
