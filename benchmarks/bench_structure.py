@@ -11,11 +11,14 @@ alternating for ``--rounds`` rounds.
 
 * text-only: ``extract_stored`` of the baseline (text, page count, metadata);
 * structured: ``extract_stored`` of this checkout (the same plus pages, markdown, chunks,
-  drawing attributes and header data, common metadata), then the rows of the structured
-  tables built from it, as the batch does (``ingest.extract.structure.rows``).
+  drawing attributes and header data, common metadata), with the batch's bound on text,
+  pages and markdown (``extract_max_chars``), then the rows of the structured tables
+  built from it, as the batch does (``ingest.extract.structure.rows``).
 
-Each child reports wall and CPU seconds, its peak resident memory (``ru_maxrss``) and the
-pickled size of what a worker sends back per document. ``python -m
+Each child reports wall and CPU seconds, its peak resident memory (``VmHWM`` of
+``/proc/self/status``, its own: ``ru_maxrss`` would also count the parent's memory at the
+fork, which Linux carries over the exec) and the pickled size of what a worker sends back
+per document. ``python -m
 benchmarks.bench_structure`` writes ``benchmarks/structure.md`` and
 ``benchmarks/.work/structure.json``.
 """
@@ -35,25 +38,46 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_extract import ROOT, WORK, build_corpus
+from benchmarks.measure import cpu_model
+from ingest.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "structure.md"
+# The batch's default bound (Settings.extract_max_chars), handed to the structured child
+# on its command line: importing the settings there would add their memory to its peak.
+MAX_CHARS = Settings.model_fields["extract_max_chars"].default
 
 CHILD = r"""
 import json, pickle, resource, sys, time
 from ingest.extract import extract_stored
+
+def peak_mb():
+    # This process's own high-water mark (VmHWM, reset by exec); ru_maxrss would also
+    # count the parent's memory at the fork that started this child (Linux keeps it).
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 structured = sys.argv[1] == "structured"
+extra = {}
 if structured:
     from ingest.extract.structure import rows
     from ingest.records import Document
+    # The bound the batch passes (extract_max_chars): text, pages and markdown are cut.
+    extra = {"max_chars": int(sys.argv[2])}
 files = json.loads(sys.stdin.read())
 for path in files[:5]:  # warm the imports and caches, as a warm worker is
-    extract_stored(path, path.rsplit("/", 1)[-1], 5000, 32 << 20)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    extract_stored(path, path.rsplit("/", 1)[-1], 5000, 32 << 20, **extra)
+before = peak_mb()
 wall, cpu = time.perf_counter(), time.process_time()
 payload = 0
 outputs = {}
 for path in files:
-    x = extract_stored(path, path.rsplit("/", 1)[-1], 5000, 32 << 20)
+    x = extract_stored(path, path.rsplit("/", 1)[-1], 5000, 32 << 20, **extra)
     payload += len(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
     if structured:
         doc = Document(bucket="b", key=path, etag="e", kind=x.kind, status=x.status,
@@ -61,7 +85,7 @@ for path in files:
         for table, found in rows([doc]).items():
             outputs[table] = outputs.get(table, 0) + len(found)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = peak_mb()
 print(json.dumps({"wall": wall, "cpu": cpu, "peak_mb": peak, "grew_mb": peak - before,
                   "payload": payload,
                   "rows": outputs}))
@@ -83,7 +107,7 @@ def export_baseline(revision: str, folder: Path) -> Path:
 def run_side(side: str, tree: Path, files: list[Path]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, "-P", "-c", CHILD, side],
+        [sys.executable, "-P", "-c", CHILD, side, str(MAX_CHARS)],
         input=json.dumps([str(f) for f in files]),
         capture_output=True,
         text=True,
@@ -98,7 +122,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         "# Structured outputs benchmark",
         "",
-        f"Run {r['when']} on {r['cores']} cores, Python {r['python']}, load average at start "
+        f"Run {r['when']} on {r['cpu']} ({r['cores']} cores), Python {r['python']}, load "
+        "average at start "
         f"{r['load']:.1f} (a machine shared with other runs); `{r['command']}`.",
         "",
         f"Corpus: {r['files']} files, {r['mb']:.1f} MB ({r['distinct']} distinct documents x "
@@ -118,7 +143,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Structured / text-only time: **{r['ratio_wall']:.2f}x** wall, "
         f"**{r['ratio_cpu']:.2f}x** CPU (target <= 1.3x); per round (CPU): "
         f"{', '.join(f'{x:.2f}' for x in r['ratios_cpu'])}.",
-        f"- Peak memory of the process: {t['peak_mb']:.0f} MB text-only, "
+        f"- Peak memory of the process (its own VmHWM): {t['peak_mb']:.0f} MB text-only, "
         f"{s['peak_mb']:.0f} MB structured (the structured side also imports the lake's "
         "libraries, pyarrow and deltalake, for the rows; a pool worker does not); growth "
         f"over the corpus, after the imports and a warm-up: {t['grew_mb']:.0f} MB "
@@ -160,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cores": os.cpu_count(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "load": os.getloadavg()[0],
         "command": "python -m benchmarks.bench_structure " + " ".join(argv or sys.argv[1:]),

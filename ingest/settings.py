@@ -288,8 +288,9 @@ class Settings(BaseSettings):
     extract_max_chars: int = Field(
         10_000_000,
         ge=1000,
-        description="Characters of text kept per document; a longer text is cut in the "
-        "worker and its metadata says so (text_cut: kept and whole length).",
+        description="Characters of text kept per document, and of its pages' texts and "
+        "its markdown each; a longer one is cut in the worker and its metadata says so "
+        "(text_cut, pages_cut, markdown_cut: kept and whole length).",
     )
     extract_memory_limit_mb: int = Field(
         2048,

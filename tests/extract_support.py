@@ -50,9 +50,10 @@ def started_then_wait(flag: str, seconds: float) -> str:
 # ---------------------------------------------------------------- generated documents
 
 
-def cid_pdf(lines: list[str]) -> bytes:
+def cid_pdf(lines: list[str], info: dict[str, str] | None = None) -> bytes:
     """A PDF whose text is Hangul (or anything) in a Type0/Identity-H font with a ToUnicode
-    CMap, as Korean PDFs are written; no font file is needed to extract it."""
+    CMap, as Korean PDFs are written; no font file is needed to extract it. ``info``: the
+    entries of its Info dictionary (``Title``, ``Author``...), as UTF-16BE text strings."""
     chars = sorted({c for line in lines for c in line})
     cid = {c: i + 1 for i, c in enumerate(chars)}
     bfchar = "\n".join(f"<{cid[c]:04X}> <{ord(c):04X}>" for c in chars)
@@ -87,7 +88,15 @@ def cid_pdf(lines: list[str]) -> bytes:
         b"/FontBBox [0 -200 1000 900] /ItalicAngle 0 /Ascent 900 /Descent -200 "
         b"/CapHeight 700 /StemV 80 >>",
     ]
-    return samples.pdf_file(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    if info:
+        entries = "".join(
+            f"/{k} <FEFF{v.encode('utf-16-be').hex().upper()}> " for k, v in info.items()
+        )
+        objects.append(f"<< {entries}>>".encode())
+    data = samples.pdf_file(objects, header=b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    if info:  # the trailer follows the cross-reference table: no offset moves
+        data = data.replace(b"/Root 1 0 R >>", b"/Root 1 0 R /Info %d 0 R >>" % len(objects))
+    return data
 
 
 def drawing(codepage: str | None = None) -> bytes:
@@ -155,3 +164,39 @@ def allocate(n: int) -> int:
 def environment() -> dict[str, str]:
     """The environment a job sees (what a hostile document's parser could read)."""
     return dict(os.environ)
+
+
+def layered_pdf(pages: list[tuple[str, list[str]]]) -> bytes:
+    """A PDF written by pdfium: each page is ``("text", lines)``, lines of Helvetica 6 pt
+    in its text layer, or ``("scan", lines)``, the lines drawn into a picture (black on
+    white, 64 px) that fills the page: no text layer, as a scanned page has none."""
+    import pypdfium2 as pdfium
+    from PIL import Image, ImageDraw, ImageFont
+
+    pdf = pdfium.PdfDocument.new()
+    for layer, lines in pages:
+        page = pdf.new_page(600, 200)
+        if layer == "scan":
+            picture = Image.new("L", (1200, 400), 255)
+            draw = ImageDraw.Draw(picture)
+            font = ImageFont.load_default(size=64)
+            for i, line in enumerate(lines):
+                draw.text((40, 40 + 110 * i), line, fill=0, font=font)
+            image = pdfium.PdfImage.new(pdf)
+            image.set_bitmap(pdfium.PdfBitmap.from_pil(picture))
+            image.set_matrix(pdfium.PdfMatrix().scale(600, 200))
+            page.insert_obj(image)
+        else:
+            for i, line in enumerate(lines):
+                obj = pdfium.raw.FPDFPageObj_NewTextObj(pdf.raw, b"Helvetica", 6.0)
+                encoded = (line + "\0").encode("utf-16-le")
+                buf = (pdfium.raw.c_ushort * (len(encoded) // 2)).from_buffer_copy(encoded)
+                pdfium.raw.FPDFText_SetText(obj, buf)
+                pdfium.raw.FPDFPageObj_Transform(obj, 1, 0, 0, 1, 10, 190 - 8 * i)
+                pdfium.raw.FPDFPage_InsertObject(page.raw, obj)
+        page.gen_content()
+        page.close()
+    out = io.BytesIO()
+    pdf.save(out)
+    pdf.close()
+    return out.getvalue()

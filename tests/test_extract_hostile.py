@@ -1,7 +1,8 @@
 """Extraction bounded per run, not only per file, and sandboxed from the flow's secrets:
 a text of combining marks is parsed in time in proportion to its length; a huge text is
-cut in the worker and the row says so; a spent run budget leaves the remaining files to
-the next run; the parser's processes see no credential of the flow's environment."""
+cut in the worker and the row says so, and so are its pages, markdown and chunks; a
+spent run budget leaves the remaining files to the next run; the parser's processes see
+no credential of the flow's environment."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pytest
 from ingest.extract.base import clean_text
 from ingest.extract.batch import INTERRUPTED, extract_batch
 from ingest.extract.pool import PoolConfig, WorkerPool
+from ingest.extract.structure import rows as structure_rows
 from ingest.settings import Settings
+from tests.extract_support import layered_pdf
 
 HOOK = "tests.extract_support:misbehaving_extractor"
 SECRETS = {
@@ -66,6 +69,44 @@ def test_a_huge_text_is_cut_in_the_worker_and_the_row_says_so(tmp_path: Path) ->
     assert doc.chars == len(doc.text) == 100_000
     assert doc.metadata["text_cut"] == {"kept": 100_000, "chars": 2_199_999}
     assert any("text cut at 100,000" in w for w in doc.metadata["warnings"])
+
+
+def test_pages_markdown_and_chunks_obey_the_same_bound(tmp_path: Path) -> None:
+    # 60 pages of 1,599 characters (95,940 in all) and an HTML table 6x the bound.
+    line = [f"line {i:02d}" + " pipe valve flange" * 4 for i in range(20)]
+    (tmp_path / "many.pdf").write_bytes(layered_pdf([("text", line)] * 60))
+    rows = "".join(f"<tr><td>valve {i}</td><td>DN{i}</td></tr>" for i in range(3000))
+    (tmp_path / "wide.html").write_text(
+        f"<html><body><h1>Valves</h1><table>{rows}</table></body></html>"
+    )
+    stored = [(n, "e", str(tmp_path / n)) for n in ("many.pdf", "wide.html")]
+    settings = Settings(extract_max_chars=10_000, chunk_chars=500, chunk_overlap=50)
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        pdf, html = extract_batch(settings, "b", stored, run_id="c", pool=pool)
+    assert pdf.status == html.status == "ok"
+
+    tables = structure_rows([pdf])
+    pages = tables["document_pages"]
+    assert pdf.pages == 60 and len(pages) == 7  # 6 whole pages and 424 characters of the 7th
+    assert sum(p["chars"] for p in pages) == 10_000
+    assert [p["text"] for p in pages[:6]] == ["\n".join(line)] * 6
+    assert pages[6]["text"] == "\n".join(line)[: 10_000 - 6 * 1599]
+    assert pdf.metadata["pages_cut"] == {"pages": 7, "of": 60, "kept": 10_000, "chars": 95_940}
+    assert pdf.metadata["text_cut"]["kept"] == 10_000 == len(pdf.text)
+    assert len(pdf.structure["markdown"]) == 10_000
+    assert pdf.metadata["markdown_cut"]["chars"] > 95_940
+    assert any("page texts cut at 10,000" in w for w in pdf.metadata["warnings"])
+    chunks = tables["document_chunks"]
+    assert {c["page_start"] for c in chunks} == set(range(1, 8))
+    assert all(c["end"] <= pages[c["page_start"] - 1]["chars"] for c in chunks)
+
+    # One page (the whole text) and a markdown rendition, each within the bound.
+    (page,) = structure_rows([html])["document_pages"]
+    assert page["text"] == html.text and len(html.text) <= 10_000
+    assert html.structure["markdown"].startswith("# Valves\n\n| valve 0 | DN0 |")
+    assert len(html.structure["markdown"]) == 10_000
+    assert html.metadata["markdown_cut"]["chars"] > 60_000 and "text_cut" in html.metadata
+    assert "pages_cut" not in html.metadata  # its one page is the cut text
 
 
 def test_a_spent_run_budget_leaves_the_rest_to_the_next_run(tmp_path: Path) -> None:

@@ -78,6 +78,20 @@ def multi_page_pdf(pages: list[str]) -> bytes:
     return out.getvalue()
 
 
+INFO = {
+    "Title": "배관 시방서",
+    "Author": "김철수",
+    "Creator": "Hwp 2020",
+    "Producer": "Hancom PDF 1.3",
+    "CreationDate": "D:20240131093000+09'00'",
+    "ModDate": "D:20240201120000Z",
+}
+
+KOREAN_PAGE = f"""<html><head><meta charset="euc-kr"><title>배관 점검 보고서</title>
+<meta name="Author" content="김철수"><meta name="generator" content="Hancom Office 2020">
+</head><body><p>{KOREAN}</p></body></html>"""
+
+
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
     folder = tmp_path_factory.mktemp("generated")
@@ -85,6 +99,8 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
         "gen/title-block.dxf": title_block_drawing(),
         "gen/three-pages.pdf": multi_page_pdf(["first page", "second page", "third page"]),
         "gen/korean.pdf": cid_pdf([KOREAN]),
+        "gen/korean-info.pdf": cid_pdf([KOREAN, KOREAN], INFO),
+        "gen/report.html": KOREAN_PAGE.encode("euc-kr"),
     }
     stored = [
         (name, f"etag-{i}", str(path))
@@ -248,6 +264,10 @@ def test_a_title_block_on_paper_space_is_fields(extracted: dict[str, Document]) 
     assert set(drawing["blocks"]) == {"TITLE", "DOOR"}
     assert drawing["text_heights"] == [1.8, 2.5, 5.0]
     assert drawing["layouts"][0] == "Model" and "Sheet A1" in drawing["layouts"]
+    # As ezdxf reads the same drawing, model space and the paper space layout.
+    theirs = ezdxf.read(io.StringIO(title_block_drawing().decode("utf-8")))
+    assert _ours(doc) == _ezdxf_attributes(theirs)
+    assert {r[0] for r in _ours(doc)} == {"Model", "Sheet A1"}
 
 
 # ------------------------------------------------------------------------------ metadata
@@ -280,12 +300,27 @@ def test_metadata_from_each_formats_own_fields(extracted: dict[str, Document]) -
         1,
     )
     assert extracted["readability__pixnet.html"].metadata["language"] == "zh"
+    page = extracted["gen/report.html"].metadata  # <head> is read before it is stripped
+    assert (page["title"], page["author"], page["application"]) == (
+        "배관 점검 보고서",
+        "김철수",
+        "Hancom Office 2020",
+    )
+    assert (page["encoding"], page["encoding_confidence"], page["language"]) == ("cp949", 1.0, "ko")
     cp949 = extracted["gen__korean_cp949.txt"].metadata
     assert cp949["encoding"] == "cp949" and cp949["language"] == "ko"
     assert 0.5 < cp949["encoding_confidence"] <= 1.0
     utf16 = extracted["gen__drawing_note_utf16le_bom.txt"].metadata
     assert (utf16["encoding"], utf16["encoding_confidence"]) == ("utf-16-le", 1.0)
     assert extracted["chnorm__sample-spanish.txt"].metadata["language"] == "es"
+    korean = extracted["gen/korean-info.pdf"].metadata  # an Info dictionary in UTF-16
+    assert (korean["title"], korean["author"]) == ("배관 시방서", "김철수")
+    assert (korean["producer"], korean["application"]) == ("Hancom PDF 1.3", "Hwp 2020")
+    assert (korean["created"], korean["modified"]) == (
+        "2024-01-31T09:30:00+09:00",
+        "2024-02-01T12:00:00+00:00",
+    )
+    assert (korean["page_count"], korean["language"]) == (1, "ko")
     dxf = extracted["ezdxf__ASCII_R12.dxf"].metadata
     assert (dxf["created"], dxf["modified"]) == ("2016-03-27T10:43:26", "2016-03-27T10:52:02")
     assert extracted["gen__korean_r2000_small.dxf"].metadata["language"] == "ko"

@@ -69,6 +69,16 @@ def test_structured_tables_through_nightly_runs(s3, s3_server, bucket, data_dir:
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)[0]["page"] == 2
+    out = CliRunner().invoke(app, ["search", "Copper", "--data-dir", str(data_dir), "-f", "json"])
+    (found,) = json.loads(out.output)
+    assert (found["page"], found["heading"]) == (1, "배관 시방서 > Materials")
+    assert len(found["chunk_id"]) == 32
+    cited = rows(
+        data_dir,
+        "SELECT page_start, heading, text FROM document_chunks "
+        f"WHERE chunk_id = '{found['chunk_id']}'",
+    )
+    assert cited[0]["heading"] == found["heading"] and "Copper" in cited[0]["text"]
 
     # The next night: one document changed; only its chunk ids change.
     s3.put_object(

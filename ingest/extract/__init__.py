@@ -17,6 +17,7 @@ OCR of image-only PDF pages (``ocr``) is off by default. To enable it:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from ingest.extract.base import (
     EncryptedDocumentError,
@@ -39,6 +40,7 @@ IN_MEMORY_BYTES = 32 * 1024 * 1024
 # is not read.
 _HEAD_IS_ENOUGH = ("unsupported", "dwg")
 TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
+_T = TypeVar("_T", bound="_Outputs")
 
 
 def extract_document(
@@ -141,20 +143,74 @@ def extract_stored(
 
     With ``max_chars``, a longer text is cut in the worker, before it travels to the
     flow's process: the row keeps the first ``max_chars`` characters, and its metadata
-    says where it was cut and how long the whole text was (``text_cut``)."""
+    says where it was cut and how long the whole text was (``text_cut``); the pages'
+    texts and the markdown obey the same bound (``cut_text``)."""
     x = extract_document(Path(path), name, max_pages=max_pages, in_memory_bytes=in_memory_bytes)
     x = cut_text(x, max_chars)
     add_chunks(x, chunk_chars, chunk_overlap)
     return x
 
 
-def cut_text(result: Extraction, max_chars: int | None) -> Extraction:
-    """``result`` with its text cut to ``max_chars``, recorded in ``metadata["text_cut"]``."""
-    if max_chars is not None and len(result.text) > max_chars:
+class _Outputs(Protocol):
+    """What ``cut_text`` bounds: an ``Extraction`` in the worker, a ``Document`` after OCR."""
+
+    text: str
+    metadata: dict[str, Any]
+    structure: dict[str, Any]
+
+
+def cut_text(result: _T, max_chars: int | None) -> _T:
+    """``result`` with its text, its pages' texts and its markdown each cut to
+    ``max_chars`` characters, each cut recorded in the metadata as the text's is.
+
+    * ``text_cut``: ``{kept, chars}`` of ``documents.text``;
+    * ``pages_cut``: the pages (``document_pages``) are kept in order while their texts
+      add up to ``max_chars``, the page that crosses it cut there and the later ones
+      dropped: ``{pages, of, kept, chars}`` (pages kept and had, characters kept and had);
+    * ``markdown_cut``: ``{kept, chars}`` of ``documents.markdown``.
+
+    The chunks are cut from the pages afterwards (``add_chunks``), so they hold no more.
+    A hostile document thus yields at most ``max_chars`` characters in each of the text,
+    the pages and the markdown, however many pages it has."""
+    if max_chars is None:
+        return result
+    if len(result.text) > max_chars:
         result.metadata["text_cut"] = {"kept": max_chars, "chars": len(result.text)}
-        result.warn(f"text cut at {max_chars:,} of {len(result.text):,} characters")
+        _note(result, f"text cut at {max_chars:,} of {len(result.text):,} characters")
         result.text = result.text[:max_chars]
+    pages = result.structure.get("pages")
+    if pages:
+        total = sum(len(p) for p in pages)
+        if total > max_chars:
+            kept: list[str] = []
+            room = max_chars
+            for page in pages:
+                if room <= 0:
+                    break
+                kept.append(page[:room])
+                room -= len(kept[-1])
+            result.structure["pages"] = kept
+            result.metadata["pages_cut"] = {
+                "pages": len(kept),
+                "of": len(pages),
+                "kept": max_chars,
+                "chars": total,
+            }
+            _note(
+                result,
+                f"page texts cut at {max_chars:,} of {total:,} characters "
+                f"({len(kept):,} of {len(pages):,} pages kept)",
+            )
+    markdown = result.structure.get("markdown")
+    if markdown and len(markdown) > max_chars:
+        result.metadata["markdown_cut"] = {"kept": max_chars, "chars": len(markdown)}
+        _note(result, f"markdown cut at {max_chars:,} of {len(markdown):,} characters")
+        result.structure["markdown"] = markdown[:max_chars]
     return result
+
+
+def _note(result: _Outputs, message: str) -> None:
+    result.metadata.setdefault("warnings", []).append(message)
 
 
 def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:

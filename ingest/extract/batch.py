@@ -20,9 +20,12 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction, extract_by_head, provenance
+from ingest.extract import EXTRACTOR_VERSION, Extraction, cut_text, extract_by_head, provenance
 from ingest.extract.base import clean_text
+from ingest.extract.chunks import chunk_pages, headings_of
 from ingest.extract.detect import HEAD, detect_kind
+from ingest.extract.markdown import add_page_text
+from ingest.extract.metadata import detect_language
 from ingest.extract.ocr import ocr_unavailable
 from ingest.extract.pool import Outcome, PoolConfig, WorkerPool, shared_pool
 from ingest.records import Document, DocumentStatus, ExtractSummary
@@ -35,6 +38,7 @@ DEFAULT_EXTRACTOR = "ingest.extract:extract_stored"
 # extractor_version of a row whose extraction was interrupted (never a real version).
 INTERRUPTED = "interrupted"
 OCR_JOB = "ingest.extract.ocr:ocr_pdf_pages"
+_CUTS = ("text_cut", "pages_cut", "markdown_cut")  # cut_text's records in the metadata
 
 Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
 
@@ -250,7 +254,12 @@ def run_ocr(
         if pool.pending >= settings.ocr_queue_size:
             doc.metadata["ocr"] = "skipped: OCR queue full"
             continue
-        pages = list(doc.metadata.get("ocr_pages", []))
+        # Pages past the bound (``pages_cut``) have no row for their text: not read.
+        kept = len(doc.structure.get("pages") or [])
+        pages = [i for i in doc.metadata.get("ocr_pages", []) if i < kept]
+        if not pages:
+            doc.metadata["ocr"] = "skipped: its pages are past the extract_max_chars bound"
+            continue
         fut = pool.submit(
             OCR_JOB,
             path,
@@ -265,12 +274,59 @@ def run_ocr(
         if outcome.status != "ok":
             doc.metadata["ocr"] = f"{outcome.status}: {(outcome.error or '')[:300]}"
             continue
-        text, done = outcome.value
-        doc.text = clean_text(doc.text + "\n\n" + text)
-        doc.chars = len(doc.text)
-        doc.needs_ocr = max(0, doc.needs_ocr - done)
-        doc.metadata["ocr"] = f"{done} pages"
+        add_ocr_text(doc, outcome.value, settings)
+        doc.metadata["ocr"] = f"{len(outcome.value)} pages"
         doc.seconds += round(outcome.seconds, 6)
+
+
+def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Settings) -> None:
+    """Put the OCR'd text of each page (``(0-based page, text)``) where the page's text
+    layer would be: on its page (``document_pages``), in the whole text in page order,
+    after the page's marker in the markdown, and in the chunks, which are cut again;
+    then the same bound as in the worker (``extract_max_chars``, ``cut_text``)."""
+    pages = list(doc.structure.get("pages") or [])
+    markdown = doc.structure.get("markdown")
+    added = 0
+    for index, raw_text in done:
+        text = clean_text(raw_text)
+        if 0 <= index < len(pages) and text:
+            added += len(text)
+            pages[index] = clean_text(pages[index] + "\n\n" + text)
+            if markdown is not None:
+                markdown = add_page_text(markdown, index + 1, _literal(text))
+    doc.needs_ocr = max(0, doc.needs_ocr - len(done))
+    if not pages:  # pages dropped by the bound: there is nowhere to put the text
+        return
+    doc.structure["pages"] = pages
+    doc.structure["markdown"] = markdown
+    doc.text = clean_text("\n\n".join(pages))
+    before = {k: dict(doc.metadata[k]) for k in _CUTS if k in doc.metadata}
+    cut_text(doc, settings.extract_max_chars)
+    for key, was in before.items():  # cut in the worker already: the whole it had, and more
+        now = doc.metadata.setdefault(key, was)
+        now["chars"] = was["chars"] + added
+        if "of" in was:
+            now["of"] = was["of"]
+    doc.chars = len(doc.text)
+    if not doc.metadata.get("language"):
+        language = detect_language(doc.text)
+        if language:
+            doc.metadata["language"] = language
+    if "chunks" in doc.structure:
+        doc.structure["chunks"] = chunk_pages(
+            doc.structure["pages"],
+            headings_of(doc.structure.get("markdown")),
+            size=settings.chunk_chars,
+            overlap=settings.chunk_overlap,
+        )
+
+
+def _literal(text: str) -> str:
+    """OCR'd lines as markdown text: a line that reads like a heading or a page marker is
+    escaped, so noise never becomes a heading (nor a chunk's cut)."""
+    return "\n".join(
+        "\\" + line if line.startswith(("#", "<!--")) else line for line in text.split("\n")
+    )
 
 
 def summarize(docs: Iterable[Document], unchanged: int = 0) -> ExtractSummary:

@@ -82,15 +82,10 @@ def extract_html(data: bytes) -> Extraction:
     tree = LexborHTMLParser(markup)
     title_node = tree.css_first("title")
     title = title_node.text(strip=True) if title_node else ""
-    tree.strip_tags(_INVISIBLE)
-    root = tree.body or tree.root
-    markdown = _markdown(root)
-    for node in tree.css(_BLOCKS):
-        node.insert_after("\n")
-    text = root.text(separator="") if root else ""
     metadata: dict[str, object] = {"encoding": encoding}
     if title:
         metadata["title"] = title
+    # Read from <head> before the invisible elements (<head> among them) are stripped.
     for name, field in (
         ("author", "author"),
         ("generator", "application"),
@@ -100,6 +95,12 @@ def extract_html(data: bytes) -> Extraction:
         content = meta.attributes.get("content") if meta else None
         if content and content.strip():
             metadata[field] = content.strip()
+    tree.strip_tags(_INVISIBLE)
+    root = tree.body or tree.root
+    markdown = _markdown(root)
+    for node in tree.css(_BLOCKS):
+        node.insert_after("\n")
+    text = root.text(separator="") if root else ""
     confidence = encoding_confidence(data, encoding)
     if confidence is not None:
         metadata["encoding_confidence"] = confidence

@@ -22,6 +22,7 @@ from typing import Any
 
 from ingest.extract.base import clean_text
 
+_PAGE_MARKER = re.compile(r"^<!-- page (\d+) -->$", re.MULTILINE)
 _CELL_BREAK = re.compile(r"\s*\n\s*")
 _WHITESPACE = re.compile(r"\s+")
 MAX_MARKDOWN = 64 * 1024 * 1024  # characters: a rendition past this is cut (the text is not)
@@ -306,3 +307,26 @@ def pdf_markdown(pages: list[list[tuple[str, float]]]) -> str:
         if paragraph:
             blocks.append("\n".join(paragraph))
     return join_blocks(blocks)
+
+
+def add_page_text(markdown: str, number: int, text: str) -> str:
+    """``markdown`` (``pdf_markdown``'s) with ``text`` as paragraphs of page ``number``,
+    after the page's own content (OCR'd text of a page that had none).
+
+    The markers are taken in order (page 1, 2, ...), so a marker-like line in a page's
+    text is not taken for a later page's marker; without the page's marker (a rendition
+    cut short), the markdown is returned as it is."""
+    if not text.strip():
+        return markdown
+    expected, start = 1, -1
+    for m in _PAGE_MARKER.finditer(markdown):
+        if int(m.group(1)) != expected:
+            continue
+        if expected == number:
+            start = m.end()
+        elif expected == number + 1:
+            return markdown[: m.start()] + text + "\n\n" + markdown[m.start() :]
+        expected += 1
+    if start < 0:
+        return markdown
+    return markdown.rstrip("\n") + "\n\n" + text

@@ -40,16 +40,16 @@ def ocr_unavailable(languages: str = "kor+eng") -> str | None:
 
 def ocr_pdf_pages(
     path: str, pages: list[int], *, dpi: int = 300, languages: str = "kor+eng", max_pages: int = 10
-) -> tuple[str, int]:
-    """OCR the given pages (at most ``max_pages``); returns (text, pages done).
+) -> list[tuple[int, str]]:
+    """OCR the given pages (0-based, at most ``max_pages``); returns ``(page, text)`` of
+    each page done, so the text lands on its own page (``ingest.extract.batch.run_ocr``).
 
     Runs in an OCR worker process (``ingest.extract.pool``), one document per job.
     """
     import pypdfium2 as pdfium
     import pytesseract
 
-    done = 0
-    texts: list[str] = []
+    done: list[tuple[int, str]] = []
     pdf = pdfium.PdfDocument(Path(path))
     try:
         for index in pages[:max_pages]:
@@ -58,8 +58,7 @@ def ocr_pdf_pages(
                 image = page.render(scale=dpi / 72).to_pil()
             finally:
                 page.close()
-            texts.append(pytesseract.image_to_string(image, lang=languages))
-            done += 1
+            done.append((index, pytesseract.image_to_string(image, lang=languages)))
     finally:
         pdf.close()
-    return "\n\n".join(texts), done
+    return done

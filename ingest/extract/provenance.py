@@ -34,7 +34,7 @@ CODE: dict[str, int] = {
     "pdf": 2,  # 2: pages, markdown with font-size headings, common metadata, chunks
     "dxf": 2,  # 2: pages per layout, attributes, drawing data, header dates
     "docx": 2,  # 2: markdown from styles, modified and application
-    "html": 2,  # 2: markdown from tags, author/generator, encoding confidence
+    "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator
     "text": 2,  # 2: encoding confidence, language
     "detect": 1,  # empty, unsupported, DWG: told from the first bytes
 }
@@ -75,7 +75,7 @@ def version_for(kind: str, settings: Settings) -> str:
     if name == "pdf":
         parts.append(f"max_pages={settings.extract_max_pages}")
         parts.append(
-            f"ocr={'+'.join(settings.ocr_languages)}/{settings.ocr_max_pages}/{settings.ocr_dpi}"
+            f"ocr={settings.ocr_languages}/{settings.ocr_max_pages}/{settings.ocr_dpi}"
             if settings.ocr_enabled
             else "ocr=off"
         )
