@@ -598,3 +598,38 @@ def test_chunk_rows_have_stable_ids_and_the_settings_reach_the_worker(tmp_path: 
         r["chunk_id"] for r in structure_rows(changed)["document_chunks"]
     }
     assert len({r["chunk_id"] for r in rows_1}) == len(rows_1)
+
+
+def test_a_documents_own_heading_like_lines_stay_text() -> None:
+    """A line of a document's text that begins like a heading or a page marker (``#
+    include``, ``<!-- page 9 -->``) is text of the rendition, in PDF, DOCX and HTML alike:
+    never a heading of the markdown, a cut of the chunks, nor another page's marker."""
+    import docx
+
+    from ingest.extract import extract_document
+    from ingest.extract.chunks import headings_of
+
+    tricky = ["# include <stdio.h>", "<!-- page 9 -->"]
+    document = docx.Document()
+    document.add_heading("Real heading", level=1)
+    for line in tricky:
+        document.add_paragraph(line)
+    out = io.BytesIO()
+    document.save(out)
+    page = "<html><body><h2>Real heading</h2>" + "".join(
+        f"<p>{line.replace('<', '&lt;')}</p>" for line in tricky
+    )
+    made = {
+        "pdf": extract_document(cid_pdf(tricky), "tricky.pdf"),
+        "docx": extract_document(out.getvalue(), "tricky.docx"),
+        "html": extract_document((page + "</body></html>").encode(), "tricky.html"),
+    }
+    for kind, x in made.items():
+        md = x.structure["markdown"]
+        assert x.status == "ok", kind
+        for line in tricky:
+            assert line in x.text, kind  # the text keeps them as they are
+            assert "\\" + line in md.splitlines(), (kind, md)
+        assert [text for _, text in headings_of(md)] == ([] if kind == "pdf" else ["Real heading"])
+        markers = [ln for ln in md.splitlines() if ln.startswith("<!--")]
+        assert markers == (["<!-- page 1 -->"] if kind == "pdf" else []), (kind, markers)

@@ -24,7 +24,7 @@ from ingest.extract import EXTRACTOR_VERSION, Extraction, cut_text, extract_by_h
 from ingest.extract.base import clean_text
 from ingest.extract.chunks import chunk_pages, headings_of
 from ingest.extract.detect import HEAD, detect_kind
-from ingest.extract.markdown import add_page_text
+from ingest.extract.markdown import add_page_text, literal
 from ingest.extract.metadata import detect_language
 from ingest.extract.ocr import ocr_unavailable
 from ingest.extract.pool import Outcome, PoolConfig, WorkerPool, shared_pool
@@ -293,7 +293,7 @@ def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Setti
             added += len(text)
             pages[index] = clean_text(pages[index] + "\n\n" + text)
             if markdown is not None:
-                markdown = add_page_text(markdown, index + 1, _literal(text))
+                markdown = add_page_text(markdown, index + 1, literal(text))
     doc.needs_ocr = max(0, doc.needs_ocr - len(done))
     if not pages:  # pages dropped by the bound: there is nowhere to put the text
         return
@@ -319,14 +319,6 @@ def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Setti
             size=settings.chunk_chars,
             overlap=settings.chunk_overlap,
         )
-
-
-def _literal(text: str) -> str:
-    """OCR'd lines as markdown text: a line that reads like a heading or a page marker is
-    escaped, so noise never becomes a heading (nor a chunk's cut)."""
-    return "\n".join(
-        "\\" + line if line.startswith(("#", "<!--")) else line for line in text.split("\n")
-    )
 
 
 def summarize(docs: Iterable[Document], unchanged: int = 0) -> ExtractSummary:

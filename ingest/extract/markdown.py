@@ -8,6 +8,8 @@
   the first row as header), ``pre`` as a fenced block, ``p``/``div``... as paragraphs.
 * PDF: one ``<!-- page N -->`` marker per page, then the page's lines; a line set in a
   font at least 1.25 times the page's commonest size (and short) becomes a heading.
+* Running text of every format (and OCR'd text) stays text (``literal``): its own lines
+  that begin like a heading or a page marker are escaped with a backslash.
 * Text files and drawings have no markup: no rendition (the ``markdown`` column is null).
 
 Made in the worker with the text (``Extraction.structure["markdown"]``) and stored in
@@ -42,6 +44,16 @@ def table(rows: list[list[str]]) -> str:
 
 def _cell(text: str) -> str:
     return _CELL_BREAK.sub(" <br> ", text.strip()).replace("|", "\\|")
+
+
+def literal(text: str) -> str:
+    """Running text as markdown text: a line that would read as a heading or a page
+    marker (``# ...``, ``<!-- ...``) is escaped, so a document's own text never becomes a
+    heading of the rendition, nor a cut of its chunks, nor another page's marker."""
+    return "\n".join(
+        "\\" + line if line.lstrip().startswith(("#", "<!--")) else line
+        for line in text.split("\n")
+    )
 
 
 def join_blocks(blocks: Iterable[str]) -> str:
@@ -79,7 +91,7 @@ def docx_markdown(body: Any, styles: dict[str, str]) -> str:
                     list_run.append("  " * level + f"{marker} {text}")
                     continue
                 flush()
-                blocks.append("#" * heading + " " + text if heading else text)
+                blocks.append("#" * heading + " " + text if heading else literal(text))
             elif child.tag == qn("w:tbl"):
                 flush()
                 blocks.append(table(_docx_rows(child)))
@@ -178,7 +190,7 @@ def html_markdown(root: Any) -> str:
         text = clean_text("".join(inline))
         inline.clear()
         if text:
-            blocks.append(text)
+            blocks.append(literal(text))
 
     def walk(node: Any) -> None:
         child = node.child
@@ -303,7 +315,7 @@ def pdf_markdown(pages: list[list[tuple[str, float]]]) -> str:
                     paragraph = []
                 blocks.append("## " + text)
             else:
-                paragraph.append(text)
+                paragraph.append(literal(text))
         if paragraph:
             blocks.append("\n".join(paragraph))
     return join_blocks(blocks)

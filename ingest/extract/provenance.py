@@ -3,11 +3,11 @@ and the options that change its output.
 
 ``documents.extractor_version`` (and every structured row's) is, for a PDF::
 
-    2.0 pdf/2 pypdfium2=4.30.0 pdfminer.six=20250506 max_pages=5000 chunks=2000/200 ocr=off
+    2.0 pdf/3 pypdfium2=4.30.0 pdfminer.six=20250506 max_pages=5000 chunks=2000/200 ocr=off
 
 * ``EXTRACTOR_VERSION`` (``ingest.extract``): the release of the whole, bumped when
   something every kind shares changes (the row layout, clean-up of all text);
-* ``pdf/2``: the code version of that kind's extractor (``CODE``), bumped when its
+* ``pdf/3``: the code version of that kind's extractor (``CODE``), bumped when its
   module changes what it outputs;
 * the installed versions of the libraries that kind reads with (``LIBRARIES``), so an
   upgrade of pypdfium2 re-extracts the PDFs and nothing else;
@@ -31,10 +31,12 @@ from ingest.settings import Settings
 TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 # Code version of each kind's extractor: bump the kind whose output a change alters.
 CODE: dict[str, int] = {
-    "pdf": 2,  # 2: pages, markdown with font-size headings, common metadata, chunks
+    "pdf": 3,  # 2: pages, markdown with font-size headings, common metadata, chunks;
+    # 3: pages and markdown within extract_max_chars, heading-like text lines escaped
     "dxf": 2,  # 2: pages per layout, attributes, drawing data, header dates
-    "docx": 2,  # 2: markdown from styles, modified and application
-    "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator
+    "docx": 3,  # 2: markdown from styles, modified and application; 3: heading-like text escaped
+    "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator,
+    # heading-like text escaped
     "text": 2,  # 2: encoding confidence, language
     "detect": 1,  # empty, unsupported, DWG: told from the first bytes
 }
