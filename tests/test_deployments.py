@@ -137,6 +137,24 @@ def wait_final(client: Any, flow_run_id: UUID, deadline: float = RUN_DEADLINE) -
     raise AssertionError(f"flow run {flow_run_id} not final after {deadline} s: {run.state}")
 
 
+def run_s3_deployment(api_url: str, secret: str, bucket: str, endpoint_url: str) -> Any:
+    """A run of the s3-ingest deployment over ``bucket``'s ``docs/``, created by a client
+    holding ``secret`` (``ingest serve``'s API auth string) and run by serve's worker;
+    the run once final."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+    with (
+        temporary_settings({PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: secret}),
+        get_client(sync_client=True) as client,
+    ):
+        d = client.read_deployment_by_name("s3-ingest/s3-ingest")
+        params = {**d.parameters, "bucket": bucket, "prefix": "docs/"}
+        params["endpoint_url"] = endpoint_url
+        run = client.create_flow_run_from_deployment(d.id, parameters=params)
+        return wait_final(client, run.id, RUN_DEADLINE)
+
+
 def nightly_deployment(client: Any) -> Any:
     return client.read_deployment_by_name("nightly/nightly")
 

@@ -26,7 +26,7 @@ import pytest
 from deployments import auth, local_api
 from dev.servers.s3 import free_port
 from tests.helpers import put_many, rows, run_cli
-from tests.test_deployments import RUN_DEADLINE, wait_final
+from tests.test_deployments import RUN_DEADLINE, run_s3_deployment
 from tests.test_serve_postgres import Output
 
 pytestmark = pytest.mark.deployment
@@ -110,17 +110,12 @@ def test_serve_with_auth_runs_deployments_and_refuses_requests_without_it(
         assert httpx.get(f"{api_url}/health").status_code == 200
 
         # A deployment run, triggered by an authenticated client, run by serve's worker.
+        run = run_s3_deployment(api_url, secret, bucket, s3.meta.endpoint_url)
+        assert run.state.is_completed(), (run.state, out.text[-3000:])
         with (
             temporary_settings({PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: secret}),
             get_client(sync_client=True) as client,
         ):
-            d = client.read_deployment_by_name("s3-ingest/s3-ingest")
-            params = {**d.parameters, "bucket": bucket, "prefix": "docs/"}
-            params["endpoint_url"] = s3.meta.endpoint_url
-            run = client.create_flow_run_from_deployment(d.id, parameters=params)
-            run = wait_final(client, run.id, RUN_DEADLINE)
-            assert run.state.is_completed(), (run.state, out.text[-3000:])
-
             # A command of the same user on this machine: only PREFECT_HOME in common.
             command_env = {k: v for k, v in env.items() if k != "INGEST_DATA_DIR"}
             args = ["s3", "--bucket", bucket, "--prefix", "docs/", "--no-extract"]

@@ -24,7 +24,7 @@ from deployments import auth
 from dev.servers import postgres
 from dev.servers.s3 import free_port
 from tests.helpers import put_many, rows, run_cli
-from tests.test_deployments import RUN_DEADLINE, wait_final
+from tests.test_deployments import run_s3_deployment
 
 pytestmark = pytest.mark.deployment
 needs_postgres = pytest.mark.skipif(
@@ -72,9 +72,6 @@ class Output:
 def test_serve_keeps_its_runs_in_postgresql(
     s3: Any, bucket: str, tmp_path: Path, _clean_environment: None
 ) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
-
     keys = {f"docs/{i}.txt": f"document {i}".encode() for i in range(3)}
     put_many(s3, bucket, keys)
     home, data_dir = tmp_path / "home", tmp_path / "data"
@@ -93,15 +90,7 @@ def test_serve_keeps_its_runs_in_postgresql(
             out.wait_for("Worker started", deadline=240)
             api_url = f"http://127.0.0.1:{port}/api"
             secret = (home / auth.FILE_NAME).read_text().strip()  # serve's API auth
-            with (
-                temporary_settings({PREFECT_API_URL: api_url, PREFECT_API_AUTH_STRING: secret}),
-                get_client(sync_client=True) as client,
-            ):
-                d = client.read_deployment_by_name("s3-ingest/s3-ingest")
-                params = {**d.parameters, "bucket": bucket, "prefix": "docs/"}
-                params["endpoint_url"] = s3.meta.endpoint_url
-                run = client.create_flow_run_from_deployment(d.id, parameters=params)
-                run = wait_final(client, run.id, RUN_DEADLINE)
+            run = run_s3_deployment(api_url, secret, bucket, s3.meta.endpoint_url)
             assert run.state.is_completed(), (run.state, out.text[-3000:])
             stored = pg.psql(
                 "SELECT f.id, f.state_type, d.name FROM flow_run f "
