@@ -50,6 +50,13 @@ def recorder() -> Iterator[ScriptedServer]:
         yield server
 
 
+# Two resources of one source: a fault on one listing must not cost the other.
+TICKETS_AND_PROJECTS = [
+    {"name": "tickets", "endpoint": {"path": "tickets"}},
+    {"name": "projects", "endpoint": {"path": "projects"}},
+]
+
+
 def source_for(
     url: str,
     *,
@@ -162,13 +169,7 @@ def test_an_oversized_page_is_a_failed_page(data_dir: Path) -> None:
     with DevRest(api_key=API_KEY, projects=1, faults=faults) as api:
         summary = run(
             data_dir,
-            source_for(
-                api.url,
-                resources=[
-                    {"name": "tickets", "endpoint": {"path": "tickets"}},
-                    {"name": "projects", "endpoint": {"path": "projects"}},
-                ],
-            ),
+            source_for(api.url, resources=TICKETS_AND_PROJECTS),
             http_max_page_bytes=1024 * 1024,
         )
         stats = api.stats()
@@ -242,13 +243,7 @@ def test_json_nested_100000_deep_fails_its_listing_not_the_run(data_dir: Path) -
     with DevRest(api_key=API_KEY, projects=2, faults=faults) as api:
         summary = run(
             data_dir,
-            source_for(
-                api.url,
-                resources=[
-                    {"name": "tickets", "endpoint": {"path": "tickets"}},
-                    {"name": "projects", "endpoint": {"path": "projects"}},
-                ],
-            ),
+            source_for(api.url, resources=TICKETS_AND_PROJECTS),
         )
     assert not summary.complete
     assert "not JSON" in _stop_reason(data_dir) and "recursion" in _stop_reason(data_dir)
