@@ -633,3 +633,20 @@ def test_a_documents_own_heading_like_lines_stay_text() -> None:
         assert [text for _, text in headings_of(md)] == ([] if kind == "pdf" else ["Real heading"])
         markers = [ln for ln in md.splitlines() if ln.startswith("<!--")]
         assert markers == (["<!-- page 1 -->"] if kind == "pdf" else []), (kind, markers)
+
+
+def test_every_option_that_changes_the_output_is_in_the_extractor_string() -> None:
+    """A changed option re-extracts exactly the kinds whose output it changes: the string
+    of a kind differs under it, the others' do not."""
+    from ingest.extract import provenance
+
+    base = provenance.versions(Settings())
+    changed = {
+        "extract_max_chars": {k for k in base if provenance.family(k) != "detect"},
+        "chunk_chars": {k for k in base if provenance.family(k) != "detect"},
+        "extract_max_pages": {"pdf"},
+    }
+    for option, kinds in changed.items():
+        value = getattr(Settings(), option) + 500
+        other = provenance.versions(Settings(**{option: value}))
+        assert {k for k in base if other[k] != base[k]} == kinds, option

@@ -3,7 +3,8 @@ and the options that change its output.
 
 ``documents.extractor_version`` (and every structured row's) is, for a PDF::
 
-    2.0 pdf/3 pypdfium2=4.30.0 pdfminer.six=20250506 max_pages=5000 chunks=2000/200 ocr=off
+    2.0 pdf/3 pypdfium2=4.30.0 pdfminer.six=20250506 max_pages=5000 ocr=off
+    max_chars=10000000 chunks=2000/200
 
 * ``EXTRACTOR_VERSION`` (``ingest.extract``): the release of the whole, bumped when
   something every kind shares changes (the row layout, clean-up of all text);
@@ -11,8 +12,8 @@ and the options that change its output.
   module changes what it outputs;
 * the installed versions of the libraries that kind reads with (``LIBRARIES``), so an
   upgrade of pypdfium2 re-extracts the PDFs and nothing else;
-* the settings that change that kind's output (page cap and OCR for PDFs; chunk size and
-  overlap for all).
+* the settings that change that kind's output (page cap and OCR for PDFs; the bound on
+  a document's characters, chunk size and overlap for all).
 
 The nightly run compares each stored ``documents`` row with the string for the row's
 kind (``ingest.changes.diff_chunk``) and re-extracts exactly the documents whose string
@@ -82,6 +83,7 @@ def version_for(kind: str, settings: Settings) -> str:
             else "ocr=off"
         )
     if name != "detect":
+        parts.append(f"max_chars={settings.extract_max_chars}")  # where text and pages are cut
         parts.append(f"chunks={settings.chunk_chars}/{settings.chunk_overlap}")
     return " ".join(parts)
 
