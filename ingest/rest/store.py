@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import httpx
+import pyarrow as pa
 
 from ingest import duck, storage
 from ingest.rest import typed
@@ -29,7 +30,7 @@ from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, 
 from ingest.rest.source import Resource
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
-from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
+from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR, SCHEMAS
 
 
 @dataclass(slots=True)
@@ -284,8 +285,9 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
     in between costs a re-fetch, never a page that answers 304 while its items were never
     stored."""
     part = repo_part(result.repo, result.sync.state)
+    if result.pulls:
+        storage.stage(data_dir, run_id, "pull_requests", part, pull_rows(data_dir, result))
     rows = {
-        "pull_requests": [p.as_row() for p in result.pulls],
         "api_requests": [r.as_row() for r in result.requests],
         "github_pages": [p.as_row() for p in result.pages],
     }
@@ -293,6 +295,29 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
         if table_rows:  # an unchanged repository (all 304) writes no empty parts
             storage.stage(data_dir, run_id, table, part, table_rows)
     storage.stage(data_dir, run_id, "github_syncs", part, [result.sync.as_row()])
+
+
+# The fields of a pull request its fixed columns hold already (user_login is user.login ...)
+PULL_FIELDS = frozenset({*SCHEMAS["pull_requests"].names, "user__login", "head__ref", "base__ref"})
+
+
+def pull_rows(data_dir: DataDir, result: RepoResult) -> pa.Table:
+    """``pull_requests``' fixed columns, then the typed columns of the rest of each pull
+    request (flattened; a column the table has keeps its stored type, another type goes
+    to a variant column), as a REST resource table's records are typed. Nested lists
+    (``assignees``, ``requested_reviewers``) stay out: ``labels`` holds the label names."""
+    fixed = pa.Table.from_pylist(
+        [p.as_row() for p in result.pulls], schema=SCHEMAS["pull_requests"]
+    )
+    if len(result.records) != len(result.pulls):
+        return fixed  # rows built without their records: the fixed columns only
+    drop = [set(PULL_FIELDS) for _ in result.records]
+    for column, array in typed.typed_columns(
+        result.records, _types(data_dir, "pull_requests"), drop
+    ).items():
+        if column not in PULL_FIELDS:
+            fixed = fixed.append_column(pa.field(column, array.type), array)
+    return fixed
 
 
 def write_requests(

@@ -37,7 +37,7 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import RESOURCE_SCHEMA, SCHEMAS, SPECS, is_resource_table
+from ingest.storage.tables import SCHEMAS, SPECS, evolving, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,9 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
     spec = SPECS[table]
     resource = is_resource_table(table)
     said = evolve.directives(rows) if resource else {}
-    if resource:
+    if evolving(table):
         rows = _evolve(data_dir, run_name, table, rows, txn)
+    if resource:
         rows = _deletions(data_dir, table, rows, said)
     if spec.kind == "state":
         lake.merge(data_dir, table, rows)
@@ -174,14 +175,16 @@ def _evolve(data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: i
     """A resource table's rows reconciled with its stored columns, the changes recorded
     in ``schema_history`` before the rows that bring them are committed."""
     stored = lake.stored_schema(data_dir, table)
-    rows, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+    base = SCHEMAS[table]
+    rows, changes = evolve.reconcile(rows, stored if stored is not None else base, base)
     if changes and rows.num_rows:
         first = rows.slice(0, 1).to_pylist()[0]
         now = datetime.now(UTC)
         history = [
             {
-                "source": first["source"],
-                "resource": first["resource"],
+                # pull_requests: the GitHub dialect's, whose rows name no source
+                "source": first.get("source") or "github",
+                "resource": first.get("resource") or table,
                 "table_name": table,
                 "column_name": c.column,
                 "change": c.kind,

@@ -30,7 +30,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from ingest import duck
 from ingest.backoff import Backoff
 from ingest.storage.location import DataDir, files, locate
-from ingest.storage.tables import SPECS, TableSpec, is_resource_table
+from ingest.storage.tables import SPECS, TableSpec, evolving, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
     if is_resource_table(spec.name):  # typed columns beside the fixed ones: see evolve
         return rows
     schema = spec.schema
+    extra = [n for n in rows.column_names if n not in schema.names] if evolving(spec.name) else []
     columns = []
     for field in schema:
         if field.name == "day" and spec.kind == "history":
@@ -170,7 +171,10 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
             columns.append(rows.column(field.name).cast(field.type))
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    fixed = pa.Table.from_arrays(columns, schema=schema)
+    for name in extra:  # pull_requests' typed columns, after its fixed ones
+        fixed = fixed.append_column(name, rows.column(name))
+    return fixed
 
 
 def part_of(keys: pa.ChunkedArray | pa.Array, parts: int) -> pa.Array:
@@ -237,7 +241,7 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     # of the next version (appends do not conflict), and a state table would hold every
     # key twice. An empty table first, then the MERGE, which does conflict.
     dt = ensure_table(data_dir, table)
-    resource = is_resource_table(table)
+    resource = evolving(table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
     groups: list[tuple[str, pa.Table]] = [(on, data)]

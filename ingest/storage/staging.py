@@ -40,7 +40,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ingest import duck
 from ingest.storage import evolve
 from ingest.storage.location import DataDir, LocalFiles, files, locate
-from ingest.storage.tables import SCHEMAS, is_resource_table
+from ingest.storage.tables import SCHEMAS, evolving
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
     """The rows of the parts ``keys``; a part that cannot be read is moved aside, never
     read again."""
     schema = SCHEMAS[table]
-    resource = is_resource_table(table)
+    resource = evolving(table)
     tables = []
     for key in keys:
         try:
@@ -143,7 +143,7 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
             quarantine(data_dir, key, exc)
     if not tables:
         return schema.empty_table()
-    return evolve.unify(tables) if resource else pa.concat_tables(tables)
+    return evolve.unify(tables, schema) if resource else pa.concat_tables(tables)
 
 
 def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:

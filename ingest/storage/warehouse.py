@@ -55,7 +55,7 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
-from ingest.storage.tables import SPECS, TableSpec, is_resource_table
+from ingest.storage.tables import SPECS, TableSpec, evolving
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,9 @@ def _types(schema: pa.Schema) -> list[str]:
 
 def table_schema(data_dir: DataDir, spec: TableSpec) -> pa.Schema:
     """The columns a table's view shows: its spec's, or for a REST resource table the
-    stored ones (the fixed columns, then the typed columns its records brought)."""
-    if is_resource_table(spec.name):
+    stored ones (the fixed columns, then the typed columns its records brought; so too
+    for ``pull_requests``)."""
+    if evolving(spec.name):
         stored = lake.stored_schema(data_dir, spec.name)
         if stored is not None:
             return evolve.plain_schema(stored)
@@ -174,7 +175,7 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     cannot compare with the files' views ("no kernel matching (string, string_view)").
     Declaring the files' own string type lets every pushed-down filter run."""
     schema = evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
-    if not is_resource_table(spec.name):
+    if not evolving(spec.name):
         schema = spec.schema
     views = {
         any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
@@ -206,7 +207,7 @@ def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) ->
         return view_sql(spec, [])
     dataset = arrow_dataset(dt, spec)
     name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dataset)
-    return arrow_view_sql(spec, name, dataset.schema if is_resource_table(table) else None)
+    return arrow_view_sql(spec, name, dataset.schema if evolving(table) else None)
 
 
 def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
@@ -299,9 +300,7 @@ def connect_read_only(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
                 relation = f"lake_{name}"
                 dataset = arrow_dataset(dt, spec)
                 con.register(relation, dataset)
-                body = arrow_view_sql(
-                    spec, relation, dataset.schema if is_resource_table(name) else None
-                )
+                body = arrow_view_sql(spec, relation, dataset.schema if evolving(name) else None)
             con.execute(f'CREATE TEMP VIEW "{name}" AS {body}')
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
