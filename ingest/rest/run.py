@@ -44,7 +44,7 @@ from ingest.redact import redact
 from ingest.rest import github, store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
-from ingest.rest.client import RestClient, make_http
+from ingest.rest.client import RestClient, make_http, warm_up
 from ingest.rest.engine import Page, walk
 from ingest.rest.errors import (
     AuthError,
@@ -456,6 +456,11 @@ def apply_steps(
     return record
 
 
+def _auto_sized(resource: Resource) -> bool:
+    spec = resource.endpoint.paginator
+    return spec is not None and spec.page_size == "auto"
+
+
 def _param(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -557,6 +562,7 @@ def fetch_source(
     outcome is in the summary (per listing: complete, or why it stopped).
     """
     dialect = source.client.dialect
+    warm_up()  # the HTTP client's set-up, while the state is read below
     state = store.SourceState()
     if dialect == "github":
         if priors is None:
@@ -566,7 +572,10 @@ def fetch_source(
                 else store.load_repo_states(settings.lake, source.repos, github.state_of(source))
             )
     elif not full_refresh:
-        tables = {r.name: source.table(r) for r in source.resources}
+        # rows per listing: what page_size auto sizes pages by (a scan of each table)
+        tables = {
+            r.name: source.table(r) for r in source.resources if _auto_sized(source.resolved(r))
+        }
         state = store.load_state(settings.lake, source.name, tables)
     host = store.host_of(base_url or source.client.base_url)
     remembered = store.load_window(settings.lake, host)

@@ -49,7 +49,8 @@ def part_name(resource: str, parent_key: str) -> str:
 
 
 def load_state(data_dir: DataDir, source: str, tables: dict[str, str]) -> SourceState:
-    """Watermarks of the last complete listings, and stored rows per listing."""
+    """Watermarks of the last complete listings, and stored rows per listing of the
+    resources of ``tables`` (those whose page size follows it: each is a scan)."""
     state = SourceState()
     with duck.cursor() as con:
         rows = con.execute(
@@ -92,10 +93,14 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
     """The keys of ``fetched`` (key: the record as JSON) whose stored row holds the same
     record: an inclusive ``since`` hands back the listing's newest record again, and a
     listing without a watermark every record; those are not new rows."""
-    if not fetched or storage.open_table(data_dir, table) is None:
+    if not fetched:
         return set()
+    # a table not written yet scans as no rows; opened once, by the scan (each opening
+    # of a table reads its log)
     relation = storage.scan(data_dir, table)  # before connecting: see load_window
-    with duck.connect() as con:
+    # a few keys (an incremental listing's) are a small query: the shared database
+    small = len(fetched) <= 1_000
+    with duck.cursor() if small else duck.connect() as con:
         stored = con.execute(
             f"SELECT key, data FROM {relation} WHERE key IN (SELECT unnest(?))", [list(fetched)]
         ).fetchall()
@@ -104,10 +109,9 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
 
 def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
-    if storage.open_table(data_dir, "api_windows") is None:
-        return None
-    # scan() first: on object storage it registers the table's relation, which only the
-    # connections made afterwards see (a fresh process, a Dask worker, has none yet)
+    # scan() first (a table not written yet scans as no rows): on object storage it
+    # registers the table's relation, which only the connections made afterwards see (a
+    # fresh process, a Dask worker, has none yet)
     relation = storage.scan(data_dir, "api_windows")
     with duck.cursor() as con:
         row = con.execute(

@@ -143,8 +143,11 @@ def data_files(data_dir: DataDir, table: str, prune: Prune | None = None) -> lis
     meeting every filter (a superset of the files holding such rows: exact on
     partition columns, by min/max elsewhere)."""
     dt = open_table(data_dir, table)
-    if dt is None:
-        return []
+    return [] if dt is None else files_of(dt, prune)
+
+
+def files_of(dt: DeltaTable, prune: Prune | None = None) -> list[str]:
+    """``data_files`` of a table already open."""
     uris = dt.file_uris(file_pruning_predicate=prune) if prune else dt.file_uris()
     # delta-rs gives local files as percent-encoded paths ("My%20Data/..."): DuckDB and the
     # file system want the path itself.
@@ -223,14 +226,17 @@ def append(
     return with_commit_retries(write, table)
 
 
-def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
+def merge(
+    data_dir: DataDir, table: str, rows: pa.Table, *, dt: DeltaTable | None = None
+) -> dict[str, int]:
     """Upsert ``rows`` into a state table by its keys: one commit, or one per ``part``
     of a partitioned table (each MERGE then reads and rewrites that part only).
 
     The newest row per key wins within ``rows``; a stored row is replaced only
     by a strictly newer one (``spec.newer``), so replaying the same rows is a
     no-op that writes no version and no file. Returns delta-rs's merge metrics,
-    added up.
+    added up. ``dt``: the table, when the caller has opened it (each opening reads its
+    log).
     """
     spec = SPECS[table]
     if rows.num_rows == 0:
@@ -240,7 +246,7 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     # create the table at once, delta-rs commits the loser's creation again as an append
     # of the next version (appends do not conflict), and a state table would hold every
     # key twice. An empty table first, then the MERGE, which does conflict.
-    dt = ensure_table(data_dir, table)
+    dt = dt if dt is not None else ensure_table(data_dir, table)  # dt: opened by the caller
     resource = evolving(table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"

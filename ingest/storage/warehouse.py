@@ -47,7 +47,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -56,6 +56,9 @@ from ingest import duck
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import SPECS, TableSpec, evolving
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +101,14 @@ def table_schema(data_dir: DataDir, spec: TableSpec) -> pa.Schema:
     stored ones (the fixed columns, then the typed columns its records brought; so too
     for ``pull_requests``)."""
     if evolving(spec.name):
-        stored = lake.stored_schema(data_dir, spec.name)
-        if stored is not None:
-            return evolve.plain_schema(stored)
+        return schema_of(lake.open_table(data_dir, spec.name), spec)
+    return spec.schema
+
+
+def schema_of(dt: DeltaTable | None, spec: TableSpec) -> pa.Schema:
+    """``table_schema`` of a table already open (None: not written yet)."""
+    if dt is not None and evolving(spec.name):
+        return evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
     return spec.schema
 
 
@@ -200,9 +208,10 @@ def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) ->
     dataset of a lake on object storage (filtered by DuckDB's pushed-down predicates)."""
     spec = SPECS[table]
     loc = locate(data_dir)
+    dt = lake.open_table(loc, table)  # once: each opening reads the table's log
     if not loc.remote:
-        return view_sql(spec, lake.data_files(loc, table, prune), schema=table_schema(loc, spec))
-    dt = lake.open_table(loc, table)
+        files = lake.files_of(dt, prune) if dt is not None else []
+        return view_sql(spec, files, schema=schema_of(dt, spec))
     if dt is None:
         return view_sql(spec, [])
     dataset = arrow_dataset(dt, spec)
@@ -246,8 +255,9 @@ def stored_view_sql(data_dir: DataDir, name: str) -> str:
     by their ``s3://`` URIs."""
     loc = locate(data_dir)
     spec = SPECS[name]
-    files = lake.data_files(loc, name)
-    schema = table_schema(loc, spec)
+    dt = lake.open_table(loc, name)
+    files = lake.files_of(dt) if dt is not None else []
+    schema = schema_of(dt, spec)
     if loc.remote:
         return view_sql(spec, files, schema=schema)
     return view_sql(spec, files, schema=schema, relative_to=str(loc.local_dir))
