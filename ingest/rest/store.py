@@ -196,9 +196,9 @@ def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[d
             continue
         parts = []
         for key in storage.staging.parts(data_dir, run_id, table):
-            part = storage.staging.read_part(data_dir, key)
-            if part is not None:
-                parts.append(part.slice(0, 0))
+            schema = storage.staging.part_schema(data_dir, key)  # the footer: no rows read
+            if schema is not None:
+                parts.append(schema.empty_table())
         if not parts:
             continue
         stored = lake.stored_schema(data_dir, table)

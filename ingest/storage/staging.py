@@ -116,6 +116,19 @@ def part_rows(data_dir: DataDir, key: str) -> int:
     return int(pq.read_metadata(pa.BufferReader(data)).num_rows) if data else 0
 
 
+def part_schema(data_dir: DataDir, key: str) -> pa.Schema | None:
+    """A part's schema (with its metadata), from its footer: nothing decoded (None when the
+    part is gone)."""
+    lake_files = files(data_dir)
+    if isinstance(lake_files, LocalFiles):
+        try:
+            return pq.read_schema(lake_files.path(key))
+        except FileNotFoundError:
+            return None
+    data = lake_files.get(key)
+    return pq.read_schema(pa.BufferReader(data)) if data else None
+
+
 def read_part(data_dir: DataDir, key: str, columns: list[str] | None = None) -> pa.Table | None:
     """One part's rows (None when it is gone)."""
     data = files(data_dir).get(key)
