@@ -27,6 +27,8 @@ Differences, on purpose:
 * ``client.concurrency`` is the most requests in flight, not a fixed number:
   the client finds what the host allows (``ingest.rest.window``);
 * ``page_size: auto`` lets the page size follow the budget the API announces;
+* dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
+  are named by import path, ``package.module:function``, imported when the file loads;
 * errors name the file and line (``load_source``).
 """
 
