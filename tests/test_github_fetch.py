@@ -316,3 +316,47 @@ def test_dev_server_speaks_github(github: Server) -> None:
         assert again.status_code == 304 and int(again.headers["x-ratelimit-remaining"]) == remaining
         by_id = client.get(f"{base}&page=3")
         assert len(by_id.json()) == 50 and "next" not in by_id.links
+
+
+def test_pull_requests_get_the_typed_rest_of_the_record(github: Server, data_dir: Path) -> None:
+    """``pull_requests`` keeps its columns and gains the typed, flattened columns of the
+    rest of each pull request, evolving as a REST resource table's do."""
+    server = github(repos={"octo/demo": 12})
+    settings = settings_for(server, data_dir)
+    assert run(settings, ["octo/demo"], "r1").complete
+    _, described = storage.query(data_dir, "DESCRIBE pull_requests")
+    kinds = {name: kind for name, kind, *_ in described}
+    fixed = list(storage.SCHEMAS["pull_requests"].names)
+    assert list(kinds)[: len(fixed)] == fixed  # today's columns first, as they were
+    assert kinds["labels"] == "VARCHAR[]" and kinds["user_login"] == "VARCHAR"
+    assert kinds["locked"] == "BOOLEAN" and kinds["node_id"] == "VARCHAR"
+    assert kinds["user__id"] == "BIGINT" and kinds["head__sha"] == "VARCHAR"
+    # what a fixed column holds is not repeated
+    assert not {"user__login", "head__ref", "base__ref"} & set(kinds)
+    _, rows = storage.query(
+        data_dir,
+        "SELECT number, user_login, user__id, head__sha FROM pull_requests WHERE number = 5",
+    )
+    assert rows[0][:3] == (5, "dev5", 6) and len(rows[0][3]) == 40
+
+    # a field that is new, and one whose value changes type
+    server.touch(
+        "octo/demo", [3], fields={"auto_merge": {"merge_method": "squash"}, "locked": "maybe"}
+    )
+    assert run(settings, ["octo/demo"], "r2").complete
+    _, described = storage.query(data_dir, "DESCRIBE pull_requests")
+    kinds = {name: kind for name, kind, *_ in described}
+    assert kinds["auto_merge__merge_method"] == "VARCHAR" and kinds["locked"] == "BOOLEAN"
+    _, rows = storage.query(
+        data_dir,
+        "SELECT number, locked, locked__v_text, auto_merge__merge_method FROM pull_requests "
+        "WHERE number IN (3, 4) ORDER BY 1",
+    )
+    assert rows == [(3, None, "maybe", "squash"), (4, False, None, None)]
+    _, history = storage.query(
+        data_dir,
+        "SELECT column_name, change FROM schema_history WHERE table_name = 'pull_requests' "
+        "AND run_id = 'r2' ORDER BY 1",
+    )
+    assert history == [("auto_merge__merge_method", "added"), ("locked__v_text", "variant")]
+    assert numbers(data_dir, "octo/demo").count(3) == 2  # the log keeps both versions

@@ -10,11 +10,13 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from dev.servers.rest import DevRest
 from ingest import storage
+from ingest.rest import store
 from ingest.rest.errors import AuthError
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
@@ -332,3 +334,75 @@ def test_rejected_or_missing_credentials_are_clear(rest: Server, data_dir: Path)
     del os.environ["TEST_REST_API_KEY"]
     with pytest.raises(AuthError, match="TEST_REST_API_KEY is empty or missing"):
         run(settings_for(data_dir), source_for(server, "cursor"), "r2")
+
+
+def test_each_parent_keeps_its_own_cursor(rest: Server, data_dir: Path) -> None:
+    """A child resource's cursor is per parent (``rest_syncs`` by source, resource and
+    parent key): one parent's new records move its own cursor only, a parent whose
+    listing fails keeps the cursor it had, and a new parent starts at ``initial_value``."""
+    server = rest(paginator="cursor", projects=3, tickets_per_project=10)
+    initial = "2025-01-01T03:00:00Z"  # tickets 1 and 2 of each project are older
+    resources = [
+        {"name": "projects", "endpoint": {"path": "projects"}},
+        {
+            "name": "tickets",
+            "endpoint": {
+                "path": "projects/{resources.projects.id}/tickets",
+                "params": {"since": "{incremental.start_value}"},
+                "incremental": {"cursor_path": "updated_at", "initial_value": initial},
+            },
+        },
+    ]
+    source = source_for(server, "cursor", resources=resources)
+    settings = settings_for(data_dir)
+
+    def cursors() -> dict[str, str]:
+        """Each parent's cursor as the next run reads it."""
+        state = store.load_state(settings.lake, "tracker", {})
+        return {p: json.loads(w) for (r, p), w in state.watermarks.items() if r == "tickets"}
+
+    def sent(run_id: str) -> dict[str, str]:
+        """The since each project's first ticket request of ``run_id`` sent."""
+        _, rows = storage.query(
+            data_dir, f"SELECT url FROM api_requests WHERE run_id = '{run_id}' ORDER BY 1"
+        )
+        out: dict[str, str] = {}
+        for (url,) in rows:
+            parsed = urlparse(url)
+            parts = parsed.path.strip("/").split("/")
+            if parts[-1] == "tickets" and "cursor" not in parse_qs(parsed.query):
+                out.setdefault(parts[-2], parse_qs(parsed.query)["since"][0])
+        return out
+
+    assert run(settings, source, "r1").complete
+    assert sent("r1") == {"1": initial, "2": initial, "3": initial}
+    assert ids(data_dir) == sorted(p * 100_000 + n for p in (1, 2, 3) for n in range(3, 11))
+    first = cursors()
+    assert sorted(first) == ["1", "2", "3"] and len(set(first.values())) == 3
+
+    server.touch(2, [4], add=1)  # project 2: one ticket updated, one new
+    server.touch(3, [5])  # project 3 changed too, but its listing fails below
+    server.touch(4, add=3)  # a new project
+    server.configure(faults=[{"kind": "500", "match": "projects/3/tickets", "times": 100}])
+    second = run(settings, source, "r2")
+    tickets = next(r for r in second.resources if r["resource"] == "tickets")
+    assert not tickets["complete"] and "projects/3/tickets" in tickets["note"]
+    # every parent sent its own cursor; the new one the initial value
+    assert sent("r2") == {"1": first["1"], "2": first["2"], "3": first["3"], "4": initial}
+    after = cursors()
+    assert after["1"] == first["1"]  # nothing new for project 1: its cursor stays
+    assert after["2"] > first["2"]  # project 2's new records moved its own cursor
+    assert after["3"] == first["3"]  # the failed listing advanced nothing
+    assert after["4"] > initial
+    _, rows = storage.query(
+        data_dir, "SELECT count(*) FROM tracker__tickets WHERE parent_key = '4'"
+    )
+    assert rows == [(3,)]  # its tickets all newer than the initial value (touched)
+
+    server.configure(faults=[])
+    third = run(settings, source, "r3")
+    assert third.complete
+    assert sent("r3")["3"] == first["3"]  # the failed parent resumes from its old cursor
+    _, rows = storage.query(data_dir, "SELECT data FROM tracker__tickets WHERE key = '3/300005'")
+    assert json.loads(rows[0][0])["title"].endswith("(updated)")
+    assert cursors()["3"] > first["3"] and cursors()["1"] == first["1"]

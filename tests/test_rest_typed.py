@@ -10,6 +10,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import duckdb
 import pyarrow as pa
@@ -580,3 +581,98 @@ def test_dlt_documented_github_example_loads_unchanged(
         (75,)
     ]
     assert any("since=2024-01-25T11%3A21%3A28Z" in r for r in api.requests)
+
+
+STEPS = """    processing_steps:
+      - filter: tests.rest_steps:paid_only
+      - map: tests.rest_steps:with_band
+"""
+
+
+def test_processing_steps_filter_and_map_by_import_path(data_dir: Path) -> None:
+    """dlt's ``processing_steps`` named ``module:function``: the filter keeps the paid
+    orders, the map's record is what is stored (and what the children see); a record the
+    filter drops still moves the watermark, as dlt's incremental comes before its steps."""
+    text = DLT_STYLE.replace("  - name: orders\n", "  - name: orders\n" + STEPS)
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 14)]) as shop:
+        source = parse_source(text.format(url=shop.url), "dlt.yaml")
+        settings = Settings(data_dir=data_dir)
+        assert fetch_source(settings, source, run_id="run-1").complete
+        storage.commit_run(data_dir, "run-1")
+        shop.requests.clear()
+        fetch_source(settings, source, run_id="run-2")
+    paid = [n for n in range(1, 14) if n % 3 == 0]
+    rows = count(data_dir, "SELECT id, band FROM shop__orders ORDER BY id")
+    assert rows == [(n, "big" if n * 10 >= 100 else "small") for n in paid]
+    assert types(data_dir)["band"] == "VARCHAR"
+    assert storage.open_table(data_dir, "shop__orders__lines") is None  # the map left them out
+    parents = count(data_dir, "SELECT DISTINCT parent_key FROM shop__notes ORDER BY 1")
+    assert sorted(int(p) for (p,) in parents) == paid
+    since = [r for r in shop.requests if r.startswith("/orders?")]
+    assert since == [f"/orders?limit=10&since={quote(stamp(13))}"]  # order 13 is not paid
+
+
+def test_incremental_convert_by_import_path(data_dir: Path) -> None:
+    text = DLT_STYLE.replace(
+        '        since: "{{incremental.start_value}}"',
+        '        since_epoch: "{{incremental.start_value}}"',
+    ).replace(
+        '        initial_value: "2025-05-01T00:00:00Z"',
+        '        initial_value: "2025-05-01T00:00:00Z"\n        convert: tests.rest_steps:epoch',
+    )
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 6)]) as shop:
+        source = parse_source(text.format(url=shop.url), "dlt.yaml")
+        settings = Settings(data_dir=data_dir)
+        fetch_source(settings, source, run_id="run-1")
+        storage.commit_run(data_dir, "run-1")
+        fetch_source(settings, source, run_id="run-2")
+    sent = [r for r in shop.requests if r.startswith("/orders?")]
+    start = int(datetime(2025, 5, 1, tzinfo=UTC).timestamp())
+    assert sent == [
+        f"/orders?limit=10&since_epoch={start}",  # the initial value, converted
+        f"/orders?limit=10&since_epoch={start + 5 * 60}",  # the watermark, converted
+    ]
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ("map: tests.rest_steps:nope", "module 'tests.rest_steps' has no 'nope'"),
+        ("filter: no_such_pkg.steps:keep", "module 'no_such_pkg.steps' cannot be imported"),
+        ("map: tests.rest_steps:NOT_A_FUNCTION", "'NOT_A_FUNCTION' is not a function"),
+        ("map: keep open", "is not an import path"),
+        ("{filter: tests.rest_steps:paid_only, map: tests.rest_steps:with_band}", "or {map"),
+    ],
+)
+def test_a_step_that_cannot_be_imported_is_refused_with_its_line(step: str, message: str) -> None:
+    text = DLT_STYLE.format(url="http://127.0.0.1:9/").replace(
+        "  - name: orders\n", f"  - name: orders\n    processing_steps:\n      - {step}\n"
+    )
+    line = text.splitlines().index(f"      - {step}") + 1  # where the step is written
+    with pytest.raises(SourceError, match=rf"dlt.yaml:{line}: .*processing_steps.0"):
+        parse_source(text, "dlt.yaml")
+    with pytest.raises(SourceError, match=re.escape(message)):
+        parse_source(text, "dlt.yaml")
+    convert = DLT_STYLE.replace(
+        '        initial_value: "2025-05-01T00:00:00Z"',
+        '        initial_value: "2025-05-01T00:00:00Z"\n        convert: tests.rest_steps:nope',
+    )
+    with pytest.raises(SourceError, match=r"dlt.yaml:\d+: .*incremental.convert: .*has no"):
+        parse_source(convert.format(url="http://127.0.0.1:9/"), "dlt.yaml")
+
+
+def test_a_step_that_raises_stops_its_listing_naming_the_step(data_dir: Path) -> None:
+    text = DLT_STYLE.replace(
+        "  - name: orders\n",
+        "  - name: orders\n    processing_steps:\n      - map: tests.rest_steps:broken\n",
+    )
+    with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
+        source = parse_source(text.format(url=shop.url), "dlt.yaml")
+        summary = fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        storage.commit_run(data_dir, "run-1")
+    assert not summary.complete
+    [error] = [e for name, e in summary.errors if name == "orders"]
+    assert "processing_steps.0 (map tests.rest_steps:broken) raised KeyError" in error
+    assert storage.open_table(data_dir, "shop__orders") is None
+    _, syncs = storage.query(data_dir, "SELECT complete, watermark FROM rest_syncs")
+    assert syncs == [(False, None)]  # nothing stored, no watermark

@@ -138,8 +138,11 @@ class GitHubState:
     def _id(self, repo: str) -> int:
         return self.ids.get(repo) or 1000 + len(self.ids)
 
-    def touch(self, repo: str, numbers: list[int], add: int = 0) -> list[int]:
-        """Update (or add) pull requests: each becomes the most recently updated."""
+    def touch(
+        self, repo: str, numbers: list[int], add: int = 0, fields: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Update (or add) pull requests: each becomes the most recently updated, with
+        ``fields`` set (a field the API starts to send, or a value of another type)."""
         self._listings.clear()
         pulls = self.pulls[repo]
         by_number = {p["number"]: p for p in pulls}
@@ -153,6 +156,7 @@ class GitHubState:
             self.clock += timedelta(minutes=1)
             by_number[n]["updated_at"] = _iso(self.clock)
             by_number[n]["title"] += " (updated)"
+            by_number[n].update(fields or {})
         return numbers
 
     def listing(self, repo: str, wanted: str, key: str, descending: bool) -> list[dict[str, Any]]:
@@ -416,7 +420,12 @@ def build_app(config: Config) -> Any:
 
     async def touch(request: Request) -> Response:
         spec = await request.json()
-        numbers = state.touch(spec["repo"], list(spec.get("numbers", [])), int(spec.get("add", 0)))
+        numbers = state.touch(
+            spec["repo"],
+            list(spec.get("numbers", [])),
+            int(spec.get("add", 0)),
+            dict(spec.get("fields") or {}),
+        )
         return JSONResponse({"numbers": numbers})
 
     return Starlette(
@@ -472,12 +481,15 @@ class DevGitHub(ConfiguredServer):
         """``remaining``, ``limit``, ``reset_in`` (seconds) for every identity."""
         self.post("/_dev/budget", spec)
 
-    def touch(self, repo: str, numbers: list[int] | None = None, add: int = 0) -> list[int]:
-        return list(
-            self.post("/_dev/touch", {"repo": repo, "numbers": numbers or [], "add": add})[
-                "numbers"
-            ]
-        )
+    def touch(
+        self,
+        repo: str,
+        numbers: list[int] | None = None,
+        add: int = 0,
+        fields: dict[str, Any] | None = None,
+    ) -> list[int]:
+        body = {"repo": repo, "numbers": numbers or [], "add": add, "fields": fields or {}}
+        return list(self.post("/_dev/touch", body)["numbers"])
 
 
 def main(argv: list[str] | None = None) -> None:

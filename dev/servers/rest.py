@@ -32,7 +32,8 @@ of a JSON list, streamed), ``deep_json`` (a list nested ``depth`` deep),
 ``pages`` pages).
 
 Control endpoints: ``GET /_dev/stats``, ``POST /_dev/reset``, ``POST /_dev/config``,
-``POST /_dev/touch`` (update or add tickets of a project).
+``POST /_dev/touch`` (update or add tickets of a project; a project not there yet is
+added).
 
 Run ``python -m dev.servers.rest`` or use ``DevRest`` as a context manager.
 """
@@ -113,6 +114,11 @@ class RestState:
         }
 
     def touch(self, pid: int, numbers: list[int], add: int) -> list[int]:
+        if pid not in self.tickets:  # a new project, its tickets added below
+            self.projects.append(
+                {"id": pid, "name": f"Project {pid}", "updated_at": _iso(self.clock)}
+            )
+            self.tickets[pid] = []
         tickets = self.tickets[pid]
         by_number = {t["number"]: t for t in tickets}
         for _ in range(add):

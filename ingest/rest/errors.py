@@ -73,6 +73,12 @@ class MalformedPageError(PageError):
     retryable = False
 
 
+class StepError(MalformedPageError):
+    """A ``processing_steps`` function (filter, map) raised on a record, or a map returned
+    no mapping: the listing stops, its watermark not advanced, the message naming the
+    step, the page and the record."""
+
+
 class PageTooLargeError(PageError):
     """The answer's body grew past the client's ``max_page_bytes`` while it was read: the
     page is a failed page (the same page would be as large again, so it is not retried)."""

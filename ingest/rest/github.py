@@ -12,7 +12,9 @@ What the dialect adds to the declared source's client and paging loop
 * stored page ETags sent back as ``If-None-Match`` (a 304 is free of the budget);
 * the free ``GET /rate_limit`` probe and budget-sized pages (a one-item probe per
   repository and ``ingest.rest.sizing.SizePlanner``);
-* its tables: ``pull_requests`` (typed columns), ``github_pages`` (the ETags) and
+* its tables: ``pull_requests`` (its fixed columns, then the typed, flattened columns of
+  the rest of each pull request, evolving as the REST resource tables' do:
+  ``ingest.rest.typed``, ``ingest.storage.evolve``), ``github_pages`` (the ETags) and
   ``github_syncs`` (the ``updated_at`` watermark), one part per run and repository.
 
 For each repository (all of them concurrently, under the client's one
@@ -142,6 +144,7 @@ class _RepoSync:
             not opts.full_refresh and prior.last_complete and prior.watermark is not None
         )
         self.pulls: dict[int, PullRequest] = {}
+        self.records: dict[int, dict[str, Any]] = {}  # as the API gave them
         self.pages: list[PageRecord] = []
         self.newest: datetime | None = None
         self.page_count = self.not_modified = self.failed = self.duplicates = 0
@@ -178,6 +181,7 @@ class _RepoSync:
                 self.duplicates += 1
             if old is None or (pr.updated_at or now) >= (old.updated_at or now):
                 self.pulls[pr.number] = pr
+                self.records[pr.number] = item
         newest, oldest = (max(stamps), min(stamps)) if stamps else (None, None)
         self._see(newest)
         self.pages.append(
@@ -312,6 +316,7 @@ class _RepoSync:
             repo=self.repo,
             sync=sync,
             pulls=list(self.pulls.values()),
+            records=[self.records[n] for n in self.pulls],
             pages=self.pages,
             requests=mine,
         )

@@ -232,6 +232,8 @@ class RepoResult:
     repo: str
     sync: SyncRecord
     pulls: list[PullRequest] = field(default_factory=list)
+    # each pull request's record as the API gave it (its typed columns: ingest.rest.typed)
+    records: list[dict[str, Any]] = field(default_factory=list)
     pages: list[PageRecord] = field(default_factory=list)
     requests: list[ApiRequest] = field(default_factory=list)
     error: str | None = None  # a terminal error (404 ...) for this repository

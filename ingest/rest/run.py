@@ -44,15 +44,28 @@ from ingest.redact import redact
 from ingest.rest import github, store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
-from ingest.rest.client import RestClient, make_http
+from ingest.rest.client import RestClient, make_http, warm_up
 from ingest.rest.engine import Page, walk
-from ingest.rest.errors import AuthError, MalformedPageError, NotFoundError, RequestError
+from ingest.rest.errors import (
+    AuthError,
+    MalformedPageError,
+    NotFoundError,
+    RequestError,
+    StepError,
+)
 from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
 from ingest.rest.sizing import choose_per_page
-from ingest.rest.source import PLACEHOLDER, Resource, Source, make_paginator
+from ingest.rest.source import (
+    PLACEHOLDER,
+    ProcessingStep,
+    Resource,
+    Source,
+    make_paginator,
+    resolve_function,
+)
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -199,9 +212,9 @@ class SourceRun:
         if inc is not None and inc.start_param:
             start = listing.watermark if listing.watermark is not None else inc.initial_value
             if start is not None:
-                params[inc.start_param] = start
+                params[inc.start_param] = inc.sent(start)
         if inc is not None and inc.end_param and inc.end_value is not None:
-            params[inc.end_param] = inc.end_value
+            params[inc.end_param] = inc.sent(inc.end_value)
         spec = ep.paginator
         # page_number and offset carry the size themselves; the others through a parameter
         sized = spec is not None and spec.type not in ("page_number", "offset")
@@ -307,15 +320,8 @@ class SourceRun:
                         for f in resource.include_from_parent
                     },
                 }
-            own = record_key(record, keys) if keys else None
-            if keys and own is None:
-                raise MalformedPageError(
-                    f"{url}: record {i} of page {page_no} has no primary key {'/'.join(keys)!r}",
-                    url=url,
-                )
-            if own is None:
-                own = json.dumps(record, sort_keys=True)
-            key = f"{listing.parent_key}/{own}" if listing.parent_key else own
+            # the cursor of the record as the API gave it (dlt's incremental comes before
+            # its processing steps): a record a filter drops still moves the watermark
             cursor = dig(record, inc.cursor_path) if inc is not None else None
             if (
                 inc is not None
@@ -329,6 +335,20 @@ class SourceRun:
                     listing.newest = cursor
                 if oldest is None or cursor_order(cursor) < cursor_order(oldest):
                     oldest = cursor
+            if resource.processing_steps:
+                stepped = apply_steps(resource.processing_steps, record, url, i)
+                if stepped is None:
+                    continue  # a filter dropped it: not stored, no parent of children
+                record = stepped
+            own = record_key(record, keys) if keys else None
+            if keys and own is None:
+                raise MalformedPageError(
+                    f"{url}: record {i} of page {page_no} has no primary key {'/'.join(keys)!r}",
+                    url=url,
+                )
+            if own is None:
+                own = json.dumps(record, sort_keys=True)
+            key = f"{listing.parent_key}/{own}" if listing.parent_key else own
             listing.rows[key] = {
                 # append: every run's rows kept beside the earlier ones
                 "key": f"{key}@{self.run_id}" if resource.disposition == "append" else key,
@@ -402,6 +422,43 @@ class SourceRun:
             "started_at": listing.started,
             "ended_at": datetime.now(UTC),
         }
+
+
+def apply_steps(
+    steps: Sequence[ProcessingStep], record: dict[str, Any], url: str, index: int
+) -> dict[str, Any] | None:
+    """``record`` (number ``index`` of the page at ``url``) through the resource's
+    ``processing_steps`` in order: None when a filter drops it. A step that raises, or a
+    map that returns no mapping, is a ``StepError`` naming the step and the record."""
+    where = f"{url}: record {index}"
+    for n, step in enumerate(steps):
+        path = step.filter or step.map
+        assert path is not None
+        kind = "filter" if step.filter else "map"
+        try:
+            out = resolve_function(path)(record)
+        except Exception as exc:
+            raise StepError(
+                f"{where}: processing_steps.{n} ({kind} {path}) raised {type(exc).__name__}: {exc}",
+                url=url,
+            ) from exc
+        if step.filter:
+            if not out:
+                return None
+        elif isinstance(out, dict):
+            record = out
+        else:
+            raise StepError(
+                f"{where}: processing_steps.{n} (map {path}) returned a "
+                f"{type(out).__name__}, not a mapping",
+                url=url,
+            )
+    return record
+
+
+def _auto_sized(resource: Resource) -> bool:
+    spec = resource.endpoint.paginator
+    return spec is not None and spec.page_size == "auto"
 
 
 def _param(value: Any) -> str:
@@ -505,6 +562,7 @@ def fetch_source(
     outcome is in the summary (per listing: complete, or why it stopped).
     """
     dialect = source.client.dialect
+    warm_up()  # the HTTP client's set-up, while the state is read below
     state = store.SourceState()
     if dialect == "github":
         if priors is None:
@@ -514,7 +572,10 @@ def fetch_source(
                 else store.load_repo_states(settings.lake, source.repos, github.state_of(source))
             )
     elif not full_refresh:
-        tables = {r.name: source.table(r) for r in source.resources}
+        # rows per listing: what page_size auto sizes pages by (a scan of each table)
+        tables = {
+            r.name: source.table(r) for r in source.resources if _auto_sized(source.resolved(r))
+        }
         state = store.load_state(settings.lake, source.name, tables)
     host = store.host_of(base_url or source.client.base_url)
     remembered = store.load_window(settings.lake, host)

@@ -27,17 +27,30 @@ Differences, on purpose:
 * ``client.concurrency`` is the most requests in flight, not a fixed number:
   the client finds what the host allows (``ingest.rest.window``);
 * ``page_size: auto`` lets the page size follow the budget the API announces;
+* dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
+  are named by import path, ``package.module:function``, imported when the file loads;
 * errors name the file and line (``load_source``).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ingest.rest.errors import SourceError
 from ingest.rest.paging import (
@@ -77,6 +90,41 @@ def json_path(value: str | None) -> str | None:
             "($.a.b), which is what this engine follows"
         )
     return path.lstrip(".")
+
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@functools.cache
+def resolve_function(path: str) -> Callable[..., Any]:
+    """The function an import path names, ``package.module:function`` (``:`` then a name,
+    or ``Class.method``), imported from the Python path of the run; raises ``ValueError``
+    saying what is wrong. dlt's ``processing_steps`` and ``incremental.convert`` are Python
+    callables; a source file names them this way."""
+    if not _IMPORT_PATH.match(path):
+        raise ValueError(
+            f"{path!r} is not an import path: write module:function (mypackage.steps:keep_open)"
+        )
+    module_name, _, attr = path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"{path!r}: module {module_name!r} cannot be imported ({exc})") from exc
+    for name in attr.split("."):
+        if not hasattr(target, name):
+            raise ValueError(f"{path!r}: module {module_name!r} has no {attr!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ValueError(f"{path!r}: {attr!r} is not a function")
+    return target  # type: ignore[no-any-return]
+
+
+def _importable(path: str) -> str:
+    resolve_function(path)  # at load: a wrong path is told with its line, before any request
+    return path
+
+
+FunctionPath = Annotated[str, AfterValidator(_importable)]
 
 
 class _Strict(BaseModel):
@@ -210,6 +258,15 @@ class Incremental(_Strict):
         description="desc: the listing is sorted newest first, so paging stops at the "
         "first page older than the watermark (for APIs without a since parameter).",
     )
+    convert: FunctionPath | None = Field(
+        None,
+        description="module:function turning the start and end values into what their "
+        "parameters send (dlt's convert): called with the value, its result is sent.",
+    )
+
+    def sent(self, value: Any) -> Any:
+        """A start or end value as its parameter sends it (``convert`` applied)."""
+        return resolve_function(self.convert)(value) if self.convert else value
 
     @field_validator("cursor_path")
     @classmethod
@@ -255,6 +312,22 @@ class ResponseAction(_Strict):
 
     status_code: int = Field(ge=400, le=599)
     action: Literal["ignore"]
+
+
+class ProcessingStep(_Strict):
+    """One of dlt's ``processing_steps``: ``{filter: module:function}`` keeps the records
+    for which the function returns true, ``{map: module:function}`` stores what the
+    function returns for each record (a mapping). Steps run in the order written, on
+    each record as the API gave it (with its ``include_from_parent`` fields)."""
+
+    filter: FunctionPath | None = None
+    map: FunctionPath | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ProcessingStep:
+        if (self.filter is None) == (self.map is None):
+            raise ValueError("a processing step is {filter: module:function} or {map: ...}")
+        return self
 
 
 class Endpoint(_Strict):
@@ -340,6 +413,10 @@ class Resource(_Strict):
         default_factory=list,
         description="Fields of the parent record copied into each record, as "
         "_<parent>_<field> (dlt's names).",
+    )
+    processing_steps: list[ProcessingStep] = Field(
+        default_factory=list,
+        description="filter and map steps, each a module:function (dlt's callables).",
     )
     endpoint: Endpoint = Field(default_factory=Endpoint)
     max_pages: int = Field(100_000, ge=1)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import httpx
+import pyarrow as pa
 
 from ingest import duck, storage
 from ingest.rest import typed
@@ -29,7 +30,7 @@ from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, 
 from ingest.rest.source import Resource
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
-from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
+from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR, SCHEMAS
 
 
 @dataclass(slots=True)
@@ -48,7 +49,8 @@ def part_name(resource: str, parent_key: str) -> str:
 
 
 def load_state(data_dir: DataDir, source: str, tables: dict[str, str]) -> SourceState:
-    """Watermarks of the last complete listings, and stored rows per listing."""
+    """Watermarks of the last complete listings, and stored rows per listing of the
+    resources of ``tables`` (those whose page size follows it: each is a scan)."""
     state = SourceState()
     with duck.cursor() as con:
         rows = con.execute(
@@ -91,10 +93,14 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
     """The keys of ``fetched`` (key: the record as JSON) whose stored row holds the same
     record: an inclusive ``since`` hands back the listing's newest record again, and a
     listing without a watermark every record; those are not new rows."""
-    if not fetched or storage.open_table(data_dir, table) is None:
+    if not fetched:
         return set()
+    # a table not written yet scans as no rows; opened once, by the scan (each opening
+    # of a table reads its log)
     relation = storage.scan(data_dir, table)  # before connecting: see load_window
-    with duck.connect() as con:
+    # a few keys (an incremental listing's) are a small query: the shared database
+    small = len(fetched) <= 1_000
+    with duck.cursor() if small else duck.connect() as con:
         stored = con.execute(
             f"SELECT key, data FROM {relation} WHERE key IN (SELECT unnest(?))", [list(fetched)]
         ).fetchall()
@@ -103,10 +109,9 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
 
 def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     """(window, ceiling) a host allowed in the last run that talked to it."""
-    if storage.open_table(data_dir, "api_windows") is None:
-        return None
-    # scan() first: on object storage it registers the table's relation, which only the
-    # connections made afterwards see (a fresh process, a Dask worker, has none yet)
+    # scan() first (a table not written yet scans as no rows): on object storage it
+    # registers the table's relation, which only the connections made afterwards see (a
+    # fresh process, a Dask worker, has none yet)
     relation = storage.scan(data_dir, "api_windows")
     with duck.cursor() as con:
         row = con.execute(
@@ -191,9 +196,9 @@ def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[d
             continue
         parts = []
         for key in storage.staging.parts(data_dir, run_id, table):
-            part = storage.staging.read_part(data_dir, key)
-            if part is not None:
-                parts.append(part.slice(0, 0))
+            schema = storage.staging.part_schema(data_dir, key)  # the footer: no rows read
+            if schema is not None:
+                parts.append(schema.empty_table())
         if not parts:
             continue
         stored = lake.stored_schema(data_dir, table)
@@ -284,8 +289,9 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
     in between costs a re-fetch, never a page that answers 304 while its items were never
     stored."""
     part = repo_part(result.repo, result.sync.state)
+    if result.pulls:
+        storage.stage(data_dir, run_id, "pull_requests", part, pull_rows(data_dir, result))
     rows = {
-        "pull_requests": [p.as_row() for p in result.pulls],
         "api_requests": [r.as_row() for r in result.requests],
         "github_pages": [p.as_row() for p in result.pages],
     }
@@ -293,6 +299,29 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
         if table_rows:  # an unchanged repository (all 304) writes no empty parts
             storage.stage(data_dir, run_id, table, part, table_rows)
     storage.stage(data_dir, run_id, "github_syncs", part, [result.sync.as_row()])
+
+
+# The fields of a pull request its fixed columns hold already (user_login is user.login ...)
+PULL_FIELDS = frozenset({*SCHEMAS["pull_requests"].names, "user__login", "head__ref", "base__ref"})
+
+
+def pull_rows(data_dir: DataDir, result: RepoResult) -> pa.Table:
+    """``pull_requests``' fixed columns, then the typed columns of the rest of each pull
+    request (flattened; a column the table has keeps its stored type, another type goes
+    to a variant column), as a REST resource table's records are typed. Nested lists
+    (``assignees``, ``requested_reviewers``) stay out: ``labels`` holds the label names."""
+    fixed = pa.Table.from_pylist(
+        [p.as_row() for p in result.pulls], schema=SCHEMAS["pull_requests"]
+    )
+    if len(result.records) != len(result.pulls):
+        return fixed  # rows built without their records: the fixed columns only
+    drop = [set(PULL_FIELDS) for _ in result.records]
+    for column, array in typed.typed_columns(
+        result.records, _types(data_dir, "pull_requests"), drop
+    ).items():
+        if column not in PULL_FIELDS:
+            fixed = fixed.append_column(pa.field(column, array.type), array)
+    return fixed
 
 
 def write_requests(

@@ -37,7 +37,7 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import RESOURCE_SCHEMA, SCHEMAS, SPECS, is_resource_table
+from ingest.storage.tables import SCHEMAS, SPECS, evolving, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +154,16 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
     spec = SPECS[table]
     resource = is_resource_table(table)
     said = evolve.directives(rows) if resource else {}
+    dt = lake.open_table(data_dir, table) if spec.kind == "state" else None
+    if evolving(table):
+        stored = pa.schema(dt.schema().to_arrow()) if dt is not None else None
+        rows = _evolve(data_dir, run_name, table, rows, txn, stored)
     if resource:
-        rows = _evolve(data_dir, run_name, table, rows, txn)
         rows = _deletions(data_dir, table, rows, said)
     if spec.kind == "state":
-        lake.merge(data_dir, table, rows)
+        # the table opened once for its schema and its MERGE (an opening reads its log);
+        # a delete above changed it: the MERGE reads the log's new versions first
+        lake.merge(data_dir, table, rows, dt=dt)
         if resource:
             replace_children(data_dir, table, rows)
             if said.get("disposition") == "replace" and said.get("complete"):
@@ -170,18 +175,22 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
     return rows.num_rows
 
 
-def _evolve(data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: int) -> pa.Table:
-    """A resource table's rows reconciled with its stored columns, the changes recorded
-    in ``schema_history`` before the rows that bring them are committed."""
-    stored = lake.stored_schema(data_dir, table)
-    rows, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+def _evolve(
+    data_dir: DataDir, run_name: str, table: str, rows: pa.Table, txn: int, stored: pa.Schema | None
+) -> pa.Table:
+    """A resource table's rows reconciled with its stored columns (``stored``: None for a
+    table not written yet), the changes recorded in ``schema_history`` before the rows
+    that bring them are committed."""
+    base = SCHEMAS[table]
+    rows, changes = evolve.reconcile(rows, stored if stored is not None else base, base)
     if changes and rows.num_rows:
         first = rows.slice(0, 1).to_pylist()[0]
         now = datetime.now(UTC)
         history = [
             {
-                "source": first["source"],
-                "resource": first["resource"],
+                # pull_requests: the GitHub dialect's, whose rows name no source
+                "source": first.get("source") or "github",
+                "resource": first.get("resource") or table,
                 "table_name": table,
                 "column_name": c.column,
                 "change": c.kind,

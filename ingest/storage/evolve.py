@@ -13,6 +13,9 @@ committed to it are reconciled with what it holds (``reconcile``):
 
 Each change (a column added, a variant column made) is returned, to be recorded in the
 ``schema_history`` table.
+
+The GitHub dialect's ``pull_requests`` evolves the same way: its fixed columns
+(``tables.SCHEMAS``) first, then the typed columns of the rest of each pull request.
 """
 
 from __future__ import annotations
@@ -111,12 +114,15 @@ def _cast(values: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | None:
         return None
 
 
-def reconcile(rows: pa.Table, schema: pa.Schema) -> tuple[pa.Table, list[Change]]:
+def reconcile(
+    rows: pa.Table, schema: pa.Schema, base: pa.Schema = RESOURCE_SCHEMA
+) -> tuple[pa.Table, list[Change]]:
     """``rows`` with the table's ``schema``: its columns first (padded with nulls when the
     rows lack one), then the rows' new columns; values of another type than the stored one
-    moved to variant columns."""
+    moved to variant columns. ``base``: the table's fixed columns (a resource table's, or
+    ``pull_requests``')."""
     stored = {f.name: _plain(f.type) for f in plain_schema(schema)}
-    for f in RESOURCE_SCHEMA:
+    for f in base:
         stored.setdefault(f.name, f.type)
     columns: dict[str, pa.ChunkedArray] = {}
     changes: list[Change] = []
@@ -171,18 +177,18 @@ def directives(rows: pa.Table) -> dict[str, Any]:
     return dict(json.loads(raw)) if raw else {}
 
 
-def unify(parts: list[pa.Table]) -> pa.Table:
+def unify(parts: list[pa.Table], base: pa.Schema = RESOURCE_SCHEMA) -> pa.Table:
     """Parts of one commit as one table: the first part's type of a column wins, later
     parts' other types go to variant columns (``reconcile``); the parts' directives kept
     (complete only when every part's listing was)."""
-    schema = RESOURCE_SCHEMA
+    schema = base
     done = []
     said = [directives(p) for p in parts]
     for part in parts:
-        part, _ = reconcile(part, schema)
+        part, _ = reconcile(part, schema, base)
         schema = part.schema
         done.append(part)
-    out = pa.concat_tables([reconcile(p, schema)[0] for p in done])
+    out = pa.concat_tables([reconcile(p, schema, base)[0] for p in done])
     merged = next((d for d in said if d), None)
     if merged is not None:
         merged["complete"] = all(d.get("complete", False) for d in said if d)

@@ -30,7 +30,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from ingest import duck
 from ingest.backoff import Backoff
 from ingest.storage.location import DataDir, files, locate
-from ingest.storage.tables import SPECS, TableSpec, is_resource_table
+from ingest.storage.tables import SPECS, TableSpec, evolving, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +143,11 @@ def data_files(data_dir: DataDir, table: str, prune: Prune | None = None) -> lis
     meeting every filter (a superset of the files holding such rows: exact on
     partition columns, by min/max elsewhere)."""
     dt = open_table(data_dir, table)
-    if dt is None:
-        return []
+    return [] if dt is None else files_of(dt, prune)
+
+
+def files_of(dt: DeltaTable, prune: Prune | None = None) -> list[str]:
+    """``data_files`` of a table already open."""
     uris = dt.file_uris(file_pruning_predicate=prune) if prune else dt.file_uris()
     # delta-rs gives local files as percent-encoded paths ("My%20Data/..."): DuckDB and the
     # file system want the path itself.
@@ -157,6 +160,7 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
     if is_resource_table(spec.name):  # typed columns beside the fixed ones: see evolve
         return rows
     schema = spec.schema
+    extra = [n for n in rows.column_names if n not in schema.names] if evolving(spec.name) else []
     columns = []
     for field in schema:
         if field.name == "day" and spec.kind == "history":
@@ -170,7 +174,10 @@ def conform(spec: TableSpec, rows: pa.Table) -> pa.Table:
             columns.append(rows.column(field.name).cast(field.type))
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    fixed = pa.Table.from_arrays(columns, schema=schema)
+    for name in extra:  # pull_requests' typed columns, after its fixed ones
+        fixed = fixed.append_column(name, rows.column(name))
+    return fixed
 
 
 def part_of(keys: pa.ChunkedArray | pa.Array, parts: int) -> pa.Array:
@@ -219,14 +226,17 @@ def append(
     return with_commit_retries(write, table)
 
 
-def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
+def merge(
+    data_dir: DataDir, table: str, rows: pa.Table, *, dt: DeltaTable | None = None
+) -> dict[str, int]:
     """Upsert ``rows`` into a state table by its keys: one commit, or one per ``part``
     of a partitioned table (each MERGE then reads and rewrites that part only).
 
     The newest row per key wins within ``rows``; a stored row is replaced only
     by a strictly newer one (``spec.newer``), so replaying the same rows is a
     no-op that writes no version and no file. Returns delta-rs's merge metrics,
-    added up.
+    added up. ``dt``: the table, when the caller has opened it (each opening reads its
+    log).
     """
     spec = SPECS[table]
     if rows.num_rows == 0:
@@ -236,8 +246,8 @@ def merge(data_dir: DataDir, table: str, rows: pa.Table) -> dict[str, int]:
     # create the table at once, delta-rs commits the loser's creation again as an append
     # of the next version (appends do not conflict), and a state table would hold every
     # key twice. An empty table first, then the MERGE, which does conflict.
-    dt = ensure_table(data_dir, table)
-    resource = is_resource_table(table)
+    dt = dt if dt is not None else ensure_table(data_dir, table)  # dt: opened by the caller
+    resource = evolving(table)
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
     groups: list[tuple[str, pa.Table]] = [(on, data)]

@@ -40,7 +40,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ingest import duck
 from ingest.storage import evolve
 from ingest.storage.location import DataDir, LocalFiles, files, locate
-from ingest.storage.tables import SCHEMAS, is_resource_table
+from ingest.storage.tables import SCHEMAS, evolving
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,19 @@ def part_rows(data_dir: DataDir, key: str) -> int:
     return int(pq.read_metadata(pa.BufferReader(data)).num_rows) if data else 0
 
 
+def part_schema(data_dir: DataDir, key: str) -> pa.Schema | None:
+    """A part's schema (with its metadata), from its footer: nothing decoded (None when the
+    part is gone)."""
+    lake_files = files(data_dir)
+    if isinstance(lake_files, LocalFiles):
+        try:
+            return pq.read_schema(lake_files.path(key))
+        except FileNotFoundError:
+            return None
+    data = lake_files.get(key)
+    return pq.read_schema(pa.BufferReader(data)) if data else None
+
+
 def read_part(data_dir: DataDir, key: str, columns: list[str] | None = None) -> pa.Table | None:
     """One part's rows (None when it is gone)."""
     data = files(data_dir).get(key)
@@ -129,7 +142,7 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
     """The rows of the parts ``keys``; a part that cannot be read is moved aside, never
     read again."""
     schema = SCHEMAS[table]
-    resource = is_resource_table(table)
+    resource = evolving(table)
     tables = []
     for key in keys:
         try:
@@ -143,7 +156,7 @@ def read_parts(data_dir: DataDir, keys: Sequence[str], table: str) -> pa.Table:
             quarantine(data_dir, key, exc)
     if not tables:
         return schema.empty_table()
-    return evolve.unify(tables) if resource else pa.concat_tables(tables)
+    return evolve.unify(tables, schema) if resource else pa.concat_tables(tables)
 
 
 def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:

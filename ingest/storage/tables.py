@@ -343,6 +343,17 @@ def is_resource_table(name: str) -> bool:
     return bool(sep and source and resource)
 
 
+# Fixed tables whose rows also carry the typed columns of their API records
+# (``ingest.rest.typed``): the GitHub dialect's pull requests.
+TYPED_FIXED = frozenset({"pull_requests"})
+
+
+def evolving(name: str) -> bool:
+    """A table whose columns follow its records (``ingest.storage.evolve``): a REST resource
+    table, or a fixed table of ``TYPED_FIXED`` (its fixed columns first)."""
+    return name in TYPED_FIXED or is_resource_table(name)
+
+
 class _Schemas(dict[str, pa.Schema]):
     """The fixed schemas, plus the one schema of every resource table."""
 

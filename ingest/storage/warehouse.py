@@ -47,7 +47,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -55,7 +55,10 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
-from ingest.storage.tables import SPECS, TableSpec, is_resource_table
+from ingest.storage.tables import SPECS, TableSpec, evolving
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +98,17 @@ def _types(schema: pa.Schema) -> list[str]:
 
 def table_schema(data_dir: DataDir, spec: TableSpec) -> pa.Schema:
     """The columns a table's view shows: its spec's, or for a REST resource table the
-    stored ones (the fixed columns, then the typed columns its records brought)."""
-    if is_resource_table(spec.name):
-        stored = lake.stored_schema(data_dir, spec.name)
-        if stored is not None:
-            return evolve.plain_schema(stored)
+    stored ones (the fixed columns, then the typed columns its records brought; so too
+    for ``pull_requests``)."""
+    if evolving(spec.name):
+        return schema_of(lake.open_table(data_dir, spec.name), spec)
+    return spec.schema
+
+
+def schema_of(dt: DeltaTable | None, spec: TableSpec) -> pa.Schema:
+    """``table_schema`` of a table already open (None: not written yet)."""
+    if dt is not None and evolving(spec.name):
+        return evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
     return spec.schema
 
 
@@ -174,7 +183,7 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     cannot compare with the files' views ("no kernel matching (string, string_view)").
     Declaring the files' own string type lets every pushed-down filter run."""
     schema = evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
-    if not is_resource_table(spec.name):
+    if not evolving(spec.name):
         schema = spec.schema
     views = {
         any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
@@ -199,14 +208,15 @@ def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) ->
     dataset of a lake on object storage (filtered by DuckDB's pushed-down predicates)."""
     spec = SPECS[table]
     loc = locate(data_dir)
+    dt = lake.open_table(loc, table)  # once: each opening reads the table's log
     if not loc.remote:
-        return view_sql(spec, lake.data_files(loc, table, prune), schema=table_schema(loc, spec))
-    dt = lake.open_table(loc, table)
+        files = lake.files_of(dt, prune) if dt is not None else []
+        return view_sql(spec, files, schema=schema_of(dt, spec))
     if dt is None:
         return view_sql(spec, [])
     dataset = arrow_dataset(dt, spec)
     name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dataset)
-    return arrow_view_sql(spec, name, dataset.schema if is_resource_table(table) else None)
+    return arrow_view_sql(spec, name, dataset.schema if evolving(table) else None)
 
 
 def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
@@ -245,8 +255,9 @@ def stored_view_sql(data_dir: DataDir, name: str) -> str:
     by their ``s3://`` URIs."""
     loc = locate(data_dir)
     spec = SPECS[name]
-    files = lake.data_files(loc, name)
-    schema = table_schema(loc, spec)
+    dt = lake.open_table(loc, name)
+    files = lake.files_of(dt) if dt is not None else []
+    schema = schema_of(dt, spec)
     if loc.remote:
         return view_sql(spec, files, schema=schema)
     return view_sql(spec, files, schema=schema, relative_to=str(loc.local_dir))
@@ -299,9 +310,7 @@ def connect_read_only(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
                 relation = f"lake_{name}"
                 dataset = arrow_dataset(dt, spec)
                 con.register(relation, dataset)
-                body = arrow_view_sql(
-                    spec, relation, dataset.schema if is_resource_table(name) else None
-                )
+                body = arrow_view_sql(spec, relation, dataset.schema if evolving(name) else None)
             con.execute(f'CREATE TEMP VIEW "{name}" AS {body}')
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
