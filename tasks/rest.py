@@ -26,7 +26,7 @@ from ingest.rest.source import Source
 from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
 from tasks.history import compare_with_previous, record_current_run, run_link
-from tasks.timing import add_task_run_seconds, timed
+from tasks.timing import timed
 
 
 def load_secret_block(name: str) -> str:
@@ -95,8 +95,6 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
-    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
-        add_task_run_seconds(summary.stages, summary.run_id)
     create_table_artifact(
         key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
         table=summary.listings,
