@@ -83,6 +83,10 @@ def test_nightly_summary_freshness_history_and_status(
     [gone] = [c for c in children(failed_id) if c.state.is_failed()]
     tracebacks = [line for line in run_logs(gone.id) if "Traceback (most recent" in line]
     assert len(tracebacks) == 1, tracebacks
+    # and the nightly's own lines (its calling task, its flow) name it without a copy
+    tree = run_logs(failed_id) + run_logs(gone.id)
+    assert [line for line in tree if "Traceback (most recent" in line] == tracebacks, tree
+    assert [line for line in run_logs(failed_id) if "NoSuchBucket" in line], tree
 
     arts = artifacts(failed_id)
     summary = arts["nightly-summary"].data
