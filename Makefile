@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve dev-s3 test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve dev-s3 test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-tiny-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -103,6 +103,9 @@ bench-github: setup
 
 bench-extract: setup
 	$(VENV)/bin/python -m benchmarks.bench_extract
+
+bench-tiny-extract: setup
+	$(VENV)/bin/python -m benchmarks.bench_tiny_extract $(ARGS)
 
 # 50k/200k/1M objects, reruns and 30 nights (hours); ARGS="--sizes 2000 --nights 2" is a smoke run.
 # The nights run a simulated day apart under libfaketime (Debian package faketime), installed

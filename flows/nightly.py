@@ -35,7 +35,10 @@ from tasks.timing import running_seconds
 
 
 class NightlyFailedError(IngestError):
-    """One or both ingestions failed; the message says which and what to do."""
+    """One or both ingestions failed; the message says which and what to do (each
+    failure's traceback is in its child run's logs)."""
+
+    reports_failures = True
 
 
 @task(name="run-s3-ingest", cache_policy=NO_CACHE)

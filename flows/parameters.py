@@ -6,6 +6,14 @@ survive); it reads descriptions from the docstring's ``Args:`` section.
 ``described`` writes that section from the ``Field`` metadata, so each
 description is written once, beside its parameter, and says the field's bounds
 (the run form shows the description, not the schema's minimum and maximum).
+
+``ingest_flow`` also gives each optional parameter (``X | None = None``) the schema of
+``X`` without a default: the UI's run form shows a schema of ``anyOf [X, null]`` whose
+default is null as its ``None`` choice ("Property is type None"), and one of type ``X``
+whose default is null as an input in error ("None is not of type 'string'"), where an
+empty input of ``X`` is meant. The server reads a property that is neither required nor
+given a default as ``anyOf [X, null]`` when it checks a run's parameters, so null (a
+deployment's unset endpoint) still passes, and the flow's own default is None.
 """
 
 from __future__ import annotations
@@ -13,10 +21,13 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
+from pydantic import GetJsonSchemaHandler
+from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
+from pydantic_core import CoreSchema
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -100,6 +111,61 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return False
 
 
+class FormInput:
+    """``Annotated`` metadata giving ``X | None`` the JSON schema of ``X`` (validation keeps
+    None): the null choice of ``anyOf`` dropped, the other's keys kept (bounds, items),
+    None kept among the values of an enum."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        schema = dict(handler(core_schema))
+        choices = [c for c in schema.get("anyOf", ()) if c != {"type": "null"}]
+        if len(choices) == 1 and len(choices) < len(schema["anyOf"]):
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            chosen = {**choices[0], **rest}
+            if "enum" in chosen:  # null stays a value (the form's select lists the rest)
+                chosen["enum"] = [*chosen["enum"], None]
+            return chosen
+        return schema
+
+
+def _optional(hint: Any) -> bool:
+    args = typing.get_args(typing.get_args(hint)[0] if _annotated(hint) else hint)
+    return type(None) in args
+
+
+def _annotated(hint: Any) -> bool:
+    return typing.get_origin(hint) is typing.Annotated
+
+
+def form_inputs(fn: F) -> F:
+    """``fn`` with ``FormInput`` added to the annotation of each optional parameter."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    for name in inspect.signature(fn).parameters:
+        hint = hints.get(name)
+        if hint is not None and _optional(hint):
+            fn.__annotations__[name] = typing.Annotated[hint, FormInput()]
+    return fn
+
+
+def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature as the parameter schema reads it: an optional parameter's None
+    default is pydantic's ``MISSING``, which a JSON schema leaves out (not required, no
+    default). Only the schema reads it: Prefect binds and validates a run's parameters
+    with the function's own signature (``Flow.fn``)."""
+    signature = inspect.signature(fn, eval_str=True)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    return signature.replace(
+        parameters=[
+            p.replace(default=MISSING)
+            if p.default is None and p.name in hints and _optional(hints[p.name])
+            else p
+            for p in signature.parameters.values()
+        ]
+    )
+
+
 class IngestFlow(Flow[P, R]):
     """A Prefect flow whose plain JSON parameters reach the API as they are.
 
@@ -110,6 +176,19 @@ class IngestFlow(Flow[P, R]):
     it.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._form_schema()
+
+    def _form_schema(self) -> None:
+        """The schema of the run form (``form_signature``), for this flow's ``parameters``
+        and for what reads ``inspect.signature`` of the flow: ``prefect deploy``, ``serve``
+        and ``to_deployment`` (``parameter_schema(flow)``)."""
+        from prefect.utilities.callables import parameter_schema
+
+        self.__signature__ = form_signature(self.fn)
+        self.parameters = parameter_schema(self)
+
     def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
         plain = {k: v for k, v in parameters.items() if _plain(v)}
         rest = {k: v for k, v in parameters.items() if k not in plain}
@@ -118,15 +197,17 @@ class IngestFlow(Flow[P, R]):
         return {k: plain[k] for k in parameters if k in plain}
 
     def with_options(self, **options: Any) -> IngestFlow[P, R]:  # type: ignore[override]
-        new = super().with_options(**options)
+        new = cast("IngestFlow[P, R]", super().with_options(**options))
         new.__class__ = type(self)  # Flow.with_options builds a plain Flow
-        return new  # type: ignore[return-value]
+        new._form_schema()
+        return new
 
 
 def ingest_flow(**options: Any) -> Callable[[Callable[P, R]], IngestFlow[P, R]]:
-    """``@flow(**options)`` building an ``IngestFlow``."""
+    """``@flow(**options)`` building an ``IngestFlow``, its optional parameters shown as
+    inputs of their type in the run form (``form_inputs``)."""
 
     def decorate(fn: Callable[P, R]) -> IngestFlow[P, R]:
-        return IngestFlow(fn=fn, **options)
+        return IngestFlow(fn=form_inputs(fn), **options)
 
     return decorate

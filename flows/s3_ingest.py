@@ -191,7 +191,7 @@ def s3_ingest(
     started = time.perf_counter()
     worker = settings = Settings()
     overrides = {
-        "s3_endpoint_url": endpoint_url,
+        "s3_endpoint_url": endpoint_url or None,  # "" (a deployment's unset URL): AWS
         "s3_concurrency": concurrency,
         "s3_list_shards": list_shards,
         "s3_download_dir": download_dir or None,

@@ -25,6 +25,10 @@ class IngestError(Exception):
     """Base of every error this project raises."""
 
     retryable: bool = False
+    # A report of failures whose tracebacks the runs where they happened logged (the
+    # nightly's "s3-ingest failed: ..."): its own lines keep the message, not a traceback
+    # of the line that raised the report (tasks.logs.OneTraceback).
+    reports_failures: bool = False
 
 
 class TerminalError(IngestError):

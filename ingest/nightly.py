@@ -219,8 +219,10 @@ def headline(outcome: ChildOutcome) -> str:
     return f"**{outcome.flow_name}** ({outcome.verdict}, {took}): {text}"
 
 
-def run_seconds_text(stage: dict[str, Any]) -> str:
-    seconds = stage.get("run_seconds")
+def task_seconds_text(stage: dict[str, Any]) -> str:
+    """A stage's task time: the sum of its attempts' figures, each the one its task's
+    log line gives (``ingest.timing.describe``)."""
+    seconds = stage.get("busy_seconds")
     return "" if seconds is None else f"{seconds:.2f}"
 
 
@@ -251,8 +253,8 @@ def markdown(
             "",
             "## Stages",
             "",
-            "Task runs s: the sum of the stage's task runs' time in Running, as the Prefect "
-            "UI shows each; wall s: its first task's start to its last task's end.",
+            "Task runs s: the sum of the stage's task attempts' times, each the figure of "
+            "its task's log line; wall s: its first task's start to its last task's end.",
             "",
             "| stage | task runs | task runs s | items | bytes | wall s | items/s | MB/s "
             "| failed attempts |",
@@ -260,7 +262,7 @@ def markdown(
         ]
         for s in stages:
             lines.append(
-                f"| {s['stage']} | {s['task_runs']} | {run_seconds_text(s)} | {s['items']} "
+                f"| {s['stage']} | {s['task_runs']} | {task_seconds_text(s)} | {s['items']} "
                 f"| {human_bytes(s['bytes']) if s['bytes'] else ''} "
                 f"| {s['wall_seconds'] or 0:.2f} | {s['items_per_s'] or ''} "
                 f"| {s['mb_per_s'] or ''} | {s['failed_attempts']} |"

@@ -102,7 +102,8 @@ def stage_table(
     files whose flow-run-id statistics leave the run out, so the cost follows the run,
     not the months of history kept).
 
-    ``busy_seconds`` adds up the task attempts (they overlap);
+    ``busy_seconds`` adds up the task attempts (they overlap), each the figure its
+    ``timed`` log line prints (not rounded further than that line's figure can show);
     ``wall_seconds`` is first start to last end.
     """
     prune: list[tuple[str, str, Any]] = [("flow_run_id", "=", flow_run_id)]
@@ -113,7 +114,7 @@ def stage_table(
                count(*) AS task_runs,
                sum(items) AS items,
                sum(bytes) AS bytes,
-               round(sum(seconds), 3) AS busy_seconds,
+               round(sum(seconds), 6) AS busy_seconds,
                round(epoch(max(ended_at)) - epoch(min(started_at)), 3) AS wall_seconds,
                max(attempts) AS max_attempt,
                count(*) FILTER (WHERE state <> 'completed') AS failed_attempts

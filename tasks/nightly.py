@@ -22,7 +22,7 @@ from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
-from tasks.timing import add_task_run_seconds, running_seconds
+from tasks.timing import running_seconds
 
 # The tags that name a source; a child gets its own, never another source's.
 SOURCE_TAGS = {"s3-ingest": "s3", "github-pulls": "github", "rest-ingest": "rest"}
@@ -145,10 +145,6 @@ def publish_nightly_summary(
     last_nights = nights.load(data_dir, staged_run=ids["flow_run_id"])
     chart_path = chart.write(settings.local_path, last_nights)
     stages = history.stages_of(data_dir, [(o.flow_name, o.flow_run_id) for o in outcomes])
-    for o in outcomes:  # each stage's figure by Prefect's rule: its task runs' time in Running
-        if o.flow_run_id:
-            # the children have ended: their task runs' final states are on their way
-            add_task_run_seconds(stages, o.flow_run_id, o.flow_name, wait=10.0)
     previous = previous_of_current_run(data_dir, ids)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []

@@ -17,7 +17,6 @@ from ingest.timing import human_bytes
 from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, record_current_run
 from tasks.progress import publish_progress
-from tasks.timing import add_task_run_seconds
 
 FAILED_OBJECTS_TAG = "failed-objects"
 FAILED_EXTRACTIONS_TAG = "failed-extractions"
@@ -51,16 +50,14 @@ def publish_summary(
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
-    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
-        add_task_run_seconds(summary.stages, summary.run_id)
     logger = get_run_logger()
     for s in summary.stages:
         logger.info(
-            "stage %s: %s task runs (%s s in Running, as the UI shows them), %s items, "
-            "%s bytes, wall %.2f s",
+            "stage %s: %s task runs (%.2f s in tasks, the sum of their lines' figures), "
+            "%s items, %s bytes, wall %.2f s",
             s["stage"],
             s["task_runs"],
-            s.get("run_seconds", "?"),
+            s["busy_seconds"] or 0,
             s["items"],
             s["bytes"],
             s["wall_seconds"] or 0,

@@ -27,7 +27,7 @@ from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
 from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, record_current_run, run_link
-from tasks.timing import add_task_run_seconds, timed
+from tasks.timing import timed
 
 
 def load_secret_block(name: str) -> str:
@@ -96,8 +96,6 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
-    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
-        add_task_run_seconds(summary.stages, summary.run_id)
     with Sends() as send:  # each artifact beside the history work, not after it
         send(
             create_table_artifact,

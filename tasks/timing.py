@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -49,62 +48,3 @@ def running_seconds(fallback: float, flow_run_id: Any = None) -> float:
     except Exception:  # no API (a run without a server): the time measured here
         return fallback
     return recorded or fallback
-
-
-def task_run_seconds(flow_run_id: object, wait: float = 0.0) -> dict[str, float]:
-    """Per task name, the sum of the flow run's task runs' time in Running as the server
-    records it (each task run's ``total_run_time``, the figure its UI shows): a stage's
-    duration by the same rule as a run's. Empty without a server.
-
-    Task run states reach the server as events, written by its recorder in batches: with
-    ``wait``, this process's events are sent first and the server is asked again (for at
-    most ``wait`` seconds) until every task run it lists has its final state."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    if wait:
-        from prefect.events.worker import EventsWorker
-
-        try:  # a worker that never started has nothing to send
-            EventsWorker.drain_all(timeout=wait)
-        except Exception as exc:
-            get_run_logger().debug("events not drained: %s", exc)
-    deadline = time.monotonic() + wait
-    try:
-        with get_client(sync_client=True) as client:
-            while True:
-                runs, offset = [], 0
-                while True:
-                    page = client.read_task_runs(
-                        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
-                        limit=200,
-                        offset=offset,
-                    )
-                    runs += page
-                    if len(page) < 200:
-                        break
-                    offset += 200
-                final = all(t.state is not None and t.state.is_final() for t in runs)
-                if final or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.2)  # the recorder's next batch
-    except Exception:  # no API (a run without a server): the stage tables' own figures
-        return {}
-    totals: dict[str, float] = {}
-    for t in runs:
-        name = t.name.rsplit("-", 1)[0]  # "download-batch-3f2": its task's name
-        totals[name] = totals.get(name, 0.0) + t.total_run_time.total_seconds()
-    return totals
-
-
-def add_task_run_seconds(
-    stages: list[dict[str, Any]], flow_run_id: object, label: str = "", wait: float = 0.0
-) -> None:
-    """Give each stage row of ``flow_run_id`` (named ``label: stage`` with a label) its
-    ``run_seconds``: the sum of its task runs' figures, as the Prefect UI shows them
-    (``wait``: see ``task_run_seconds``)."""
-    totals = task_run_seconds(flow_run_id, wait)
-    prefix = f"{label}: " if label else ""
-    for s in stages:
-        name = str(s["stage"])
-        if name.startswith(prefix) and name[len(prefix) :] in totals:
-            s["run_seconds"] = round(totals[name[len(prefix) :]], 3)

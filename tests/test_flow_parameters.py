@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prefect.utilities.callables import parameter_schema
 
+from deployments import project
+from dev import serve_demo
 from flows.github_pulls import github_pulls
 from flows.nightly import nightly
 from flows.s3_ingest import s3_ingest
@@ -19,8 +23,12 @@ def test_every_parameter_is_described(flow) -> None:
 
 def test_bounds_survive_into_the_schema() -> None:
     properties = parameter_schema(s3_ingest).model_dump()["properties"]
-    concurrency = properties["concurrency"]["anyOf"][0]
-    assert (concurrency["minimum"], concurrency["maximum"]) == (1, 512)
+    concurrency = properties["concurrency"]
+    assert (concurrency["type"], concurrency["minimum"], concurrency["maximum"]) == (
+        "integer",
+        1,
+        512,
+    )
     assert properties["bucket"]["minLength"] == 3
 
 
@@ -30,7 +38,7 @@ def test_the_run_form_shows_each_bound(flow) -> None:
     and nothing in it reads as an HTML tag."""
     properties = parameter_schema(flow).model_dump()["properties"]
     for name, p in properties.items():
-        schema = p.get("anyOf", [p])[0]
+        schema = p
         low = schema.get("minimum", schema.get("minLength", schema.get("minItems")))
         high = schema.get("maximum", schema.get("maxLength", schema.get("maxItems")))
         if low is not None and high is not None:
@@ -38,6 +46,68 @@ def test_the_run_form_shows_each_bound(flow) -> None:
         elif low is not None:
             assert f"at least {low}" in p["description"], (name, p["description"])
         assert "<" not in p["description"], (name, p["description"])
+
+
+# The types the UI's run form has an input for (a schema without one is a JSON editor,
+# and the null choice of an anyOf reads 'Property is type "None"').
+FORM_TYPES = {"string", "integer", "number", "boolean", "array", "object"}
+
+
+def deployed_flows() -> list[Any]:
+    from prefect.flows import load_flow_from_entrypoint
+
+    entries = project.deployments(project.load())
+    return [load_flow_from_entrypoint(f"{project.PROJECT_ROOT / e['entrypoint']}") for e in entries]
+
+
+@pytest.mark.parametrize("flow", deployed_flows(), ids=lambda f: f.name)
+def test_every_parameter_has_an_input_in_the_run_form(flow) -> None:
+    """Each parameter of each deployed flow is one input of its own type, an optional one
+    too: no null choice and no null default (the form shows that default as an error);
+    the flow still takes None for it."""
+    schema = parameter_schema(flow).model_dump()
+    assert schema == flow.parameters.model_dump()  # the flow's and what deploys read
+    unset = [n for n, p in schema["properties"].items() if "default" not in p]
+    for name, p in schema["properties"].items():
+        assert "anyOf" not in p and p.get("type") in FORM_TYPES, (name, p)
+        assert p.get("default", "unset") is not None, (name, p)
+    optional = [n for n in unset if n not in schema["required"]]
+    assert optional, schema
+    for name in optional:
+        assert flow.validate_parameters({name: None, **required_values(flow)})[name] is None
+    assert flow.with_options(name="other").parameters.model_dump() == schema
+
+
+def required_values(flow: Any) -> dict[str, Any]:
+    examples = {"bucket": "a-bucket", "repos": ["o/r"], "source": "sources/tickets.yaml"}
+    required = parameter_schema(flow).model_dump()["required"]
+    return {n: examples[n] for n in required}
+
+
+@pytest.mark.parametrize("overrides", [False, True], ids=["prefect.yaml", "demo"])
+def test_deployment_parameters_pass_the_servers_check(overrides: bool) -> None:
+    """The server checks a deployment's parameters against the flow's schema as written
+    (no null for a typed input), and a run's (the deployment's merged with the run's) the
+    way it reads a schema, where a property neither required nor defaulted may be null:
+    each deployment's pass both, a run giving None for any optional parameter too; a
+    value of another type does not."""
+    from prefect._internal.schemas.validators import validate_values_conform_to_schema
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.schema_tools.validation import validate
+
+    config = project.load()
+    if overrides:
+        config = project.with_parameters(config, serve_demo.load_overrides())
+    for entry in project.deployments(config):
+        flow = load_flow_from_entrypoint(f"{project.PROJECT_ROOT / entry['entrypoint']}")
+        schema = parameter_schema(flow).model_dump()
+        parameters = entry.get("parameters") or {}
+        validate_values_conform_to_schema(parameters, schema, ignore_required=True)
+        assert validate(parameters, schema) == [], (entry["name"], parameters)
+        optional = {n: None for n in schema["properties"] if n not in schema["required"]}
+        optional = {n: v for n, v in optional.items() if "default" not in schema["properties"][n]}
+        assert optional and validate({**parameters, **optional}, schema) == [], optional
+        assert validate({**parameters, "data_dir": 3}, schema), "a number is no folder"
 
 
 def test_bucket_bounds_agree_between_flows() -> None:

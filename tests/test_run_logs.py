@@ -12,7 +12,12 @@ import pyarrow as pa
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.logging.handlers import APILogHandler
 
 import flows  # noqa: F401  (attaches the handler, as every process running a flow does)
@@ -83,3 +88,55 @@ def test_lines_outside_any_run_stay_local(caplog: pytest.LogCaptureFixture) -> N
     with caplog.at_level(logging.WARNING):
         logging.getLogger("ingest.test").warning("no run here")
     assert "without a flow run id" not in caplog.text
+
+
+def test_a_failure_has_one_traceback_in_the_run_logs(prefect_harness: None) -> None:
+    """A task failing in a child flow called by a task of a parent flow (a nightly's
+    child): Prefect's engine logs the failure at each of the four levels; the API holds
+    one traceback, on the failed task's line, and every level's line still names the
+    cause."""
+    from prefect import task
+
+    @task(name="breaks")
+    def breaks() -> None:
+        raise ValueError("the cause, said once")
+
+    @flow(name="child-of-failure")
+    def child() -> None:
+        breaks()
+
+    @task(name="run-child")
+    def run_child() -> None:
+        child()
+
+    @flow(name="parent-of-failure")
+    def parent() -> None:
+        run_child()
+
+    state = parent(return_state=True)
+    assert state.is_failed()
+    APILogHandler().flush()
+    parent_id = state.state_details.flow_run_id
+
+    async def failure_logs() -> list[Any]:
+        async with get_client() as client:
+            [kid] = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
+                )
+            )
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[parent_id, kid.id]))
+            )
+        return [log for log in logs if log.level >= logging.ERROR]
+
+    errors = asyncio.run(failure_logs())
+    with_traceback = [e for e in errors if "Traceback (most recent call last)" in e.message]
+    assert len(with_traceback) == 1, [e.message for e in errors]
+    [first] = with_traceback
+    assert first.name == "prefect.task_runs" and first.message.startswith("Task run failed")
+    assert "ValueError: the cause, said once" in first.message
+    starts = ("Task run failed with exception", "Encountered exception during execution")
+    raised = [e for e in errors if e.message.startswith(starts)]
+    assert len(raised) == 4, [e.message for e in errors]  # each level's own line is kept
+    assert all("the cause, said once" in e.message for e in errors), [e.message for e in errors]
