@@ -52,7 +52,7 @@ test: setup
 # The long Dask scenarios (about 3 min): the ingest command from three folders with the
 # downloads on object storage, a worker killed mid-run. `make test` runs the short one.
 test-cluster: setup
-	$(VENV)/bin/pytest -m cluster tests/test_dask_cluster.py tests/test_github_dask.py $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m cluster tests/flows/test_dask_cluster.py tests/flows/test_github_dask.py $(PYTEST_ARGS)
 
 # The fault-injection suite, every trial (about 18 min); `make test` runs a short seeded
 # subset of it. Writes chaos-results.json and the table of "Faults it survives" in
@@ -65,7 +65,7 @@ chaos: setup
 # Two `ingest github` commands under shared limits, and without them (the control);
 # `make test` runs the same scenario with the plain fetch in two processes.
 limits: setup
-	LIMITS_FULL=1 $(VENV)/bin/pytest -m limits tests/test_shared_limits.py $(PYTEST_ARGS)
+	LIMITS_FULL=1 $(VENV)/bin/pytest -m limits tests/ingest/rest/test_shared_limits.py $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -326,7 +326,7 @@ def lake_of(data_dir: str | None) -> Any:
 
 
 # The bounds of the s3-ingest flow's bucket parameter (S3's own), checked by the command
-# before it imports the flow (and Prefect with it); tests/test_cli_options.py compares them.
+# before it imports the flow (and Prefect with it); tests/cli/test_cli_options.py compares them.
 BUCKET_LENGTH = (3, 63)
 
 

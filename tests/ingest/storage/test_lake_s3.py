@@ -25,9 +25,7 @@ from ingest import storage
 from ingest.errors import CredentialsError, EndpointError
 from ingest.settings import Settings
 from ingest.storage import lake, location
-from tests.helpers import put_many
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT, put_many
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 ``ingest serve`` deploys ``prefect.yaml`` as it is, so no deployment may point at a
 server on loopback; the demo of the checkout (``dev/serve_demo.py``) merges the
 parameters of ``dev/prefect.demo.yaml`` over it, which may set only parameters that the
-deployments' flows take. (``tests/test_deployments.py`` deploys both on a real server.)
+deployments' flows take. (``tests/deployments/test_deployments.py`` deploys both on a real server.)
 """
 
 from __future__ import annotations

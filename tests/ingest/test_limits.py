@@ -69,7 +69,7 @@ def test_a_busy_warehouse_is_reported_with_what_to_do(
 
     from flows.s3_ingest import s3_ingest
     from ingest import storage
-    from tests.test_run_logs import stored_logs
+    from tests.flows.test_run_logs import stored_logs
 
     s3.put_object(Bucket=bucket, Key="a.txt", Body=b"alpha")
     data_dir.mkdir(parents=True)

@@ -12,6 +12,7 @@ from dev import serve_demo
 from flows.github_pulls import github_pulls
 from flows.nightly import nightly
 from flows.s3_ingest import s3_ingest
+from tests.helpers import ROOT
 
 
 @pytest.mark.parametrize("flow", [s3_ingest, github_pulls, nightly], ids=lambda f: f.name)
@@ -123,7 +124,7 @@ def test_parameters_reach_the_api_as_prefect_would_send_them() -> None:
     import datetime as dt
     import subprocess
     import sys
-    from pathlib import Path, PurePosixPath
+    from pathlib import PurePosixPath
 
     from prefect import Flow
 
@@ -157,7 +158,7 @@ def test_parameters_reach_the_api_as_prefect_would_send_them() -> None:
         "s3_ingest.serialize_parameters({'bucket': 'b', 'n': 1, 'xs': ['a']}); "
         "print('fastapi' in sys.modules)"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
     )

@@ -27,7 +27,8 @@ from tests.helpers import ROOT, put_many, rows
 pytestmark = pytest.mark.flow
 
 # docs/documents.md asks about drawings, pages and chunks this folder has none of: its
-# queries run over a lake of the shared fixture documents (tests/test_extract_structure.py).
+# queries run over a lake of the shared fixture documents
+# (tests/ingest/extract/test_extract_structure.py).
 OWN_TEST = {"documents.md"}
 PAGES = [
     ROOT / "README.md",

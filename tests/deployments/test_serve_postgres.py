@@ -23,8 +23,8 @@ import pytest
 from deployments import auth
 from dev.servers import postgres
 from dev.servers.s3 import free_port
+from tests.deployments.test_deployments import run_s3_deployment
 from tests.helpers import put_many, rows, run_cli
-from tests.test_deployments import run_s3_deployment
 
 pytestmark = pytest.mark.deployment
 needs_postgres = pytest.mark.skipif(

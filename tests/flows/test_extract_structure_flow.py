@@ -15,7 +15,11 @@ from flows.s3_ingest import s3_ingest
 from ingest import search
 from ingest.extract.structure import CURRENT
 from tests.helpers import put_many, rows
-from tests.test_extract_structure import multi_page_pdf, styled_word_document, title_block_drawing
+from tests.ingest.extract.test_extract_structure import (
+    multi_page_pdf,
+    styled_word_document,
+    title_block_drawing,
+)
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 

@@ -22,6 +22,7 @@ from ingest.extract.structure import rows as structure_rows
 from ingest.records import Document
 from ingest.settings import Settings
 from tests.extract_support import FIXTURES, KOREAN, cid_pdf
+from tests.helpers import ROOT
 from tests.helpers import rows as query
 
 pytestmark = pytest.mark.skipif(
@@ -385,7 +386,7 @@ def test_structured_tables_in_the_lake_answer_the_documented_queries(
     ]
 
     # Every query of the documents page runs, and the title-block one finds the drawing.
-    docs_page = (Path(__file__).resolve().parents[1] / "docs" / "documents.md").read_text()
+    docs_page = (ROOT / "docs" / "documents.md").read_text()
     blocks = [b.split("```", 1)[0] for b in docs_page.split("```sql\n")[1:]]
     statements = [
         s.strip() for b in blocks for s in b.split(";") if s.strip().startswith(("SELECT", "PIVOT"))

@@ -25,9 +25,9 @@ import pytest
 
 from deployments import auth, local_api
 from dev.servers.s3 import free_port
+from tests.deployments.test_deployments import RUN_DEADLINE, run_s3_deployment
+from tests.deployments.test_serve_postgres import Output
 from tests.helpers import put_many, rows, run_cli
-from tests.test_deployments import RUN_DEADLINE, run_s3_deployment
-from tests.test_serve_postgres import Output
 
 pytestmark = pytest.mark.deployment
 
