@@ -117,9 +117,39 @@ class IngestFlow(Flow[P, R]):
             plain.update(super().serialize_parameters(rest))
         return {k: plain[k] for k in parameters if k in plain}
 
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        timeout_seconds: float | Callable[[], float] | None = None,
+        **options: Any,
+    ) -> None:
+        # A callable limit is read when Prefect asks for it, as each run starts
+        # (tasks.limits.flow_seconds: the settings of the process running the flow), not
+        # when the flow is decorated at import.
+        self._limit = timeout_seconds
+        super().__init__(fn, timeout_seconds=None, **options)
+
+    @property  # type: ignore[override]
+    def timeout_seconds(self) -> float | None:
+        """The run's time limit: a number given, or what the callable given says now."""
+        limit = self.__dict__.get("_limit")
+        return float(limit()) if callable(limit) else limit
+
+    @timeout_seconds.setter
+    def timeout_seconds(self, value: float | None) -> None:
+        # Flow.__init__ sets None for the callable it was not given: keep the callable.
+        if value is not None or not callable(self.__dict__.get("_limit")):
+            self.__dict__["_limit"] = value
+
     def with_options(self, **options: Any) -> IngestFlow[P, R]:  # type: ignore[override]
+        limit = options.get("timeout_seconds")
         new = super().with_options(**options)
         new.__class__ = type(self)  # Flow.with_options builds a plain Flow
+        # ... whose __init__ stored a number where this flow holds a callable: the copy
+        # keeps the callable unless given a limit of its own.
+        new.__dict__.pop("timeout_seconds", None)
+        new.__dict__["_limit"] = self._limit if limit is None else limit
         return new  # type: ignore[return-value]
 
 

@@ -94,7 +94,7 @@ class TooManyFailuresError(IngestError):
 
 @ingest_flow(
     name="s3-ingest",
-    timeout_seconds=limits.FLOW_SECONDS,
+    timeout_seconds=limits.flow_seconds,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits

@@ -78,8 +78,8 @@ class Settings(BaseSettings):
         6 * 3600.0,
         gt=0,
         description="Seconds a flow run (s3-ingest, github-pulls, nightly) may take before "
-        "Prefect ends it as TimedOut; its staged rows are committed. Read when the flows are "
-        "imported (the worker's start).",
+        "Prefect ends it as TimedOut; its staged rows are committed. Read from the "
+        "environment of the process running the flow, as each run starts.",
     )
     staging_stale_after: float = Field(
         300.0,
