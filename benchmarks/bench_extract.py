@@ -351,19 +351,25 @@ def run_overlap(
                 )
             )
 
+        # One connection for every round (as one run's tasks share theirs): the rounds
+        # differ only in their data_dir.
+        conn = s3.S3Connection.open(
+            settings.model_copy(
+                update={"s3_endpoint_url": server.url, "s3_concurrency": concurrency}
+            )
+        )
+
         def listing(cfg: Any) -> list[Any]:
-            client, objects, token = s3.make_client(cfg), [], None
+            objects, token = [], None
             while True:
-                page = s3.list_page(client, "bench", "in/", token)
+                page = s3.list_page(conn.client, "bench", "in/", token)
                 objects += page.objects
                 if not page.next_token:
                     return objects
                 token = page.next_token
 
         def download(cfg: Any, batch: list[Any], i: int) -> list[tuple[str, str, str]]:
-            results = sync.download_batch(
-                s3.make_client(cfg), cfg, batch, prefix="in/", run_id=f"r{i}"
-            )
+            results = sync.download_batch(conn, cfg, batch, prefix="in/", run_id=f"r{i}")
             return [(r.key, r.etag or "", r.local_path) for r in results if r.local_path]
 
         for mode in ("sequential", "overlapped") * rounds:
@@ -409,6 +415,7 @@ def run_overlap(
                     for f in futures:
                         f.result()
             series[f"{mode}_seconds"].append(time.perf_counter() - start)
+        conn.close()
     series.pop("round")
     out |= {k: statistics.median(v) for k, v in series.items()}
     out["ratios"] = [

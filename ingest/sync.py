@@ -44,7 +44,7 @@ def path_claims(run_id: str, root: object, fold: bool) -> keys.PathClaims:
 
 
 def download_batch(
-    client: Any,
+    conn: s3.S3Connection,
     settings: Settings,
     objects: Sequence[S3Object],
     *,
@@ -94,7 +94,7 @@ def download_batch(
             continue
         jobs.append((obj, dest))
 
-    for obj, dest, outcome in s3.BatchDownloader(client, settings, root).run(jobs):
+    for obj, dest, outcome in s3.BatchDownloader(conn, settings, root).run(jobs):
         if isinstance(outcome, s3.Fetched):
             results.append(
                 row(

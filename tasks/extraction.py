@@ -20,7 +20,7 @@ from ingest import fetch, sync
 from ingest.extract import batch, structure
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
-from tasks.s3 import client_for
+from tasks.s3 import run_context
 from tasks.timing import timed
 
 
@@ -72,7 +72,7 @@ def extract_stored(
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)
     with tempfile.TemporaryDirectory(prefix="ingest-extract-") as tmp:
         readable = fetch.materialize(
-            client_for(settings),
+            run_context(settings, run_id).s3,
             settings,
             objects.objects(),
             [p for _k, _e, p in stored],

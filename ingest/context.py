@@ -1,0 +1,125 @@
+"""A run's context: what one run holds open, opened at its start and closed at its end.
+
+``RunContext`` holds the run's settings and id, its lake (``settings.lake``), its S3
+connection (``ingest.s3.S3Connection``, built on first use from the settings, or
+handed in: a test's client) and its listing database (``ingest.changes.ListingDatabase``).
+Closing it closes them: the client's connections, the request lanes, the DuckDB.
+
+Library functions never look a context up: they take what they need (a connection, a
+listing database) as arguments. Only the tasks (``tasks/``) find the context of their
+run, by run id, among the contexts open in their process:
+
+* the flow opens its context (``opened``) and closes it at its end; its tasks on the
+  flow's own threads find that one;
+* a task on a Dask worker (another process, maybe another machine) receives only small
+  parameters (the settings without their secrets, the run id) and opens the run's
+  context in that process on first use (``for_run``); the flow's batch runner closes
+  those on every worker at the run's end (``close_run``, ``tasks.runners.batch_runner``).
+
+That table of open contexts is the one piece of a run's state kept by a module: a task
+cannot receive an open client or database as a parameter (on Dask it is pickled
+through the scheduler), so it finds them where it runs. It holds only the contexts
+runs opened, and each is closed explicitly by its run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ingest.changes import ListingDatabase
+from ingest.s3.client import S3Connection
+from ingest.settings import Settings
+from ingest.storage.location import LakeLocation
+
+
+class RunContext:
+    """What one run holds open (see the module docstring). Thread-safe."""
+
+    def __init__(self, settings: Settings, run_id: str, *, s3: S3Connection | None = None) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self.listing = ListingDatabase()
+        self._s3 = s3
+        self._owns_s3 = s3 is None  # a connection handed in is its giver's to close
+        self._lock = threading.Lock()
+
+    @property
+    def lake(self) -> LakeLocation:
+        """Where the run's tables are."""
+        return self.settings.lake
+
+    @property
+    def s3(self) -> S3Connection:
+        """The run's S3 connection: the one handed in, else one built from the settings on
+        first use (a run that never reads a bucket opens none)."""
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = S3Connection.open(self.settings)
+            return self._s3
+
+    def close(self) -> None:
+        """Close what the run opened: the listing database and its own S3 connection."""
+        self.listing.close()
+        with self._lock:
+            conn, self._s3 = (self._s3 if self._owns_s3 else None), None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_open: dict[str, RunContext] = {}
+_open_lock = threading.Lock()
+
+
+@contextmanager
+def opened(
+    settings: Settings, run_id: str, *, s3: S3Connection | None = None
+) -> Iterator[RunContext]:
+    """Open the context of run ``run_id`` for the ``with`` block (the flow's whole run),
+    where this process's tasks of that run find it (``for_run``); closed at the end."""
+    ctx = RunContext(settings, run_id, s3=s3)
+    with _open_lock:
+        if run_id in _open:
+            raise RuntimeError(f"the context of run {run_id} is open already")
+        _open[run_id] = ctx
+    try:
+        yield ctx
+    finally:
+        with _open_lock:
+            _open.pop(run_id, None)
+        ctx.close()
+
+
+def for_run(settings: Settings, run_id: str) -> RunContext:
+    """The open context of run ``run_id`` in this process: the flow's (a task on its
+    threads), else one opened here now from ``settings`` (a task on a Dask worker),
+    closed by ``close_run`` at the run's end."""
+    with _open_lock:
+        ctx = _open.get(run_id)
+        if ctx is None:
+            ctx = _open[run_id] = RunContext(settings, run_id)
+        return ctx
+
+
+def open_runs() -> list[str]:
+    """The runs whose context is open in this process."""
+    with _open_lock:
+        return sorted(_open)
+
+
+def close_run(run_id: str) -> bool:
+    """Close the context ``for_run`` opened for ``run_id`` in this process (a Dask
+    worker's, at the run's end); whether there was one."""
+    with _open_lock:
+        ctx = _open.pop(run_id, None)
+    if ctx is None:
+        return False
+    ctx.close()
+    return True
