@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ingest import keys, sync
 from ingest.extract import batch
+from ingest.extract.pool import WorkerPool
 from ingest.records import Document, ObjectResult, S3Object
 from ingest.s3 import S3Connection
 from ingest.settings import Settings
@@ -59,10 +60,15 @@ def fetch_batch(
     run_id: str,
     extract: bool,
     extractor: str = batch.DEFAULT_EXTRACTOR,
+    pool: WorkerPool | None = None,
+    ocr_pool: WorkerPool | None = None,
+    started: float | None = None,
 ) -> tuple[list[ObjectResult], list[Document]]:
     """Download ``objects``, extract the ones downloaded, place or drop the files.
 
-    Returns the batch's ``s3_objects`` rows and ``documents`` rows.
+    Returns the batch's ``s3_objects`` rows and ``documents`` rows. ``pool``,
+    ``ocr_pool`` and ``started``: the run's extraction pools and when it started
+    extracting (``ingest.extract.batch.extract_batch``).
     """
     if not objects:
         return [], []
@@ -76,7 +82,16 @@ def fetch_batch(
             if r.status == "downloaded" and r.local_path
         ]
         docs = (
-            batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
+            batch.extract_batch(
+                settings,
+                bucket,
+                stored,
+                run_id=run_id,
+                extractor=extractor,
+                pool=pool,
+                ocr_pool=ocr_pool,
+                started=started,
+            )
             if extract
             else []
         )

@@ -74,6 +74,16 @@ def run_context(settings: Settings, run_id: str) -> RunContext:
     return context.for_run(settings, run_id)
 
 
+def pools(ctx: RunContext) -> dict[str, Any]:
+    """The run's extraction pools and budget start, as ``extract_batch`` takes them (the
+    OCR pool only with OCR on: no pool thread for a run that never OCRs)."""
+    return {
+        "pool": ctx.pool,
+        "ocr_pool": ctx.ocr_pool if ctx.settings.ocr_enabled else None,
+        "started": ctx.extract_started(),
+    }
+
+
 @task(name="check-bucket", cache_policy=NO_CACHE)
 def check_bucket(settings: Settings, run_id: str, bucket: str) -> int:
     """Fail fast on a missing bucket or rejected credentials; sweep stale temp files."""
@@ -137,15 +147,17 @@ def download_batch(
 
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
+    ctx = run_context(settings, spec.run_id)
     if extract:
-        extraction.warm_pool(settings)
+        ctx.pool.warm()
     with timed(settings.lake) as t:
         results = sync.download_batch(
-            run_context(settings, spec.run_id).s3,
+            ctx.s3,
             settings,
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
+            claims=ctx.claims,
         )
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
@@ -170,17 +182,19 @@ def fetch_batch(
     No task retries, as ``download-batch``: per-object failures are rows. A worker lost
     mid-batch is Dask's to handle: the scheduler runs the batch again on another worker.
     """
+    ctx = run_context(settings, spec.run_id)
     if extract:
-        extraction.warm_pool(settings)  # the workers start while the batch downloads
+        ctx.pool.warm()  # the workers start while the batch downloads
     with timed(settings.lake) as t:
         results, docs = fetch.fetch_batch(
-            run_context(settings, spec.run_id).s3,
+            ctx.s3,
             settings,
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
             extract=extract,
             extractor=extractor,
+            **(pools(ctx) if extract else {}),
         )
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)

@@ -11,6 +11,8 @@ from typing import Any
 
 from dev.servers.s3 import DevServer
 from ingest import fetch
+from ingest.extract.batch import pool_config
+from ingest.extract.pool import WorkerPool
 from ingest.records import S3Object
 from ingest.s3 import S3Connection
 from ingest.settings import Settings
@@ -46,9 +48,16 @@ def test_files_copied_to_object_storage_then_gone_from_the_worker(
     settings = settings_for(s3_server, tmp_path, s3_download_dir=f"s3://{dest}/copies/")
     client = S3Connection.open(settings)
 
-    results, docs = fetch.fetch_batch(
-        client, settings, listed(s3, bucket, "in/"), prefix="in/", run_id="r1", extract=True
-    )
+    with WorkerPool(pool_config(settings)) as pool:
+        results, docs = fetch.fetch_batch(
+            client,
+            settings,
+            listed(s3, bucket, "in/"),
+            prefix="in/",
+            run_id="r1",
+            extract=True,
+            pool=pool,
+        )
     assert {r.key: r.local_path for r in results} == {
         k: f"s3://{dest}/copies/{k.removeprefix('in/')}" for k in bodies
     }
