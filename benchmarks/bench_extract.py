@@ -632,7 +632,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Pool start-up (its first jobs: the fork server, started with subprocess, "
         f"importing the parsers; {pl['workers']} workers forked from it): "
         f"{pl['start_seconds']:.2f} s, then a warm-up pass over one copy of the corpus "
-        f"({pl['warmup_seconds']:.2f} s), both paid once per process and not in the figures "
+        f"({pl['warmup_seconds']:.2f} s), both paid once per run (its pool) and not in the figures "
         "above; a replaced worker is forked from the warm fork server.",
         f"- Outcomes: {pl['statuses']}.",
         "",

@@ -10,9 +10,9 @@ client's timeouts and a connection pool as large as the client's. Measured on 64
 threads, ~30 KB objects, 20 ms of latency: ~0.3-0.4 ms of client CPU per GET
 against ~0.7 ms for botocore's SigV4 signer on the client's urllib3 session (the
 previous path) and ~1.8 ms for ``client.get_object`` (see benchmarks/README.md).
-obstore's blocking ``get`` releases the GIL, so the GETs stay on the process-wide
-thread pool shared by batch tasks; ``get_async`` on one event loop cost more CPU per
-GET (~0.55-0.6 ms).
+obstore's blocking ``get`` releases the GIL, so the GETs stay on the run's request
+lanes, a thread pool shared by its batch tasks (``S3Connection.lanes``); ``get_async``
+on one event loop cost more CPU per GET (~0.55-0.6 ms).
 
 The first two retry layers (see ``ingest.s3``) live here: ``_get_obstore`` retries
 each request, ``_stream`` resumes a body broken mid-transfer.
