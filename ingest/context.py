@@ -152,13 +152,19 @@ def opened(
         ctx.close()
 
 
-def for_run(settings: Settings, run_id: str) -> RunContext:
+def for_run(settings: Settings, run_id: str, *, open_here: bool = False) -> RunContext:
     """The open context of run ``run_id`` in this process: the flow's (a task on its
-    threads), else one opened here now from ``settings`` (a task on a Dask worker),
-    closed by ``close_run`` at the run's end."""
+    threads); else, with ``open_here`` (a task on a Dask worker), one opened here now from
+    ``settings``, closed by ``close_run`` at the run's end. Without ``open_here`` a run
+    with no open context here is an error: nothing would close what it opened."""
     with _open_lock:
         ctx = _open.get(run_id)
         if ctx is None:
+            if not open_here:
+                raise RuntimeError(
+                    f"no open context for run {run_id} in this process: the flow opens it "
+                    "(ingest.context.opened) around the tasks it runs"
+                )
             ctx = _open[run_id] = RunContext(settings, run_id)
         return ctx
 

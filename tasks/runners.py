@@ -141,15 +141,23 @@ def submit(runner: TaskRunner[Any], task: Task[..., Any], **parameters: Any) -> 
     return runner.submit(task, kept)
 
 
-def worker_name() -> str:
-    """Who runs the current task: the Dask worker's name (its address unless named) on a
-    cluster, else ``host:pid``."""
+def dask_worker() -> Any | None:
+    """The Dask worker running the current task, or None."""
     # A Dask worker has imported distributed; any other process need not (importing it to
     # ask cost every thread-runner run 0.3 s).
     distributed = sys.modules.get("distributed")
     if distributed is not None:
         try:
-            return str(distributed.get_worker().name)
+            return distributed.get_worker()
         except ValueError:  # not inside a worker's task
             pass
+    return None
+
+
+def worker_name() -> str:
+    """Who runs the current task: the Dask worker's name (its address unless named) on a
+    cluster, else ``host:pid``."""
+    worker = dask_worker()
+    if worker is not None:
+        return str(worker.name)
     return f"{socket.gethostname()}:{os.getpid()}"

@@ -32,6 +32,7 @@ from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
+from tasks.runners import dask_worker
 from tasks.timing import timed
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,9 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
 
 def run_context(settings: Settings, run_id: str) -> RunContext:
     """The context of run ``run_id`` in this process (``ingest.context.for_run``): the
-    flow's, or on a Dask worker the one this worker holds for the run."""
-    return context.for_run(settings, run_id)
+    flow's, or on a Dask worker the one this worker holds for the run (opened by its
+    first task there, closed by the flow's batch runner at the run's end)."""
+    return context.for_run(settings, run_id, open_here=dask_worker() is not None)
 
 
 def pools(ctx: RunContext) -> dict[str, Any]:
