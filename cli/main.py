@@ -807,14 +807,14 @@ def alerts_command(
     from deployments import alerts
 
     settings = Settings()
-    if not settings.alert_block:
+    if not settings.alert.block:
         typer.echo("error: set INGEST_ALERT_BLOCK to <block type slug>/<name>", err=True)
         raise typer.Exit(2)
     try:
         if apply:
             typer.echo(f"created: {', '.join(alerts.apply(settings))}")
             return
-        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert_block), settings))
+        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert.block), settings))
     except alerts.AlertConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

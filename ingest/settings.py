@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ingest.storage.location import SCHEME, LakeLocation, parse_root
@@ -20,11 +20,42 @@ from ingest.storage.location import SCHEME, LakeLocation, parse_root
 MiB = 1024 * 1024
 
 
+class AlertSettings(BaseModel):
+    """The alerts of ``automations.yaml`` (``INGEST_ALERT_*``), created by ``ingest serve``."""
+
+    block: str | None = Field(
+        None,
+        description="Prefect notification block the alerts go to, as <block type slug>/<name> "
+        "(custom-webhook/nightly-alerts, slack-webhook/..., email/...); empty: no alerts.",
+    )
+    late_after: float = Field(
+        1800.0,
+        ge=10,
+        description="Seconds a Late nightly run may wait to start before the late alert "
+        "(Prefect's proactive triggers need at least 10).",
+    )
+    stale_after: float = Field(
+        26 * 3600.0,
+        ge=10,
+        description="Seconds without a completed nightly run before the stale alert.",
+    )
+
+
 class Settings(BaseSettings):
-    """Defaults for every run; see the field descriptions."""
+    """Defaults for every run; see the field descriptions.
+
+    A concern's settings are grouped in a sub-model (``alert``: ``AlertSettings``) whose
+    variables keep the flat names: ``INGEST_ALERT_LATE_AFTER`` is ``alert.late_after``
+    (the first ``_`` after the prefix splits the group from its field).
+    """
 
     model_config = SettingsConfigDict(
-        env_prefix="INGEST_", env_file=".env", extra="ignore", validate_default=True
+        env_prefix="INGEST_",
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
     )
 
     data_dir: Path | str = Field(
@@ -89,22 +120,7 @@ class Settings(BaseSettings):
     )
 
     # --- alerts (automations.yaml, created by `ingest serve`) -------------------
-    alert_block: str | None = Field(
-        None,
-        description="Prefect notification block the alerts go to, as <block type slug>/<name> "
-        "(custom-webhook/nightly-alerts, slack-webhook/..., email/...); empty: no alerts.",
-    )
-    alert_late_after: float = Field(
-        1800.0,
-        ge=10,
-        description="Seconds a Late nightly run may wait to start before the late alert "
-        "(Prefect's proactive triggers need at least 10).",
-    )
-    alert_stale_after: float = Field(
-        26 * 3600.0,
-        ge=10,
-        description="Seconds without a completed nightly run before the stale alert.",
-    )
+    alert: AlertSettings = Field(default_factory=AlertSettings)
 
     # --- the Prefect server of `ingest serve` ----------------------------------
     serve_database_url: SecretStr | None = Field(

@@ -1,0 +1,43 @@
+"""A concern's settings grouped in a sub-model keep their variable names: the environment,
+a ``.env`` file and keyword arguments all reach the group, and the reference page lists
+each of its variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.settings import AlertSettings, Settings
+
+
+def test_the_alert_group_reads_its_flat_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_ALERT_BLOCK", "custom-webhook/nightly-alerts")
+    monkeypatch.setenv("INGEST_ALERT_LATE_AFTER", "60")
+    monkeypatch.setenv("INGEST_DATA_DIR", "elsewhere")  # a flat field beside it is untouched
+    settings = Settings()
+    assert settings.alert == AlertSettings(
+        block="custom-webhook/nightly-alerts", late_after=60.0, stale_after=26 * 3600.0
+    )
+    assert settings.data_dir == Path("elsewhere")
+    # A keyword argument for one field of the group keeps the others from the environment.
+    assert Settings(alert={"stale_after": 100}).alert.late_after == 60.0
+    # A value out of the field's bounds names the variable's field.
+    monkeypatch.setenv("INGEST_ALERT_LATE_AFTER", "5")
+    with pytest.raises(ValueError, match=r"alert\.late_after"):
+        Settings()
+
+
+def test_a_dotenv_file_reaches_the_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("INGEST_ALERT_STALE_AFTER=7200\n", encoding="utf-8")
+    assert Settings().alert.stale_after == 7200.0
+
+
+def test_the_reference_lists_the_groups_variables() -> None:
+    from tools.gen_reference import render_settings
+
+    page = render_settings()
+    for name in ("INGEST_ALERT_BLOCK", "INGEST_ALERT_LATE_AFTER", "INGEST_ALERT_STALE_AFTER"):
+        assert f"| `{name}` |" in page
+    assert "INGEST_ALERT |" not in page
