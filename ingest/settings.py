@@ -20,6 +20,40 @@ from ingest.storage.location import SCHEME, LakeLocation, parse_root
 MiB = 1024 * 1024
 
 
+class HttpSettings(BaseModel):
+    """Every REST client's (GitHub and declared sources; ``INGEST_HTTP_*``)."""
+
+    adaptive: bool = Field(
+        True,
+        description="Find how many requests each host allows in flight (like TCP congestion "
+        "control) instead of sending the configured concurrency at once.",
+    )
+    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
+    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
+    # answers there before the first refusal could come back).
+    initial_window: int = Field(
+        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
+    )
+    # A limit answer comes back within one round trip, a page after its whole latency: a
+    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
+    # and overshoots a lower one by the levels opened while its refusal travels (one to
+    # three on a loaded loopback), not by a burst. Raise it for a far host.
+    ramp: float = Field(
+        0.02,
+        ge=0,
+        le=5,
+        description="Seconds between two new in-flight levels while a host's limit is unknown "
+        "(0: grow only per clean answer).",
+    )
+
+    max_page_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        description="Bytes of one API page read at most (as it streams in); a longer body is "
+        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
+    )
+
+
 class AlertSettings(BaseModel):
     """The alerts of ``automations.yaml`` (``INGEST_ALERT_*``), created by ``ingest serve``."""
 
@@ -376,7 +410,7 @@ class Settings(BaseSettings):
         ge=1,
         le=100,
         description="Most requests in flight across all repositories (GitHub allows at most "
-        "100); with http_adaptive the window finds the host's own limit below it.",
+        "100); with INGEST_HTTP_ADAPTIVE the window finds the host's own limit below it.",
     )
     github_rate_limit_reserve: int = Field(
         100,
@@ -442,35 +476,7 @@ class Settings(BaseSettings):
     )
 
     # --- Every REST client (GitHub and declared sources) -------------------------
-    http_adaptive: bool = Field(
-        True,
-        description="Find how many requests each host allows in flight (like TCP congestion "
-        "control) instead of sending the configured concurrency at once.",
-    )
-    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
-    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
-    # answers there before the first refusal could come back).
-    http_initial_window: int = Field(
-        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
-    )
-    # A limit answer comes back within one round trip, a page after its whole latency: a
-    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
-    # and overshoots a lower one by the levels opened while its refusal travels (one to
-    # three on a loaded loopback), not by a burst. Raise it for a far host.
-    http_ramp: float = Field(
-        0.02,
-        ge=0,
-        le=5,
-        description="Seconds between two new in-flight levels while a host's limit is unknown "
-        "(0: grow only per clean answer).",
-    )
-
-    http_max_page_bytes: int = Field(
-        64 * MiB,
-        ge=1024,
-        description="Bytes of one API page read at most (as it streams in); a longer body is "
-        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
-    )
+    http: HttpSettings = Field(default_factory=HttpSettings)
 
     # --- Limits shared across workers ------------------------------------------------
     shared_limits: Literal["auto", "on", "off"] = Field(

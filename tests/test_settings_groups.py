@@ -28,6 +28,13 @@ def test_the_alert_group_reads_its_flat_variables(monkeypatch: pytest.MonkeyPatc
         Settings()
 
 
+def test_the_http_group_reads_its_flat_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_HTTP_MAX_PAGE_BYTES", "2048")
+    monkeypatch.setenv("INGEST_HTTP_ADAPTIVE", "false")
+    http = Settings().http
+    assert (http.max_page_bytes, http.adaptive, http.initial_window) == (2048, False, 4)
+
+
 def test_a_dotenv_file_reaches_the_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text("INGEST_ALERT_STALE_AFTER=7200\n", encoding="utf-8")
@@ -38,6 +45,12 @@ def test_the_reference_lists_the_groups_variables() -> None:
     from tools.gen_reference import render_settings
 
     page = render_settings()
-    for name in ("INGEST_ALERT_BLOCK", "INGEST_ALERT_LATE_AFTER", "INGEST_ALERT_STALE_AFTER"):
+    for name in (
+        "INGEST_ALERT_BLOCK",
+        "INGEST_ALERT_LATE_AFTER",
+        "INGEST_ALERT_STALE_AFTER",
+        "INGEST_HTTP_ADAPTIVE",
+        "INGEST_HTTP_MAX_PAGE_BYTES",
+    ):
         assert f"| `{name}` |" in page
-    assert "INGEST_ALERT |" not in page
+    assert "INGEST_ALERT |" not in page and "INGEST_HTTP |" not in page
