@@ -260,7 +260,9 @@ def setting_option(name: str, help: str, *decls: str) -> Any:
     the command line itself, before anything is imported or started, and its help saying
     the variable and the default of ``Settings``, read from the field, so ``--help`` cannot
     drift from the runs (a hand-written "[..., 1]" once stood beside a default of 4)."""
-    field = Settings.model_fields[name]
+    field = Settings.field_of(name)
+    if field is None:
+        raise KeyError(f"no setting {name}")
     bounds: dict[str, Any] = {}
     for m in field.metadata:
         if getattr(m, "ge", None) is not None:

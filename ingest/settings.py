@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ingest.storage.location import SCHEME, LakeLocation, parse_root
 
 MiB = 1024 * 1024
+
+
+def _group(field: Any) -> bool:
+    """Whether a field of ``Settings`` is a concern's group (a sub-model)."""
+    kind = field.annotation
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _secret(field: Any) -> bool:
+    return field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+
+
+def _dotted(obj: Any, name: str) -> Any:
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class HttpSettings(BaseModel):
@@ -51,6 +68,22 @@ class HttpSettings(BaseModel):
         ge=1024,
         description="Bytes of one API page read at most (as it streams in); a longer body is "
         "a failed page, so a hostile or broken API cannot fill the flow's memory.",
+    )
+
+
+class ServeSettings(BaseModel):
+    """The Prefect server that ``ingest serve`` starts (``INGEST_SERVE_*``)."""
+
+    database_url: SecretStr | None = Field(
+        None,
+        description="Database of the Prefect server that `ingest serve` starts, as "
+        "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
+        "SQLite under PREFECT_HOME.",
+    )
+    database_url_file: Path | None = Field(
+        None,
+        description="A file holding the database URL (a secrets mount, mode 600), read when "
+        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
     )
 
 
@@ -157,12 +190,7 @@ class Settings(BaseSettings):
     alert: AlertSettings = Field(default_factory=AlertSettings)
 
     # --- the Prefect server of `ingest serve` ----------------------------------
-    serve_database_url: SecretStr | None = Field(
-        None,
-        description="Database of the Prefect server that `ingest serve` starts, as "
-        "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
-        "SQLite under PREFECT_HOME.",
-    )
+    serve: ServeSettings = Field(default_factory=ServeSettings)
 
     # --- What a deployment's run may point at (ingest.security) -------------------
     allowed_hosts: list[str] = Field(
@@ -203,11 +231,6 @@ class Settings(BaseSettings):
     git_ref: str | None = Field(
         None,
         description="Branch or tag of git_repository the workers clone; empty: its default branch.",
-    )
-    serve_database_url_file: Path | None = Field(
-        None,
-        description="A file holding serve_database_url (a secrets mount, mode 600), read when "
-        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
     )
 
     # --- Where the batch tasks run ----------------------------------------------
@@ -530,27 +553,54 @@ class Settings(BaseSettings):
     )
 
     @classmethod
+    def field_of(cls, variable: str) -> FieldInfo | None:
+        """The field the variable ``INGEST_<VARIABLE>`` sets (``S3_CONCURRENCY``, or a
+        group's field: ``SERVE_DATABASE_URL`` is ``serve.database_url``), or None."""
+        name = variable.lower().removeprefix("ingest_")
+        field = cls.model_fields.get(name)
+        if field is not None and not _group(field):
+            return field
+        group, _, sub = name.partition("_")
+        found = cls.model_fields.get(group)
+        if found is None or not _group(found):
+            return None
+        return found.annotation.model_fields.get(sub)  # type: ignore[union-attr]
+
+    @classmethod
     def secret_fields(cls) -> list[str]:
-        """The fields that hold a secret (``SecretStr``)."""
-        return [
-            name
-            for name, field in cls.model_fields.items()
-            if field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
-        ]
+        """The fields that hold a secret (``SecretStr``), a group's as ``group.field``
+        (``serve.database_url``)."""
+        found = []
+        for name, field in cls.model_fields.items():
+            if _group(field):
+                subs = field.annotation.model_fields.items()  # type: ignore[union-attr]
+                found += [f"{name}.{sub}" for sub, f in subs if _secret(f)]
+            elif _secret(field):
+                found.append(name)
+        return found
 
     def without_secrets(self) -> Settings:
         """A copy with every secret field empty: what a task receives (pickled, on Dask, to
         a worker that may be another machine, through the scheduler). A task that needs a
         secret reads it where it runs (``own_secret``): its environment or a block."""
-        return self.model_copy(update=dict.fromkeys(self.secret_fields()))
+        update: dict[str, Any] = {}
+        for name in self.secret_fields():
+            group, _, field = name.partition(".")
+            if field:
+                current = update.get(group, getattr(self, group))
+                update[group] = current.model_copy(update={field: None})
+            else:
+                update[name] = None
+        return self.model_copy(update=update)
 
     def own_secret(self, name: str) -> SecretStr | None:
-        """The secret field ``name``: this object's, else the one of this process's own
-        environment (a task's settings come without secrets: ``without_secrets``)."""
-        value = getattr(self, name)
+        """The secret field ``name`` (``github_token``, ``serve.database_url``): this
+        object's, else the one of this process's own environment (a task's settings come
+        without secrets: ``without_secrets``)."""
+        value = _dotted(self, name)
         if value is None:
-            value = getattr(Settings(), name)
-        return value  # type: ignore[no-any-return]
+            value = _dotted(Settings(), name)
+        return value
 
     @property
     def lake(self) -> LakeLocation:

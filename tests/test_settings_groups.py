@@ -54,3 +54,26 @@ def test_the_reference_lists_the_groups_variables() -> None:
     ):
         assert f"| `{name}` |" in page
     assert "INGEST_ALERT |" not in page and "INGEST_HTTP |" not in page
+
+
+def test_a_groups_secret_never_leaves_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve.database_url`` is a secret like ``github_token``: a task's copy holds neither
+    (not in its pickled bytes), the rest of the group stays, and the process that has the
+    secret in its environment reads it back (``own_secret``)."""
+    import pickle
+
+    url = "postgresql+asyncpg://ingest:pw-9f3a7c@db:5432/prefect"
+    monkeypatch.setenv("INGEST_SERVE_DATABASE_URL", url)
+    monkeypatch.setenv("INGEST_GITHUB_TOKEN", "ghp_" + "x" * 36)
+    settings = Settings(serve={"database_url_file": "/run/secrets/db"})
+    assert {"github_token", "serve.database_url"} <= set(Settings.secret_fields())
+    assert settings.serve.database_url is not None
+    assert settings.serve.database_url.get_secret_value() == url
+    sent = settings.without_secrets()
+    wire = pickle.dumps(sent)
+    assert b"pw-9f3a7c" not in wire and b"x" * 36 not in wire
+    assert sent.serve.database_url is None and sent.github_token is None
+    assert sent.serve.database_url_file == Path("/run/secrets/db")
+    own = sent.own_secret("serve.database_url")
+    assert own is not None and own.get_secret_value() == url
+    assert settings.serve.database_url is not None  # the original keeps its secret
