@@ -211,16 +211,16 @@ def batches_of(files: Sequence[Path]) -> list[list[tuple[str, str, str]]]:
 
 
 def start_pool(files: Sequence[Path], settings: Any, copies: int) -> dict[str, Any]:
-    """The process's shared pool (the flow contender uses the same one), started and warmed."""
+    """A pool (the flow contender's run is handed the same one), started and warmed."""
     from ingest.extract.batch import extract_batch, pool_config
-    from ingest.extract.pool import shared_pool
+    from ingest.extract.pool import WorkerPool
 
     warmup = batches_of(files[: len(files) // copies])[0]
 
     def started() -> Any:
         # The pool starts on its first jobs: its fork server (subprocess, importing the
         # parsers), then one forked worker per core.
-        pool = shared_pool(pool_config(settings))
+        pool = WorkerPool(pool_config(settings))
         pool.map("os:getpid", [()] * pool.config.size)
         return pool
 
@@ -260,8 +260,9 @@ def run_pool(files: Sequence[Path], settings: Any, pool: Any) -> dict[str, Any]:
     }
 
 
-def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, Any]:
-    """The extract-batch task in a real flow; stage wall time from task_timings.
+def run_flow(files: Sequence[Path], settings: Any, data_dir: Path, pool: Any) -> dict[str, Any]:
+    """The extract-batch task in a real flow, its run handed the warm ``pool`` (as a
+    run's own pool is once started); stage wall time from task_timings.
 
     ``data_dir`` must be new: with the rows of an earlier round there, every object
     would be skipped as unchanged.
@@ -276,7 +277,7 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
     from prefect import flow
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from ingest import report, storage
+    from ingest import context, report, storage
     from ingest.records import BatchSummary
     from tasks.extraction import extract_batch
 
@@ -295,12 +296,13 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path) -> dict[str, 
             ]
             storage.stage(flow_settings.lake, run_id, "s3_objects", f"batch-{i}", rows)
             names.append(f"batch-{i}")
-        futures = [
-            extract_batch.submit(flow_settings, "bench", run_id, BatchSummary(name=name))
-            for name in names
-        ]
-        for f in futures:
-            f.result()
+        with context.opened(flow_settings, run_id, pool=pool):
+            futures = [
+                extract_batch.submit(flow_settings, "bench", run_id, BatchSummary(name=name))
+                for name in names
+            ]
+            for f in futures:
+                f.result()
         return str(flow_run.id)
 
     total, run_id = timed(lambda: bench_extract(batches_of(files)))
@@ -316,19 +318,19 @@ def run_overlap(
     latency_ms: float,
     concurrency: int,
     rounds: int,
+    pool: Any,
 ) -> dict[str, Any]:
-    """Download + extract, one after the other or overlapped batch by batch (as the flow)."""
+    """Download + extract, one after the other or overlapped batch by batch (as the flow),
+    on the warm ``pool``."""
     import boto3
 
     from dev.servers.s3 import DevServer
     from ingest import s3, sync
-    from ingest.extract.batch import extract_batch, pool_config
-    from ingest.extract.pool import shared_pool
+    from ingest.extract.batch import extract_batch
 
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
     )
-    pool = shared_pool(pool_config(settings))
     out: dict[str, Any] = {"latency_ms": latency_ms, "concurrency": concurrency}
     series: dict[str, list[float]] = defaultdict(list)
     with DevServer(latency_ms=latency_ms) as server:
@@ -351,19 +353,25 @@ def run_overlap(
                 )
             )
 
+        # One connection for every round (as one run's tasks share theirs): the rounds
+        # differ only in their data_dir.
+        conn = s3.S3Connection.open(
+            settings.model_copy(
+                update={"s3_endpoint_url": server.url, "s3_concurrency": concurrency}
+            )
+        )
+
         def listing(cfg: Any) -> list[Any]:
-            client, objects, token = s3.make_client(cfg), [], None
+            objects, token = [], None
             while True:
-                page = s3.list_page(client, "bench", "in/", token)
+                page = s3.list_page(conn.client, "bench", "in/", token)
                 objects += page.objects
                 if not page.next_token:
                     return objects
                 token = page.next_token
 
         def download(cfg: Any, batch: list[Any], i: int) -> list[tuple[str, str, str]]:
-            results = sync.download_batch(
-                s3.make_client(cfg), cfg, batch, prefix="in/", run_id=f"r{i}"
-            )
+            results = sync.download_batch(conn, cfg, batch, prefix="in/", run_id=f"r{i}")
             return [(r.key, r.etag or "", r.local_path) for r in results if r.local_path]
 
         for mode in ("sequential", "overlapped") * rounds:
@@ -409,6 +417,7 @@ def run_overlap(
                     for f in futures:
                         f.result()
             series[f"{mode}_seconds"].append(time.perf_counter() - start)
+        conn.close()
     series.pop("round")
     out |= {k: statistics.median(v) for k, v in series.items()}
     out["ratios"] = [
@@ -623,7 +632,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Pool start-up (its first jobs: the fork server, started with subprocess, "
         f"importing the parsers; {pl['workers']} workers forked from it): "
         f"{pl['start_seconds']:.2f} s, then a warm-up pass over one copy of the corpus "
-        f"({pl['warmup_seconds']:.2f} s), both paid once per process and not in the figures "
+        f"({pl['warmup_seconds']:.2f} s), both paid once per run (its pool) and not in the figures "
         "above; a replaced worker is forked from the warm fork server.",
         f"- Outcomes: {pl['statuses']}.",
         "",
@@ -723,6 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="extract-", dir=WORK))
+    pool_obj = None
     try:
         files = build_corpus(work / "corpus", args.copies)
         kinds = {f: kind_of(f) for f in files}
@@ -737,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             series["direct"].append(run_direct(files, kinds))
             series["in_process"].append(run_in_process(files, kinds))
             series["pool"].append(run_pool(files, settings, pool_obj))
-            series["flow"].append(run_flow(files, settings, work / f"flow-{r}"))
+            series["flow"].append(run_flow(files, settings, work / f"flow-{r}", pool_obj))
             print({k: round(v[-1]["seconds"], 2) for k, v in series.items()}, flush=True)
         direct, in_process, pool, flow = (
             summarize_rounds(series[k]) for k in ("direct", "in_process", "pool", "flow")
@@ -758,7 +768,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
         }
         overlap = run_overlap(
-            files, settings, work / "overlap", args.latency_ms, args.concurrency, args.rounds
+            files,
+            settings,
+            work / "overlap",
+            args.latency_ms,
+            args.concurrency,
+            args.rounds,
+            pool_obj,
         )
         print(f"overlap {overlap}", flush=True)
         pages = series["in_process"][0]["pages"]
@@ -793,6 +809,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             OUT.write_text(text)
         print(text)
     finally:
+        if pool_obj is not None:
+            pool_obj.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -37,12 +37,12 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
 * ``seq-100``        the sequential client, ``per_page=100`` (it never meets the
                      ceiling, so it is measured once and shown for each C);
 * ``fixed-N``        ``ingest github``'s fetch with the window fixed at N
-                     (``http_adaptive=False``) for N in C/2, C, 2C and 32 (the
+                     (``http.adaptive`` false) for N in C/2, C, 2C and 32 (the
                      earlier default): the best of them is the fixed-concurrency
                      client tuned for that server;
 * ``adaptive``       the same fetch with its defaults: the adaptive window (up to
                      ``github_concurrency``, 100, in flight), fresh data folder: it
-                     starts at ``http_initial_window`` (4) and has to find C;
+                     starts at ``http.initial_window`` (4) and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
 
@@ -850,7 +850,7 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                                 scenario,
                                 name,
                                 lambda d=d, n=n: fetch(
-                                    d, http_adaptive=False, github_concurrency=n
+                                    d, http={"adaptive": False}, github_concurrency=n
                                 ),
                             )
                 rounds.append(got)
@@ -931,9 +931,9 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
         "",
         "Targets of the issue: at least 5x faster than `seq-100`, within 1.2x of the best "
         "fixed client, under 5 % limit answers. `adaptive` is a first run against an unknown "
-        f"host: it starts at {defaults.http_initial_window} in flight, opens one more level "
-        f"every {defaults.http_ramp * 1000:.0f} ms while its requests "
-        "stand unrefused (`http_ramp`) and one more per clean answer, and holds just under "
+        f"host: it starts at {defaults.http.initial_window} in flight, opens one more level "
+        f"every {defaults.http.ramp * 1000:.0f} ms while its requests "
+        "stand unrefused (`INGEST_HTTP_RAMP`) and one more per clean answer, and holds just under "
         "the ceiling once a limit answer shows it; its page size is planned for the starting "
         "window. `adaptive-warm` is every later night, starting where the last one ended "
         "(`api_windows`).",

@@ -260,7 +260,9 @@ def setting_option(name: str, help: str, *decls: str) -> Any:
     the command line itself, before anything is imported or started, and its help saying
     the variable and the default of ``Settings``, read from the field, so ``--help`` cannot
     drift from the runs (a hand-written "[..., 1]" once stood beside a default of 4)."""
-    field = Settings.model_fields[name]
+    field = Settings.field_of(name)
+    if field is None:
+        raise KeyError(f"no setting {name}")
     bounds: dict[str, Any] = {}
     for m in field.metadata:
         if getattr(m, "ge", None) is not None:
@@ -807,14 +809,14 @@ def alerts_command(
     from deployments import alerts
 
     settings = Settings()
-    if not settings.alert_block:
+    if not settings.alert.block:
         typer.echo("error: set INGEST_ALERT_BLOCK to <block type slug>/<name>", err=True)
         raise typer.Exit(2)
     try:
         if apply:
             typer.echo(f"created: {', '.join(alerts.apply(settings))}")
             return
-        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert_block), settings))
+        text = alerts.as_json(alerts.render(alerts.block_id(settings.alert.block), settings))
     except alerts.AlertConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

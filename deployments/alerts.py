@@ -24,7 +24,7 @@ from ingest.settings import Settings
 AUTOMATIONS_YAML = project.PROJECT_ROOT / "automations.yaml"
 BLOCK_PLACEHOLDER = "ALERT_BLOCK_ID"
 # Which setting shortens which automation's window.
-WINDOWS = {"nightly-late": "alert_late_after", "nightly-stale": "alert_stale_after"}
+WINDOWS = {"nightly-late": "late_after", "nightly-stale": "stale_after"}  # of settings.alert
 
 
 class AlertConfigError(ValueError):
@@ -55,7 +55,7 @@ def render(
                 action["block_document_id"] = str(block_document_id)
         field = WINDOWS.get(item.get("name", ""))
         if field is not None:
-            item["trigger"]["within"] = float(getattr(settings, field))
+            item["trigger"]["within"] = float(getattr(settings.alert, field))
         out.append(AutomationCore.model_validate(item))
     return out
 
@@ -85,9 +85,9 @@ def apply(settings: Settings, path: Path = AUTOMATIONS_YAML) -> list[str]:
     names (so running it again changes nothing). Returns the names created."""
     from prefect.client.orchestration import get_client
 
-    if not settings.alert_block:
+    if not settings.alert.block:
         return []
-    automations = render(block_id(settings.alert_block), settings, path)
+    automations = render(block_id(settings.alert.block), settings, path)
     with get_client(sync_client=True) as client:
         for automation in automations:
             for old in client.read_automations_by_name(automation.name):

@@ -34,9 +34,9 @@ def configured_url(settings: Settings) -> str | None:
     """The URL from ``INGEST_SERVE_DATABASE_URL``, else read from the file that
     ``INGEST_SERVE_DATABASE_URL_FILE`` names (a secrets mount, a file of mode 600): either
     keeps the password off the command line, where ``ps`` shows it to every local user."""
-    if settings.serve_database_url is not None:
-        return settings.serve_database_url.get_secret_value() or None
-    path = settings.serve_database_url_file
+    if settings.serve.database_url is not None:
+        return settings.serve.database_url.get_secret_value() or None
+    path = settings.serve.database_url_file
     if path is None:
         return None
     try:

@@ -379,7 +379,7 @@ def serving(
         echo(f"Deployed: {', '.join(names)}")
         created = create_alerts(api_url, auth_string)
         if created:
-            echo(f"Alerts ({Settings().alert_block}): {', '.join(created)}")
+            echo(f"Alerts ({Settings().alert.block}): {', '.join(created)}")
         else:
             echo("Alerts: off (set INGEST_ALERT_BLOCK to a notification block to get them)")
         workers = [stack.enter_context(Worker(p, env)) for p in pools]

@@ -31,7 +31,7 @@ from tasks import limits
 
 @ingest_flow(
     name="github-pulls",
-    timeout_seconds=limits.FLOW_SECONDS,
+    timeout_seconds=limits.flow_seconds,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
     validate_parameters=True,

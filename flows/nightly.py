@@ -57,7 +57,7 @@ def run_github_pulls(parameters: dict[str, Any]) -> Any:
 
 @ingest_flow(
     name="nightly",
-    timeout_seconds=limits.FLOW_SECONDS,
+    timeout_seconds=limits.flow_seconds,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits

@@ -174,10 +174,23 @@ class IngestFlow(Flow[P, R]):
     whatever the parameters). A command's parameters are strings, numbers, booleans and
     lists of them, which that encoder returns unchanged; anything else still goes through
     it.
+
+    Its optional parameters show as inputs of their type in the run form
+    (``form_signature``), and its time limit may be a function read as each run starts.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        timeout_seconds: float | Callable[[], float] | None = None,
+        **options: Any,
+    ) -> None:
+        # A callable limit is read when Prefect asks for it, as each run starts
+        # (tasks.limits.flow_seconds: the settings of the process running the flow), not
+        # when the flow is decorated at import.
+        self._limit = timeout_seconds
+        super().__init__(fn, timeout_seconds=None, **options)
         self._form_schema()
 
     def _form_schema(self) -> None:
@@ -196,9 +209,26 @@ class IngestFlow(Flow[P, R]):
             plain.update(super().serialize_parameters(rest))
         return {k: plain[k] for k in parameters if k in plain}
 
+    @property  # type: ignore[override]
+    def timeout_seconds(self) -> float | None:
+        """The run's time limit: a number given, or what the callable given says now."""
+        limit = self.__dict__.get("_limit")
+        return float(limit()) if callable(limit) else limit
+
+    @timeout_seconds.setter
+    def timeout_seconds(self, value: float | None) -> None:
+        # Flow.__init__ sets None for the callable it was not given: keep the callable.
+        if value is not None or not callable(self.__dict__.get("_limit")):
+            self.__dict__["_limit"] = value
+
     def with_options(self, **options: Any) -> IngestFlow[P, R]:  # type: ignore[override]
+        limit = options.get("timeout_seconds")
         new = cast("IngestFlow[P, R]", super().with_options(**options))
         new.__class__ = type(self)  # Flow.with_options builds a plain Flow
+        # ... whose __init__ stored a number where this flow holds a callable: the copy
+        # keeps the callable unless given a limit of its own.
+        new.__dict__.pop("timeout_seconds", None)
+        new.__dict__["_limit"] = self._limit if limit is None else limit
         new._form_schema()
         return new
 

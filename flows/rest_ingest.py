@@ -42,7 +42,7 @@ class TooManyFailedPagesError(RestTerminalError):
 
 @ingest_flow(
     name="rest-ingest",
-    timeout_seconds=limits.FLOW_SECONDS,
+    timeout_seconds=limits.flow_seconds,
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "
     "and DuckDB views (one table per resource).",

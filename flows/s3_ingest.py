@@ -17,9 +17,9 @@ listing runs just ahead of the downloads instead of holding the bucket's batches
 memory. On a cluster a batch is one ``fetch-batch``: download and extraction of an
 object happen in one task on one worker, so no local path crosses machines.
 Everything else stays in the flow's process on its own threads: ``list-objects`` and
-``find-changes`` share the run's listing database (an in-process DuckDB in
-``ingest.changes``, fed chunk by chunk, released when the listing is compared), a
-worker would have neither; the listing is a few requests per thousand keys, cheap
+``find-changes`` share the run's listing database (an in-process DuckDB,
+``ingest.changes.ListingDatabase``, fed chunk by chunk, closed when the listing is
+compared), a worker would have neither; the listing is a few requests per thousand keys, cheap
 next to the batches; and the checks, the summary and the one commit per table belong
 to the run, not to a batch.
 """
@@ -36,7 +36,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import changes, security
+from ingest import context, security
 from ingest.errors import IngestError
 from ingest.extract import provenance
 from ingest.listing import ListSpec
@@ -94,7 +94,7 @@ class TooManyFailuresError(IngestError):
 
 @ingest_flow(
     name="s3-ingest",
-    timeout_seconds=limits.FLOW_SECONDS,
+    timeout_seconds=limits.flow_seconds,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
@@ -230,8 +230,11 @@ def s3_ingest(
         if skipped is not None:
             return RunSummary(run_id=run_id, note=skipped)
         stack.enter_context(run_staging(settings, run_id))
-        runner = stack.enter_context(batch_runner(settings, BATCH_THREADS))
-        check_bucket(settings, bucket)
+        # What the run holds open (its S3 connection, its listing database), closed at
+        # its end; its tasks find it by the run's id (ingest.context).
+        ctx = stack.enter_context(context.opened(settings, run_id))
+        runner = stack.enter_context(batch_runner(settings, BATCH_THREADS, run_id=run_id))
+        check_bucket(settings, run_id, bucket)
         prepare_storage(settings, run_id)
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
         # runs beside the listing, which waits on the network: nothing of the run is
@@ -247,7 +250,7 @@ def s3_ingest(
             RunSummary(run_id=run_id),
             ahead=ahead,
         )
-        changes.release()  # the listing is compared: its database's memory goes back
+        ctx.listing.close()  # the listing is compared: its database's memory goes back
         upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(

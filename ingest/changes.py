@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -35,6 +37,7 @@ from ingest import duck, keys, storage
 from ingest.storage.location import DataDir
 
 _STORED = ("downloaded", "skipped")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -97,6 +100,7 @@ def diff_chunk(
     after: str | None,
     upto: str | None,
     last: bool,
+    db: ListingDatabase,
     shard_start: str | None = None,
     shard_end: str | None = None,
     include: list[str] | None = None,
@@ -114,12 +118,13 @@ def diff_chunk(
     ``state_sql`` and ``documents_sql`` (``storage.scan`` expressions) may be
     passed in to reuse one resolution of the tables' files for many chunks.
     ``local_files`` false: a stored path is on another machine (a Dask worker's
-    disk), so this process cannot check it and trusts the row (``_kept``).
+    disk), so this process cannot check it and trusts the row (``_kept``). ``db``: the
+    run's listing database.
     """
     state_sql = state_sql or storage.scan(data_dir, "s3_objects")
     conds, params = _bounds(after, upto, shard_start, shard_end, last)
     where = " AND ".join(["bucket = ?", "starts_with(key, ?)", *conds])
-    with cursor() as con:
+    with db.cursor() as con:
         con.register("listing", listing)
         con.execute(
             f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path
@@ -194,31 +199,54 @@ def diff_chunk(
     return ChunkChanges(fetch, extract, deleted, same.num_rows, reasons)
 
 
-_db: duckdb.DuckDBPyConnection | None = None
-_db_lock = threading.Lock()
+class ListingDatabase:
+    """A run's listing database: the in-memory DuckDB where its listed chunks meet the
+    stored state (a cursor per call, so threads never share one: the Parquet footers of
+    the state's files are read once per run and cached, not once per chunk), and what the
+    run resolves once for all of its chunks (``once``: the tables' files, which only the
+    run's own commit at its end changes).
 
+    Held by the run (``ingest.context.RunContext.listing``) and closed once its listing
+    is compared (``close``): DuckDB keeps the memory it allocated until its database
+    closes, and the run's downloads and commit come after. A cursor asked after that
+    opens it again.
+    """
 
-def cursor() -> duckdb.DuckDBPyConnection:
-    """A connection of the process's one in-memory database (a cursor per call, so
-    threads never share one): the Parquet footers of the state's files are read once
-    per process and cached, not once per chunk."""
-    global _db
-    with _db_lock:
-        if _db is None:
-            _db = duck.connect()
-            _db.execute("SET parquet_metadata_cache = true")
-        return duck.with_relations(_db.cursor())
+    def __init__(self) -> None:
+        self._db: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
+        self._once: dict[tuple[str, ...], Any] = {}
+        self._once_lock = threading.RLock()
 
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of the database (close it when done: ``with``)."""
+        with self._lock:
+            if self._db is None:
+                self._db = duck.connect()
+                self._db.execute("SET parquet_metadata_cache = true")
+            return duck.with_relations(self._db.cursor())
 
-def release() -> None:
-    """Close the shared database once a run's listing is compared: DuckDB keeps the
-    memory it allocated until its database closes, and the run's downloads and commit
-    come after."""
-    global _db
-    with _db_lock:
-        if _db is not None:
-            _db.close()
-            _db = None
+    def once(self, key: tuple[str, ...], make: Callable[[], T]) -> T:
+        """``make()`` once per ``key`` for all of the run's chunks."""
+        with self._once_lock:
+            if key not in self._once:
+                self._once[key] = make()
+            return self._once[key]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Close the database and forget what ``once`` kept."""
+        with self._lock:
+            db, self._db = self._db, None
+        with self._once_lock:
+            self._once.clear()
+        if db is not None:
+            db.close()
+
+    def __enter__(self) -> ListingDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -> pa.Array:

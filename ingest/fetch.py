@@ -24,11 +24,12 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from ingest import keys, sync
 from ingest.extract import batch
+from ingest.extract.pool import WorkerPool
 from ingest.records import Document, ObjectResult, S3Object
+from ingest.s3 import S3Connection
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
 
 
 def fetch_batch(
-    client: Any,
+    conn: S3Connection,
     settings: Settings,
     objects: Sequence[S3Object],
     *,
@@ -59,33 +60,49 @@ def fetch_batch(
     run_id: str,
     extract: bool,
     extractor: str = batch.DEFAULT_EXTRACTOR,
+    pool: WorkerPool | None = None,
+    ocr_pool: WorkerPool | None = None,
+    started: float | None = None,
 ) -> tuple[list[ObjectResult], list[Document]]:
     """Download ``objects``, extract the ones downloaded, place or drop the files.
 
-    Returns the batch's ``s3_objects`` rows and ``documents`` rows.
+    Returns the batch's ``s3_objects`` rows and ``documents`` rows. ``pool``,
+    ``ocr_pool`` and ``started``: the run's extraction pools and when it started
+    extracting (``ingest.extract.batch.extract_batch``).
     """
     if not objects:
         return [], []
     bucket = objects[0].bucket
     with work_folder(settings, bucket) as folder:
         here = settings.model_copy(update={"s3_download_dir": str(folder)})
-        results = sync.download_batch(client, here, objects, prefix=prefix, run_id=run_id)
+        results = sync.download_batch(conn, here, objects, prefix=prefix, run_id=run_id)
         stored = [
             (r.key, r.etag or "", r.local_path)
             for r in results
             if r.status == "downloaded" and r.local_path
         ]
         docs = (
-            batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
+            batch.extract_batch(
+                settings,
+                bucket,
+                stored,
+                run_id=run_id,
+                extractor=extractor,
+                pool=pool,
+                ocr_pool=ocr_pool,
+                started=started,
+            )
             if extract
             else []
         )
         if not settings.files_stay_local:
-            place_files(client, settings, results, prefix)
+            place_files(conn, settings, results, prefix)
     return results, docs
 
 
-def place_files(client: Any, settings: Settings, results: list[ObjectResult], prefix: str) -> None:
+def place_files(
+    conn: S3Connection, settings: Settings, results: list[ObjectResult], prefix: str
+) -> None:
     """Copy downloaded files to the destination on object storage, or forget them; the
     rows then say where each object is kept."""
     url = settings.download_url if settings.keep_files else None
@@ -99,7 +116,7 @@ def place_files(client: Any, settings: Settings, results: list[ObjectResult], pr
         rel = keys.relative_key(r.key, prefix)
         dest_key = f"{dest_prefix}/{rel}" if dest_prefix else rel
         try:
-            client.upload_file(r.local_path, dest_bucket, dest_key)
+            conn.client.upload_file(r.local_path, dest_bucket, dest_key)
         except Exception as exc:  # any failure of this object's copy is its row, not the run's
             log.warning("s3://%s/%s not copied to %s: %s", r.bucket, r.key, url, exc)
             r.status = "failed"
@@ -110,7 +127,7 @@ def place_files(client: Any, settings: Settings, results: list[ObjectResult], pr
 
 
 def materialize(
-    client: Any,
+    conn: S3Connection,
     settings: Settings,
     objects: Sequence[S3Object],
     paths: Sequence[str | None],
@@ -133,7 +150,7 @@ def materialize(
             local = folder / "copies" / f"{len(out)}-{Path(src_key).name}"
             local.parent.mkdir(parents=True, exist_ok=True)
             try:
-                client.download_file(src_bucket, src_key, str(local))
+                conn.client.download_file(src_bucket, src_key, str(local))
             except Exception as exc:  # a missing copy: fetch the object from the source
                 log.info("%s not read (%s); fetching s3://%s/%s", path, exc, obj.bucket, obj.key)
                 refetch.append(obj)
@@ -145,7 +162,7 @@ def materialize(
             refetch.append(obj)
     if refetch:
         here = settings.model_copy(update={"s3_download_dir": str(folder / "source")})
-        for r in sync.download_batch(client, here, refetch, prefix=prefix, run_id=""):
+        for r in sync.download_batch(conn, here, refetch, prefix=prefix, run_id=""):
             if r.status == "downloaded" and r.local_path:
                 out.append((r.key, r.etag or "", r.local_path))
     return out

@@ -59,6 +59,23 @@ def fold(path: str) -> str:
     return unicodedata.normalize("NFC", path).casefold()
 
 
+class RunClaims:
+    """The ``PathClaims`` of a run, one per download folder, shared by the run's batches
+    in this process (held by its context, ``ingest.context.RunContext``)."""
+
+    def __init__(self) -> None:
+        self._claims: dict[tuple[str, bool], PathClaims] = {}
+        self._lock = threading.Lock()
+
+    def for_root(self, root: object, fold: bool) -> PathClaims:
+        """The claims of the folder ``root``."""
+        with self._lock:
+            name = (str(root), fold)
+            if name not in self._claims:
+                self._claims[name] = PathClaims(fold=fold)
+            return self._claims[name]
+
+
 class PathClaims:
     """The local paths a run has given to keys, to refuse a second key for one path.
 

@@ -13,25 +13,20 @@ state is read per key range (``ingest.changes``), never loaded whole.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.feather as feather
 
 from ingest import changes, keys, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
-from ingest.s3 import chunks
+from ingest.s3 import S3Connection, chunks
 from ingest.settings import Settings
 from ingest.storage.location import DataDir
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,43 +57,29 @@ def inventory_dir(data_dir: DataDir, run_id: str) -> Path:
     return storage.staging.run_dir(data_dir, run_id) / "_inventory"
 
 
-def plan(client: Any, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
+def plan(conn: S3Connection, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     """The shards of the run's listing: key ranges listed concurrently, or one shard over
     the inventory report's rows, fetched and sorted here once."""
     if spec.inventory:
         chunks.load_inventory(
-            client,
+            conn.client,
             spec.inventory,
             spec.bucket,
             spec.prefix,
             inventory_dir(settings.lake, spec.run_id),
         )
         return [chunks.Shard(0)]
-    return chunks.plan_shards(client, spec.bucket, spec.prefix, settings.s3_list_shards)
+    return chunks.plan_shards(conn.client, spec.bucket, spec.prefix, settings.s3_list_shards)
 
 
-_per_run: dict[tuple[str, ...], Any] = {}
-_per_run_lock = threading.RLock()
+def _scan(db: changes.ListingDatabase, data_dir: DataDir, table: str) -> str:
+    """``storage.scan`` resolved once per run (``db`` is the run's) and table: the state
+    is only written by the run's commit at its end, so its files do not change under the
+    run's chunks."""
+    return db.once((str(data_dir), table), lambda: storage.scan(data_dir, table))
 
 
-def _once_per_run(key: tuple[str, ...], make: Callable[[], T]) -> T:
-    """``make()`` once per ``key`` (which names the run) for all of the run's chunks;
-    the values of the last few dozen runs are kept."""
-    with _per_run_lock:
-        if key not in _per_run:
-            if len(_per_run) > 64:
-                _per_run.clear()
-            _per_run[key] = make()
-        return _per_run[key]  # type: ignore[no-any-return]
-
-
-def _scan(data_dir: DataDir, table: str, run_id: str) -> str:
-    """``storage.scan`` resolved once per run and table: the state is only written by
-    the run's commit at its end, so its files do not change under the run's chunks."""
-    return _once_per_run((str(data_dir), table, run_id), lambda: storage.scan(data_dir, table))
-
-
-def chunk_pages(settings: Settings, spec: ListSpec, chunk: int) -> int:
+def chunk_pages(settings: Settings, spec: ListSpec, chunk: int, db: changes.ListingDatabase) -> int:
     """Pages of a shard's chunk ``chunk``: ``s3_list_chunk_pages``, but on a first
     listing (nothing stored under the prefix yet, or a full refresh: most objects will
     be fetched) the first chunks are smaller, 2, 4, 8 ... pages, so that downloads start
@@ -109,18 +90,18 @@ def chunk_pages(settings: Settings, spec: ListSpec, chunk: int) -> int:
     full = settings.s3_list_chunk_pages
     if 2 ** (chunk + 1) >= full:
         return full
-    first = _once_per_run(
-        (str(settings.lake), "first listing", spec.run_id),
-        lambda: spec.full_refresh or not _stored_any(settings.lake, spec),
+    first = db.once(
+        (str(settings.lake), "first listing"),
+        lambda: spec.full_refresh or not _stored_any(db, settings.lake, spec),
     )
     return min(full, 2 ** (chunk + 1)) if first else full
 
 
-def _stored_any(data_dir: DataDir, spec: ListSpec) -> bool:
+def _stored_any(db: changes.ListingDatabase, data_dir: DataDir, spec: ListSpec) -> bool:
     """Whether the stored state holds an object of the bucket under the prefix."""
-    with changes.cursor() as con:
+    with db.cursor() as con:
         found = con.execute(
-            f"""SELECT 1 FROM {_scan(data_dir, "s3_objects", spec.run_id)}
+            f"""SELECT 1 FROM {_scan(db, data_dir, "s3_objects")}
                 WHERE bucket = ? AND starts_with(key, ?) AND status <> 'deleted' LIMIT 1""",
             [spec.bucket, spec.prefix],
         ).fetchone()
@@ -128,20 +109,26 @@ def _stored_any(data_dir: DataDir, spec: ListSpec) -> bool:
 
 
 def list_part(
-    client: Any, settings: Settings, spec: ListSpec, shard: chunks.Shard, cursor: chunks.Cursor
+    conn: S3Connection,
+    db: changes.ListingDatabase,
+    settings: Settings,
+    spec: ListSpec,
+    shard: chunks.Shard,
+    cursor: chunks.Cursor,
 ) -> ListedChunk:
-    """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered."""
+    """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered; ``db``: the
+    run's listing database (whether anything is stored yet sizes the first chunks)."""
     if spec.inventory:
         listing = inventory_dir(settings.lake, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
         chunk = chunks.list_chunk(
-            client,
+            conn,
             spec.bucket,
             spec.prefix,
             shard,
             cursor,
-            max_pages=chunk_pages(settings, spec, cursor.chunk),
+            max_pages=chunk_pages(settings, spec, cursor.chunk, db),
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
@@ -168,9 +155,12 @@ def listing_path(data_dir: DataDir, run_id: str, name: str) -> Path:
     return storage.staging.run_dir(data_dir, run_id) / "_listing" / f"{name}.arrow"
 
 
-def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
+def find_changes(
+    db: changes.ListingDatabase, settings: Settings, spec: ListSpec, listed: ListedChunk
+) -> ChunkResult:
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
-    extract, deletions (staged here), and counts."""
+    extract, deletions (staged here), and counts; compared in ``db``, the run's listing
+    database."""
     shard = listed.shard
     objects = feather.read_table(listing_path(settings.lake, spec.run_id, listed.name))
     found = changes.diff_chunk(
@@ -181,6 +171,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         after=listed.after,
         upto=listed.upto,
         last=listed.next is None,
+        db=db,
         shard_start=shard.start,
         shard_end=shard.end,
         include=spec.include,
@@ -189,10 +180,8 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
         extract_version=spec.extract_version,
         reextract_kinds=spec.reextract_kinds,
         reextract_since=spec.reextract_since,
-        state_sql=_scan(settings.lake, "s3_objects", spec.run_id),
-        documents_sql=_scan(settings.lake, "documents", spec.run_id)
-        if spec.extract_version
-        else None,
+        state_sql=_scan(db, settings.lake, "s3_objects"),
+        documents_sql=_scan(db, settings.lake, "documents") if spec.extract_version else None,
         local_files=settings.task_runner == "thread",
     )
     name = listed.name
@@ -217,12 +206,10 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
             deleted_rows(found.deleted, spec),
         )
         result.counts["deleted"] = found.deleted.num_rows
-        gone = deleted_documents(
-            _scan(settings.lake, "documents", spec.run_id), found.deleted, spec
-        )
+        gone = deleted_documents(db, _scan(db, settings.lake, "documents"), found.deleted, spec)
         if gone.num_rows:
             storage.stage(settings.lake, spec.run_id, "documents", f"deleted-{name}", gone)
-            mark_structure(settings, spec, gone.column("key").to_pylist(), name)
+            mark_structure(db, settings, spec, gone.column("key").to_pylist(), name)
     size = settings.s3_batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
@@ -235,7 +222,9 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     return result
 
 
-def mark_structure(settings: Settings, spec: ListSpec, keys: list[str], name: str) -> None:
+def mark_structure(
+    db: changes.ListingDatabase, settings: Settings, spec: ListSpec, keys: list[str], name: str
+) -> None:
     """Stage the structured tables' rows of deleted objects, marked ``deleted``."""
     from ingest.extract import structure
 
@@ -244,17 +233,19 @@ def mark_structure(settings: Settings, spec: ListSpec, keys: list[str], name: st
         if table not in present:
             continue
         marked = structure.deleted_rows(
-            _scan(settings.lake, table, spec.run_id), table, keys, spec.bucket, spec.run_id
+            _scan(db, settings.lake, table), table, keys, spec.bucket, spec.run_id, db=db
         )
         if marked.num_rows:
             storage.stage(settings.lake, spec.run_id, table, f"deleted-{name}", marked)
 
 
-def deleted_documents(documents_sql: str, deleted: pa.Table, spec: ListSpec) -> pa.Table:
+def deleted_documents(
+    db: changes.ListingDatabase, documents_sql: str, deleted: pa.Table, spec: ListSpec
+) -> pa.Table:
     """``documents`` rows marking the extracted documents of deleted objects ``deleted``:
     their text goes (search drops them; ``document_log`` keeps what they said), their kind
     and etag stay. Objects never extracted get no row."""
-    with changes.cursor() as con:  # the run's comparing database: no connection per chunk
+    with db.cursor() as con:  # the run's comparing database: no connection per chunk
         con.register("gone", deleted.select(["key"]))
         rows = con.execute(
             f"""SELECT bucket, key, etag, kind, 'deleted' AS status, ? AS run_id,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ingest.storage.location import SCHEME, LakeLocation, parse_root
@@ -20,11 +21,108 @@ from ingest.storage.location import SCHEME, LakeLocation, parse_root
 MiB = 1024 * 1024
 
 
+def _group(field: Any) -> bool:
+    """Whether a field of ``Settings`` is a concern's group (a sub-model)."""
+    kind = field.annotation
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _secret(field: Any) -> bool:
+    return field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+
+
+def _dotted(obj: Any, name: str) -> Any:
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class HttpSettings(BaseModel):
+    """Every REST client's (GitHub and declared sources; ``INGEST_HTTP_*``)."""
+
+    adaptive: bool = Field(
+        True,
+        description="Find how many requests each host allows in flight (like TCP congestion "
+        "control) instead of sending the configured concurrency at once.",
+    )
+    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
+    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
+    # answers there before the first refusal could come back).
+    initial_window: int = Field(
+        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
+    )
+    # A limit answer comes back within one round trip, a page after its whole latency: a
+    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
+    # and overshoots a lower one by the levels opened while its refusal travels (one to
+    # three on a loaded loopback), not by a burst. Raise it for a far host.
+    ramp: float = Field(
+        0.02,
+        ge=0,
+        le=5,
+        description="Seconds between two new in-flight levels while a host's limit is unknown "
+        "(0: grow only per clean answer).",
+    )
+
+    max_page_bytes: int = Field(
+        64 * MiB,
+        ge=1024,
+        description="Bytes of one API page read at most (as it streams in); a longer body is "
+        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
+    )
+
+
+class ServeSettings(BaseModel):
+    """The Prefect server that ``ingest serve`` starts (``INGEST_SERVE_*``)."""
+
+    database_url: SecretStr | None = Field(
+        None,
+        description="Database of the Prefect server that `ingest serve` starts, as "
+        "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
+        "SQLite under PREFECT_HOME.",
+    )
+    database_url_file: Path | None = Field(
+        None,
+        description="A file holding the database URL (a secrets mount, mode 600), read when "
+        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
+    )
+
+
+class AlertSettings(BaseModel):
+    """The alerts of ``automations.yaml`` (``INGEST_ALERT_*``), created by ``ingest serve``."""
+
+    block: str | None = Field(
+        None,
+        description="Prefect notification block the alerts go to, as <block type slug>/<name> "
+        "(custom-webhook/nightly-alerts, slack-webhook/..., email/...); empty: no alerts.",
+    )
+    late_after: float = Field(
+        1800.0,
+        ge=10,
+        description="Seconds a Late nightly run may wait to start before the late alert "
+        "(Prefect's proactive triggers need at least 10).",
+    )
+    stale_after: float = Field(
+        26 * 3600.0,
+        ge=10,
+        description="Seconds without a completed nightly run before the stale alert.",
+    )
+
+
 class Settings(BaseSettings):
-    """Defaults for every run; see the field descriptions."""
+    """Defaults for every run; see the field descriptions.
+
+    A concern's settings are grouped in a sub-model (``alert``: ``AlertSettings``) whose
+    variables keep the flat names: ``INGEST_ALERT_LATE_AFTER`` is ``alert.late_after``
+    (the first ``_`` after the prefix splits the group from its field).
+    """
 
     model_config = SettingsConfigDict(
-        env_prefix="INGEST_", env_file=".env", extra="ignore", validate_default=True
+        env_prefix="INGEST_",
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
     )
 
     data_dir: Path | str = Field(
@@ -78,8 +176,8 @@ class Settings(BaseSettings):
         6 * 3600.0,
         gt=0,
         description="Seconds a flow run (s3-ingest, github-pulls, nightly) may take before "
-        "Prefect ends it as TimedOut; its staged rows are committed. Read when the flows are "
-        "imported (the worker's start).",
+        "Prefect ends it as TimedOut; its staged rows are committed. Read from the "
+        "environment of the process running the flow, as each run starts.",
     )
     staging_stale_after: float = Field(
         300.0,
@@ -89,30 +187,10 @@ class Settings(BaseSettings):
     )
 
     # --- alerts (automations.yaml, created by `ingest serve`) -------------------
-    alert_block: str | None = Field(
-        None,
-        description="Prefect notification block the alerts go to, as <block type slug>/<name> "
-        "(custom-webhook/nightly-alerts, slack-webhook/..., email/...); empty: no alerts.",
-    )
-    alert_late_after: float = Field(
-        1800.0,
-        ge=10,
-        description="Seconds a Late nightly run may wait to start before the late alert "
-        "(Prefect's proactive triggers need at least 10).",
-    )
-    alert_stale_after: float = Field(
-        26 * 3600.0,
-        ge=10,
-        description="Seconds without a completed nightly run before the stale alert.",
-    )
+    alert: AlertSettings = Field(default_factory=AlertSettings)
 
     # --- the Prefect server of `ingest serve` ----------------------------------
-    serve_database_url: SecretStr | None = Field(
-        None,
-        description="Database of the Prefect server that `ingest serve` starts, as "
-        "postgresql+asyncpg://user:password@host:5432/database (never logged); empty: "
-        "SQLite under PREFECT_HOME.",
-    )
+    serve: ServeSettings = Field(default_factory=ServeSettings)
 
     # --- What a deployment's run may point at (ingest.security) -------------------
     allowed_hosts: list[str] = Field(
@@ -153,11 +231,6 @@ class Settings(BaseSettings):
     git_ref: str | None = Field(
         None,
         description="Branch or tag of git_repository the workers clone; empty: its default branch.",
-    )
-    serve_database_url_file: Path | None = Field(
-        None,
-        description="A file holding serve_database_url (a secrets mount, mode 600), read when "
-        "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
     )
 
     # --- Where the batch tasks run ----------------------------------------------
@@ -361,7 +434,7 @@ class Settings(BaseSettings):
         ge=1,
         le=100,
         description="Most requests in flight across all repositories (GitHub allows at most "
-        "100); with http_adaptive the window finds the host's own limit below it.",
+        "100); with INGEST_HTTP_ADAPTIVE the window finds the host's own limit below it.",
     )
     github_rate_limit_reserve: int = Field(
         100,
@@ -427,35 +500,7 @@ class Settings(BaseSettings):
     )
 
     # --- Every REST client (GitHub and declared sources) -------------------------
-    http_adaptive: bool = Field(
-        True,
-        description="Find how many requests each host allows in flight (like TCP congestion "
-        "control) instead of sending the configured concurrency at once.",
-    )
-    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
-    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
-    # answers there before the first refusal could come back).
-    http_initial_window: int = Field(
-        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
-    )
-    # A limit answer comes back within one round trip, a page after its whole latency: a
-    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
-    # and overshoots a lower one by the levels opened while its refusal travels (one to
-    # three on a loaded loopback), not by a burst. Raise it for a far host.
-    http_ramp: float = Field(
-        0.02,
-        ge=0,
-        le=5,
-        description="Seconds between two new in-flight levels while a host's limit is unknown "
-        "(0: grow only per clean answer).",
-    )
-
-    http_max_page_bytes: int = Field(
-        64 * MiB,
-        ge=1024,
-        description="Bytes of one API page read at most (as it streams in); a longer body is "
-        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
-    )
+    http: HttpSettings = Field(default_factory=HttpSettings)
 
     # --- Limits shared across workers ------------------------------------------------
     shared_limits: Literal["auto", "on", "off"] = Field(
@@ -509,27 +554,54 @@ class Settings(BaseSettings):
     )
 
     @classmethod
+    def field_of(cls, variable: str) -> FieldInfo | None:
+        """The field the variable ``INGEST_<VARIABLE>`` sets (``S3_CONCURRENCY``, or a
+        group's field: ``SERVE_DATABASE_URL`` is ``serve.database_url``), or None."""
+        name = variable.lower().removeprefix("ingest_")
+        field = cls.model_fields.get(name)
+        if field is not None and not _group(field):
+            return field
+        group, _, sub = name.partition("_")
+        found = cls.model_fields.get(group)
+        if found is None or not _group(found):
+            return None
+        return found.annotation.model_fields.get(sub)  # type: ignore[union-attr]
+
+    @classmethod
     def secret_fields(cls) -> list[str]:
-        """The fields that hold a secret (``SecretStr``)."""
-        return [
-            name
-            for name, field in cls.model_fields.items()
-            if field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
-        ]
+        """The fields that hold a secret (``SecretStr``), a group's as ``group.field``
+        (``serve.database_url``)."""
+        found = []
+        for name, field in cls.model_fields.items():
+            if _group(field):
+                subs = field.annotation.model_fields.items()  # type: ignore[union-attr]
+                found += [f"{name}.{sub}" for sub, f in subs if _secret(f)]
+            elif _secret(field):
+                found.append(name)
+        return found
 
     def without_secrets(self) -> Settings:
         """A copy with every secret field empty: what a task receives (pickled, on Dask, to
         a worker that may be another machine, through the scheduler). A task that needs a
         secret reads it where it runs (``own_secret``): its environment or a block."""
-        return self.model_copy(update=dict.fromkeys(self.secret_fields()))
+        update: dict[str, Any] = {}
+        for name in self.secret_fields():
+            group, _, field = name.partition(".")
+            if field:
+                current = update.get(group, getattr(self, group))
+                update[group] = current.model_copy(update={field: None})
+            else:
+                update[name] = None
+        return self.model_copy(update=update)
 
     def own_secret(self, name: str) -> SecretStr | None:
-        """The secret field ``name``: this object's, else the one of this process's own
-        environment (a task's settings come without secrets: ``without_secrets``)."""
-        value = getattr(self, name)
+        """The secret field ``name`` (``github_token``, ``serve.database_url``): this
+        object's, else the one of this process's own environment (a task's settings come
+        without secrets: ``without_secrets``)."""
+        value = _dotted(self, name)
         if value is None:
-            value = getattr(Settings(), name)
-        return value  # type: ignore[no-any-return]
+            value = _dotted(Settings(), name)
+        return value
 
     @property
     def lake(self) -> LakeLocation:

@@ -7,7 +7,6 @@ wraps them for Prefect, tests and benchmarks call them directly.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -24,35 +23,19 @@ from ingest.storage.location import DataDir
 
 log = logging.getLogger(__name__)
 
-# The local paths given out per (run, download folder), shared by the run's batches in this
-# process; the last few dozen runs are kept (as ``ingest.listing`` keeps its per-run values).
-_claims: dict[tuple[str, str, bool], keys.PathClaims] = {}
-_claims_lock = threading.Lock()
-
-
-def path_claims(run_id: str, root: object, fold: bool) -> keys.PathClaims:
-    """The run's ``PathClaims`` for ``root`` (a fresh one for a run without an id)."""
-    if not run_id:
-        return keys.PathClaims(fold=fold)
-    with _claims_lock:
-        name = (run_id, str(root), fold)
-        if name not in _claims:
-            if len(_claims) > 64:
-                _claims.clear()
-            _claims[name] = keys.PathClaims(fold=fold)
-        return _claims[name]
-
 
 def download_batch(
-    client: Any,
+    conn: s3.S3Connection,
     settings: Settings,
     objects: Sequence[S3Object],
     *,
     prefix: str,
     run_id: str,
+    claims: keys.RunClaims | None = None,
 ) -> list[ObjectResult]:
     """Fetch a batch of new and changed objects (``ingest.changes`` chose them); one
-    result per object.
+    result per object. ``claims``: the local paths the run's batches gave out (its
+    context's), else this batch's own.
 
     Per-object failures become ``failed`` rows; only a TerminalError (bucket
     gone, credentials revoked) raises. A key whose local path another key of the run
@@ -76,16 +59,16 @@ def download_batch(
             **kw,
         )
 
-    claims = path_claims(run_id, root, settings.s3_refuse_folded_collisions)
+    paths = (claims or keys.RunClaims()).for_root(root, settings.s3_refuse_folded_collisions)
     for obj in objects:
         try:
             dest = keys.local_path_for(obj.key, prefix, root)
         except ItemError as exc:
             results.append(row(obj, local_path=None, status="failed", error=describe_error(exc)))
             continue
-        other = claims.claim(dest, obj.key)
+        other = paths.claim(dest, obj.key)
         if other is not None:
-            folded = " (differing only by case or Unicode normal form)" if claims.fold else ""
+            folded = " (differing only by case or Unicode normal form)" if paths.fold else ""
             error = redact(
                 f"PathCollisionError: the local path of key {obj.key!r} is already that of "
                 f"{other!r}{folded}; the key is not downloaded, so neither overwrites the other"
@@ -94,7 +77,7 @@ def download_batch(
             continue
         jobs.append((obj, dest))
 
-    for obj, dest, outcome in s3.BatchDownloader(client, settings, root).run(jobs):
+    for obj, dest, outcome in s3.BatchDownloader(conn, settings, root).run(jobs):
         if isinstance(outcome, s3.Fetched):
             results.append(
                 row(

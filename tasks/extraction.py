@@ -4,8 +4,8 @@ The flow submits one ``extract-batch`` per download batch with that batch's
 future as input, so each starts as soon as its download ends and extraction
 overlaps the downloads still running; ``extract-stored`` takes unchanged objects
 whose text is missing or was extracted by an older extractor version. The CPU
-work runs on the process's warm worker pool (``ingest.extract.pool``), not on
-the task runner's threads.
+work runs on the run's worker pool in this process (``ingest.extract.pool``, held
+by the run's context), not on the task runner's threads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ingest import fetch, sync
 from ingest.extract import batch, structure
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
-from tasks.s3 import client_for
+from tasks.s3 import pools, run_context
 from tasks.timing import timed
 
 
@@ -32,8 +32,11 @@ def _extract(
     stored: list[tuple[str, str, str]],
     extractor: str,
 ) -> ExtractSummary:
+    ctx = run_context(settings, run_id)
     with timed(settings.lake, noun="documents") as t:
-        docs = batch.extract_batch(settings, bucket, stored, run_id=run_id, extractor=extractor)
+        docs = batch.extract_batch(
+            settings, bucket, stored, run_id=run_id, extractor=extractor, **pools(ctx)
+        )
         structure.stage_documents(settings.lake, run_id, name, docs)
         summary = batch.summarize(docs).note_failures(docs)
         t.items = len(docs)
@@ -72,7 +75,7 @@ def extract_stored(
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)
     with tempfile.TemporaryDirectory(prefix="ingest-extract-") as tmp:
         readable = fetch.materialize(
-            client_for(settings),
+            run_context(settings, run_id).s3,
             settings,
             objects.objects(),
             [p for _k, _e, p in stored],

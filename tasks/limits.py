@@ -1,9 +1,10 @@
 """Time limits of the flows and tasks (Prefect's ``timeout_seconds``).
 
-Prefect takes a limit when a flow or task is decorated, so these are read once,
-when the flows are imported: from ``INGEST_FLOW_TIMEOUT`` of the worker's
-environment (``Settings``). A run past its
-limit ends TimedOut instead of hanging; what it staged is committed on the way out.
+A flow's limit is ``INGEST_FLOW_TIMEOUT`` (``Settings.flow_timeout``) of the
+environment of the process that runs it, read when each run starts
+(``flow_seconds``, which ``flows.parameters.IngestFlow`` calls when Prefect asks
+for the limit), never when the flows are imported. A run past its limit ends
+TimedOut instead of hanging; what it staged is committed on the way out.
 
 Tasks have no limit of their own. The tasks a flow submits run in worker
 threads, where Prefect cannot interrupt a blocking call (it only warns, once per
@@ -18,5 +19,7 @@ from __future__ import annotations
 
 from ingest.settings import Settings
 
-_settings = Settings()
-FLOW_SECONDS = _settings.flow_timeout
+
+def flow_seconds() -> float:
+    """Seconds a flow run may take: ``INGEST_FLOW_TIMEOUT`` of this process, read now."""
+    return Settings().flow_timeout

@@ -18,6 +18,7 @@ its result comes back pickled inside the final Prefect state.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -32,14 +33,20 @@ from prefect.tasks import Task
 
 from ingest.settings import Settings
 
+log = logging.getLogger(__name__)
+
 
 @contextmanager
-def batch_runner(settings: Settings, threads: int | None = None) -> Iterator[TaskRunner[Any]]:
+def batch_runner(
+    settings: Settings, threads: int | None = None, *, run_id: str | None = None
+) -> Iterator[TaskRunner[Any]]:
     """The started runner for the flow's batch tasks (see the module docstring).
 
     With the thread runner and ``threads``, the batches get a thread pool of their own:
     tasks the flow submits to its decorator's runner (the listing) then never queue
-    behind batches waiting for their downloads."""
+    behind batches waiting for their downloads. On Dask, the contexts the run's tasks
+    opened on the workers (``ingest.context.for_run``) are closed at the end when
+    ``run_id`` is given."""
     if settings.task_runner == "thread":
         ctx = FlowRunContext.get()
         if ctx is None or ctx.task_runner is None:
@@ -55,13 +62,34 @@ def batch_runner(settings: Settings, threads: int | None = None) -> Iterator[Tas
     if settings.dask_address:
         with DaskTaskRunner(address=settings.dask_address) as runner:
             warm(runner)
-            yield runner
+            try:
+                yield runner
+            finally:
+                close_contexts(runner, run_id)
         return
     # A LocalCluster with Dask's defaults: each worker under a nanny, as a daemonic process
     # (the extraction pool starts its processes with subprocess, which a daemon may).
     with DaskTaskRunner(cluster_kwargs=local_cluster_kwargs()) as runner:
         warm(runner)
-        yield runner
+        try:
+            yield runner
+        finally:
+            close_contexts(runner, run_id)
+
+
+def close_contexts(runner: Any, run_id: str | None) -> dict[str, Any]:
+    """Close on every worker the context run ``run_id`` opened there: its S3 connection
+    and listing database go with the run, not with the worker. A worker that cannot be
+    reached is left out (its contexts go with its process). Which workers had one."""
+    from ingest import context
+
+    if run_id is None:
+        return {}
+    try:
+        return dict(runner.client.run(context.close_run, run_id, on_error="return"))
+    except Exception:  # the cluster is going away: its workers' contexts go with them
+        log.warning("the Dask workers' contexts of run %s were not closed", run_id)
+        return {}
 
 
 def warm(runner: Any) -> None:
@@ -113,15 +141,23 @@ def submit(runner: TaskRunner[Any], task: Task[..., Any], **parameters: Any) -> 
     return runner.submit(task, kept)
 
 
-def worker_name() -> str:
-    """Who runs the current task: the Dask worker's name (its address unless named) on a
-    cluster, else ``host:pid``."""
+def dask_worker() -> Any | None:
+    """The Dask worker running the current task, or None."""
     # A Dask worker has imported distributed; any other process need not (importing it to
     # ask cost every thread-runner run 0.3 s).
     distributed = sys.modules.get("distributed")
     if distributed is not None:
         try:
-            return str(distributed.get_worker().name)
+            return distributed.get_worker()
         except ValueError:  # not inside a worker's task
             pass
+    return None
+
+
+def worker_name() -> str:
+    """Who runs the current task: the Dask worker's name (its address unless named) on a
+    cluster, else ``host:pid``."""
+    worker = dask_worker()
+    if worker is not None:
+        return str(worker.name)
     return f"{socket.gethostname()}:{os.getpid()}"

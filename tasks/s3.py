@@ -22,8 +22,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from ingest import fetch, listing, s3, storage, sync
+from ingest import context, fetch, listing, s3, storage, sync
 from ingest.backoff import Backoff
+from ingest.context import RunContext
 from ingest.errors import TerminalError
 from ingest.extract import batch as extraction
 from ingest.extract import structure
@@ -31,6 +32,7 @@ from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
+from tasks.runners import dask_worker
 from tasks.timing import timed
 
 log = logging.getLogger(__name__)
@@ -67,15 +69,27 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
     )
 
 
-def client_for(settings: Settings) -> Any:
-    """The shared client, with credentials from a Prefect AwsCredentials block if named."""
-    return s3.make_client(settings)
+def run_context(settings: Settings, run_id: str) -> RunContext:
+    """The context of run ``run_id`` in this process (``ingest.context.for_run``): the
+    flow's, or on a Dask worker the one this worker holds for the run (opened by its
+    first task there, closed by the flow's batch runner at the run's end)."""
+    return context.for_run(settings, run_id, open_here=dask_worker() is not None)
+
+
+def pools(ctx: RunContext) -> dict[str, Any]:
+    """The run's extraction pools and budget start, as ``extract_batch`` takes them (the
+    OCR pool only with OCR on: no pool thread for a run that never OCRs)."""
+    return {
+        "pool": ctx.pool,
+        "ocr_pool": ctx.ocr_pool if ctx.settings.ocr_enabled else None,
+        "started": ctx.extract_started(),
+    }
 
 
 @task(name="check-bucket", cache_policy=NO_CACHE)
-def check_bucket(settings: Settings, bucket: str) -> int:
+def check_bucket(settings: Settings, run_id: str, bucket: str) -> int:
     """Fail fast on a missing bucket or rejected credentials; sweep stale temp files."""
-    s3.check_bucket(client_for(settings), bucket)
+    s3.check_bucket(run_context(settings, run_id).s3.client, bucket)
     return s3.sweep_temp(settings.download_root(bucket))
 
 
@@ -84,7 +98,7 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     """Split the listing into key-range shards listed concurrently (one by default), or
     fetch and sort the S3 Inventory report that replaces LIST calls."""
     with timed(settings.lake, noun="shards") as t:
-        shards = listing.plan(client_for(settings), settings, spec)
+        shards = listing.plan(run_context(settings, spec.run_id).s3, settings, spec)
         t.items = len(shards)
     return shards
 
@@ -103,7 +117,8 @@ def list_objects(
     """List one chunk of a shard (a few pages); the next chunk is listed while this one is
     compared with the stored state."""
     with timed(settings.lake, noun="keys") as t:
-        listed = listing.list_part(client_for(settings), settings, spec, shard, cursor)
+        ctx = run_context(settings, spec.run_id)
+        listed = listing.list_part(ctx.s3, ctx.listing, settings, spec, shard, cursor)
         t.items = listed.count
     return listed
 
@@ -118,7 +133,8 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
     not the bucket), deletions staged, counts."""
     with timed(settings.lake, noun="keys") as t:
-        result = listing.find_changes(settings, spec, listed)
+        ctx = run_context(settings, spec.run_id)
+        result = listing.find_changes(ctx.listing, settings, spec, listed)
         t.items = result.listed
     return result
 
@@ -133,15 +149,17 @@ def download_batch(
 
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
+    ctx = run_context(settings, spec.run_id)
     if extract:
-        extraction.warm_pool(settings)
+        ctx.pool.warm()
     with timed(settings.lake) as t:
         results = sync.download_batch(
-            client_for(settings),
+            ctx.s3,
             settings,
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
+            claims=ctx.claims,
         )
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
@@ -166,17 +184,19 @@ def fetch_batch(
     No task retries, as ``download-batch``: per-object failures are rows. A worker lost
     mid-batch is Dask's to handle: the scheduler runs the batch again on another worker.
     """
+    ctx = run_context(settings, spec.run_id)
     if extract:
-        extraction.warm_pool(settings)  # the workers start while the batch downloads
+        ctx.pool.warm()  # the workers start while the batch downloads
     with timed(settings.lake) as t:
         results, docs = fetch.fetch_batch(
-            client_for(settings),
+            ctx.s3,
             settings,
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
             extract=extract,
             extractor=extractor,
+            **(pools(ctx) if extract else {}),
         )
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)

@@ -21,6 +21,7 @@ import inspect
 import re
 import sys
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,20 @@ def _sections(source: str) -> dict[str, str]:
     return found
 
 
+def _settings_fields(cls: Any, prefix: str) -> Iterator[tuple[str, Any, str]]:
+    """``(field name in the class body, field, variable)`` of every setting: a concern's
+    sub-model (``alert: AlertSettings``) gives its fields, as ``INGEST_ALERT_BLOCK``."""
+    from pydantic import BaseModel
+
+    for name, field in cls.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            for sub, sub_field in kind.model_fields.items():
+                yield name, sub_field, f"{prefix}{name}_{sub}".upper()
+        else:
+            yield name, field, f"{prefix}{name}".upper()
+
+
 def render_settings() -> str:
     """``docs/reference/settings.md``: every field of ``Settings``."""
     from ingest import settings as module
@@ -181,8 +196,7 @@ def render_settings() -> str:
     prefix = cls.model_config.get("env_prefix", "")
     sections = _sections(inspect.getsource(cls))
     grouped: dict[str, list[str]] = {}
-    for name, field in cls.model_fields.items():
-        env = f"{prefix}{name}".upper()
+    for name, field, env in _settings_fields(cls, prefix):
         bounds = _bounds(field)
         description = md(field.description or "")
         row = (

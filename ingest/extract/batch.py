@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -27,7 +26,7 @@ from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.markdown import add_page_text, literal
 from ingest.extract.metadata import detect_language
 from ingest.extract.ocr import ocr_unavailable
-from ingest.extract.pool import Outcome, PoolConfig, WorkerPool, shared_pool
+from ingest.extract.pool import Outcome, PoolConfig, WorkerPool
 from ingest.records import Document, DocumentStatus, ExtractSummary
 from ingest.settings import Settings
 
@@ -42,28 +41,14 @@ _CUTS = ("text_cut", "pages_cut", "markdown_cut")  # cut_text's records in the m
 
 Stored = tuple[str, str, str]  # (key, etag, local_path) of an object on disk
 
-# When this process started extracting for a run (monotonic seconds), for the run's budget
-# (``extract_run_budget``); the last few dozen runs are kept.
-_run_started: dict[str, float] = {}
-_run_started_lock = threading.Lock()
 
-
-def run_deadline(run_id: str, budget: float | None) -> float | None:
-    """The monotonic time after which this run submits no more files, or None."""
+def run_deadline(started: float | None, budget: float | None) -> float | None:
+    """The monotonic time after which this run submits no more files, or None: ``budget``
+    seconds from ``started`` (when this process started extracting for the run, which
+    the run's context keeps), or from now."""
     if budget is None:
         return None
-    with _run_started_lock:
-        if run_id not in _run_started:
-            if len(_run_started) > 64:
-                _run_started.clear()
-            _run_started[run_id] = time.monotonic()
-        return _run_started[run_id] + budget
-
-
-def warm_pool(settings: Settings) -> None:
-    """Start this process's extraction workers now (``WorkerPool.warm``): documents are on
-    their way."""
-    shared_pool(pool_config(settings)).warm()
+    return (time.monotonic() if started is None else started) + budget
 
 
 def pool_config(settings: Settings) -> PoolConfig:
@@ -93,22 +78,25 @@ def extract_batch(
     pool: WorkerPool | None = None,
     ocr_pool: WorkerPool | None = None,
     extractor: str = DEFAULT_EXTRACTOR,
+    started: float | None = None,
 ) -> list[Document]:
     """One ``documents`` row per stored object, whatever happens to its parser.
 
-    ``pool`` defaults to the process's shared warm pool, started only when a
-    document needs it. Timeouts and crashed workers become rows (``timeout``,
+    ``pool`` (and ``ocr_pool`` with ``ocr_enabled``) are the run's, held by its context
+    (``ingest.context.RunContext``); needed only when a document goes to a parser, so
+    their workers start only then. Timeouts and crashed workers become rows (``timeout``,
     ``failed``); the pool replaces the worker. An interrupted job (its worker killed
     from outside twice) is a ``failed`` row that the next run extracts again.
 
     Files are handed to the pool a few at a time, so that once the run's budget
-    (``extract_run_budget``, from this process's first extraction of the run) is spent
+    (``extract_run_budget``, from ``started``: this process's first extraction of the
+    run, or this call) is spent
     the rest are not parsed: each becomes a ``timeout`` row that the next run extracts
     again. Texts longer than ``extract_max_chars`` are cut in the worker.
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
-    deadline = run_deadline(run_id, settings.extract_run_budget)
+    deadline = run_deadline(started, settings.extract_run_budget)
     default = extractor == DEFAULT_EXTRACTOR
     extra: dict[str, Any] = {"max_chars": settings.extract_max_chars} if default else {}
     ahead = 2 * (settings.extract_workers or os.cpu_count() or 2)
@@ -126,7 +114,8 @@ def extract_batch(
         if deadline is not None and time.monotonic() >= deadline:
             futures.append(None)
             continue
-        pool = pool or shared_pool(pool_config(settings))
+        if pool is None:
+            raise ValueError("extract_batch needs the run's extraction pool (pool=)")
         fut = pool.submit(
             extractor,
             path,
@@ -248,7 +237,9 @@ def run_ocr(
         for doc, _path in candidates:
             doc.metadata["ocr"] = f"skipped: {missing}"
         return
-    pool = ocr_pool or shared_pool(ocr_pool_config(settings))
+    if ocr_pool is None:
+        raise ValueError("OCR needs the run's OCR pool (ocr_pool=)")
+    pool = ocr_pool
     jobs = []
     for doc, path in candidates:
         if pool.pending >= settings.ocr_queue_size:

@@ -38,14 +38,14 @@ that balloons gets a ``MemoryError`` (a ``failed`` row) or dies (a
 ``crashed`` one) instead of taking the machine with it. Workers are also
 recycled after ``max_jobs_per_worker`` jobs to bound slow leaks in the
 native libraries. The pool is thread-safe: Prefect task threads submit to it
-concurrently, and one pool is kept warm per process (``shared_pool``). The
-fork server ends when this process does (end of file on its socket), and its
-workers with it.
+concurrently, and a run's batches in one process share the run's pool (held and
+closed by its context, ``ingest.context.RunContext``). The fork server ends when
+the pool closes or this process ends (end of file on its socket), and its workers
+with it.
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import contextlib
 import logging
@@ -602,32 +602,3 @@ class WorkerPool:
         self._workers[self._workers.index(w)] = _Worker()
         self.stats.replaced += 1
         self._start_pending()
-
-
-_shared: dict[PoolConfig, WorkerPool] = {}
-_shared_lock = threading.Lock()
-
-
-def shared_pool(config: PoolConfig) -> WorkerPool:
-    """One warm pool per configuration per process, closed at exit.
-
-    A flow run's extract tasks (and the next flow run in a long-lived worker
-    process) reuse it, so worker start-up is paid once, not per batch.
-    """
-    with _shared_lock:
-        pool = _shared.get(config)
-        if pool is None:
-            pool = _shared[config] = WorkerPool(config)
-        return pool
-
-
-@atexit.register
-def _close_shared() -> None:
-    with _shared_lock:
-        pools = list(_shared.values())
-        _shared.clear()
-    for pool in pools:
-        try:
-            pool.close()
-        except Exception:  # exiting anyway; a stuck worker is killed by close()
-            log.debug("closing an extraction pool failed", exc_info=True)

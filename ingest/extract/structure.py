@@ -132,16 +132,17 @@ def stage_documents(data_dir: DataDir, run_id: str, name: str, docs: Sequence[Do
         storage.stage(data_dir, run_id, table, name, table_rows)
 
 
-def deleted_rows(table_sql: str, table: str, keys: list[str], bucket: str, run_id: str) -> Any:
+def deleted_rows(
+    table_sql: str, table: str, keys: list[str], bucket: str, run_id: str, *, db: Any
+) -> Any:
     """The rows of ``table`` (a ``storage.scan`` expression) of the deleted objects
-    ``keys``, marked ``deleted`` with this run and time (so the MERGE takes them)."""
+    ``keys``, marked ``deleted`` with this run and time (so the MERGE takes them);
+    queried in ``db``, the run's ``ingest.changes.ListingDatabase``."""
     import pyarrow as pa
-
-    from ingest import changes
 
     if not keys:
         return pa.Table.from_pylist([], schema=storage.SCHEMAS[table])
-    with changes.cursor() as con:
+    with db.cursor() as con:
         con.register("gone", pa.table({"key": keys}))
         found = con.execute(
             f"""SELECT * REPLACE ('deleted' AS status, ? AS run_id, ? AS extracted_at)

@@ -581,7 +581,7 @@ async def run_repos(
     auto = (
         choose_per_page(
             [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
-            concurrency=window.plan_size(settings.http_initial_window),
+            concurrency=window.plan_size(settings.http.initial_window),
             budget=budget,
             base_s=settings.github_latency_base,
             per_item_s=settings.github_latency_per_item,

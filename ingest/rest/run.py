@@ -385,7 +385,7 @@ class SourceRun:
         return choose_per_page(
             [rows] * parents,
             concurrency=(
-                window.plan_size(self.settings.http_initial_window)
+                window.plan_size(self.settings.http.initial_window)
                 if window
                 else self.client.concurrency
             ),
@@ -513,11 +513,11 @@ def make_client(
         credentials=creds.headers,
     )
     window = AdaptiveWindow(
-        initial=remembered[0] if remembered else settings.http_initial_window,
+        initial=remembered[0] if remembered else settings.http.initial_window,
         maximum=concurrency,
         ceiling=remembered[1] if remembered else None,
-        adaptive=settings.http_adaptive,
-        ramp=settings.http_ramp,
+        adaptive=settings.http.adaptive,
+        ramp=settings.http.ramp,
     )
     limits = source.client.rate_limit
     return RestClient(
@@ -533,7 +533,7 @@ def make_client(
         auth_hint=creds.hint,
         who=who,
         auth_params=creds.params,
-        max_page_bytes=settings.http_max_page_bytes,
+        max_page_bytes=settings.http.max_page_bytes,
     )
 
 
@@ -709,7 +709,7 @@ async def _fetch(
                 run_id=run_id,
                 updated_at=datetime.now(UTC),
             )
-            if settings.http_adaptive
+            if settings.http.adaptive
             else None,
         )
     if isinstance(summary, GitHubSummary):

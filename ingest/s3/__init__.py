@@ -2,9 +2,8 @@
 
 Modules, one per concern:
 
-- ``client``: the boto3 client (``make_client``), the shared request lanes
-  (``request_lanes``) and the obstore store of a client (``object_store``), cached per
-  process.
+- ``client``: a run's connection (``S3Connection``): the boto3 client, its request
+  lanes and the obstore store of each bucket, held by the run, not cached per process.
 - ``errors``: botocore failures translated into ``TerminalError`` (``translate_errors``).
 - ``listing``: the bucket check and ListObjectsV2 pages (``check_bucket``, ``list_page``).
 - ``chunks``: listing in chunks over key ranges, as Arrow.
@@ -36,7 +35,7 @@ So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
 requests in a run.
 """
 
-from ingest.s3.client import make_client, object_store, request_lanes
+from ingest.s3.client import S3Client, S3Connection
 from ingest.s3.download import BatchDownloader, Fetched, fetch_small
 from ingest.s3.errors import attempts_of, error_code, translate_errors
 from ingest.s3.files import sweep_temp, temp_path
@@ -48,6 +47,8 @@ __all__ = [
     "BatchDownloader",
     "Fetched",
     "ListPage",
+    "S3Client",
+    "S3Connection",
     "attempts_of",
     "check_bucket",
     "error_code",
@@ -55,9 +56,6 @@ __all__ = [
     "get_attempts",
     "list_objects",
     "list_page",
-    "make_client",
-    "object_store",
-    "request_lanes",
     "sweep_temp",
     "temp_path",
     "translate_errors",

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from ingest import keys
 from ingest.records import Cursor, Shard
 from ingest.s3 import inventory, rawlist
+from ingest.s3.client import S3Connection
 from ingest.s3.errors import translate_errors
 from ingest.s3.listing import list_page
 
@@ -86,7 +87,7 @@ def plan_shards(client: Any, bucket: str, prefix: str, shards: int) -> list[Shar
 
 
 def list_chunk(
-    client: Any,
+    conn: S3Connection,
     bucket: str,
     prefix: str,
     shard: Shard,
@@ -103,13 +104,13 @@ def list_chunk(
     done = False
     last_key: str | None = None
     start_after = cursor.after if cursor.after is not None else _before(shard.start)
-    raw = rawlist.lister_for(client, bucket)
+    raw = conn.lister(bucket)
     end = shard.end.encode() if shard.end is not None else None
     start = shard.start.encode() if shard.start is not None else None
     for _ in range(max_pages):
         page = raw.page(prefix, token, start_after) if raw is not None else None
         if page is None:
-            page = _boto_page(client, bucket, prefix, token, start_after)
+            page = _boto_page(conn.client, bucket, prefix, token, start_after)
         names = page.keys
         cut_end = len(names)
         if end is not None:

@@ -1,21 +1,22 @@
-"""The boto3 S3 client, the shared request pool and the obstore store of a client.
+"""A run's connection to S3 (``S3Connection``): the boto3 client, the request lanes and
+the obstore store of each bucket.
 
-``make_client`` builds (and caches per process) the boto3 client used for listing;
-``object_store`` builds, from the same session and settings, the obstore ``S3Store``
-the GETs go through (``ingest.s3.get``); ``request_lanes`` are the process-wide
-threads those GETs run on.
+``S3Connection.open`` builds the boto3 client used for listing; from the same session
+and settings the connection builds, on first use, the obstore ``S3Store`` the GETs go
+through (``ingest.s3.get``), the fast lister (``ingest.s3.rawlist``) and the request
+lanes, the threads those GETs run on. Nothing is cached per process: the run holds its
+connection (``ingest.context.RunContext``) and closes it at its end.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import boto3
@@ -25,7 +26,13 @@ from obstore.store import S3Store
 
 from ingest import interrupt
 from ingest.aws import block_session
+from ingest.s3.rawlist import RawLister, new_lister
 from ingest.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+else:
+    S3Client = Any
 
 log = logging.getLogger(__name__)
 
@@ -34,67 +41,121 @@ log = logging.getLogger(__name__)
 # temporary credentials 10-15 minutes before they expire, so 5 minutes stays inside that).
 CREDENTIALS_TTL = timedelta(minutes=5)
 
-# id(client) -> (boto3 session, settings) of the clients make_client built (they are cached
-# for the life of the process, so an id is never reused for another client).
-_client_sources: dict[int, tuple[boto3.session.Session, Settings]] = {}
-_stores: dict[tuple[int, str], S3Store | None] = {}
 
-
-_clients: dict[tuple[Any, ...], Any] = {}
-_clients_lock = threading.Lock()
-
-
-def make_client(settings: Settings) -> Any:
+def _new_client(settings: Settings) -> tuple[S3Client, boto3.session.Session]:
     """A boto3 S3 client whose connection pool matches the request concurrency, with the
     credentials of the AwsCredentials block ``s3_credentials_block`` when one is named
-    (``ingest.aws.block_session``), else the AWS chain.
-
-    Clients are thread-safe and cached per process, so batch tasks running in
-    threads share one pool of keep-alive connections.
-    """
-    key = (
-        settings.s3_endpoint_url,
-        settings.s3_region,
-        settings.s3_concurrency,
-        settings.s3_max_attempts,
-        settings.s3_connect_timeout,
-        settings.s3_read_timeout,
-        settings.s3_request_timeout,
-        os.environ.get("AWS_CA_BUNDLE"),
-        settings.s3_credentials_block,
+    (``ingest.aws.block_session``), else the AWS chain; and its session."""
+    config = Config(
+        max_pool_connections=settings.s3_concurrency + 4,
+        retries={"mode": "standard", "max_attempts": settings.s3_max_attempts},
+        connect_timeout=settings.s3_connect_timeout,
+        read_timeout=settings.s3_read_timeout,
+        tcp_keepalive=True,
+        s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
     )
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            config = Config(
-                max_pool_connections=settings.s3_concurrency + 4,
-                retries={"mode": "standard", "max_attempts": settings.s3_max_attempts},
-                connect_timeout=settings.s3_connect_timeout,
-                read_timeout=settings.s3_read_timeout,
-                tcp_keepalive=True,
-                s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
-            )
-            session = (
-                block_session(settings.s3_credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
-                if settings.s3_credentials_block
-                else boto3.session.Session()
-            )
-            client = session.client(
-                "s3",
-                endpoint_url=settings.s3_endpoint_url,
-                region_name=settings.s3_region or session.region_name or "us-east-1",
-                config=config,
-            )
-            _clients[key] = client
-            _client_sources[id(client)] = (session, settings)
-        return client
+    session = (
+        block_session(settings.s3_credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
+        if settings.s3_credentials_block
+        else boto3.session.Session()
+    )
+    client = session.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint_url,
+        region_name=settings.s3_region or session.region_name or "us-east-1",
+        config=config,
+    )
+    return client, session
 
 
-_lanes: dict[int, RequestLanes] = {}
+class S3Connection:
+    """A run's way to S3: the boto3 client (listing, the GET fallback, uploads), and, built
+    from it on first use, the obstore store of each bucket (the GETs), the fast lister of
+    each bucket (``ingest.rawlist``) and the request lanes every batch of the run shares.
+
+    ``S3Connection.open(settings)`` builds the client from the settings; a connection over
+    a client built elsewhere (``S3Connection(client, settings)``, no session: a test's, a
+    caller's own) lists and GETs through that client alone. Thread-safe: the run's batch
+    tasks share one, and so one pool of keep-alive connections. ``close`` (or ``with``)
+    stops the lanes and closes the client's connections.
+    """
+
+    def __init__(
+        self,
+        client: S3Client,
+        settings: Settings,
+        session: boto3.session.Session | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.session = session
+        self._stores: dict[str, S3Store | None] = {}
+        self._listers: dict[str, RawLister | None] = {}
+        self._lanes: RequestLanes | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, settings: Settings) -> S3Connection:
+        """A connection with its own client, built from ``settings``."""
+        client, session = _new_client(settings)
+        return cls(client, settings, session)
+
+    def store(self, bucket: str) -> S3Store | None:
+        """The obstore ``S3Store`` of ``bucket`` (see ``_new_store``), or None: the GET
+        then goes through ``client.get_object``."""
+        try:
+            return self._stores[bucket]
+        except KeyError:
+            pass
+        with self._lock:
+            if bucket not in self._stores:
+                self._stores[bucket] = _new_store(self, bucket)
+            return self._stores[bucket]
+
+    def lister(self, bucket: str) -> RawLister | None:
+        """The fast ListObjectsV2 path of ``bucket``, or None (then botocore lists)."""
+        with self._lock:
+            if bucket not in self._listers:
+                self._listers[bucket] = (
+                    None
+                    if self.session is None
+                    else new_lister(self.client, self.session, self.settings, bucket)
+                )
+            return self._listers[bucket]
+
+    @property
+    def lanes(self) -> RequestLanes:
+        """The connection's request lanes: ``s3_concurrency`` GETs in flight at most,
+        across every batch that shares the connection."""
+        with self._lock:
+            if self._lanes is None:
+                self._lanes = RequestLanes(self.settings.s3_concurrency)
+            return self._lanes
+
+    def close(self) -> None:
+        """Stop the lanes (requests in flight finish) and close the client's connections."""
+        with self._lock:
+            lanes, self._lanes = self._lanes, None
+            listers = [lister for lister in self._listers.values() if lister is not None]
+            self._stores.clear()
+            self._listers.clear()
+        if lanes is not None:
+            lanes.pool.shutdown(wait=False, cancel_futures=True)
+        for lister in listers:
+            lister.http.clear()
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> S3Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RequestLanes:
-    """The process-wide bound on requests in flight, shared by every batch.
+    """The bound on requests in flight of a connection, shared by every batch.
 
     Up to ``limit`` *lanes* (jobs on a thread pool of that size) each take the next
     queued request until the queue is empty, then end. A batch queues its requests
@@ -141,41 +202,18 @@ class RequestLanes:
                 log.exception("request job failed outside its own handler")
 
 
-def request_lanes(concurrency: int) -> RequestLanes:
-    """The process-wide request lanes for ``concurrency`` requests in flight."""
-    with _clients_lock:
-        lanes = _lanes.get(concurrency)
-        if lanes is None:
-            lanes = _lanes[concurrency] = RequestLanes(concurrency)
-        return lanes
-
-
-def object_store(client: Any, bucket: str) -> S3Store | None:
-    """The obstore ``S3Store`` of ``bucket`` for a client built by ``make_client``.
+def _new_store(conn: S3Connection, bucket: str) -> S3Store | None:
+    """The obstore ``S3Store`` of ``bucket`` for a connection that built its client.
 
     Same credentials (the boto3 session's chain, refreshed through
     ``get_frozen_credentials``), endpoint, region and timeouts as the client; path-style
     addressing for custom endpoints; as many pooled connections as the client; obstore's
     own retries off (``ingest.s3.get._get_obstore`` retries, counting attempts). None for
-    a client built elsewhere or a configuration obstore cannot take: the GET then goes
-    through ``client.get_object``.
+    a client built elsewhere or a configuration obstore cannot take.
     """
-    key = (id(client), bucket)
-    try:
-        return _stores[key]
-    except KeyError:
-        pass
-    with _clients_lock:
-        if key not in _stores:
-            _stores[key] = _new_store(client, bucket)
-        return _stores[key]
-
-
-def _new_store(client: Any, bucket: str) -> S3Store | None:
-    source = _client_sources.get(id(client))
-    if source is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
+    session, settings, client = conn.session, conn.settings, conn.client
+    if session is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
         return None
-    session, settings = source
     endpoint = settings.s3_endpoint_url
     options: dict[str, Any] = {
         "connect_timeout": timedelta(seconds=settings.s3_connect_timeout),
@@ -219,9 +257,3 @@ def ca_bundle(session: boto3.session.Session) -> str | None:
         return None
     with open(path, encoding="ascii") as f:
         return f.read()
-
-
-def client_source(client: Any) -> tuple[boto3.session.Session, Settings] | None:
-    """The boto3 session and settings ``make_client`` built ``client`` from (None for a
-    client built elsewhere)."""
-    return _client_sources.get(id(client))

@@ -15,7 +15,7 @@ from typing import Any
 
 from ingest.errors import IntegrityError, ItemError, NotFetchedError
 from ingest.records import S3Object
-from ingest.s3.client import request_lanes
+from ingest.s3.client import S3Connection
 from ingest.s3.files import _publish, _verify, remove, temp_path
 from ingest.s3.get import _stream, get_attempts
 from ingest.settings import Settings
@@ -49,7 +49,7 @@ class _Ranged:
 
 
 def fetch_small(
-    client: Any, obj: S3Object, dest: str, root: str | os.PathLike[str], settings: Settings
+    conn: S3Connection, obj: S3Object, dest: str, root: str | os.PathLike[str], settings: Settings
 ) -> Fetched:
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
 
@@ -79,7 +79,7 @@ def fetch_small(
 
                 if obj.size:
                     made = _stream(
-                        client,
+                        conn,
                         obj,
                         0,
                         obj.size,
@@ -129,20 +129,22 @@ def interrupted(obj: S3Object) -> NotFetchedError:
 
 
 class BatchDownloader:
-    """Download many objects on the process-wide request lanes (``request_lanes``).
+    """Download many objects on the connection's request lanes (``S3Connection.lanes``).
 
     A small object is one queued job; an object of at least ``s3_range_threshold``
     bytes is split into range jobs written in place (``os.pwrite``) to one temporary
-    file. The lanes are shared by every batch of the process, so the requests in
+    file. The lanes are shared by every batch of the run, so the requests in
     flight stay at ``s3_concurrency`` across batch boundaries, and memory stays bounded
     by ``concurrency x CHUNK`` whatever the object sizes.
     """
 
-    def __init__(self, client: Any, settings: Settings, root: str | os.PathLike[str]) -> None:
-        self.client = client
+    def __init__(
+        self, conn: S3Connection, settings: Settings, root: str | os.PathLike[str]
+    ) -> None:
+        self.conn = conn
         self.settings = settings
         self.root = root
-        self.lanes = request_lanes(settings.s3_concurrency)
+        self.lanes = conn.lanes
 
     def run(
         self, jobs: list[tuple[S3Object, str]]
@@ -162,7 +164,7 @@ class BatchDownloader:
             if len(done) == total:
                 ended.set()
 
-        client, settings, root, lanes = self.client, self.settings, self.root, self.lanes
+        conn, settings, root, lanes = self.conn, self.settings, self.root, self.lanes
 
         def small(obj: S3Object, dest: str) -> Callable[[], None]:
             def job() -> None:
@@ -170,9 +172,7 @@ class BatchDownloader:
                     finish(obj, dest, interrupted(obj))
                     return
                 try:
-                    outcome: Fetched | BaseException = fetch_small(
-                        client, obj, dest, root, settings
-                    )
+                    outcome: Fetched | BaseException = fetch_small(conn, obj, dest, root, settings)
                 except BaseException as exc:
                     outcome = exc
                 finish(obj, dest, outcome)
@@ -215,7 +215,7 @@ class BatchDownloader:
             else:
                 try:
                     outcome = _stream(
-                        self.client,
+                        self.conn,
                         obj,
                         start,
                         end,

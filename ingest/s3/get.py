@@ -1,8 +1,8 @@
 """Object GETs on obstore, with ``client.get_object`` as the fallback.
 
 The data path (``GetObject``) goes through obstore (the Python bindings of Rust's
-``object_store``): one ``S3Store`` per client and bucket
-(``ingest.s3.client.object_store``), with the boto3 session's credentials (the
+``object_store``): one ``S3Store`` per run's connection and bucket
+(``ingest.s3.client.S3Connection.store``), with the boto3 session's credentials (the
 standard AWS chain or a Prefect ``AwsCredentials`` block, refreshed through
 ``get_frozen_credentials``), the endpoint and region of the client, path-style
 addressing for custom endpoints, ``allow_http`` for ``http://`` endpoints, the
@@ -10,9 +10,9 @@ client's timeouts and a connection pool as large as the client's. Measured on 64
 threads, ~30 KB objects, 20 ms of latency: ~0.3-0.4 ms of client CPU per GET
 against ~0.7 ms for botocore's SigV4 signer on the client's urllib3 session (the
 previous path) and ~1.8 ms for ``client.get_object`` (see benchmarks/README.md).
-obstore's blocking ``get`` releases the GIL, so the GETs stay on the process-wide
-thread pool shared by batch tasks; ``get_async`` on one event loop cost more CPU per
-GET (~0.55-0.6 ms).
+obstore's blocking ``get`` releases the GIL, so the GETs stay on the run's request
+lanes, a thread pool shared by its batch tasks (``S3Connection.lanes``); ``get_async``
+on one event loop cost more CPU per GET (~0.55-0.6 ms).
 
 The first two retry layers (see ``ingest.s3``) live here: ``_get_obstore`` retries
 each request, ``_stream`` resumes a body broken mid-transfer.
@@ -28,8 +28,8 @@ failure is object_store's ``HTTP error`` variant. Retried here: 5xx, 429, S3's
 throttling codes and transport failures. Anything else obstore raises, and
 answers the GET path does not handle itself (a redirect, a 400 without an error
 code), go once through ``client.get_object``, whose botocore retries and error
-codes then decide; keys obstore's path type cannot name and clients not built by
-``make_client`` go there too.
+codes then decide; keys obstore's path type cannot name and connections over a
+client built elsewhere go there too.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from urllib3.exceptions import ProtocolError
 from ingest.backoff import Backoff
 from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
 from ingest.records import S3Object
-from ingest.s3.client import object_store
+from ingest.s3.client import S3Connection
 from ingest.s3.errors import attempts_of, credentials_error, error_code
 from ingest.settings import Settings
 
@@ -254,23 +254,25 @@ def _obstore_key(key: str) -> bool:
     return not key.startswith("/") and not key.endswith("/")
 
 
-def _get(client: Any, obj: S3Object, start: int, end: int, max_attempts: int) -> tuple[Any, int]:
+def _get(
+    conn: S3Connection, obj: S3Object, start: int, end: int, max_attempts: int
+) -> tuple[Any, int]:
     """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match:
     ``(iterator of chunks, requests made)``."""
     whole = start == 0 and end == obj.size
     made = 0
-    store = object_store(client, obj.bucket) if _obstore_key(obj.key) else None
+    store = conn.store(obj.bucket) if _obstore_key(obj.key) else None
     if store is not None:
         got = _get_obstore(store, obj, start, end, whole, max_attempts)
         if not isinstance(got, int):
             return got
         made = got
-    chunks, boto_made = _get_boto(client, obj, None if whole else f"bytes={start}-{end - 1}")
+    chunks, boto_made = _get_boto(conn.client, obj, None if whole else f"bytes={start}-{end - 1}")
     return chunks, made + boto_made
 
 
 def _stream(
-    client: Any,
+    conn: S3Connection,
     obj: S3Object,
     start: int,
     end: int,
@@ -286,7 +288,7 @@ def _stream(
     attempts = 0
     offset = start
     for resume in range(stream_retries + 1):
-        chunks, made = _get(client, obj, offset, end, max_attempts)
+        chunks, made = _get(conn, obj, offset, end, max_attempts)
         attempts += made
         try:
             for chunk in chunks:

@@ -1,7 +1,7 @@
 """Listing on the boto3 client: the bucket check and ListObjectsV2 pages.
 
 The listing's requests are retried by botocore's ``standard`` retry mode (set up by
-``ingest.s3.client.make_client``); bucket-level failures become ``TerminalError``
+``ingest.s3.client.S3Connection.open``); bucket-level failures become ``TerminalError``
 (``ingest.s3.errors.translate_errors``).
 """
 

@@ -29,17 +29,17 @@ from __future__ import annotations
 import html
 import logging
 import re
-import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote_plus, urlsplit
 
 import urllib3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from ingest.s3.client import client_source
+if TYPE_CHECKING:
+    from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -192,25 +192,10 @@ def _parse_tree(body: bytes) -> RawPage | None:
     return page
 
 
-_listers: dict[tuple[int, str], RawLister | None] = {}
-_lock = threading.Lock()
-
-
-def lister_for(client: Any, bucket: str) -> RawLister | None:
-    """The fast path for a client built by ``make_client``, or None (then botocore lists)."""
-    key = (id(client), bucket)
-    with _lock:
-        if key in _listers:
-            return _listers[key]
-        _listers[key] = _new_lister(client, bucket)
-        return _listers[key]
-
-
-def _new_lister(client: Any, bucket: str) -> RawLister | None:
-    source = client_source(client)
-    if source is None:
-        return None
-    session, settings = source
+def new_lister(client: Any, session: Any, settings: Settings, bucket: str) -> RawLister | None:
+    """The fast path for ``bucket`` with the credentials of ``session`` (the boto3 session
+    ``client`` was built from), or None: then botocore lists. One per bucket of a run's
+    connection (``ingest.s3.client.S3Connection.lister``)."""
     try:
         credentials = session.get_credentials()
         if credentials is None or client.meta.config.signature_version not in (None, "s3v4"):

@@ -48,7 +48,7 @@ def test_help_defaults_and_bounds_are_the_settings() -> None:
         if note is None:
             continue
         variable, default = note.groups()
-        field = Settings.model_fields.get(variable.lower())
+        field = Settings.field_of(variable)
         assert field is not None, (command, option.name, variable)
         expected = shown(field.get_default(call_default_factory=True))
         if expected is not None:  # a setting without a default may say what happens then

@@ -158,8 +158,10 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     (daemonic) Dask worker; each is one row, the rest of the batch is extracted, and the
     Dask workers themselves live on (same processes: no nanny restart)."""
     import pyarrow as pa
+    from distributed import Client
     from prefect import flow
 
+    from ingest import context
     from ingest.listing import ListSpec
     from ingest.records import ObjectBatch
     from ingest.storage import staging
@@ -205,9 +207,9 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
 
     @flow
     def one_batch_on_the_cluster() -> Any:
-        with batch_runner(settings) as runner:
+        with batch_runner(settings, run_id=run_id) as runner:
             spec = ListSpec(run_id=run_id, bucket=bucket, prefix="in/")
-            return submit(
+            done = submit(
                 runner,
                 fetch_batch,
                 settings=settings,
@@ -216,8 +218,9 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
                 extract=True,
                 extractor=HOOK,
             ).result()
+            return done, runner.client.run(context.open_runs)
 
-    summary = one_batch_on_the_cluster()
+    summary, opened = one_batch_on_the_cluster()
     assert summary.counts == {"downloaded": len(names)}
     docs = staging.read_parts(lake, staging.parts(lake, run_id, "documents"), "documents")
     by_key = {r["key"]: r for r in docs.to_pylist()}
@@ -231,6 +234,10 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
         assert by_key[key]["status"] == "ok" and by_key[key]["text"].strip() == bodies[key]
     assert summary.extracted.counts == {"ok": 2, "failed": 2, "timeout": 1}
     assert on_each_worker(cluster) == before  # the Dask workers were never restarted
+    # The context the batch opened on its worker (its S3 connection) was closed with the run.
+    assert [w for w, runs in opened.items() if run_id in runs], opened
+    with Client(cluster.address, timeout=30) as client:
+        assert all(run_id not in runs for runs in client.run(context.open_runs).values())
 
 
 @pytest.mark.cluster

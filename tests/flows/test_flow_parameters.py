@@ -163,3 +163,15 @@ def test_parameters_reach_the_api_as_prefect_would_send_them() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip() == "False"
+
+
+def test_the_time_limit_is_read_when_a_run_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flows were imported above, before INGEST_FLOW_TIMEOUT is set: the limit Prefect
+    reads at a run's start is the environment's of that moment; a copy keeps reading it,
+    and a copy given a limit of its own keeps that one."""
+    monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "8")
+    assert s3_ingest.timeout_seconds == 8.0
+    assert s3_ingest.with_options(name="other").timeout_seconds == 8.0
+    assert s3_ingest.with_options(timeout_seconds=3).timeout_seconds == 3.0
+    monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "9.5")
+    assert nightly.timeout_seconds == 9.5

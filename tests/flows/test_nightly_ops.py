@@ -147,12 +147,13 @@ def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
 
 
 def test_nothing_to_extract_starts_no_worker_pool() -> None:
-    from ingest.extract import batch, pool
+    from ingest import context
+    from ingest.extract import batch
     from ingest.settings import Settings
 
-    settings = Settings(extract_workers=7)  # a pool configuration no other test uses
-    assert batch.extract_batch(settings, "b", [], run_id="r") == []
-    assert batch.pool_config(settings) not in pool._shared  # no worker processes spawned
+    with context.RunContext(Settings(extract_workers=2), "r") as ctx:
+        assert batch.extract_batch(ctx.settings, "b", [], run_id="r", pool=ctx.pool) == []
+        assert ctx.pool.pids() == [] and ctx.pool.stats.started == 0  # no worker spawned
 
 
 def test_out_of_bounds_values_fail_the_run_naming_the_bound(data_dir: Path) -> None:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from prefect import flow
 
+from ingest import context
 from ingest.listing import ListSpec
 from ingest.records import Cursor, ObjectBatch, Shard
 from ingest.settings import Settings
@@ -36,7 +37,8 @@ def test_a_refused_listing_page_costs_botocore_attempts_only(
 
         @flow
         def listing() -> Any:
-            return list_objects(settings, spec, Shard(0), Cursor())
+            with context.opened(settings, spec.run_id):
+                return list_objects(settings, spec, Shard(0), Cursor())
 
         state = listing(return_state=True)
         assert state.is_failed()
@@ -76,7 +78,8 @@ def test_rows_that_cannot_be_written_do_not_download_the_batch_again(
 
     @flow
     def downloading() -> Any:
-        return download_batch(settings, spec, batch)
+        with context.opened(settings, spec.run_id):
+            return download_batch(settings, spec, batch)
 
     s3_server.reset_stats()
     started = datetime.now(UTC)

@@ -21,6 +21,7 @@ from prefect.client.schemas.filters import (
 from prefect.logging.handlers import APILogHandler
 
 import flows  # noqa: F401  (attaches the handler, as every process running a flow does)
+from ingest import context
 from ingest.listing import ListSpec
 from ingest.records import ObjectBatch
 from ingest.settings import Settings
@@ -67,7 +68,8 @@ def test_per_object_failures_are_stored_with_the_run(
     def downloading() -> Any:
         logging.getLogger("ingest.test").warning("outside a task, inside the flow")
         logging.getLogger("ingest.test").info("an INFO line stays local")
-        return download_batch(settings, ListSpec(run_id="logs", bucket=bucket), batch)
+        with context.opened(settings, "logs"):
+            return download_batch(settings, ListSpec(run_id="logs", bucket=bucket), batch)
 
     state = downloading(return_state=True)
     summary = state.result()

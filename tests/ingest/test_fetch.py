@@ -11,9 +11,11 @@ from typing import Any
 
 from dev.servers.s3 import DevServer
 from ingest import fetch
+from ingest.extract.batch import pool_config
+from ingest.extract.pool import WorkerPool
 from ingest.records import S3Object
+from ingest.s3 import S3Connection
 from ingest.settings import Settings
-from tasks.s3 import client_for
 
 
 def listed(s3: Any, bucket: str, prefix: str) -> list[S3Object]:
@@ -44,11 +46,18 @@ def test_files_copied_to_object_storage_then_gone_from_the_worker(
     dest = f"dl-{uuid.uuid4().hex[:10]}"
     s3.create_bucket(Bucket=dest)
     settings = settings_for(s3_server, tmp_path, s3_download_dir=f"s3://{dest}/copies/")
-    client = client_for(settings)
+    client = S3Connection.open(settings)
 
-    results, docs = fetch.fetch_batch(
-        client, settings, listed(s3, bucket, "in/"), prefix="in/", run_id="r1", extract=True
-    )
+    with WorkerPool(pool_config(settings)) as pool:
+        results, docs = fetch.fetch_batch(
+            client,
+            settings,
+            listed(s3, bucket, "in/"),
+            prefix="in/",
+            run_id="r1",
+            extract=True,
+            pool=pool,
+        )
     assert {r.key: r.local_path for r in results} == {
         k: f"s3://{dest}/copies/{k.removeprefix('in/')}" for k in bodies
     }
@@ -80,7 +89,7 @@ def test_dropped_files_leave_rows_without_a_path_and_come_back_from_the_source(
 ) -> None:
     bucket, bodies = seeded(s3, n=3)
     settings = settings_for(s3_server, tmp_path, keep_files=False)
-    client = client_for(settings)
+    client = S3Connection.open(settings)
     objects = listed(s3, bucket, "in/")
 
     results, docs = fetch.fetch_batch(

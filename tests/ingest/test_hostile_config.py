@@ -45,15 +45,15 @@ def test_the_database_url_can_come_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "db-url"
     path.write_text(f"postgresql://ingest:{PASSWORD}@127.0.0.1:5432/prefect\n")
     path.chmod(0o600)
-    url = database.configured_url(Settings(serve_database_url_file=path))
+    url = database.configured_url(Settings(serve={"database_url_file": path}))
     assert url == f"postgresql://ingest:{PASSWORD}@127.0.0.1:5432/prefect"
     parsed = database.parse(url)
     assert parsed.drivername == "postgresql+asyncpg" and parsed.password == PASSWORD
     # the variable wins over the file
-    both = Settings(serve_database_url="sqlite:///x.db", serve_database_url_file=path)
+    both = Settings(serve={"database_url": "sqlite:///x.db", "database_url_file": path})
     assert database.configured_url(both) == "sqlite:///x.db"
     with pytest.raises(database.DatabaseUrlError, match="cannot read the database URL file"):
-        database.configured_url(Settings(serve_database_url_file=tmp_path / "missing"))
+        database.configured_url(Settings(serve={"database_url_file": tmp_path / "missing"}))
 
 
 def test_a_refused_url_from_a_file_never_shows_its_password(tmp_path: Path) -> None:

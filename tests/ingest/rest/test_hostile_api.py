@@ -170,7 +170,7 @@ def test_an_oversized_page_is_a_failed_page(data_dir: Path) -> None:
         summary = run(
             data_dir,
             source_for(api.url, resources=TICKETS_AND_PROJECTS),
-            http_max_page_bytes=1024 * 1024,
+            http={"max_page_bytes": 1024 * 1024},
         )
         stats = api.stats()
     assert not summary.complete and summary.failed_pages == 1

@@ -11,7 +11,7 @@ from prefect_aws import AwsCredentials
 
 from flows.s3_ingest import s3_ingest
 from ingest.errors import CredentialsError
-from ingest.s3.client import client_source, make_client, object_store
+from ingest.s3.client import S3Connection
 from ingest.settings import Settings
 from ingest.storage import location
 
@@ -30,26 +30,27 @@ def saved_block(region: str = "eu-west-3") -> tuple[str, str]:
 def test_the_s3_client_and_its_store_use_the_blocks_credentials(s3_server) -> None:
     name, key = saved_block()
     settings = Settings(s3_credentials_block=name, s3_endpoint_url=s3_server.url)
-    client = make_client(settings)
-    assert client.meta.region_name == "eu-west-3"  # the block's region: none was set
-    creds = client._request_signer._credentials.get_frozen_credentials()
-    assert (creds.access_key, creds.secret_key) == (key, "block-secret-value")
-    session, _ = client_source(client)
-    assert session.get_credentials().access_key == key  # obstore's credential provider's
-    assert object_store(client, "some-bucket") is not None
-    # Another block is another client: credentials are never shared between them.
-    other, other_key = saved_block()
-    assert (
-        make_client(Settings(s3_credentials_block=other, s3_endpoint_url=s3_server.url))
-        is not client
-    )
-    assert other_key != key
+    with S3Connection.open(settings) as conn:
+        client = conn.client
+        assert client.meta.region_name == "eu-west-3"  # the block's region: none was set
+        creds = client._request_signer._credentials.get_frozen_credentials()
+        assert (creds.access_key, creds.secret_key) == (key, "block-secret-value")
+        assert conn.session is not None
+        assert conn.session.get_credentials().access_key == key  # obstore's provider's
+        assert conn.store("some-bucket") is not None
+        # Another block is another connection: credentials are never shared between them.
+        other, other_key = saved_block()
+        with S3Connection.open(
+            Settings(s3_credentials_block=other, s3_endpoint_url=s3_server.url)
+        ) as second:
+            got = second.client._request_signer._credentials.get_frozen_credentials()
+            assert got.access_key == other_key != key
 
 
 def test_a_missing_block_is_a_clear_credentials_error(s3_server) -> None:
     settings = Settings(s3_credentials_block="no-such-block", s3_endpoint_url=s3_server.url)
     with pytest.raises(CredentialsError, match=r"no-such-block.*INGEST_S3_CREDENTIALS_BLOCK"):
-        make_client(settings)
+        S3Connection.open(settings)
 
 
 def test_the_lake_reads_its_block_too(s3_server, tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_batches_side_by_side_share_the_lanes_and_large_objects_go_in_ranges(
         s3_range_threshold=MiB,
         s3_range_size=MiB,
     )
-    client = s3lib.make_client(settings)
+    conn = s3lib.S3Connection.open(settings)
     root = tmp_path / "objects"
     everything = [listed(s3, bucket, key) for key in sorted(objects)]
     first = listed(s3, bucket, "small/000.bin")
@@ -107,7 +107,7 @@ def test_batches_side_by_side_share_the_lanes_and_large_objects_go_in_ranges(
 
     def run(batch: list[S3Object], sub: str) -> list[tuple[S3Object, str, Any]]:
         jobs = [(o, keys.local_path_for(o.key, "", root / sub)) for o in batch]
-        return s3lib.BatchDownloader(client, settings, root / sub).run(jobs)
+        return s3lib.BatchDownloader(conn, settings, root / sub).run(jobs)
 
     with ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(run, halves, ["a", "b"]))

@@ -36,9 +36,9 @@ def obj(key: str) -> S3Object:
 
 
 def fetch(settings: Settings, key: str, tmp_path: Path) -> bytes:
-    client = s3.make_client(settings)
     dest = tmp_path / "out" / key
-    fetch_small(client, obj(key), str(dest), tmp_path / "out", settings)
+    with s3.S3Connection.open(settings) as conn:
+        fetch_small(conn, obj(key), str(dest), tmp_path / "out", settings)
     return dest.read_bytes()
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import listing, storage
+from ingest import changes, listing, storage
 from ingest.settings import Settings
 from ingest.storage import commit, lake, staging
 from ingest.storage.tables import SPECS, STATE_PARTS
@@ -390,7 +390,7 @@ def test_renames_are_synced_before_anything_points_at_them(
 def storage_client(settings):
     from ingest import s3 as s3_lib
 
-    return s3_lib.make_client(settings)
+    return s3_lib.S3Connection.open(settings)
 
 
 def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Path) -> None:
@@ -400,7 +400,8 @@ def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Pat
 
     def pages(run: str, prefix: str = "", **kw: Any) -> list[int]:
         spec = listing.ListSpec(run_id=run, bucket="b", prefix=prefix, **kw)
-        return [listing.chunk_pages(settings, spec, i) for i in range(5)]
+        with changes.ListingDatabase() as db:  # the run's
+            return [listing.chunk_pages(settings, spec, i, db) for i in range(5)]
 
     assert pages("first") == [2, 4, 8, 10, 10]
     storage.stage(tmp_path, "r1", "s3_objects", "batch-0", [obj_row("docs/a", "1")])

@@ -1,0 +1,186 @@
+"""A run's context: what one run holds open, opened at its start and closed at its end.
+
+``RunContext`` holds the run's settings and id, its lake (``settings.lake``), its S3
+connection (``ingest.s3.S3Connection``, built on first use from the settings, or
+handed in: a test's client), its listing database (``ingest.changes.ListingDatabase``),
+its extraction pools (``ingest.extract.pool.WorkerPool``, whose worker processes start
+with the first document a parser reads), the local paths its batches gave out
+(``ingest.keys.RunClaims``) and when it started extracting (its extraction budget).
+Closing it closes them: the client's connections, the request lanes, the DuckDB, the
+extraction workers.
+
+Library functions never look a context up: they take what they need (a connection, a
+listing database) as arguments. Only the tasks (``tasks/``) find the context of their
+run, by run id, among the contexts open in their process:
+
+* the flow opens its context (``opened``) and closes it at its end; its tasks on the
+  flow's own threads find that one;
+* a task on a Dask worker (another process, maybe another machine) receives only small
+  parameters (the settings without their secrets, the run id) and opens the run's
+  context in that process on first use (``for_run``); the flow's batch runner closes
+  those on every worker at the run's end (``close_run``, ``tasks.runners.batch_runner``).
+
+That table of open contexts is the one piece of a run's state kept by a module: a task
+cannot receive an open client or database as a parameter (on Dask it is pickled
+through the scheduler), so it finds them where it runs. It holds only the contexts
+runs opened, and each is closed explicitly by its run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from ingest.changes import ListingDatabase
+from ingest.extract.batch import ocr_pool_config, pool_config
+from ingest.extract.pool import PoolConfig, WorkerPool
+from ingest.keys import RunClaims
+from ingest.s3.client import S3Connection
+from ingest.settings import Settings
+from ingest.storage.location import LakeLocation
+
+
+class RunContext:
+    """What one run holds open (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        run_id: str,
+        *,
+        s3: S3Connection | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self.listing = ListingDatabase()
+        self.claims = RunClaims()
+        self._s3 = s3
+        self._owns_s3 = s3 is None  # a connection handed in is its giver's to close
+        self._pools: dict[str, WorkerPool] = {}
+        self._given = {"extract": pool} if pool is not None else {}  # their giver's to close
+        self._extract_started: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def lake(self) -> LakeLocation:
+        """Where the run's tables are."""
+        return self.settings.lake
+
+    @property
+    def s3(self) -> S3Connection:
+        """The run's S3 connection: the one handed in, else one built from the settings on
+        first use (a run that never reads a bucket opens none)."""
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = S3Connection.open(self.settings)
+            return self._s3
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The run's extraction pool (its workers start with the first job, or ``warm``)."""
+        return self._pool("extract", pool_config)
+
+    @property
+    def ocr_pool(self) -> WorkerPool:
+        """The run's OCR pool (its workers start with the first OCR job)."""
+        return self._pool("ocr", ocr_pool_config)
+
+    def _pool(self, name: str, config: Callable[[Settings], PoolConfig]) -> WorkerPool:
+        with self._lock:
+            if name in self._given:
+                return self._given[name]
+            if name not in self._pools:
+                self._pools[name] = WorkerPool(config(self.settings))
+            return self._pools[name]
+
+    def extract_started(self) -> float:
+        """When this process started extracting for the run (monotonic seconds; the first
+        call's time): the run's extraction budget counts from there."""
+        with self._lock:
+            if self._extract_started is None:
+                self._extract_started = time.monotonic()
+            return self._extract_started
+
+    def close(self) -> None:
+        """Close what the run opened: the listing database, its own S3 connection and its
+        extraction pools."""
+        self.listing.close()
+        with self._lock:
+            conn, self._s3 = (self._s3 if self._owns_s3 else None), None
+            pools, self._pools = list(self._pools.values()), {}
+        if conn is not None:
+            conn.close()
+        for pool in pools:
+            pool.close()
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_open: dict[str, RunContext] = {}
+_open_lock = threading.Lock()
+
+
+@contextmanager
+def opened(
+    settings: Settings,
+    run_id: str,
+    *,
+    s3: S3Connection | None = None,
+    pool: WorkerPool | None = None,
+) -> Iterator[RunContext]:
+    """Open the context of run ``run_id`` for the ``with`` block (the flow's whole run),
+    where this process's tasks of that run find it (``for_run``); closed at the end. A
+    connection or pool handed in (``s3``, ``pool``: a test's, a benchmark's) is used and
+    left open."""
+    ctx = RunContext(settings, run_id, s3=s3, pool=pool)
+    with _open_lock:
+        if run_id in _open:
+            raise RuntimeError(f"the context of run {run_id} is open already")
+        _open[run_id] = ctx
+    try:
+        yield ctx
+    finally:
+        with _open_lock:
+            _open.pop(run_id, None)
+        ctx.close()
+
+
+def for_run(settings: Settings, run_id: str, *, open_here: bool = False) -> RunContext:
+    """The open context of run ``run_id`` in this process: the flow's (a task on its
+    threads); else, with ``open_here`` (a task on a Dask worker), one opened here now from
+    ``settings``, closed by ``close_run`` at the run's end. Without ``open_here`` a run
+    with no open context here is an error: nothing would close what it opened."""
+    with _open_lock:
+        ctx = _open.get(run_id)
+        if ctx is None:
+            if not open_here:
+                raise RuntimeError(
+                    f"no open context for run {run_id} in this process: the flow opens it "
+                    "(ingest.context.opened) around the tasks it runs"
+                )
+            ctx = _open[run_id] = RunContext(settings, run_id)
+        return ctx
+
+
+def open_runs() -> list[str]:
+    """The runs whose context is open in this process."""
+    with _open_lock:
+        return sorted(_open)
+
+
+def close_run(run_id: str) -> bool:
+    """Close the context ``for_run`` opened for ``run_id`` in this process (a Dask
+    worker's, at the run's end); whether there was one."""
+    with _open_lock:
+        ctx = _open.pop(run_id, None)
+    if ctx is None:
+        return False
+    ctx.close()
+    return True
