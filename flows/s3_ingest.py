@@ -189,36 +189,33 @@ def s3_ingest(
     ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
-    worker = settings = Settings()
-    overrides = {
-        "s3_endpoint_url": endpoint_url or None,  # "" (a deployment's unset URL): AWS
-        "s3_concurrency": concurrency,
-        "s3_list_shards": list_shards,
-        "s3_download_dir": download_dir or None,
-        "keep_files": keep_files if not keep_files else None,
-        "task_runner": task_runner,
-    }
-    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    settings = settings.with_data_dir(data_dir)
+    worker = Settings()
+    settings = run_settings(
+        worker,
+        data_dir,
+        s3_endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
+        s3_concurrency=concurrency,
+        s3_list_shards=list_shards,
+        s3_download_dir=download_dir or None,
+        keep_files=keep_files if not keep_files else None,
+        task_runner=task_runner,
+    )
     security.check_data_dirs(worker, settings, deployment_defaults())
     run_id = str(flow_run.id or "local")
-    spec = ListSpec(
-        run_id=run_id,
-        bucket=bucket,
-        prefix=prefix,
-        include=list(settings.s3_include if include is None else include),
-        exclude=list(settings.s3_exclude if exclude is None else exclude),
+    spec = list_spec(
+        settings,
+        run_id,
+        bucket,
+        prefix,
+        include=include,
+        exclude=exclude,
         full_refresh=full_refresh,
-        extract_version=provenance.versions(settings) if extract else None,
-        reextract_kinds=tuple(reextract_kinds or ()),
+        extract=extract,
+        reextract_kinds=reextract_kinds,
         reextract_since=reextract_since,
         inventory=inventory if listing == "inventory" else None,
+        inventory_listing=listing == "inventory",
     )
-    if listing == "inventory" and not inventory:
-        raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
-    overlap = settings.download_overlap(bucket)
-    if overlap:  # before anything is written: keys must never land on the lake's files
-        raise ValueError(overlap)
 
     # A batch is one task (download and extraction on the same worker) when it may run on
     # another machine or its files do not stay in a local folder a later task could read.
@@ -261,14 +258,64 @@ def s3_ingest(
             ),
         )
 
+    check_failed_share(settings, summary)
+    return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
+
+
+def run_settings(worker: Settings, data_dir: str | None, **given: Any) -> Settings:
+    """The run's settings: the worker's, with the run's parameters that were given (None:
+    the worker's own) and its data folder."""
+    settings = worker.model_copy(update={k: v for k, v in given.items() if v is not None})
+    return settings.with_data_dir(data_dir)
+
+
+def list_spec(
+    settings: Settings,
+    run_id: str,
+    bucket: str,
+    prefix: str,
+    *,
+    include: list[str] | None,
+    exclude: list[str] | None,
+    full_refresh: bool,
+    extract: bool,
+    reextract_kinds: list[str] | None,
+    reextract_since: str | None,
+    inventory: str | None,
+    inventory_listing: bool,
+) -> ListSpec:
+    """What the run lists and compares; a ValueError, before anything is written, for an
+    inventory listing without its report or a download folder over the lake's files."""
+    if inventory_listing and not inventory:
+        raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
+    overlap = settings.download_overlap(bucket)
+    if overlap:  # keys must never land on the lake's files
+        raise ValueError(overlap)
+    return ListSpec(
+        run_id=run_id,
+        bucket=bucket,
+        prefix=prefix,
+        include=list(settings.s3_include if include is None else include),
+        exclude=list(settings.s3_exclude if exclude is None else exclude),
+        full_refresh=full_refresh,
+        extract_version=provenance.versions(settings) if extract else None,
+        reextract_kinds=tuple(reextract_kinds or ()),
+        reextract_since=reextract_since,
+        inventory=inventory,
+    )
+
+
+def check_failed_share(settings: Settings, summary: RunSummary) -> None:
+    """A TooManyFailuresError when more than ``max_failed_ratio`` of the objects looked at
+    failed (deleted ones aside): the run is Failed, with the query that lists them."""
     looked_at = summary.total - summary.counts.get("deleted", 0)
     if looked_at and summary.failed / looked_at > settings.max_failed_ratio:
         raise TooManyFailuresError(
             f"{summary.failed} of {looked_at} objects failed (more than "
             f"{settings.max_failed_ratio:.0%}); see the run-summary artifact or "
-            f"SELECT key, error FROM s3_objects WHERE status = 'failed' AND run_id = '{run_id}'"
+            f"SELECT key, error FROM s3_objects WHERE status = 'failed' "
+            f"AND run_id = '{summary.run_id}'"
         )
-    return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
 
 
 def batch_steps(
