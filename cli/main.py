@@ -593,9 +593,12 @@ def rest_command(
 
 @app.command("schema")
 def schema_command(
-    source: Annotated[str, typer.Argument(help="Source name (its tables are SOURCE__*).")],
+    source: Annotated[
+        str, typer.Argument(help="Source name (its tables are SOURCE__*; github: pull_requests).")
+    ],
     resource: Annotated[
-        str | None, typer.Argument(help="Resource name; its child tables too.")
+        str | None,
+        typer.Argument(help="Resource (or table: pull_requests) name; its child tables too."),
     ] = None,
     data_dir: DataDir = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
@@ -609,14 +612,21 @@ def schema_command(
     def quoted(text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
 
-    # the source's tables, or the resource's table and its child tables
-    table = f"{source}__{resource}" if resource else ""
-    prefix = f"{table}__" if resource else f"{source}__"
+    # every table of the source (the GitHub dialect's: pull_requests and its child tables),
+    # or the resource's table (SOURCE__RESOURCE, or a dialect's own: github pull_requests)
+    # and its child tables
+    where = ""
+    if resource:
+        names = (f"{source}__{resource}", resource)
+        each = [
+            f"table_name = {quoted(t)} OR starts_with(table_name, {quoted(t + '__')})"
+            for t in names
+        ]
+        where = f" AND ({' OR '.join(each)})"
     columns, rows = storage.query_read_only(
         lake_of(data_dir),
         "SELECT table_name, column_name, change, old_type, new_type, base_column, run_id, "
-        f"changed_at FROM schema_history WHERE source = {quoted(source)} AND "
-        f"(table_name = {quoted(table)} OR starts_with(table_name, {quoted(prefix)})) "
+        f"changed_at FROM schema_history WHERE source = {quoted(source)}{where} "
         "ORDER BY changed_at, table_name, column_name",
     )
     if format == "csv":

@@ -123,6 +123,15 @@ class GitHubState:
             "user": {"login": f"dev{number % 17}", "id": number % 17 + 1, "type": "User"},
             "body": f"This pull request changes part {number} of {owner}'s project. " * 3,
             "labels": [{"id": number % 5, "name": f"area-{number % 5}"}] if number % 2 else [],
+            # two people on every fourth pull request, in the order GitHub lists them
+            "assignees": [
+                {"login": f"dev{(number + k) % 17}", "id": (number + k) % 17 + 1, "type": "User"}
+                for k in range(2)
+            ]
+            if number % 4 == 0
+            else [],
+            "requested_reviewers": [],
+            "requested_teams": [],
             "created_at": _iso(created),
             "updated_at": _iso(updated),
             "closed_at": _iso(updated) if closed else None,

@@ -12,9 +12,10 @@ What the dialect adds to the declared source's client and paging loop
 * stored page ETags sent back as ``If-None-Match`` (a 304 is free of the budget);
 * the free ``GET /rate_limit`` probe and budget-sized pages (a one-item probe per
   repository and ``ingest.rest.sizing.SizePlanner``);
-* its tables: ``pull_requests`` (its fixed columns, then the typed, flattened columns of
-  the rest of each pull request, evolving as the REST resource tables' do:
-  ``ingest.rest.typed``, ``ingest.storage.evolve``), ``github_pages`` (the ETags) and
+* its tables: ``pull_requests`` (its fixed columns, its ``key``, then the typed, flattened
+  columns of the rest of each pull request, evolving as the REST resource tables' do:
+  ``ingest.rest.typed``, ``ingest.storage.evolve``; its nested lists are child tables,
+  ``pull_requests__labels`` ..., replaced per pull request), ``github_pages`` (the ETags) and
   ``github_syncs`` (the ``updated_at`` watermark), one part per run and repository.
 
 For each repository (all of them concurrently, under the client's one

@@ -155,30 +155,47 @@ def write_listing(
         if hard_delete:  # a deleted record's lists are not stored again
             pairs = [(r, x) for r, x in zip(rows, records, strict=True) if not x.get(hard_delete)]
             rows, records = [r for r, _ in pairs], [x for _, x in pairs]
-        # each nested list a child table; a parent's stored children are replaced by its
-        # current list when the parent is committed (see commit.replace_children)
-        for child, ch in typed.child_tables(table, rows, records).items():
-            if not ch.rows:
-                continue
-            child_stored = _types(data_dir, child)
-            if not child_stored and stored and contract.tables != "evolve":
-                if contract.tables == "freeze":
-                    raise SchemaContractError(
-                        f"{child}: schema_contract freezes tables: the list {child!r} is new"
-                    )
-                continue  # discard_row, discard_value: the new table is not made
-            keep, drop = typed.enforce(child, ch.records, child_stored, contract)
-            pick = [i for i, k in enumerate(keep) if k]
-            batch = typed.typed_table(
-                [ch.rows[i] for i in pick],
-                child_stored,
-                records=[ch.records[i] for i in pick],
-                index=[ch.index[i] for i in pick],
-                roots=[ch.roots[i] for i in pick],
-                drop=[drop[i] for i in pick],
-            )
-            storage.stage(data_dir, run_id, child, part, batch)
+        stage_children(data_dir, run_id, table, part, rows, records, contract, bool(stored))
     storage.stage(data_dir, run_id, "rest_syncs", f"{table}-{part}", [sync])
+
+
+def stage_children(
+    data_dir: DataDir,
+    run_id: str,
+    table: str,
+    part: str,
+    rows: Sequence[dict[str, Any]],
+    records: Sequence[Any],
+    contract: typed.Contract,
+    parent_stored: bool,
+) -> None:
+    """Stage each nested list of ``records`` as a child table (``typed.child_tables``),
+    typed against its stored columns; a parent's stored children are replaced by its
+    current list when the parent is committed (see ``commit.replace_children``).
+    ``rows``: the parents' ``key``, ``source``, ``run_id`` and ``fetched_at``;
+    ``parent_stored``: the parent's table has columns already (a list new after it is a
+    new table, which the contract's ``tables`` mode decides)."""
+    for child, ch in typed.child_tables(table, rows, records).items():
+        if not ch.rows:
+            continue
+        child_stored = _types(data_dir, child)
+        if not child_stored and parent_stored and contract.tables != "evolve":
+            if contract.tables == "freeze":
+                raise SchemaContractError(
+                    f"{child}: schema_contract freezes tables: the list {child!r} is new"
+                )
+            continue  # discard_row, discard_value: the new table is not made
+        keep, drop = typed.enforce(child, ch.records, child_stored, contract)
+        pick = [i for i, k in enumerate(keep) if k]
+        batch = typed.typed_table(
+            [ch.rows[i] for i in pick],
+            child_stored,
+            records=[ch.records[i] for i in pick],
+            index=[ch.index[i] for i in pick],
+            roots=[ch.roots[i] for i in pick],
+            drop=[drop[i] for i in pick],
+        )
+        storage.stage(data_dir, run_id, child, part, batch)
 
 
 def _types(data_dir: DataDir, table: str) -> dict[str, Any]:
@@ -284,13 +301,20 @@ def load_repo_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dic
 
 
 def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> None:
-    """Store one repository's outcome: ``pull_requests`` first, then ``api_requests``,
-    ``github_pages`` (the ETags) and last ``github_syncs`` (the watermark), so that a crash
-    in between costs a re-fetch, never a page that answers 304 while its items were never
-    stored."""
+    """Store one repository's outcome: ``pull_requests`` and its child tables first, then
+    ``api_requests``, ``github_pages`` (the ETags) and last ``github_syncs`` (the
+    watermark), so that a crash in between costs a re-fetch, never a page that answers 304
+    while its items were never stored."""
     part = repo_part(result.repo, result.sync.state)
     if result.pulls:
         storage.stage(data_dir, run_id, "pull_requests", part, pull_rows(data_dir, result))
+        if len(result.records) == len(result.pulls):
+            stored = bool(_types(data_dir, "pull_requests"))
+            parents = [pull_parent(p) for p in result.pulls]
+            stage_children(
+                data_dir, run_id, "pull_requests", part, parents, result.records,
+                typed.Contract(), stored,
+            )  # fmt: skip
     rows = {
         "api_requests": [r.as_row() for r in result.requests],
         "github_pages": [p.as_row() for p in result.pages],
@@ -303,16 +327,37 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
 
 # The fields of a pull request its fixed columns hold already (user_login is user.login ...)
 PULL_FIELDS = frozenset({*SCHEMAS["pull_requests"].names, "user__login", "head__ref", "base__ref"})
+PULL_SOURCE = "github"  # the source its child rows and schema changes name
+
+
+def pull_key(repo: str, number: int) -> str:
+    """A pull request's ``key`` (``octo/demo#5``): its child rows' ``parent_key`` and
+    ``_root_key``, as a REST record's key is its children's."""
+    return f"{repo}#{number}"
+
+
+def pull_parent(pr: Any) -> dict[str, Any]:
+    """What a pull request's child rows take from it (``typed.child_tables``)."""
+    return {
+        "key": pull_key(pr.repo, pr.number),
+        "source": PULL_SOURCE,
+        "run_id": pr.run_id,
+        "fetched_at": pr.fetched_at,
+    }
 
 
 def pull_rows(data_dir: DataDir, result: RepoResult) -> pa.Table:
-    """``pull_requests``' fixed columns, then the typed columns of the rest of each pull
-    request (flattened; a column the table has keeps its stored type, another type goes
-    to a variant column), as a REST resource table's records are typed. Nested lists
-    (``assignees``, ``requested_reviewers``) stay out: ``labels`` holds the label names."""
+    """``pull_requests``' fixed columns, its ``key`` (``pull_key``, what its child tables
+    link to), then the typed columns of the rest of each pull request (flattened; a column
+    the table has keeps its stored type, another type goes to a variant column), as a REST
+    resource table's records are typed. Nested lists (``labels``, ``assignees``,
+    ``requested_reviewers``) are child tables (``stage_children``); the fixed ``labels``
+    column keeps the label names."""
     fixed = pa.Table.from_pylist(
         [p.as_row() for p in result.pulls], schema=SCHEMAS["pull_requests"]
     )
+    keys = [pull_key(p.repo, p.number) for p in result.pulls]
+    fixed = fixed.append_column(pa.field("key", pa.string()), pa.array(keys, pa.string()))
     if len(result.records) != len(result.pulls):
         return fixed  # rows built without their records: the fixed columns only
     drop = [set(PULL_FIELDS) for _ in result.records]

@@ -37,7 +37,7 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import SCHEMAS, SPECS, evolving, is_resource_table
+from ingest.storage.tables import SCHEMAS, SPECS, TYPED_FIXED, evolving, is_resource_table
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +164,11 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
         # the table opened once for its schema and its MERGE (an opening reads its log);
         # a delete above changed it: the MERGE reads the log's new versions first
         lake.merge(data_dir, table, rows, dt=dt)
-        if resource:
+        # pull_requests too: its rows' key is their child rows' _root_key
+        if resource or (table in TYPED_FIXED and "key" in rows.column_names):
             replace_children(data_dir, table, rows)
-            if said.get("disposition") == "replace" and said.get("complete"):
-                _replace(data_dir, table, rows)
+        if resource and said.get("disposition") == "replace" and said.get("complete"):
+            _replace(data_dir, table, rows)
         if spec.log:
             lake.append(data_dir, spec.log, rows, txn=(_app_id(run_name, table), txn))
     else:

@@ -15,7 +15,8 @@ Each change (a column added, a variant column made) is returned, to be recorded 
 ``schema_history`` table.
 
 The GitHub dialect's ``pull_requests`` evolves the same way: its fixed columns
-(``tables.SCHEMAS``) first, then the typed columns of the rest of each pull request.
+(``tables.SCHEMAS``) first, then the typed columns of the rest of each pull request; its
+child tables (``pull_requests__labels`` ...) are resource tables like any other.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ No Prefect here (see test_github_flow.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -360,3 +361,101 @@ def test_pull_requests_get_the_typed_rest_of_the_record(github: Server, data_dir
     )
     assert history == [("auto_merge__merge_method", "added"), ("locked__v_text", "variant")]
     assert numbers(data_dir, "octo/demo").count(3) == 2  # the log keeps both versions
+
+
+def listed(server: DevGitHub, repos: list[str], field: str, *names: str) -> set[tuple[Any, ...]]:
+    """(repo, number, position, *names) of every element of each pull request's ``field``
+    list, as the API lists them now."""
+    import httpx
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    out = set()
+    with httpx.Client(base_url=server.url, headers=auth, trust_env=False) as client:
+        for repo in repos:
+            for pr in client.get(f"/repos/{repo}/pulls?state=all&per_page=100").json():
+                for i, element in enumerate(pr[field]):
+                    out.add((repo, pr["number"], i, *(element[n] for n in names)))
+    return out
+
+
+def stored(data_dir: Path, table: str, *names: str) -> set[tuple[Any, ...]]:
+    """(repo, number, position, *names) of a child table's rows, through its parent."""
+    columns = ", ".join(f"c.{n}" for n in names)
+    _, rows = storage.query(
+        data_dir,
+        f"SELECT p.repo, p.number, c._index, {columns} FROM {table} c "
+        "JOIN pull_requests p ON c.parent_key = p.key AND c._root_key = p.key",
+    )
+    return set(rows)
+
+
+def test_pull_requests_nested_lists_are_child_tables_replaced_per_pull_request(
+    github: Server, data_dir: Path
+) -> None:
+    """``labels``, ``assignees``, ``requested_reviewers`` become child tables linked to
+    their pull request's key, with positions; a pull request fetched again replaces its
+    child rows by its current lists, and the others' rows stay."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    repos = ["octo/demo", "octo/docs"]
+    server = github(repos={"octo/demo": 12, "octo/docs": 5})
+    settings = settings_for(server, data_dir)
+    assert run(settings, repos, "r1").complete
+    labels = stored(data_dir, "pull_requests__labels", "id", "name")
+    assert labels == listed(server, repos, "labels", "id", "name") and labels
+    assignees = stored(data_dir, "pull_requests__assignees", "login", "id")
+    assert assignees == listed(server, repos, "assignees", "login", "id")
+    assert {i for *_, i, _, _ in assignees} == {0, 1}  # two a pull request, in order
+    _, described = storage.query(data_dir, "DESCRIBE pull_requests__labels")
+    kinds = {name: kind for name, kind, *_ in described}
+    assert kinds["id"] == "BIGINT" and kinds["name"] == "VARCHAR" and kinds["_index"] == "BIGINT"
+    _, keys = storage.query(data_dir, "SELECT key FROM pull_requests WHERE number = 4")
+    assert sorted(k for (k,) in keys) == ["octo/demo#4", "octo/docs#4"]
+    docs_before = {r for r in labels if r[0] == "octo/docs"}
+
+    # 3 gets two other labels, 5 loses its label, 4 gets a reviewer; octo/docs is untouched
+    two = [{"id": 7, "name": "bug", "color": "d73a4a"}, {"id": 8, "name": "docs"}]
+    server.touch("octo/demo", [3], fields={"labels": two})
+    server.touch("octo/demo", [5], fields={"labels": []})
+    server.touch("octo/demo", [4], fields={"requested_reviewers": [{"login": "rev", "id": 99}]})
+    assert run(settings, repos, "r2").complete
+    labels = stored(data_dir, "pull_requests__labels", "id", "name")
+    assert labels == listed(server, repos, "labels", "id", "name")
+    assert {r for r in labels if r[:2] == ("octo/demo", 3)} == {
+        ("octo/demo", 3, 0, 7, "bug"),
+        ("octo/demo", 3, 1, 8, "docs"),
+    }
+    assert not {r for r in labels if r[:2] == ("octo/demo", 5)}  # no stale row
+    assert {r for r in labels if r[0] == "octo/docs"} == docs_before
+    _, runs = storage.query(
+        data_dir,
+        "SELECT DISTINCT run_id FROM pull_requests__labels WHERE starts_with(key, 'octo/docs#')",
+    )
+    assert runs == [("r1",)]  # not fetched again, not rewritten
+    _, colors = storage.query(
+        data_dir, "SELECT color FROM pull_requests__labels WHERE key = 'octo/demo#3/labels/0'"
+    )
+    assert colors == [("d73a4a",)]  # a new field of a label: a new column
+    assert stored(data_dir, "pull_requests__requested_reviewers", "login") == {
+        ("octo/demo", 4, 0, "rev")
+    }
+
+    # the warehouse's views and the schema history list the child tables
+    assert storage.refresh_warehouse(data_dir)
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        count = con.execute("SELECT count(*) FROM pull_requests__assignees").fetchone()
+    assert {"pull_requests__labels", "pull_requests__assignees"} <= views
+    assert count == (len(assignees),)
+    for args in (["github"], ["github", "pull_requests"]):
+        result = CliRunner().invoke(
+            app, ["schema", *args, "--data-dir", str(data_dir), "-f", "json"]
+        )
+        assert result.exit_code == 0, result.output
+        got = {(r["table_name"], r["column_name"], r["run_id"]) for r in json.loads(result.output)}
+        assert ("pull_requests__labels", "name", "r1") in got
+        assert ("pull_requests__labels", "color", "r2") in got
+        assert ("pull_requests__requested_reviewers", "login", "r2") in got
+        assert ("pull_requests", "key", "r1") in got
