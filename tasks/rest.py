@@ -27,7 +27,7 @@ from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
 from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, record_current_run, run_link
-from tasks.timing import add_task_run_seconds, timed
+from tasks.timing import apply_run_seconds, task_run_seconds, timed
 
 
 def load_secret_block(name: str) -> str:
@@ -93,23 +93,17 @@ fetch_pulls = fetch_source.with_options(name="fetch-pulls")
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
     """Per-stage timing and per-listing figures as artifacts on the flow run, and the
     run's ``flow_runs`` row (what the next run compares itself with)."""
-    summary.stages = report.stage_table(
-        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
-    )
-    if summary.run_id != "local":  # the figures the UI shows for the task runs so far
-        add_task_run_seconds(summary.stages, summary.run_id)
     with Sends() as send:  # each artifact beside the history work, not after it
+        # the task runs' figures are a read of the API: beside the summary's own work
+        totals = send(task_run_seconds, summary.run_id) if summary.run_id != "local" else None
         send(
             create_table_artifact,
             key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
             table=summary.listings,
             description=f"{title}: per listing",
         )
-        send(
-            create_table_artifact,
-            key="stage-timing",
-            table=summary.stages,
-            description=f"{title}: per-stage timing",
+        summary.stages = report.stage_table(
+            settings.lake, summary.run_id, since=report.first_day(summary.seconds)
         )
         # What the run read, as the nightly names it: the repositories, or the source.
         target = (
@@ -126,6 +120,14 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             state="failed" if summary.errors else "completed",
             target=target,
             changed=summary.items,
+        )
+        if totals is not None:  # the figures the UI shows for the task runs so far
+            apply_run_seconds(summary.stages, totals.result())
+        send(
+            create_table_artifact,
+            key="stage-timing",
+            table=summary.stages,
+            description=f"{title}: per-stage timing",
         )
         send(
             create_markdown_artifact,

@@ -102,7 +102,11 @@ def add_task_run_seconds(
     """Give each stage row of ``flow_run_id`` (named ``label: stage`` with a label) its
     ``run_seconds``: the sum of its task runs' figures, as the Prefect UI shows them
     (``wait``: see ``task_run_seconds``)."""
-    totals = task_run_seconds(flow_run_id, wait)
+    apply_run_seconds(stages, task_run_seconds(flow_run_id, wait), label)
+
+
+def apply_run_seconds(stages: list[dict[str, Any]], totals: dict[str, float], label: str = "") -> None:
+    """``add_task_run_seconds`` with the figures read already (``task_run_seconds``)."""
     prefix = f"{label}: " if label else ""
     for s in stages:
         name = str(s["stage"])
