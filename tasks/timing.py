@@ -105,7 +105,9 @@ def add_task_run_seconds(
     apply_run_seconds(stages, task_run_seconds(flow_run_id, wait), label)
 
 
-def apply_run_seconds(stages: list[dict[str, Any]], totals: dict[str, float], label: str = "") -> None:
+def apply_run_seconds(
+    stages: list[dict[str, Any]], totals: dict[str, float], label: str = ""
+) -> None:
     """``add_task_run_seconds`` with the figures read already (``task_run_seconds``)."""
     prefix = f"{label}: " if label else ""
     for s in stages:
