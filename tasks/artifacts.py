@@ -27,9 +27,13 @@ class Sends:
         self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="artifact")
         self._sent: list[Future[Any]] = []
 
-    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        """Start ``fn``; its future, for a call whose answer the block needs (a read of
+        the API beside the block's own work)."""
         context = contextvars.copy_context()  # the run's context: the artifact's owner
-        self._sent.append(self._pool.submit(context.run, fn, *args, **kwargs))
+        sent = self._pool.submit(context.run, fn, *args, **kwargs)
+        self._sent.append(sent)
+        return sent
 
     def __enter__(self) -> Sends:
         return self

@@ -93,9 +93,6 @@ fetch_pulls = fetch_source.with_options(name="fetch-pulls")
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
     """Per-stage timing and per-listing figures as artifacts on the flow run, and the
     run's ``flow_runs`` row (what the next run compares itself with)."""
-    summary.stages = report.stage_table(
-        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
-    )
     with Sends() as send:  # each artifact beside the history work, not after it
         send(
             create_table_artifact,
@@ -103,11 +100,8 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             table=summary.listings,
             description=f"{title}: per listing",
         )
-        send(
-            create_table_artifact,
-            key="stage-timing",
-            table=summary.stages,
-            description=f"{title}: per-stage timing",
+        summary.stages = report.stage_table(
+            settings.lake, summary.run_id, since=report.first_day(summary.seconds)
         )
         # What the run read, as the nightly names it: the repositories, or the source.
         target = (
@@ -124,6 +118,12 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             state="failed" if summary.errors else "completed",
             target=target,
             changed=summary.items,
+        )
+        send(
+            create_table_artifact,
+            key="stage-timing",
+            table=summary.stages,
+            description=f"{title}: per-stage timing",
         )
         send(
             create_markdown_artifact,

@@ -248,6 +248,8 @@ def merge(
     # key twice. An empty table first, then the MERGE, which does conflict.
     dt = dt if dt is not None else ensure_table(data_dir, table)  # dt: opened by the caller
     resource = evolving(table)
+    if fill_empty(dt, table, data, merge_schema=resource):
+        return {"num_target_rows_inserted": data.num_rows}
     on = " AND ".join(f"t.{k} = s.{k}" for k in spec.keys)
     newer = f"s.{spec.newer} > t.{spec.newer} OR t.{spec.newer} IS NULL"
     groups: list[tuple[str, pa.Table]] = [(on, data)]
@@ -289,6 +291,32 @@ def merge(
             if isinstance(value, int):
                 totals[key] = totals.get(key, 0) + value
     return totals
+
+
+def fill_empty(dt: DeltaTable, table: str, data: pa.Table, *, merge_schema: bool = False) -> bool:
+    """Write ``data`` (one row per key) into the state table when the version ``dt``
+    holds has no rows (a table created empty just now): what the MERGE would insert, for
+    a fraction of its cost (a first run's MERGEs were most of its commit). An overwrite
+    whose predicate reads the whole table, so it conflicts as the MERGE does: when another
+    writer added rows since that version, it fails and returns False (nothing written),
+    and the caller MERGEs into what is there. A plain append would not conflict, and two
+    concurrent creators would each insert every key. ``merge_schema``: the data's new
+    typed columns are added, as the MERGE of an evolving table adds them."""
+    if dt.file_uris():
+        return False
+    try:
+        write_deltalake(
+            dt,
+            data,
+            mode="overwrite",
+            predicate="true",  # the predicate is what makes it read (and conflict)
+            partition_by=SPECS[table].partition_by or None,
+            schema_mode="merge" if merge_schema else None,
+        )
+    except CommitFailedError:
+        dt.update_incremental()
+        return False
+    return True
 
 
 def part_groups(dt: DeltaTable, source: pa.Table, key: str) -> list[list[int]]:

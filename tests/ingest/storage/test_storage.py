@@ -559,3 +559,35 @@ def test_a_merge_keeps_the_newest_row_of_a_key_given_twice(tmp_path: Path) -> No
     assert not lake.unique_keys(pa.Table.from_pylist(rows), ["bucket", "key"])
     lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist(rows))  # creates the table
     assert q(tmp_path, "SELECT key, etag FROM s3_objects") == [("a", "new")]
+
+
+def test_filling_a_state_table_created_empty_conflicts_with_a_concurrent_writer(
+    tmp_path: Path,
+) -> None:
+    """Two runs creating a state table at once: the one whose version is still the empty
+    table finds the other's rows at its commit, writes nothing, and MERGEs instead, so
+    each key is held once, by its newest row."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    spec = SPECS["s3_objects"]
+    stale = lake.ensure_table(tmp_path, "s3_objects")  # this writer's view: no rows yet
+    theirs = [obj_row("a", "theirs", when=t0 + timedelta(1)), obj_row("b", "theirs", when=t0)]
+    lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist(theirs))  # the other got there first
+    mine = [obj_row("a", "mine", when=t0), obj_row("c", "mine", when=t0)]
+    assert not lake.fill_empty(stale, "s3_objects", lake.conform(spec, pa.Table.from_pylist(mine)))
+    assert q(tmp_path, "SELECT key, etag FROM s3_objects ORDER BY key") == [
+        ("a", "theirs"),
+        ("b", "theirs"),
+    ]
+    lake.merge(tmp_path, "s3_objects", pa.Table.from_pylist(mine))
+    assert q(tmp_path, "SELECT key, etag FROM s3_objects ORDER BY key") == [
+        ("a", "theirs"),
+        ("b", "theirs"),
+        ("c", "mine"),
+    ]
+    # an empty table of its own is filled in one commit, as the MERGE would have
+    fresh = lake.ensure_table(tmp_path / "other", "s3_objects")
+    assert lake.fill_empty(fresh, "s3_objects", lake.conform(spec, pa.Table.from_pylist(mine)))
+    assert q(tmp_path / "other", "SELECT key, etag FROM s3_objects ORDER BY key") == [
+        ("a", "mine"),
+        ("c", "mine"),
+    ]
