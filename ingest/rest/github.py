@@ -649,6 +649,9 @@ def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummar
         out.size_plan = "; ".join(p for p in (out.size_plan, s.size_plan) if p) or None
         out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
         out.shared_limit = out.shared_limit or s.shared_limit
+        for change in s.schema_changes:  # a part sees the parts staged before it: once each
+            if change not in out.schema_changes:
+                out.schema_changes.append(change)
     stops = {reason for s in parts if s.stopped for reason in s.stopped.split("; ")}
     out.stopped = "; ".join(sorted(stops)) or None
     out.window = min((s.window for s in parts), default=0)

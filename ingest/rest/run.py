@@ -716,11 +716,16 @@ async def _fetch(
         if shared is not None:
             summary.shared_limit = shared.slots.name
             summary.shared_round_trips = shared.round_trips
+        summary.schema_changes = store.staged_schema_changes(
+            settings.lake, run_id, store.is_pull_table
+        )
         summary.seconds = time.perf_counter() - started
         return summary
     assert runner is not None
     summary = summarize(runner, client, time.perf_counter() - started)
-    summary.schema_changes = store.staged_schema_changes(settings.lake, run_id, source.name)
+    summary.schema_changes = store.staged_schema_changes(
+        settings.lake, run_id, store.source_tables(source.name)
+    )
     return summary
 
 

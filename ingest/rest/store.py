@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -30,7 +30,7 @@ from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, 
 from ingest.rest.source import Resource
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir
-from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR, SCHEMAS
+from ingest.storage.tables import RESOURCE_SEPARATOR, SCHEMAS
 
 
 @dataclass(slots=True)
@@ -203,13 +203,26 @@ def _types(data_dir: DataDir, table: str) -> dict[str, Any]:
     return {f.name: f.type for f in evolve.plain_schema(stored)} if stored else {}
 
 
-def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[dict[str, Any]]:
-    """The column changes the run's staged rows bring to the source's tables (what their
-    commit records in ``schema_history``), read from the staged parts' footers: for the
-    run's summary, before the commit."""
+def source_tables(source: str) -> Callable[[str], bool]:
+    """Whether a table is one of the declared source's (``shop__orders``...)."""
+    return lambda table: table.startswith(f"{source}{RESOURCE_SEPARATOR}")
+
+
+def is_pull_table(table: str) -> bool:
+    """``pull_requests`` or one of its child tables (``pull_requests__labels``...)."""
+    return table == "pull_requests" or table.startswith(f"pull_requests{RESOURCE_SEPARATOR}")
+
+
+def staged_schema_changes(
+    data_dir: DataDir, run_id: str, owns: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    """The column changes the run's staged rows bring to the tables ``owns`` says are the
+    source's (``source_tables``, ``is_pull_table``): what their commit records in
+    ``schema_history``, read from the staged parts' footers, for the run's summary before
+    the commit."""
     out: list[dict[str, Any]] = []
     for table in storage.staging.staged_tables(data_dir, run_id):
-        if not table.startswith(f"{source}{RESOURCE_SEPARATOR}"):
+        if not owns(table):
             continue
         parts = []
         for key in storage.staging.parts(data_dir, run_id, table):
@@ -220,7 +233,8 @@ def staged_schema_changes(data_dir: DataDir, run_id: str, source: str) -> list[d
             continue
         stored = lake.stored_schema(data_dir, table)
         rows = evolve.unify(parts)
-        _, changes = evolve.reconcile(rows, stored if stored is not None else RESOURCE_SCHEMA)
+        base = SCHEMAS[table]  # a resource's bookkeeping columns, or pull_requests' fixed ones
+        _, changes = evolve.reconcile(rows, stored if stored is not None else base, base)
         out += [
             {"table": table, "column": c.column, "change": c.kind}
             | {"old_type": c.old_type, "new_type": c.new_type}

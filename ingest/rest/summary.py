@@ -135,6 +135,7 @@ def github_markdown(
             f"| {md.cell(r['repo'])} | {r['complete']} | {r['pull_requests']} | {r['requests']} | "
             f"{r['not_modified']} | {r['failed_pages']} | {note} |"
         )
+    lines += schema_markdown(summary.schema_changes)
     return "\n".join(lines)
 
 

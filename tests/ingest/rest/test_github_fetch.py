@@ -18,6 +18,7 @@ from ingest import storage
 from ingest.rest.errors import AuthError
 from ingest.rest.records import GitHubSummary
 from ingest.rest.run import fetch_pulls
+from ingest.rest.summary import markdown
 from ingest.settings import Settings
 
 TOKEN = "ghp_" + "TestTokenValue0123456789abcdefABCDEF"  # fake, built so no scanner flags it
@@ -344,10 +345,19 @@ def test_pull_requests_get_the_typed_rest_of_the_record(github: Server, data_dir
     server.touch(
         "octo/demo", [3], fields={"auto_merge": {"merge_method": "squash"}, "locked": "maybe"}
     )
-    assert run(settings, ["octo/demo"], "r2").complete
+    second = run(settings, ["octo/demo"], "r2")
+    assert second.complete
     _, described = storage.query(data_dir, "DESCRIBE pull_requests")
     kinds = {name: kind for name, kind, *_ in described}
     assert kinds["auto_merge__merge_method"] == "VARCHAR" and kinds["locked"] == "BOOLEAN"
+    # the run's summary says what its commit records in schema_history
+    said = {(c["table"], c["column"], c["change"]) for c in second.schema_changes}
+    assert {
+        ("pull_requests", "auto_merge__merge_method", "added"),
+        ("pull_requests", "locked__v_text", "variant"),
+    } <= said
+    summary_md = markdown(second, "github-pulls")
+    assert "pull_requests.auto_merge__merge_method" in summary_md
     _, rows = storage.query(
         data_dir,
         "SELECT number, locked, locked__v_text, auto_merge__merge_method FROM pull_requests "
