@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve dev-s3 test test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-tiny-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve dev-s3 test test-servers test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-tiny-extract bench-scale bench-dask bench-server-db clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -48,6 +48,12 @@ test: setup
 	$(UV) lock --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The tests that start servers of their own (about 5 min): `ingest serve` with API auth and
+# on PostgreSQL, prefect.yaml deployed on a `prefect server start` with a worker and the UI
+# in Chromium, the alerts, a new machine's first command and its Ctrl-C. .ci/run runs them.
+test-servers: setup
+	$(VENV)/bin/pytest -m server $(PYTEST_ARGS)
 
 # The long Dask scenarios (about 3 min): the ingest command from three folders with the
 # downloads on object storage, a worker killed mid-run. `make test` runs the short one.

@@ -73,11 +73,21 @@ def prefect_harness(_clean_environment: None) -> Iterator[None]:
         yield
 
 
+# Markers whose tests run only when asked for with -m: their own make targets.
+ON_REQUEST = {
+    "cluster": "long Dask scenario: make test-cluster",
+    "server": "a server or browser of its own: make test-servers",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long cluster scenarios run when asked for (``-m cluster``, make test-cluster)."""
-    if "cluster" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="long Dask scenario: make test-cluster")
-    for item in items:
-        if "cluster" in item.keywords:
-            item.add_marker(skip)
+    """The long cluster scenarios (``-m cluster``, make test-cluster) and the tests that
+    start servers of their own (``-m server``, make test-servers) run when asked for."""
+    asked = config.getoption("-m") or ""
+    for marker, reason in ON_REQUEST.items():
+        if marker in asked:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -47,6 +47,7 @@ def answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.server  # its command starts Prefect's temporary server on a new home
 def test_fresh_prefect_home_without_a_server(
     s3: Any, s3_server: DevServer, bucket: str, tmp_path: Path
 ) -> None:
@@ -140,6 +141,7 @@ def slow_s3(tmp_path: Path) -> Iterator[DevServer]:
         yield server
 
 
+@pytest.mark.server  # its command starts a server of its own, which Ctrl-C must outlive
 def test_ctrl_c_stops_the_run_and_keeps_its_work(slow_s3: DevServer, tmp_path: Path) -> None:
     client = boto3.client("s3", endpoint_url=slow_s3.url, region_name="us-east-1")
     client.create_bucket(Bucket="slow-docs")

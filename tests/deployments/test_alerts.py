@@ -30,7 +30,7 @@ from deployments import alerts, serve
 from dev.servers.s3 import DevServer, free_port
 from tests.helpers import ROOT
 
-pytestmark = pytest.mark.deployment
+pytestmark = [pytest.mark.deployment, pytest.mark.server]
 
 DEADLINE = 90.0  # seconds an alert may take to arrive before the test fails
 BLOCK = "ingest-test-alerts"

@@ -35,7 +35,7 @@ from dev.github_demo import DEMO_REPOS
 from dev.servers.s3 import free_port
 from tests.helpers import ROOT, put_many, rows, run_cli
 
-pytestmark = pytest.mark.deployment
+pytestmark = [pytest.mark.deployment, pytest.mark.server]
 
 RUN_DEADLINE = 240.0  # seconds a triggered run may take before the test gives up
 

@@ -29,7 +29,7 @@ from tests.deployments.test_deployments import RUN_DEADLINE, run_s3_deployment
 from tests.deployments.test_serve_postgres import Output
 from tests.helpers import put_many, rows, run_cli
 
-pytestmark = pytest.mark.deployment
+pytestmark = [pytest.mark.deployment, pytest.mark.server]
 
 
 def basic(value: str) -> dict[str, str]:

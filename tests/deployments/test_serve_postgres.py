@@ -26,7 +26,7 @@ from dev.servers.s3 import free_port
 from tests.deployments.test_deployments import run_s3_deployment
 from tests.helpers import put_many, rows, run_cli
 
-pytestmark = pytest.mark.deployment
+pytestmark = [pytest.mark.deployment, pytest.mark.server]
 needs_postgres = pytest.mark.skipif(
     postgres.bin_dir() is None,
     reason="needs Debian's postgresql package (/usr/lib/postgresql/*/bin; .ci/run installs it)",
