@@ -59,3 +59,23 @@ def write_rows(data_dir: Path, table: str, run_id: str, part: str, rows: list[di
 
     storage.stage(data_dir, run_id, table, part, rows)
     storage.commit_run(data_dir, run_id)
+
+
+def batch_of(bucket: str, listed: list[dict[str, Any]]) -> Any:
+    """One batch (``batch-0``) of the objects of a boto3 ``list_objects_v2`` answer's
+    ``Contents``, as the listing would hand it to a download task."""
+    import pyarrow as pa
+
+    from ingest.records import ObjectBatch
+
+    rows = [
+        {
+            "bucket": bucket,
+            "key": o["Key"],
+            "etag": o["ETag"].strip('"'),
+            "size": o["Size"],
+            "last_modified": o["LastModified"],
+        }
+        for o in listed
+    ]
+    return ObjectBatch.from_table("batch-0", pa.Table.from_pylist(rows))

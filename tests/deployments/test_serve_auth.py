@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -130,13 +128,7 @@ def test_serve_with_auth_runs_deployments_and_refuses_requests_without_it(
             )
             assert client.read_flow_run(UUID(run_id)).state.is_completed()
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        out.thread.join(10)
+        out.stop(proc)
     assert proc.returncode == 0, out.text[-3000:]
     assert secret not in out.text and secret not in said
     [n] = rows(data_dir, "SELECT count(*) AS n FROM s3_objects")

@@ -67,6 +67,17 @@ class Output:
     def text(self) -> str:
         return "".join(self.lines)
 
+    def stop(self, proc: subprocess.Popen[str]) -> None:
+        """Ctrl-C to the process (killed if it has not ended a minute later), then the
+        rest of what it printed."""
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.thread.join(10)
+
 
 @needs_postgres
 def test_serve_keeps_its_runs_in_postgresql(
@@ -103,13 +114,7 @@ def test_serve_keeps_its_runs_in_postgresql(
             )
             assert int(tasks[0][0]) > 0
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            out.thread.join(10)
+            out.stop(proc)
     assert proc.returncode == 0, out.text[-3000:]
     assert not (home / "prefect.db").exists()  # no SQLite database beside it
     [n] = rows(data_dir, "SELECT count(*) AS n FROM s3_objects")

@@ -30,7 +30,7 @@ from dev.servers.dask_cluster import DaskCluster
 from dev.servers.s3 import DevServer
 from ingest.settings import Settings
 from ingest.storage import LakeLocation
-from tests.helpers import put_many, rows
+from tests.helpers import batch_of, put_many, rows
 
 HOOK = "tests.extract_support:misbehaving_extractor"
 
@@ -157,13 +157,11 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     ``os._exit`` and a hang past the time limit in the extraction workers of a nanny's
     (daemonic) Dask worker; each is one row, the rest of the batch is extracted, and the
     Dask workers themselves live on (same processes: no nanny restart)."""
-    import pyarrow as pa
     from distributed import Client
     from prefect import flow
 
     from ingest import context
     from ingest.listing import ListSpec
-    from ingest.records import ObjectBatch
     from ingest.storage import staging
     from tasks.runners import batch_runner, submit
     from tasks.s3 import fetch_batch
@@ -176,21 +174,7 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     bodies = {f"in/{n}": f"note of {n}" for n in names}
     put_many(s3, bucket, {k: v.encode() for k, v in bodies.items()})
     listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
-    batch = ObjectBatch.from_table(
-        "batch-0",
-        pa.Table.from_pylist(
-            [
-                {
-                    "bucket": bucket,
-                    "key": o["Key"],
-                    "etag": o["ETag"].strip('"'),
-                    "size": o["Size"],
-                    "last_modified": o["LastModified"],
-                }
-                for o in listed
-            ]
-        ),
-    )
+    batch = batch_of(bucket, listed)
     uri, lake = lake_bucket(lake_server, tmp_path / "local")
     settings = Settings(
         data_dir=uri,

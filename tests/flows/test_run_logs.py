@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
@@ -23,9 +21,9 @@ from prefect.logging.handlers import APILogHandler
 import flows  # noqa: F401  (attaches the handler, as every process running a flow does)
 from ingest import context
 from ingest.listing import ListSpec
-from ingest.records import ObjectBatch
 from ingest.settings import Settings
 from tasks.s3 import download_batch
+from tests.helpers import batch_of
 
 pytestmark = pytest.mark.flow
 
@@ -47,21 +45,7 @@ def test_per_object_failures_are_stored_with_the_run(
     s3.put_object(Bucket=bucket, Key="gone.txt", Body=b"gone")
     listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
     s3.delete_object(Bucket=bucket, Key="gone.txt")
-    batch = ObjectBatch.from_table(
-        "batch-0",
-        pa.Table.from_pylist(
-            [
-                {
-                    "bucket": bucket,
-                    "key": o["Key"],
-                    "etag": o["ETag"].strip('"'),
-                    "size": o["Size"],
-                    "last_modified": o["LastModified"].astimezone(UTC),
-                }
-                for o in listed
-            ]
-        ),
-    )
+    batch = batch_of(bucket, listed)
     settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url, s3_max_attempts=1)
 
     @flow

@@ -7,38 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from prefect import flow
 
 from ingest import context, sync
 from ingest.listing import ListSpec
-from ingest.records import ObjectBatch
 from ingest.s3 import S3Connection
 from ingest.settings import Settings
 from tasks.s3 import check_bucket, download_batch
-from tests.helpers import put_many
+from tests.helpers import batch_of, put_many
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
-
-
-def batch_of(s3: Any, bucket: str) -> ObjectBatch:
-    listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
-    return ObjectBatch.from_table(
-        "batch-0",
-        pa.Table.from_pylist(
-            [
-                {
-                    "bucket": bucket,
-                    "key": o["Key"],
-                    "etag": o["ETag"].strip('"'),
-                    "size": o["Size"],
-                    "last_modified": o["LastModified"],
-                }
-                for o in listed
-            ]
-        ),
-    )
 
 
 def test_a_connection_handed_in_is_the_one_the_tasks_use(
@@ -50,7 +29,7 @@ def test_a_connection_handed_in_is_the_one_the_tasks_use(
     put_many(s3, bucket, bodies)
     settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url)
     spec = ListSpec(run_id="given", bucket=bucket)
-    batch = batch_of(s3, bucket)
+    batch = batch_of(bucket, s3.list_objects_v2(Bucket=bucket)["Contents"])
     given = S3Connection.open(settings)
     seen: list[str] = []
 
