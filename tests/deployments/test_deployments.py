@@ -155,6 +155,25 @@ def run_s3_deployment(api_url: str, secret: str, bucket: str, endpoint_url: str)
         return wait_final(client, run.id, RUN_DEADLINE)
 
 
+def final_task_runs(client: Any, flow_run_id: UUID, *names: str) -> dict[str, Any]:
+    """The flow run's task runs by task name, once those ``names`` are recorded in a final
+    state: task runs reach the server as events, which its recorder writes in batches
+    after the flow run's own state."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    end = time.monotonic() + RUN_DEADLINE
+    while True:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+        tasks = {t.name.rsplit("-", 1)[0]: t for t in found}
+        if all(n in tasks and tasks[n].state and tasks[n].state.is_final() for n in names):
+            return tasks
+        if time.monotonic() > end:
+            raise AssertionError(f"task runs {names} not final after {RUN_DEADLINE} s: {tasks}")
+        time.sleep(0.5)  # polling the API for a state, with a deadline
+
+
 def nightly_deployment(client: Any) -> Any:
     return client.read_deployment_by_name("nightly/nightly")
 
@@ -520,8 +539,6 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     from prefect.client.schemas.filters import (
         ArtifactFilter,
         ArtifactFilterFlowRunId,
-        FlowRunFilter,
-        FlowRunFilterId,
     )
 
     d = nightly_deployment(client)
@@ -542,12 +559,7 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     assert run.state.is_failed()
     message = run.state.message or ""
     assert len(message) <= 300 and "github-pulls failed" in message, message
-    tasks = {
-        t.name.rsplit("-", 1)[0]: t
-        for t in client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
-        )
-    }
+    tasks = final_task_runs(client, run.id, "run-github-pulls")
     assert tasks["run-github-pulls"].state.is_failed()
     arts = client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))

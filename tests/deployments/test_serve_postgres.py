@@ -109,9 +109,16 @@ def test_serve_keeps_its_runs_in_postgresql(
                 database="prefect",
             )
             assert stored == [[str(run.id), "COMPLETED", "s3-ingest"]]
-            tasks = pg.psql(
-                f"SELECT count(*) FROM task_run WHERE flow_run_id = '{run.id}'", "prefect"
-            )
+            # Task runs reach the database as events, which the server's recorder writes
+            # in batches after the run's own state: asked until they are there.
+            deadline = time.monotonic() + 60
+            while True:
+                tasks = pg.psql(
+                    f"SELECT count(*) FROM task_run WHERE flow_run_id = '{run.id}'", "prefect"
+                )
+                if int(tasks[0][0]) > 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)  # polling the database for a condition, with a deadline
             assert int(tasks[0][0]) > 0
         finally:
             out.stop(proc)
