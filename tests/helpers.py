@@ -15,6 +15,16 @@ from ingest import storage
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def harness_api_url() -> str:
+    """The API of the session's Prefect test server (``prefect_harness``), for the
+    processes and workers a test starts."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "the Prefect test harness sets an API"
+    return str(url)
+
+
 def body_for(key: str, size: int | None = None) -> bytes:
     """Deterministic content for a key (different keys, different bytes)."""
     seed = hashlib.sha256(key.encode()).digest()

@@ -25,7 +25,7 @@ import pytest
 from dev.servers.github import DevGitHub
 from ingest import storage
 from tests.chaos.support import Trial, record, rng, timed, trials
-from tests.helpers import run_cli
+from tests.helpers import harness_api_url, run_cli
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -50,8 +50,6 @@ def start(started: list[DevGitHub], **config: Any) -> DevGitHub:
 def cli_env(server: DevGitHub, **kw: Any) -> dict[str, str]:
     """The environment of the faulty run: quick retries and a short timeout, so a trial
     takes seconds (every value an ``INGEST_*`` setting a user could set)."""
-    from prefect.settings import PREFECT_API_URL
-
     base: dict[str, Any] = {
         "github_retry_base": 0.01,
         "github_retry_cap": 0.05,
@@ -63,7 +61,7 @@ def cli_env(server: DevGitHub, **kw: Any) -> dict[str, str]:
         **kw,
     }
     env = {f"INGEST_{k.upper()}": str(v) for k, v in base.items()}
-    return {**env, "GITHUB_TOKEN": TOKEN, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    return {**env, "GITHUB_TOKEN": TOKEN, "PREFECT_API_URL": harness_api_url()}
 
 
 @dataclass

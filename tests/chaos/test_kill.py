@@ -53,7 +53,7 @@ from tests.chaos.support import (
     trials,
     wait_for_log,
 )
-from tests.helpers import ROOT, put_many
+from tests.helpers import ROOT, harness_api_url, put_many
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -115,10 +115,8 @@ def landed(text: str) -> str:
 
 
 def _api_env() -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
     return {
-        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "PREFECT_API_URL": harness_api_url(),
         "INGEST_S3_BATCH_SIZE": str(BATCH),
         "PYTHONUNBUFFERED": "1",  # each log line reaches the file when it is written
     }

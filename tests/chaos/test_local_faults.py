@@ -34,7 +34,7 @@ from tests.chaos.support import (
     trials,
     wait_for_log,
 )
-from tests.helpers import ROOT, put_many, rows
+from tests.helpers import ROOT, harness_api_url, put_many, rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -284,8 +284,6 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
     killed run has downloads, extraction and deletions to do. It must complete its
     downloads, mark the deletions, store its rows and summary; what it could not extract
     is extracted by the next run."""
-    from prefect.settings import PREFECT_API_URL
-
     fault = "extraction worker pool killed"
     r = rng(fault)
     problems = []
@@ -315,7 +313,7 @@ def test_extraction_pool_dying(s3: Any, s3_server: Any, tmp_path: Path) -> None:
                 cwd=ROOT,
                 env={
                     **os.environ,
-                    "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+                    "PREFECT_API_URL": harness_api_url(),
                     "INGEST_S3_BATCH_SIZE": "5",
                     "PYTHONUNBUFFERED": "1",
                 },

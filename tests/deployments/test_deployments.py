@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -490,41 +491,30 @@ def test_custom_run_from_the_ui_completes(client: Any, served: Served) -> None:
     """Deployments page -> nightly -> Run -> Custom run, one field changed, Submit; the
     run the UI created completes, and its page says so. Each optional field is an input
     of its type there, not the 'Property is type "None"' of a null choice."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     d = nightly_deployment(client)
     before = {r.id for r in runs_of(client, d.id)}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(60_000)
-            page.goto(f"{served.ui_url}/deployments")
-            page.get_by_role("link", name="nightly", exact=True).first.click()
-            page.get_by_role("button", name="Run", exact=True).click()
-            page.get_by_text("Custom run").click()
-            field = page.locator(".schema-form-property", has_text="s3_concurrency (Optional)")
-            field = field.last  # the innermost block holding that label
-            expect(field).to_contain_text("S3 requests in flight")  # the description
-            form = page.locator(".schema-form-property").first
-            expect(form).to_be_visible()
-            expect(page.get_by_text("endpoint_url (Optional)").first).to_be_visible()
-            expect(page.get_by_text("Property is type")).to_have_count(0)
-            field.locator("input").fill("8")
-            created = submit_until_created(page, lambda: runs_of(client, d.id), before)
-            [run] = created
-            assert run.parameters["s3_concurrency"] == 8
-            assert run.parameters["bucket"] == d.parameters["bucket"]  # the rest unchanged
-            page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
-            badge = page.locator(".state-badge", has_text="Completed").first
-            badge.wait_for(timeout=RUN_DEADLINE * 1000)
-        except BaseException:
-            page.screenshot(path=str(served.log_dir / "ui-failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with browser_page(served.log_dir / "ui-failure.png") as page:
+        page.goto(f"{served.ui_url}/deployments")
+        page.get_by_role("link", name="nightly", exact=True).first.click()
+        page.get_by_role("button", name="Run", exact=True).click()
+        page.get_by_text("Custom run").click()
+        field = page.locator(".schema-form-property", has_text="s3_concurrency (Optional)")
+        field = field.last  # the innermost block holding that label
+        expect(field).to_contain_text("S3 requests in flight")  # the description
+        form = page.locator(".schema-form-property").first
+        expect(form).to_be_visible()
+        expect(page.get_by_text("endpoint_url (Optional)").first).to_be_visible()
+        expect(page.get_by_text("Property is type")).to_have_count(0)
+        field.locator("input").fill("8")
+        created = submit_until_created(page, lambda: runs_of(client, d.id), before)
+        [run] = created
+        assert run.parameters["s3_concurrency"] == 8
+        assert run.parameters["bucket"] == d.parameters["bucket"]  # the rest unchanged
+        page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
+        badge = page.locator(".state-badge", has_text="Completed").first
+        badge.wait_for(timeout=RUN_DEADLINE * 1000)
     assert wait_final(client, run.id).state.is_completed()
 
 
@@ -535,7 +525,7 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     its S3 child completes with a permanently failed key: in the browser, the calling task
     shows Failed, the run's message is readable whole, and the summary names the key."""
     import boto3
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
     from prefect.client.schemas.filters import (
         ArtifactFilter,
         ArtifactFilterFlowRunId,
@@ -566,6 +556,23 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     )
     [summary] = [a for a in arts if a.key == "nightly-summary"]
     assert "ui-check/../escape.txt" in summary.data
+    with browser_page(served.log_dir / "ui-failed-nightly.png") as page:
+        page.goto(f"{served.ui_url}/runs/task-run/{tasks['run-github-pulls'].id}")
+        expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
+        page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
+        expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
+        expect(page.get_by_text("github-pulls failed", exact=False).first).to_be_visible()
+        expect(page.get_by_text("See More")).to_have_count(0)
+        page.goto(f"{served.ui_url}/artifacts/artifact/{summary.id}")
+        expect(page.get_by_text("ui-check/../escape.txt").first).to_be_visible()
+
+
+@contextmanager
+def browser_page(screenshot: Path) -> Iterator[Any]:
+    """A page of a headless Debian Chromium (60 s for each step); a step that fails leaves
+    a screenshot of the whole page at ``screenshot``."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
@@ -573,17 +580,11 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
         try:
             page = browser.new_page()
             page.set_default_timeout(60_000)
-            page.goto(f"{served.ui_url}/runs/task-run/{tasks['run-github-pulls'].id}")
-            expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
-            page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
-            expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
-            expect(page.get_by_text("github-pulls failed", exact=False).first).to_be_visible()
-            expect(page.get_by_text("See More")).to_have_count(0)
-            page.goto(f"{served.ui_url}/artifacts/artifact/{summary.id}")
-            expect(page.get_by_text("ui-check/../escape.txt").first).to_be_visible()
-        except BaseException:
-            page.screenshot(path=str(served.log_dir / "ui-failed-nightly.png"), full_page=True)
-            raise
+            try:
+                yield page
+            except BaseException:
+                page.screenshot(path=str(screenshot), full_page=True)
+                raise
         finally:
             browser.close()
 

@@ -30,21 +30,13 @@ from dev.servers.dask_cluster import DaskCluster
 from dev.servers.s3 import DevServer
 from ingest.settings import Settings
 from ingest.storage import LakeLocation
-from tests.helpers import batch_of, put_many, rows
+from tests.helpers import batch_of, harness_api_url, put_many, rows
 
 HOOK = "tests.extract_support:misbehaving_extractor"
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
 TEXT_KEYS = 24  # text files, each with a sentence naming its key
-
-
-def api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness sets an API"
-    return str(url)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +68,7 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, prefect_harness: None
 ) -> Iterator[DaskCluster]:
     root = tmp_path_factory.mktemp("cluster")
-    with DaskCluster(root, workers=2, env={"PREFECT_API_URL": api_url()}) as c:
+    with DaskCluster(root, workers=2, env={"PREFECT_API_URL": harness_api_url()}) as c:
         yield c
 
 
@@ -262,7 +254,7 @@ def ingest_cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Po
     return subprocess.Popen(
         [str(Path(sys.executable).with_name("ingest")), *args],
         cwd=cwd,
-        env={**os.environ, "PREFECT_API_URL": api_url(), **env},
+        env={**os.environ, "PREFECT_API_URL": harness_api_url(), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -330,7 +322,9 @@ def test_a_worker_killed_mid_run_loses_nothing(lake_server: DevServer, tmp_path:
     n, batch = 120, 6
     with (
         DevServer(latency_ms=100) as slow,
-        DaskCluster(tmp_path / "cluster", workers=2, env={"PREFECT_API_URL": api_url()}) as c,
+        DaskCluster(
+            tmp_path / "cluster", workers=2, env={"PREFECT_API_URL": harness_api_url()}
+        ) as c,
     ):
         s3 = boto3.client("s3", endpoint_url=slow.url, region_name="us-east-1")
         bucket = f"src-{uuid.uuid4().hex[:10]}"

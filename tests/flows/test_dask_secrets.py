@@ -29,7 +29,7 @@ from dev.servers.dask_cluster import DaskCluster
 from dev.servers.github import DevGitHub
 from dev.servers.s3 import DevServer
 from ingest.settings import Settings
-from tests.helpers import rows
+from tests.helpers import harness_api_url, rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -84,14 +84,6 @@ class Relay:
             s.close()
 
 
-def api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness sets an API"
-    return str(url)
-
-
 @pytest.fixture
 def github() -> Iterator[DevGitHub]:
     with DevGitHub(repos=REPOS, token=TOKEN) as gh:
@@ -106,7 +98,7 @@ def test_task_arguments_on_the_wire_hold_no_secret(
     from flows.github_pulls import github_pulls
 
     database_url = f"postgresql+asyncpg://prefect:{DB_PASSWORD}@127.0.0.1:5432/prefect"
-    worker_env = {"PREFECT_API_URL": api_url(), "INGEST_GITHUB_TOKEN": TOKEN}
+    worker_env = {"PREFECT_API_URL": harness_api_url(), "INGEST_GITHUB_TOKEN": TOKEN}
     with (
         DevServer() as lake_server,
         DaskCluster(tmp_path / "cluster", workers=1, env=worker_env) as cluster,

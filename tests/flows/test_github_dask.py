@@ -25,7 +25,7 @@ from dev.servers.dask_cluster import DaskCluster
 from dev.servers.github import DevGitHub
 from dev.servers.s3 import DevServer
 from ingest.settings import Settings
-from tests.helpers import rows
+from tests.helpers import harness_api_url, rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.cluster, pytest.mark.usefixtures("prefect_harness")]
 
@@ -35,14 +35,6 @@ PAGES = sum(n // 10 for n in REPOS.values())  # 39
 IN_FLIGHT = 4  # what the server allows in flight, and the cluster's shared limit
 RESERVE = 10
 SPENDABLE = 20  # the first window allows 20 requests above the reserve: fewer than PAGES
-
-
-def api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    assert url, "the Prefect test harness sets an API"
-    return str(url)
 
 
 @pytest.fixture
@@ -82,7 +74,9 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
     }
     with (
         DevServer() as lake_server,
-        DaskCluster(tmp_path / "cluster", workers=2, env={"PREFECT_API_URL": api_url()}) as c,
+        DaskCluster(
+            tmp_path / "cluster", workers=2, env={"PREFECT_API_URL": harness_api_url()}
+        ) as c,
     ):
         bucket = f"lake-{uuid.uuid4().hex[:10]}"
         s3 = boto3.client("s3", endpoint_url=lake_server.url, region_name="us-east-1")

@@ -54,17 +54,22 @@ def children(flow_run_id: Any) -> list[Any]:
         )
 
 
-def test_nightly_summary_freshness_history_and_status(
-    s3: Any, s3_server: Any, bucket: str, data_dir: Path
-) -> None:
-    put_many(s3, bucket, {f"in/doc-{i}.txt": f"document {i}".encode() for i in range(3)})
-    params = {
+def nightly_params(bucket: str, s3_server: Any, data_dir: Path) -> dict[str, Any]:
+    """A nightly over ``bucket``'s ``in/`` on the test server into ``data_dir``, no GitHub."""
+    return {
         "bucket": bucket,
         "prefix": "in/",
         "repos": [],
         "endpoint_url": s3_server.url,
         "data_dir": str(data_dir),
     }
+
+
+def test_nightly_summary_freshness_history_and_status(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    put_many(s3, bucket, {f"in/doc-{i}.txt": f"document {i}".encode() for i in range(3)})
+    params = nightly_params(bucket, s3_server, data_dir)
     ok = nightly(**params, return_state=True)
     assert ok.is_completed(), ok
     ok_id = ok.state_details.flow_run_id
@@ -225,13 +230,7 @@ def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
         }
         | {f"in/fine-{i}.txt": b"a fine document" for i in range(18)},
     )
-    params = {
-        "bucket": bucket,
-        "prefix": "in/",
-        "repos": [],
-        "endpoint_url": s3_server.url,
-        "data_dir": str(data_dir),
-    }
+    params = nightly_params(bucket, s3_server, data_dir)
     night = nightly(**params, return_state=True)
     # Everything ran, but not everything went well: Completed, with counts, keys and a tag.
     assert night.is_completed(), night
@@ -289,14 +288,9 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
     put_many(s3, bucket, {"in/a.txt": b"a"})
     deployment_tags = tags("ingest", "nightly", "s3", "github")  # the nightly deployment's
     with DevGitHub(repos={"octo/engine": 2}, token=token) as gh, deployment_tags:
+        params = nightly_params(bucket, s3_server, data_dir)
         night = nightly(
-            bucket=bucket,
-            prefix="in/",
-            repos=["octo/engine"],
-            endpoint_url=s3_server.url,
-            github_base_url=gh.url,
-            data_dir=str(data_dir),
-            return_state=True,
+            **params | {"repos": ["octo/engine"], "github_base_url": gh.url}, return_state=True
         )
     assert night.is_completed(), night
     kids = {flow_name_of(c): set(c.tags) for c in children(night.state_details.flow_run_id)}

@@ -16,7 +16,7 @@ import pytest
 from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
 from ingest.keys import TMP_DIR_NAME
-from tests.helpers import body_for, files_under, put_many, rows, run_cli
+from tests.helpers import body_for, files_under, harness_api_url, put_many, rows, run_cli
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -214,9 +214,7 @@ def test_corrupted_body_is_fetched_again_or_becomes_an_error_row(faulty_server, 
 
 
 def _api_env() -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    return {"PREFECT_API_URL": harness_api_url()}
 
 
 def test_two_runs_at_the_same_time(s3, s3_server, bucket, data_dir) -> None:

@@ -12,16 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, harness_api_url, run_cli
 from tests.scripted_server import Answer, ScriptedServer
 
 pytestmark = pytest.mark.flow
 
 
 def _api_env() -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    return {"PREFECT_API_URL": harness_api_url()}
 
 
 def test_a_run_past_its_time_limit_ends_timed_out(prefect_harness: None, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import pytest
 
 from dev.servers.github import DevGitHub
 from ingest.rest import shared
-from tests.helpers import ROOT, run_cli
+from tests.helpers import ROOT, harness_api_url, run_cli
 
 TOKEN = "ghp_" + "SharedTokenValue0123456789abcdefABCD"  # fake, built so no scanner flags it
 IN_FLIGHT = 6  # what the server allows in flight, and the cluster's shared limit
@@ -85,16 +85,10 @@ def server() -> Iterator[DevGitHub]:
         yield gh
 
 
-def api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    return str(PREFECT_API_URL.value())
-
-
 def child_env(server: DevGitHub, data_dir: Path, shared_limits: str, name: str) -> dict[str, str]:
     return {
         **os.environ,
-        "PREFECT_API_URL": api_url(),
+        "PREFECT_API_URL": harness_api_url(),
         "INGEST_DATA_DIR": str(data_dir),
         "INGEST_GITHUB_BASE_URL": server.url,
         "INGEST_GITHUB_PER_PAGE": "10",

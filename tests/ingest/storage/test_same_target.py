@@ -16,15 +16,13 @@ import pytest
 
 from ingest import storage
 from ingest.storage import leases
-from tests.helpers import body_for, files_under, put_many, rows, run_cli
+from tests.helpers import body_for, files_under, harness_api_url, put_many, rows, run_cli
 
 pytestmark = pytest.mark.flow
 
 
 def api_env() -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    return {"PREFECT_API_URL": harness_api_url()}
 
 
 def read_until(proc: subprocess.Popen[str], text: str) -> str:
