@@ -34,9 +34,10 @@ bucket was checked, a DuckDB database for small queries), opened by the run's
 context (``ingest.context``) and closed at the run's end, so a run resolves a
 rotated key or a changed block again instead of a process keeping the first it
 saw. A location bound to a session (``LakeLocation.bound``, what ``Settings.lake``
-gives for the run's settings) uses it; an unbound one (a command, a test) resolves
-what it needs on each use. A session never leaves its process: a pickled location
-arrives unbound.
+gives for the run's settings, or a command's) uses it; an unbound one resolves what
+it needs on each use (the options ~10 ms, a boto3 client for a file operation far
+more), so a caller that makes many calls binds one. A session never leaves its
+process: a pickled location arrives unbound.
 """
 
 from __future__ import annotations
