@@ -313,13 +313,15 @@ def runner_choice(task_runner: str | None) -> Literal["thread", "dask"]:
 
 def lake_of(data_dir: str | None) -> Any:
     """The lake of the command: --data-dir or INGEST_DATA_DIR, with its endpoint and
-    credentials settings; a lake that cannot be reached ends the command with the setting
-    to fix."""
+    credentials settings, reached through one session for the command (its process: the
+    credentials and client resolved once, not at each table read); a lake that cannot be
+    reached ends the command with the setting to fix."""
     from ingest import storage
     from ingest.errors import TerminalError
 
     try:
         lake = Settings().with_data_dir(data_dir).lake
+        lake = lake.bound(storage.location.LakeSession(lake))
         storage.location.check(lake)
     except (TerminalError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

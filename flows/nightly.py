@@ -4,7 +4,9 @@ Each ingestion is a subflow (its own flow run, logs and artifacts, nested
 under this one in the UI) called from a task, and the two tasks run on a
 two-thread task runner, so both ingestions run concurrently in the worker's
 one process. A failed child does not stop the other; the nightly run fails
-afterwards with what failed and what to do in its state message.
+afterwards with what failed and what to do in its state message. Each child opens its
+own run context; the nightly's own (its lake session for the summary, its progress
+bar, its ids) is opened first and closed last.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import Field
 from flows.github_pulls import github_pulls
 from flows.parameters import deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
-from ingest import security
+from ingest import context, security
 from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome, completed_message, failed_message
 from ingest.settings import Settings
@@ -131,7 +133,8 @@ def nightly(
     }
     # The children commit their own rows; this run stages the summary rows it records
     # (the children's flow_runs rows under this parent) and commits them as it ends.
-    with run_staging(settings, str(flow_run.id or "local")):
+    run_id = str(flow_run.id or "local")
+    with context.opened(settings, run_id) as ctx, run_staging(ctx.settings, run_id):
         running = [("s3-ingest", run_s3_ingest.submit(s3_parameters))]
         if repos:
             running.append(("github-pulls", run_github_pulls.submit(github_parameters)))
@@ -139,13 +142,15 @@ def nightly(
         for name, future in running:
             outcomes.append(outcome_of(future, name))
             publish_progress(
+                ctx,
                 "nightly-progress",
                 len(outcomes),
                 len(running),
                 f"{len(outcomes)} of {len(running)} ingestions finished: "
                 + ", ".join(f"{o.flow_name} {o.verdict}" for o in outcomes),
             )
-        publish_nightly_summary(settings, outcomes, running_seconds(time.perf_counter() - started))
+        seconds = running_seconds(time.perf_counter() - started)
+        publish_nightly_summary(ctx.settings, run_id, outcomes, seconds)
 
     if any(not o.ok for o in outcomes):
         raise NightlyFailedError(failed_message(outcomes))

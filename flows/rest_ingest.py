@@ -6,12 +6,16 @@ table per resource; the run commits them at its end and publishes the summary
 (artifacts and the run's ``flow_runs`` row). A malformed page or a missing
 resource fails the run after the rest is stored; rejected credentials fail it at
 once. ``ingest_source`` is that composition, which the ``github-pulls`` flow runs
-too, for the source it builds from its parameters.
+too, for the source it builds from its parameters. What the run holds open (its lake
+session: the lake's credentials and client, the database for small queries) is its
+context's (``ingest.context``), opened first and closed last; its tasks find it by the
+run's id.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Annotated, Literal, cast
 
 from prefect import get_run_logger
@@ -19,7 +23,7 @@ from prefect.runtime import flow_run
 from pydantic import Field
 
 from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import security
+from ingest import context, security
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.github import TABLES as GITHUB_TABLES
 from ingest.rest.github import merge_summaries
@@ -27,6 +31,7 @@ from ingest.rest.records import GitHubSummary, RestSummary
 from ingest.rest.source import PROJECT_ROOT, Source, load_source, source_path
 from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
+from ingest.storage.location import LakeSession
 from tasks import limits
 from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
@@ -125,17 +130,24 @@ def ingest_source(
     base_url: str | None = None,
     full_refresh: bool = False,
     title: str,
+    lake: LakeSession | None = None,
 ) -> RestSummary:
     """The composition of every REST flow (rest-ingest, github-pulls): the lake's upkeep
     beside the fetch (which waits on the network; nothing of the run is committed before
     it ends, and the stored state is read as it was), the commit, the summary, and the
     run's failure when listings failed. A GitHub source loads its stored state first and,
-    on Dask, is fetched by one task per repository."""
-    with run_staging(settings, run_id), batch_runner(settings) as runner:
+    on Dask, is fetched by one task per repository. ``lake``: a session handed in (a
+    test's), used and left open."""
+    with ExitStack() as stack:
+        ctx = stack.enter_context(context.opened(settings, run_id, lake=lake))
+        settings = ctx.settings
+        stack.enter_context(run_staging(settings, run_id))
+        runner = stack.enter_context(batch_runner(settings, run_id=run_id))
         prepare_storage(settings, run_id)
         upkeep = maintain_lake.submit(settings, tables_of(source))
+        fetch = dict(settings=settings, run_id=run_id, base_url=base_url, full_refresh=full_refresh)
         if source.client.dialect == "github":
-            priors = load_sync_state(settings, source, full_refresh)
+            priors = load_sync_state(settings, run_id, source, full_refresh)
             shares = (
                 [source]
                 if settings.task_runner == "thread"
@@ -145,11 +157,8 @@ def ingest_source(
                 submit(
                     runner,
                     fetch_pulls,
-                    settings=settings,
+                    **fetch,
                     source=share,
-                    run_id=run_id,
-                    base_url=base_url,
-                    full_refresh=full_refresh,
                     priors={r: priors[r] for r in share.repos},
                     part="" if len(shares) == 1 else f"-{i}",
                 )
@@ -159,15 +168,7 @@ def ingest_source(
                 run_id, [cast(GitHubSummary, f.result()) for f in futures]
             )
         else:
-            summary = submit(
-                runner,
-                fetch_source,
-                settings=settings,
-                source=source,
-                run_id=run_id,
-                base_url=base_url,
-                full_refresh=full_refresh,
-            ).result()
+            summary = submit(runner, fetch_source, **fetch, source=source).result()
         upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(

@@ -222,14 +222,16 @@ def s3_ingest(
     whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
 
     with ExitStack() as stack:
+        # What the run holds open (its lake session, its S3 connection, its listing
+        # database), closed at its end, last; its tasks find it by the run's id
+        # (ingest.context), and its settings reach the lake through its session.
+        ctx = stack.enter_context(context.opened(settings, run_id))
+        settings = ctx.settings
         # One run at a time per bucket and prefix in this lake (INGEST_S3_SAME_TARGET).
         skipped = stack.enter_context(hold_target(settings, f"s3://{bucket}/{prefix}", run_id))
         if skipped is not None:
             return RunSummary(run_id=run_id, note=skipped)
         stack.enter_context(run_staging(settings, run_id))
-        # What the run holds open (its S3 connection, its listing database), closed at
-        # its end; its tasks find it by the run's id (ingest.context).
-        ctx = stack.enter_context(context.opened(settings, run_id))
         runner = stack.enter_context(batch_runner(settings, BATCH_THREADS, run_id=run_id))
         check_bucket(settings, run_id, bucket)
         prepare_storage(settings, run_id)
@@ -243,7 +245,7 @@ def s3_ingest(
         ahead = None if settings.task_runner == "dask" else BATCHES_AHEAD - 1
         summary = schedule(
             shards,
-            batch_steps(settings, spec, runner, extract=extract, whole=whole_batches),
+            batch_steps(ctx, spec, runner, extract=extract, whole=whole_batches),
             RunSummary(run_id=run_id),
             ahead=ahead,
         )
@@ -319,12 +321,12 @@ def check_failed_share(settings: Settings, summary: RunSummary) -> None:
 
 
 def batch_steps(
-    settings: Settings, spec: ListSpec, runner: Any, *, extract: bool, whole: bool
+    ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool, whole: bool
 ) -> Steps:
     """The run's tasks as ``schedule`` submits them: the listing and comparison on the
     flow's threads, the batches on ``runner``; ``whole``: one ``fetch-batch`` per batch
     (download and extraction together), else ``download-batch`` then ``extract-batch``."""
-    bucket, run_id = spec.bucket, spec.run_id
+    settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch
@@ -359,5 +361,5 @@ def batch_steps(
         first_done=lambda futures: next(as_completed(cast(list[PrefectFuture[Any]], futures))),
         extract_fetched=extract_fetched if extract and not whole else None,
         extract_stored=stored,
-        on_batch=lambda part, handed_out: track_batch(part, batches=handed_out),
+        on_batch=lambda part, handed_out: track_batch(ctx, part, batches=handed_out),
     )

@@ -1,13 +1,18 @@
 """A run's context: what one run holds open, opened at its start and closed at its end.
 
-``RunContext`` holds the run's settings and id, its lake (``settings.lake``), its S3
-connection (``ingest.s3.S3Connection``, built on first use from the settings, or
-handed in: a test's client), its listing database (``ingest.changes.ListingDatabase``),
-its extraction pools (``ingest.extract.pool.WorkerPool``, whose worker processes start
-with the first document a parser reads), the local paths its batches gave out
-(``ingest.keys.RunClaims``) and when it started extracting (its extraction budget).
-Closing it closes them: the client's connections, the request lanes, the DuckDB, the
-extraction workers.
+``RunContext`` holds the run's settings and id, its lake session
+(``ingest.storage.location.LakeSession``: the lake's resolved credentials and boto3
+client, the DuckDB database for small queries; its settings' ``lake`` is bound to it,
+so every library function given ``ctx.settings`` or ``ctx.lake`` reaches the lake
+through it), its S3 connection (``ingest.s3.S3Connection``, built on first use from
+the settings, or handed in: a test's client), its listing database
+(``ingest.changes.ListingDatabase``), its extraction pools
+(``ingest.extract.pool.WorkerPool``, whose worker processes start with the first
+document a parser reads), the local paths its batches gave out
+(``ingest.keys.RunClaims``), when it started extracting (its extraction budget), and
+what it works out once per run (``once``: its ids on the Prefect server, its progress
+bars). Closing it closes what it opened: the lake's client and database, the S3
+client's connections, the request lanes, the listing DuckDB, the extraction workers.
 
 Library functions never look a context up: they take what they need (a connection, a
 listing database) as arguments. Only the tasks (``tasks/``) find the context of their
@@ -32,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from ingest.changes import ListingDatabase
 from ingest.extract.batch import ocr_pool_config, pool_config
@@ -39,7 +45,9 @@ from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.keys import RunClaims
 from ingest.s3.client import S3Connection
 from ingest.settings import Settings
-from ingest.storage.location import LakeLocation
+from ingest.storage.location import LakeLocation, LakeSession
+
+T = TypeVar("T")
 
 
 class RunContext:
@@ -52,8 +60,14 @@ class RunContext:
         *,
         s3: S3Connection | None = None,
         pool: WorkerPool | None = None,
+        lake: LakeSession | None = None,
     ) -> None:
-        self.settings = settings
+        if lake is not None and lake.location != settings.lake:
+            raise ValueError(f"a session of the lake {lake.location} for a run on {settings.lake}")
+        # A session handed in (a test's, a benchmark's) is its giver's to close.
+        self._owns_lake = lake is None
+        self.lake_session = lake if lake is not None else LakeSession(settings.lake)
+        self.settings = settings.with_lake_session(self.lake_session)
         self.run_id = run_id
         self.listing = ListingDatabase()
         self.claims = RunClaims()
@@ -62,11 +76,13 @@ class RunContext:
         self._pools: dict[str, WorkerPool] = {}
         self._given = {"extract": pool} if pool is not None else {}  # their giver's to close
         self._extract_started: float | None = None
+        self._once: dict[tuple[str, ...], Any] = {}
         self._lock = threading.Lock()
+        self._once_lock = threading.Lock()
 
     @property
     def lake(self) -> LakeLocation:
-        """Where the run's tables are."""
+        """Where the run's tables are, reached through the run's lake session."""
         return self.settings.lake
 
     @property
@@ -104,9 +120,17 @@ class RunContext:
                 self._extract_started = time.monotonic()
             return self._extract_started
 
+    def once(self, key: tuple[str, ...], make: Callable[[], T]) -> T:
+        """``make()`` the first time ``key`` is asked for in this run (here), then the same
+        object: what a run works out once (its ids on the server, a progress bar's state)."""
+        with self._once_lock:
+            if key not in self._once:
+                self._once[key] = make()
+            return self._once[key]  # type: ignore[no-any-return]
+
     def close(self) -> None:
-        """Close what the run opened: the listing database, its own S3 connection and its
-        extraction pools."""
+        """Close what the run opened: the listing database, its own lake session and S3
+        connection, and its extraction pools."""
         self.listing.close()
         with self._lock:
             conn, self._s3 = (self._s3 if self._owns_s3 else None), None
@@ -115,6 +139,8 @@ class RunContext:
             conn.close()
         for pool in pools:
             pool.close()
+        if self._owns_lake:
+            self.lake_session.close()
 
     def __enter__(self) -> RunContext:
         return self
@@ -134,12 +160,13 @@ def opened(
     *,
     s3: S3Connection | None = None,
     pool: WorkerPool | None = None,
+    lake: LakeSession | None = None,
 ) -> Iterator[RunContext]:
     """Open the context of run ``run_id`` for the ``with`` block (the flow's whole run),
     where this process's tasks of that run find it (``for_run``); closed at the end. A
-    connection or pool handed in (``s3``, ``pool``: a test's, a benchmark's) is used and
-    left open."""
-    ctx = RunContext(settings, run_id, s3=s3, pool=pool)
+    connection, pool or lake session handed in (``s3``, ``pool``, ``lake``: a test's, a
+    benchmark's) is used and left open."""
+    ctx = RunContext(settings, run_id, s3=s3, pool=pool, lake=lake)
     with _open_lock:
         if run_id in _open:
             raise RuntimeError(f"the context of run {run_id} is open already")

@@ -12,14 +12,21 @@ Nothing is downloaded at run time: extensions are never installed on demand
 (``autoinstall_known_extensions`` off). A lake on object storage is read
 through delta-rs, which hands DuckDB Arrow datasets: ``register_relation`` keeps
 them by name for the process, and every connection made here sees them, so a
-``storage.scan`` expression works in any of the library's connections.
+``storage.scan`` expression works in any of the library's connections. That
+table is kept by the process on purpose, not by a run: a name is derived from what
+it reads (a table's URI and version, a run's staged parts), so whoever asks for the
+same data again registers it again under the same name before using it; it holds
+lazy datasets (a few KB each), the newest ``RELATIONS_KEPT``; and the SQL that names
+them is handed to connections anywhere in the library, which could not all be given
+one run's table.
 
 A new database costs ~15 ms (more on a busy machine), most of a small query's time:
 a run's end asks a dozen small ones (its stage table, the previous run, stored
-ETags). ``cursor`` gives those a connection of one in-memory database the process
-shares (~0.5 ms each; its own connection per call, so threads never share one);
-work over many rows keeps a database of its own (``connect``), whose memory goes
-back when it closes.
+ETags). ``cursor`` gives those a connection of the run's ``SmallQueries``, one
+in-memory database its lake session holds (``ingest.storage.location.LakeSession``,
+closed with the run; ~0.5 ms a query, its own connection per call, so threads never
+share one); without a session, a database of its own for the query. Work over many
+rows keeps a database of its own (``connect``), whose memory goes back when it closes.
 """
 
 from __future__ import annotations
@@ -70,16 +77,35 @@ def connect(database: str = ":memory:", **settings: Any) -> duckdb.DuckDBPyConne
     return with_relations(duckdb.connect(database, config={**SETTINGS, **settings}))
 
 
-_shared: tuple[int, duckdb.DuckDBPyConnection] | None = None
-_shared_lock = threading.Lock()
+class SmallQueries:
+    """One in-memory database for a run's small queries (see the module doc), opened on
+    the first ``cursor``, closed by ``close``. A forked child opens its own. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._db: tuple[int, duckdb.DuckDBPyConnection] | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of the database, with the registered Arrow relations. Close it when
+        done (``with``); the database stays."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the database for small queries is closed")
+            if self._db is None or self._db[0] != os.getpid():
+                self._db = (os.getpid(), duckdb.connect(":memory:", config=dict(SETTINGS)))
+            return with_relations(self._db[1].cursor())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            db, self._db = self._db, None
+        if db is not None and db[0] == os.getpid():
+            db[1].close()
 
 
-def cursor() -> duckdb.DuckDBPyConnection:
-    """A connection of the process's shared in-memory database, with the registered
-    Arrow relations: for small queries (see the module doc). Close it when done (``with``);
-    the database stays. A forked child makes its own."""
-    global _shared
-    with _shared_lock:
-        if _shared is None or _shared[0] != os.getpid():
-            _shared = (os.getpid(), duckdb.connect(":memory:", config=dict(SETTINGS)))
-        return with_relations(_shared[1].cursor())
+def cursor(queries: SmallQueries | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection for a small query, with the registered Arrow relations: a cursor of
+    ``queries`` (a run's: ``LakeLocation.queries``), else a database of its own. Close it
+    when done (``with``)."""
+    return queries.cursor() if queries is not None else connect()

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingest import duck, storage
-from ingest.storage.location import DataDir
+from ingest.storage.location import DataDir, locate
 
 TABLE = "source_freshness"
 
@@ -44,9 +44,9 @@ class SourceNight:
 
 def current(data_dir: DataDir) -> dict[tuple[str, str], dict[str, Any]]:
     """The stored ``source_freshness`` rows by (source, target): what earlier runs
-    committed. A small query (a run's end asks it): the process's shared database."""
+    committed. A small query (a run's end asks it): the run's database (``duck.cursor``)."""
     relation = storage.scan(data_dir, TABLE)  # before connecting: a remote lake registers it
-    with duck.cursor() as con:
+    with duck.cursor(locate(data_dir).queries) as con:
         cur = con.execute(f"SELECT * FROM {relation}")
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest import duck, report, storage
 from ingest.storage import lake
-from ingest.storage.location import DataDir
+from ingest.storage.location import DataDir, locate
 
 # A stage counts as slower or faster only beyond this share and this many seconds,
 # so the noise of a one-second stage does not read as a regression.
@@ -276,8 +276,8 @@ def comparison_markdown(
 
 
 def _all(data_dir: DataDir, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    del data_dir  # the SQL already names the files
-    with duck.cursor() as con:
+    # the SQL already names the files; the run's database for small queries answers it
+    with duck.cursor(locate(data_dir).queries) as con:
         cur = con.execute(sql, params)
         cols = [d[0] for d in cur.description or ()]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -6,6 +6,9 @@ empty. The command that owns the terminal calls ``request()`` on the first Ctrl-
 queued S3 request then ends unsent (``requested()``), and every paging loop registered
 with ``stoppable`` is cancelled, so the run ends within a request's time. What was
 fetched and staged before stays for the next run.
+
+The stoppers are the process's, not a run's: Ctrl-C reaches the process, so it stops
+every run under way in it; each entry is removed when its loop ends (``stoppable``).
 """
 
 from __future__ import annotations

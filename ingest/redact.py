@@ -23,7 +23,9 @@ _TOKENS = re.compile(
 )
 _USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]+@")
 
-# Registered secrets, longest first (a secret containing another is masked whole). Replaced,
+# Registered secrets, longest first (a secret containing another is masked whole). The
+# process's, not a run's: a secret seen once is masked in every later line the process
+# writes, whichever run writes it (a run's end must not unmask it for another). Replaced,
 # never changed in place, under the lock: ``redact`` in any thread reads one snapshot while
 # another thread registers a token.
 _extra: tuple[str, ...] = ()

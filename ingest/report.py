@@ -16,7 +16,7 @@ from ingest.records import (
     ExtractSummary,
     permanent_object_error,
 )
-from ingest.storage.location import DataDir
+from ingest.storage.location import DataDir, locate
 from ingest.timing import human_bytes
 
 
@@ -122,7 +122,7 @@ def stage_table(
         WHERE flow_run_id = ?
         GROUP BY task_name ORDER BY min(started_at)
     """
-    with duck.cursor() as con:
+    with duck.cursor(locate(data_dir).queries) as con:
         cur = con.execute(sql, [flow_run_id])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

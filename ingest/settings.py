@@ -12,11 +12,11 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ingest.storage.location import SCHEME, LakeLocation, parse_root
+from ingest.storage.location import SCHEME, LakeLocation, LakeSession, parse_root
 
 MiB = 1024 * 1024
 
@@ -124,6 +124,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="_",
         env_nested_max_split=1,
     )
+    # The run's lake session (``with_lake_session``): not a setting, never pickled.
+    _lake_session: LakeSession | None = PrivateAttr(default=None)
 
     data_dir: Path | str = Field(
         Path("data"),
@@ -605,16 +607,36 @@ class Settings(BaseSettings):
 
     @property
     def lake(self) -> LakeLocation:
-        """Where the tables are, and how to reach them (what the storage functions take)."""
+        """Where the tables are, and how to reach them (what the storage functions take):
+        bound to the run's lake session when these are the run's settings
+        (``with_lake_session``, ``ingest.context.RunContext.settings``)."""
         if isinstance(self.data_dir, str):
-            return LakeLocation(
+            loc = LakeLocation(
                 root=self.data_dir,
                 local_dir=self.local_dir,
                 endpoint_url=self.lake_endpoint_url or None,
                 region=self.lake_region or None,
                 credentials_block=self.lake_credentials_block or None,
             )
-        return LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
+        else:
+            loc = LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
+        session = self._lake_session
+        # A copy with another lake (with_data_dir) is not reached through this one's session.
+        return loc.bound(session) if session is not None and session.location == loc else loc
+
+    def with_lake_session(self, session: LakeSession | None) -> Settings:
+        """A copy whose ``lake`` is reached through ``session`` (a run's, which closes it)."""
+        copy = self.model_copy()
+        copy._lake_session = session
+        return copy
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # A session stays in its process: pickled settings (a Dask task's) arrive unbound.
+        state = dict(super().__getstate__())
+        private = state.get("__pydantic_private__") or {}
+        if private.get("_lake_session") is not None:
+            state["__pydantic_private__"] = {**private, "_lake_session": None}
+        return state
 
     @property
     def local_path(self) -> Path:

@@ -20,7 +20,8 @@ from ingest import fetch, sync
 from ingest.extract import batch, structure
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.settings import Settings
-from tasks.s3 import pools, run_context
+from tasks.runners import run_context
+from tasks.s3 import pools
 from tasks.timing import timed
 
 
@@ -33,6 +34,7 @@ def _extract(
     extractor: str,
 ) -> ExtractSummary:
     ctx = run_context(settings, run_id)
+    settings = ctx.settings
     with timed(settings.lake, noun="documents") as t:
         docs = batch.extract_batch(
             settings, bucket, stored, run_id=run_id, extractor=extractor, **pools(ctx)
@@ -54,6 +56,7 @@ def extract_batch(
 ) -> ExtractSummary:
     """Extract what a download batch fetched; stage the rows as one part named by the
     batch (a retry overwrites instead of duplicating)."""
+    settings = run_context(settings, run_id).settings
     stored = sync.downloaded(settings.lake, run_id, downloaded.name)
     return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
@@ -70,6 +73,7 @@ def extract_stored(
     """Extract unchanged objects whose text is missing or outdated: from their files where
     this worker can read them, else from their copy on object storage or the source
     (``ingest.fetch.materialize``; on a cluster the file may be on another machine)."""
+    settings = run_context(settings, run_id).settings
     stored = objects.stored()
     if all(p and Path(p).is_file() for _k, _e, p in stored):
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)

@@ -17,22 +17,15 @@ from prefect.settings import PREFECT_UI_URL
 
 from ingest import freshness, history
 from ingest import markdown as md
+from ingest.context import RunContext
 from ingest.storage.location import DataDir
 
-_ids: dict[str, dict[str, str]] = {}
 
-
-def current_ids() -> dict[str, str]:
-    """flow_run_id, flow_name, deployment_id and parent_flow_run_id of the running flow
-    (asked once per run: outside a deployment, each of Prefect's runtime lookups of the
-    deployment and the parent is an API call)."""
-    run_id = str(flow_run.id or "local")
-    if run_id != "local" and run_id in _ids:
-        return dict(_ids[run_id])
-    ids = _lookup_ids()
-    if run_id != "local":
-        _ids[run_id] = dict(ids)
-    return ids
+def current_ids(ctx: RunContext) -> dict[str, str]:
+    """flow_run_id, flow_name, deployment_id and parent_flow_run_id of the running flow,
+    the run of ``ctx`` (asked once per run, kept in its context: outside a deployment,
+    each of Prefect's runtime lookups of the deployment and the parent is an API call)."""
+    return dict(ctx.once(("flow-run-ids",), _lookup_ids))
 
 
 def _lookup_ids() -> dict[str, str]:
@@ -61,6 +54,7 @@ def _lookup_ids() -> dict[str, str]:
 
 def record_current_run(
     data_dir: DataDir,
+    ids: dict[str, str],
     *,
     seconds: float,
     items: int = 0,
@@ -71,7 +65,8 @@ def record_current_run(
     target: str = "",
     changed: int = 0,
 ) -> history.FlowRunRecord:
-    """Write the running flow's ``flow_runs`` row (overwritten if written again).
+    """Write the running flow's ``flow_runs`` row (overwritten if written again); ``ids``
+    from ``current_ids``.
 
     With ``target`` (what the run reads: ``s3://bucket/prefix``, the repositories, the
     source), a run of its own, not a child of a nightly run (which records its children's
@@ -79,7 +74,7 @@ def record_current_run(
     ``changed`` as the rows it changed."""
     ended = datetime.now(UTC)
     record = history.FlowRunRecord(
-        **current_ids(),
+        **ids,
         started_at=ended - timedelta(seconds=seconds),
         ended_at=ended,
         seconds=seconds,
@@ -110,12 +105,9 @@ def record_current_run(
     return record
 
 
-def previous_of_current_run(
-    data_dir: DataDir, ids: dict[str, str] | None = None
-) -> dict[str, Any] | None:
+def previous_of_current_run(data_dir: DataDir, ids: dict[str, str]) -> dict[str, Any] | None:
     """The ``flow_runs`` row of the running flow's previous run of the same deployment
-    (``ids`` from ``current_ids()``, looked up when not given)."""
-    ids = ids or current_ids()
+    (``ids`` from ``current_ids``)."""
     return history.previous_run(
         data_dir,
         flow_name=ids["flow_name"],
@@ -125,14 +117,14 @@ def previous_of_current_run(
 
 
 def compare_with_previous(
-    data_dir: DataDir, stages: list[dict[str, Any]], *, target: str = ""
+    data_dir: DataDir, stages: list[dict[str, Any]], ids: dict[str, str], *, target: str = ""
 ) -> tuple[list[dict[str, Any]], str]:
-    """Compare ``stages`` of the running flow with its previous run: of the same target
-    (what it reads) when ``target`` is given, else of the same deployment.
+    """Compare ``stages`` of the running flow (``ids`` from ``current_ids``) with its
+    previous run: of the same target (what it reads) when ``target`` is given, else of
+    the same deployment.
 
     Returns the comparison rows and the markdown section for the run summary.
     """
-    ids = current_ids()
     what = "run"
     if target:
         previous = history.previous_run_of_target(

@@ -22,6 +22,7 @@ from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
+from tasks.runners import run_context
 from tasks.timing import running_seconds
 
 # The tags that name a source; a child gets its own, never another source's.
@@ -110,14 +111,16 @@ def outcome_of(future: Any, flow_name: str) -> ChildOutcome:
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
 def publish_nightly_summary(
-    settings: Settings, outcomes: list[nightly.ChildOutcome], seconds: float
+    settings: Settings, run_id: str, outcomes: list[nightly.ChildOutcome], seconds: float
 ) -> list[dict[str, Any]]:
     """Record the runs, compare with the previous nightly run, publish the artifacts.
 
     Returns the stage comparison rows (empty on the first run).
     """
+    ctx = run_context(settings, run_id)
+    settings = ctx.settings
     data_dir = settings.lake
-    ids = current_ids()
+    ids = current_ids(ctx)
     for o in outcomes:  # the children's rows, without losing what a child recorded itself
         history.record_child_run(
             data_dir,
@@ -176,6 +179,7 @@ def publish_nightly_summary(
     failed = [o for o in outcomes if not o.ok]
     record_current_run(
         data_dir,
+        ids,
         seconds=seconds,
         items=len(outcomes),
         failed=len(failed),
@@ -212,6 +216,7 @@ def publish_nightly_summary(
             key="nightly-stage-timing", table=stages, description="nightly: per-stage timing"
         )
     publish_progress(  # the finished bar says how it ended, not only "100 %"
+        ctx,
         "nightly-progress",
         len(outcomes),
         len(outcomes),

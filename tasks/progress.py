@@ -4,7 +4,9 @@ Flows call ``track_batch`` once per finished batch (or ``publish_progress``
 with their own figures); the first call creates a progress artifact on the
 flow run, later calls update it, so the run page in the UI shows a bar and a
 one-line description (batches, objects, bytes, pages) while the run runs.
-Progress is decoration: an API error here is logged, never raised.
+Each bar's state (its artifact, its counts) is the run's: kept in the run's
+context (``RunContext.once``), gone with it. Progress is decoration: an API
+error here is logged, never raised.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.runtime import flow_run
 
+from ingest.context import RunContext
 from ingest.records import BatchSummary
 from ingest.timing import human_bytes
 
@@ -30,19 +32,21 @@ class _Progress:
     objects: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     updated: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 MIN_INTERVAL = 1.0  # seconds between two updates of one progress artifact
-_lock = threading.Lock()
-_runs: dict[str, _Progress] = {}
 
 
-def publish_progress(key: str, done: int, total: int, description: str) -> None:
-    """Create or update this flow run's progress artifact ``key`` (0-100 %)."""
-    run_id = str(flow_run.id or "local")
+def _state(ctx: RunContext, key: str) -> _Progress:
+    return ctx.once(("progress", key), _Progress)
+
+
+def publish_progress(ctx: RunContext, key: str, done: int, total: int, description: str) -> None:
+    """Create or update the progress artifact ``key`` (0-100 %) of the run of ``ctx``."""
     percent = 100.0 * done / total if total else 0.0
-    with _lock:
-        state = _runs.setdefault(f"{run_id}/{key}", _Progress())
+    state = _state(ctx, key)
+    with state.lock:
         now = time.monotonic()
         if state.artifact_id is not None and done < total and now - state.updated < MIN_INTERVAL:
             return  # at most one API call a second: a run of 4,000 batches makes 4,000 calls
@@ -59,11 +63,12 @@ def publish_progress(key: str, done: int, total: int, description: str) -> None:
             get_run_logger().warning("progress artifact %s not updated: %s", key, exc)
 
 
-def track_batch(part: BatchSummary, batches: int, key: str = "download-progress") -> None:
+def track_batch(
+    ctx: RunContext, part: BatchSummary, batches: int, key: str = "download-progress"
+) -> None:
     """Add one finished download batch (of ``batches`` so far) to the progress artifact."""
-    run_id = str(flow_run.id or "local")
-    with _lock:
-        state = _runs.setdefault(f"{run_id}/{key}", _Progress())
+    state = _state(ctx, key)
+    with state.lock:
         state.done += 1
         for status, n in part.counts.items():
             state.objects[status] = state.objects.get(status, 0) + n
@@ -71,6 +76,7 @@ def track_batch(part: BatchSummary, batches: int, key: str = "download-progress"
         done, objects, size = state.done, dict(state.objects), state.bytes
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(objects.items()))
     publish_progress(
+        ctx,
         key,
         done,
         max(batches, done),

@@ -15,8 +15,9 @@ from ingest import report
 from ingest.settings import Settings
 from ingest.timing import human_bytes
 from tasks.artifacts import Sends
-from tasks.history import compare_with_previous, record_current_run
+from tasks.history import compare_with_previous, current_ids, record_current_run
 from tasks.progress import publish_progress
+from tasks.runners import run_context
 
 FAILED_OBJECTS_TAG = "failed-objects"
 FAILED_EXTRACTIONS_TAG = "failed-extractions"
@@ -47,6 +48,9 @@ def publish_summary(
     settings: Settings, summary: report.RunSummary, title: str, target: str = ""
 ) -> report.RunSummary:
     """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
+    ctx = run_context(settings, summary.run_id)
+    settings = ctx.settings
+    ids = current_ids(ctx)
     summary.stages = report.stage_table(
         settings.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
@@ -69,11 +73,12 @@ def publish_summary(
             table=summary.stages,
             description=f"{title}: per-stage timing",
         )
-        _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
+        _, comparison = compare_with_previous(settings.lake, summary.stages, ids, target=target)
         looked_at = summary.total - summary.counts.get("deleted", 0)
         too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
         record_current_run(
             settings.lake,
+            ids,
             seconds=summary.seconds,
             items=summary.total,
             size=summary.bytes,
@@ -101,6 +106,7 @@ def publish_summary(
         counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
         send(  # the finished bar says what was done, not only "100 %"
             publish_progress,
+            ctx,
             "download-progress",
             1,
             1,

@@ -10,6 +10,12 @@ share are kept on the Prefect server (``ingest.rest.shared``). The fetch has no
 Prefect retries: failed pages are rows, the watermark does not advance past them,
 and the next run fetches them again. Credentials are resolved inside the task from
 a Prefect ``Secret`` block or an environment variable; they are never a parameter.
+
+Each task finds its run's context by the run's id (``tasks.runners.run_context``:
+the flow's, or on a Dask worker the one it opens there, closed by the flow's batch
+runner at the run's end) and works with its settings, whose lake is reached through
+the run's lake session (credentials, client, the database for small queries). The
+HTTP client stays the fetch's own: it lives on the fetch's event loop, one per task.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from ingest.rest.source import Source
 from ingest.rest.summary import listing_lines, markdown
 from ingest.settings import Settings
 from tasks.artifacts import Sends
-from tasks.history import compare_with_previous, record_current_run, run_link
+from tasks.history import compare_with_previous, current_ids, record_current_run, run_link
+from tasks.runners import run_context
 from tasks.timing import timed
 
 
@@ -42,8 +49,11 @@ def load_secret_block(name: str) -> str:
 
 
 @task(name="load-sync-state", cache_policy=NO_CACHE)
-def load_sync_state(settings: Settings, source: Source, full_refresh: bool) -> dict[str, RepoState]:
+def load_sync_state(
+    settings: Settings, run_id: str, source: Source, full_refresh: bool
+) -> dict[str, RepoState]:
     """A ``dialect: github`` source's stored ETags and watermarks (none on a full refresh)."""
+    settings = run_context(settings, run_id).settings
     with timed(settings.lake, noun="pages") as t:
         if full_refresh:
             states = {r: RepoState() for r in source.repos}
@@ -67,6 +77,7 @@ def fetch_source(
 
     ``priors``: a GitHub source's stored state (``load-sync-state``); ``part`` tells
     apart the staged parts of several such tasks of one run."""
+    settings = run_context(settings, run_id).settings
     with timed(settings.lake, noun="pull requests" if source.client.dialect else "records") as t:
         summary = fetch_source_plain(
             settings,
@@ -93,6 +104,9 @@ fetch_pulls = fetch_source.with_options(name="fetch-pulls")
 def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
     """Per-stage timing and per-listing figures as artifacts on the flow run, and the
     run's ``flow_runs`` row (what the next run compares itself with)."""
+    ctx = run_context(settings, summary.run_id)
+    settings = ctx.settings
+    ids = current_ids(ctx)
     with Sends() as send:  # each artifact beside the history work, not after it
         send(
             create_table_artifact,
@@ -109,9 +123,10 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             if isinstance(summary, GitHubSummary)
             else summary.source
         )
-        _, comparison = compare_with_previous(settings.lake, summary.stages, target=target)
+        _, comparison = compare_with_previous(settings.lake, summary.stages, ids, target=target)
         record_current_run(
             settings.lake,
+            ids,
             seconds=summary.seconds,
             items=summary.items,
             failed=summary.failed_pages,

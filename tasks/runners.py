@@ -24,7 +24,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture
@@ -32,6 +32,9 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.tasks import Task
 
 from ingest.settings import Settings
+
+if TYPE_CHECKING:
+    from ingest.context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,17 @@ def submit(runner: TaskRunner[Any], task: Task[..., Any], **parameters: Any) -> 
     be another machine, and the task reads a secret it needs where it runs."""
     kept = {k: v.without_secrets() if isinstance(v, Settings) else v for k, v in parameters.items()}
     return runner.submit(task, kept)
+
+
+def run_context(settings: Settings, run_id: str) -> RunContext:
+    """The context of run ``run_id`` in this process (``ingest.context.for_run``): the
+    flow's, or on a Dask worker the one this worker holds for the run (opened by its
+    first task there, closed by the flow's batch runner at the run's end). A task works
+    with its ``settings`` (bound to the run's lake session), not with the ones it was
+    given (which, pickled to a worker, arrive unbound)."""
+    from ingest import context
+
+    return context.for_run(settings, run_id, open_here=dask_worker() is not None)
 
 
 def dask_worker() -> Any | None:

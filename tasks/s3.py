@@ -22,7 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from ingest import context, fetch, listing, s3, storage, sync
+from ingest import fetch, listing, s3, storage, sync
 from ingest.backoff import Backoff
 from ingest.context import RunContext
 from ingest.errors import TerminalError
@@ -32,7 +32,7 @@ from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import chunks
 from ingest.settings import Settings
-from tasks.runners import dask_worker
+from tasks.runners import run_context
 from tasks.timing import timed
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,6 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
     )
 
 
-def run_context(settings: Settings, run_id: str) -> RunContext:
-    """The context of run ``run_id`` in this process (``ingest.context.for_run``): the
-    flow's, or on a Dask worker the one this worker holds for the run (opened by its
-    first task there, closed by the flow's batch runner at the run's end)."""
-    return context.for_run(settings, run_id, open_here=dask_worker() is not None)
-
-
 def pools(ctx: RunContext) -> dict[str, Any]:
     """The run's extraction pools and budget start, as ``extract_batch`` takes them (the
     OCR pool only with OCR on: no pool thread for a run that never OCRs)."""
@@ -97,8 +90,10 @@ def check_bucket(settings: Settings, run_id: str, bucket: str) -> int:
 def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     """Split the listing into key-range shards listed concurrently (one by default), or
     fetch and sort the S3 Inventory report that replaces LIST calls."""
+    ctx = run_context(settings, spec.run_id)
+    settings = ctx.settings
     with timed(settings.lake, noun="shards") as t:
-        shards = listing.plan(run_context(settings, spec.run_id).s3, settings, spec)
+        shards = listing.plan(ctx.s3, settings, spec)
         t.items = len(shards)
     return shards
 
@@ -116,8 +111,9 @@ def list_objects(
 ) -> ListedChunk:
     """List one chunk of a shard (a few pages); the next chunk is listed while this one is
     compared with the stored state."""
+    ctx = run_context(settings, spec.run_id)
+    settings = ctx.settings
     with timed(settings.lake, noun="keys") as t:
-        ctx = run_context(settings, spec.run_id)
         listed = listing.list_part(ctx.s3, ctx.listing, settings, spec, shard, cursor)
         t.items = listed.count
     return listed
@@ -132,8 +128,9 @@ def list_objects(
 def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> ChunkResult:
     """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
     not the bucket), deletions staged, counts."""
+    ctx = run_context(settings, spec.run_id)
+    settings = ctx.settings
     with timed(settings.lake, noun="keys") as t:
-        ctx = run_context(settings, spec.run_id)
         result = listing.find_changes(ctx.listing, settings, spec, listed)
         t.items = result.listed
     return result
@@ -150,6 +147,7 @@ def download_batch(
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
     ctx = run_context(settings, spec.run_id)
+    settings = ctx.settings
     if extract:
         ctx.pool.warm()
     with timed(settings.lake) as t:
@@ -185,6 +183,7 @@ def fetch_batch(
     mid-batch is Dask's to handle: the scheduler runs the batch again on another worker.
     """
     ctx = run_context(settings, spec.run_id)
+    settings = ctx.settings
     if extract:
         ctx.pool.warm()  # the workers start while the batch downloads
     with timed(settings.lake) as t:

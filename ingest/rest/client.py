@@ -90,7 +90,9 @@ _ssl_lock = threading.Lock()  # a second caller waits for the context being buil
 
 def ssl_context() -> ssl.SSLContext:
     """httpx's default context: certifi's CA bundle, or ``SSL_CERT_FILE``/``SSL_CERT_DIR``
-    when set (a private certificate authority); built once per process and bundle (~50 ms)."""
+    when set (a private certificate authority); built once per process and bundle (~50 ms).
+    Kept by the process, not a run: it is keyed by the bundle it read, holds no secret and
+    no connection, and is the same for every run."""
     with _ssl_lock:
         return _ssl_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
 

@@ -29,7 +29,7 @@ from ingest.rest.errors import SchemaContractError
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
 from ingest.rest.source import Resource
 from ingest.storage import evolve, lake
-from ingest.storage.location import DataDir
+from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import RESOURCE_SEPARATOR, SCHEMAS
 
 
@@ -52,7 +52,7 @@ def load_state(data_dir: DataDir, source: str, tables: dict[str, str]) -> Source
     """Watermarks of the last complete listings, and stored rows per listing of the
     resources of ``tables`` (those whose page size follows it: each is a scan)."""
     state = SourceState()
-    with duck.cursor() as con:
+    with duck.cursor(locate(data_dir).queries) as con:
         rows = con.execute(
             f"""
             SELECT resource, coalesce(parent_key, ''), arg_max(watermark, ended_at)
@@ -98,9 +98,9 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
     # a table not written yet scans as no rows; opened once, by the scan (each opening
     # of a table reads its log)
     relation = storage.scan(data_dir, table)  # before connecting: see load_window
-    # a few keys (an incremental listing's) are a small query: the shared database
+    # a few keys (an incremental listing's) are a small query: the run's database
     small = len(fetched) <= 1_000
-    with duck.cursor() if small else duck.connect() as con:
+    with duck.cursor(locate(data_dir).queries) if small else duck.connect() as con:
         stored = con.execute(
             f"SELECT key, data FROM {relation} WHERE key IN (SELECT unnest(?))", [list(fetched)]
         ).fetchall()
@@ -113,7 +113,7 @@ def load_window(data_dir: DataDir, host: str) -> tuple[int, int | None] | None:
     # registers the table's relation, which only the connections made afterwards see (a
     # fresh process, a Dask worker, has none yet)
     relation = storage.scan(data_dir, "api_windows")
-    with duck.cursor() as con:
+    with duck.cursor(locate(data_dir).queries) as con:
         row = con.execute(
             f"""SELECT window_size, ceiling FROM {relation}
                 WHERE host = ? ORDER BY updated_at DESC LIMIT 1""",
@@ -276,7 +276,7 @@ def load_repo_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dic
     pages_sql, syncs_sql, pulls_sql = (
         storage.scan(data_dir, t) for t in ("github_pages", "github_syncs", "pull_requests")
     )
-    with duck.cursor() as con:
+    with duck.cursor(locate(data_dir).queries) as con:
         pages = con.execute(
             f"""
             SELECT * FROM {pages_sql}

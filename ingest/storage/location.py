@@ -27,6 +27,17 @@ Credentials for an ``s3://`` lake: a Prefect ``AwsCredentials`` block named by
 ``INGEST_LAKE_CREDENTIALS_BLOCK``, or the AWS default chain (environment,
 shared files, profile, instance or container role) as boto3 resolves it, apart
 from the source bucket's settings. Keys never appear in a repr, log or error.
+
+They are resolved by a ``LakeSession``: what one run holds open to reach and query
+its lake (the credentials, region and boto3 client of an ``s3://`` lake, whether the
+bucket was checked, a DuckDB database for small queries), opened by the run's
+context (``ingest.context``) and closed at the run's end, so a run resolves a
+rotated key or a changed block again instead of a process keeping the first it
+saw. A location bound to a session (``LakeLocation.bound``, what ``Settings.lake``
+gives for the run's settings, or a command's) uses it; an unbound one resolves what
+it needs on each use (the options ~10 ms, a boto3 client for a file operation far
+more), so a caller that makes many calls binds one. A session never leaves its
+process: a pickled location arrives unbound.
 """
 
 from __future__ import annotations
@@ -36,7 +47,8 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -59,7 +71,8 @@ def is_uri(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class LakeLocation:
-    """The lake's root and how to reach it (no secrets: credentials are resolved per process).
+    """The lake's root and how to reach it (no secrets: credentials are resolved by the
+    session it is bound to, else on each use; see the module docstring).
 
     Attributes:
         root: ``s3://bucket/prefix`` (no trailing slash) or an absolute local folder.
@@ -69,6 +82,8 @@ class LakeLocation:
         endpoint_url: S3-compatible endpoint of the lake; None for AWS.
         region: Region of the lake's bucket; None uses the chain's (or us-east-1).
         credentials_block: Prefect AwsCredentials block with the lake's credentials.
+        session: The run's ``LakeSession`` for this lake, or None (not compared, not
+            pickled: a location sent to another process arrives unbound).
     """
 
     root: str
@@ -76,6 +91,24 @@ class LakeLocation:
     endpoint_url: str | None = None
     region: str | None = None
     credentials_block: str | None = None
+    session: LakeSession | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def bound(self, session: LakeSession | None) -> LakeLocation:
+        """This location reached through ``session`` (None: unbound)."""
+        return replace(self, session=session)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A session holds clients and a database of this process: never pickled.
+        return (
+            LakeLocation,
+            (self.root, self.local_dir, self.endpoint_url, self.region, self.credentials_block),
+        )
+
+    @property
+    def queries(self) -> Any:
+        """The session's database for small queries (``ingest.duck.SmallQueries``), or None
+        when unbound (``ingest.duck.cursor`` then opens a database for the query)."""
+        return self.session.queries if self.session is not None else None
 
     @property
     def remote(self) -> bool:
@@ -134,9 +167,25 @@ def parse_root(value: str) -> str:
 @dataclass(slots=True)
 class _Resolved:
     options: dict[str, str] = field(repr=False)
-    client: Any = field(repr=False)
+    make_client: Callable[[], Any] = field(repr=False)  # a boto3 client costs ~50-250 ms
     credentials: Any = field(repr=False)  # botocore's, refreshed by botocore; None: a role
     checked: bool = False
+    made: Any = field(default=None, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client, made on first use (delta-rs needs only the options)."""
+        with self.lock:
+            if self.made is None:
+                self.made = self.make_client()
+            return self.made
+
+    def close(self) -> None:
+        with self.lock:
+            client, self.made = self.made, None
+        if client is not None:
+            client.close()
 
     def storage_options(self) -> dict[str, str]:
         """The options with the credentials as they are now (botocore refreshes temporary
@@ -151,16 +200,79 @@ class _Resolved:
         return options
 
 
-_resolved: dict[LakeLocation, _Resolved] = {}
-_resolved_lock = threading.Lock()
+class LakeSession:
+    """What one run holds open to reach and query its lake (see the module docstring):
+    the resolved credentials, region and boto3 client of an ``s3://`` lake (on first use;
+    none for a local lake), whether its bucket was checked, and a DuckDB database for
+    small queries (``ingest.duck.SmallQueries``, on first use). ``close`` closes the client
+    and the database; a closed session refuses to be used. Thread-safe."""
+
+    def __init__(self, location: LakeLocation) -> None:
+        self.location = location.bound(None)
+        self._resolved: _Resolved | None = None
+        self._queries: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def resolved(self) -> _Resolved:
+        """The lake's credentials, region and client, resolved on the first call."""
+        with self._lock:
+            self._check_open()
+            if self._resolved is None:
+                self._resolved = _resolve_now(self.location)
+            return self._resolved
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs ``storage_options`` for the lake ({} for a local one)."""
+        return self.resolved().storage_options() if self.location.remote else {}
+
+    @property
+    def queries(self) -> Any:
+        """The session's database for small queries (``ingest.duck.SmallQueries``)."""
+        from ingest import duck
+
+        with self._lock:
+            self._check_open()
+            if self._queries is None:
+                self._queries = duck.SmallQueries()
+            return self._queries
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the lake session of {self.location.root} is closed")
+
+    def close(self) -> None:
+        """Close the client's connections and the database (idempotent)."""
+        with self._lock:
+            self._closed = True
+            resolved, self._resolved = self._resolved, None
+            queries, self._queries = self._queries, None
+        if resolved is not None:
+            resolved.close()
+        if queries is not None:
+            queries.close()
+
+    def __copy__(self) -> LakeSession:
+        return self  # one per run: copies of the settings share it
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LakeSession:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise TypeError("a LakeSession stays in its process (its location pickles unbound)")
 
 
 def _resolve(loc: LakeLocation) -> _Resolved:
-    """Credentials, region and a boto3 client for ``loc``, once per process."""
-    with _resolved_lock:
-        found = _resolved.get(loc)
-        if found is not None:
-            return found
+    """Credentials, region and a boto3 client for ``loc``: its session's, else resolved
+    now for this use."""
+    return loc.session.resolved() if loc.session is not None else _resolve_now(loc)
+
+
+def _resolve_now(loc: LakeLocation) -> _Resolved:
     import boto3
     from botocore.config import Config
 
@@ -191,30 +303,26 @@ def _resolve(loc: LakeLocation) -> _Resolved:
         options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
         if urlsplit(loc.endpoint_url).scheme == "http":
             options["AWS_ALLOW_HTTP"] = "true"
-    client = session.client(
-        "s3",
-        endpoint_url=loc.endpoint_url,
-        region_name=region,
-        config=Config(
-            retries={"mode": "standard", "max_attempts": 3},
-            connect_timeout=10,
-            read_timeout=60,
-            max_pool_connections=32,
-            s3={"addressing_style": "path"} if loc.endpoint_url else None,
-        ),
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=10,
+        read_timeout=60,
+        max_pool_connections=32,
+        s3={"addressing_style": "path"} if loc.endpoint_url else None,
     )
-    found = _Resolved(
+    return _Resolved(
         options=options,
-        client=client,
+        make_client=lambda: session.client(
+            "s3", endpoint_url=loc.endpoint_url, region_name=region, config=config
+        ),
         credentials=None if getattr(credentials, "method", "") in _ROLE_METHODS else credentials,
     )
-    with _resolved_lock:
-        return _resolved.setdefault(loc, found)
 
 
 def check(loc: LakeLocation) -> None:
     """Fail at once, with the setting to fix, when an ``s3://`` lake cannot be reached:
-    endpoint down, no or rejected credentials, bucket missing. Once per process."""
+    endpoint down, no or rejected credentials, bucket missing. Once per session (an
+    unbound location: on each call)."""
     if not loc.remote:
         return
     found = _resolve(loc)
@@ -386,10 +494,14 @@ class S3Files:
         self.loc = loc
         self.bucket = loc.bucket
         self.prefix = loc.prefix
+        self._client: Any = None
 
     @property
     def client(self) -> Any:
-        return _resolve(self.loc).client
+        """The session's client (an unbound location's: resolved once for this object)."""
+        if self._client is None:
+            self._client = _resolve(self.loc).client
+        return self._client
 
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)

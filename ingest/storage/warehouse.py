@@ -76,6 +76,8 @@ def _duck_types(schema: pa.Schema) -> list[str]:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
 
 
+# DuckDB's type names of an Arrow schema, by the schema's text: what they are does not
+# depend on the run, the lake or the time, so the process keeps them.
 _TYPES: dict[str, list[str]] = {}
 
 # Where the database file that holds a view lies, told by DuckDB at bind time: a

@@ -114,6 +114,14 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
         )
         assert {r["worker"] for r in workers} == {"w1", "w2"}, workers  # both did work
         assert sum(r["n"] for r in workers) == len(REPOS)  # one task per repository
+        # each worker's context of the run (its lake session, opened by its first task
+        # there) was closed at the run's end
+        from distributed import Client
+
+        from ingest import context
+
+        with Client(c.address) as dask:
+            assert list(dask.run(context.open_runs).values()) == [[], []]
 
         # a fresh window: the second run resumes where the first stopped and completes. The
         # dev server starts it before the first one's reset time, which GitHub never does;

@@ -1,23 +1,60 @@
 """A run's context (``ingest.context``): its tasks use what the run opened, a client handed
 in is the one the tasks use, and what the run opened is closed at its end; in real Prefect
-flow runs against the development S3 server."""
+flow runs against the development S3, REST and GitHub-compatible servers."""
 
 from __future__ import annotations
 
+import pickle
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prefect import flow
 
-from ingest import context, sync
+from dev.servers.github import DevGitHub
+from dev.servers.rest import DevRest
+from flows.github_pulls import github_pulls
+from flows.nightly import nightly
+from flows.rest_ingest import ingest_source, rest_ingest
+from ingest import context, duck, storage, sync
 from ingest.listing import ListSpec
+from ingest.rest.source import load_source, source_path
 from ingest.s3 import S3Connection
 from ingest.settings import Settings
+from ingest.storage import staging
+from ingest.storage.location import LakeSession
+from tasks.rest import fetch_source, load_sync_state
 from tasks.s3 import check_bucket, download_batch
 from tests.helpers import batch_of, put_many
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
+
+KEY = "context-api-key-0123456789"  # fake
+TOKEN = "ghp_" + "ContextTokenValue0123456789abcdefABCD"  # fake
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[DevRest]:
+    with DevRest(api_key=KEY, paginator="cursor", projects=2, tickets_per_project=5) as srv:
+        yield srv
+
+
+@pytest.fixture
+def lake_settings(s3_server: Any, bucket: str, tmp_path: Path) -> Settings:
+    """Settings of a lake on the development S3 server (s3://bucket/lake)."""
+    return Settings(
+        data_dir=f"s3://{bucket}/lake", lake_endpoint_url=s3_server.url, local_dir=tmp_path
+    )
+
+
+def counted(session: LakeSession) -> list[str]:
+    """The S3 operations the session's client sends, as they are sent."""
+    sent: list[str] = []
+    events = session.resolved().client.meta.events
+    events.register("before-call.s3", lambda model, **_: sent.append(model.name))
+    return sent
 
 
 def test_a_connection_handed_in_is_the_one_the_tasks_use(
@@ -76,3 +113,129 @@ def test_closing_the_context_closes_its_pool_and_connection(data_dir: Path) -> N
         pool.submit("os:getpid")
     with pytest.raises(RuntimeError, match="shutdown"):
         lanes.pool.submit(print)
+
+
+def test_the_rest_tasks_use_their_runs_lake_session(
+    api: DevRest, lake_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given the plain settings (what a task on a Dask worker receives), the REST tasks find
+    their run's context and write the lake through its session: the one handed in, which
+    the run's end leaves open."""
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+    source = load_source(source_path("sources/tickets.yaml"))
+    given = LakeSession(lake_settings.lake)
+    sent = counted(given)
+
+    @flow
+    def fetching() -> Any:
+        with context.opened(lake_settings, "rest-given", lake=given) as ctx:
+            assert ctx.lake.session is given and lake_settings.lake.session is None
+            assert load_sync_state(lake_settings, "rest-given", source, False) == {}
+            return fetch_source(lake_settings, source, "rest-given", base_url=api.url)
+
+    summary = fetching()
+    assert summary.records == 2 + 10 and not summary.errors
+    assert "PutObject" in sent  # the staged parts went through the given client
+    assert "rest-given" not in context.open_runs() and not given.closed
+    assert "tickets__tickets" in staging.staged_tables(given.location.bound(given), "rest-given")
+    with duck.cursor(given.queries) as con:  # still open: its giver's to close
+        assert con.execute("SELECT 1").fetchall() == [(1,)]
+    given.close()
+
+
+def test_a_rest_run_hands_its_lake_session_to_every_step(
+    api: DevRest, lake_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole composition (staging, upkeep, fetch, summary, commit) on a lake reached
+    through a session handed in: its client makes the run's requests, the commit lands,
+    the session stays open and no context is left."""
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+    source = load_source(source_path("sources/tickets.yaml"))
+    given = LakeSession(lake_settings.lake)
+    sent = counted(given)
+
+    @flow
+    def ingesting() -> Any:
+        return ingest_source(
+            lake_settings,
+            source,
+            run_id="rest-whole",
+            started=time.perf_counter(),
+            base_url=api.url,
+            title="tickets",
+            lake=given,
+        )
+
+    summary = ingesting()
+    assert summary.records == 12 and "PutObject" in sent and "DeleteObjects" in sent
+    assert "rest-whole" not in context.open_runs() and not given.closed
+    _, rows = storage.query(lake_settings.lake, "SELECT count(*) FROM tickets__tickets")
+    assert rows == [(10,)]
+    given.close()
+
+
+def test_a_session_of_another_lake_is_refused(lake_settings: Settings, data_dir: Path) -> None:
+    other = LakeSession(Settings(data_dir=data_dir).lake)
+    with pytest.raises(ValueError, match="a session of the lake"):
+        context.RunContext(lake_settings, "r", lake=other)
+
+
+def test_rest_and_github_runs_leave_no_context_open(
+    api: DevRest, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TICKETS_API_KEY", KEY)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    before = context.open_runs()
+    rest = rest_ingest(
+        source="sources/tickets.yaml", base_url=api.url, data_dir=str(data_dir), return_state=True
+    )
+    assert rest.is_completed(), rest
+    with DevGitHub(repos={"octo/docs": 3}, token=TOKEN) as gh:
+        pulls = github_pulls(
+            repos=["octo/docs"], base_url=gh.url, data_dir=str(data_dir), return_state=True
+        )
+    assert pulls.is_completed(), pulls
+    assert pulls.result().pulls == 3
+    assert context.open_runs() == before == []
+
+
+def test_a_nightly_run_leaves_no_context_open(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    put_many(s3, bucket, {f"in/doc-{i}.txt": f"document {i}".encode() for i in range(2)})
+    night = nightly(
+        bucket=bucket,
+        prefix="in/",
+        repos=[],
+        endpoint_url=s3_server.url,
+        extract=False,
+        data_dir=str(data_dir),
+        return_state=True,
+    )
+    assert night.is_completed(), night
+    assert [o.state for o in night.result()] == ["completed"]
+    assert context.open_runs() == []
+
+
+def test_closing_the_context_closes_its_lake_session_not_a_given_one(
+    lake_settings: Settings,
+) -> None:
+    ctx = context.RunContext(lake_settings, "own")
+    storage.location.check(ctx.lake)  # resolved and checked through the run's session
+    assert ctx.lake.session is ctx.lake_session and ctx.lake.storage_options()
+    with duck.cursor(ctx.lake.queries) as con:
+        assert con.execute("SELECT 42").fetchall() == [(42,)]
+    # Sent to another process (a Dask task's parameters), the settings arrive unbound.
+    assert pickle.loads(pickle.dumps(ctx.settings)).lake.session is None
+    ctx.close()
+    assert ctx.lake_session.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        ctx.lake.storage_options()
+    with pytest.raises(RuntimeError, match="closed"):
+        duck.cursor(ctx.lake.queries)
+
+    given = LakeSession(lake_settings.lake)
+    with context.RunContext(lake_settings, "given", lake=given) as ctx:
+        assert ctx.lake.storage_options() == given.storage_options()
+    assert not given.closed and given.storage_options()
+    given.close()

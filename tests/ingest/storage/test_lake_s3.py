@@ -51,7 +51,10 @@ def lake_env(lake_server: DevServer, lake_uri: str) -> dict[str, str]:
 
 
 def lake_at(lake_server: DevServer, lake_uri: str, local: Path) -> storage.LakeLocation:
-    return Settings(data_dir=lake_uri, lake_endpoint_url=lake_server.url, local_dir=local).lake
+    """The lake as one machine reaches it: through a session of its own (as a run's or a
+    command's), which resolves the credentials and makes the client once."""
+    loc = Settings(data_dir=lake_uri, lake_endpoint_url=lake_server.url, local_dir=local).lake
+    return loc.bound(location.LakeSession(loc))
 
 
 def keys_under(server: DevServer, uri: str) -> list[str]:
