@@ -124,6 +124,8 @@ class SyncOptions:
     run_id: str
     concurrency: int
     planner: SizePlanner | None = None  # the page size is planned after a probe
+    # stages the pull requests (store.write_pull_rows) while page 1 is looked at again
+    stage_rows: Callable[[RepoResult], Awaitable[None]] | None = None
 
 
 LISTING_MOVED = (
@@ -150,6 +152,7 @@ class _RepoSync:
         self.newest: datetime | None = None
         self.page_count = self.not_modified = self.failed = self.duplicates = 0
         self.first_etag: str | None = None
+        self.rows_staged = False
         self.started = datetime.now(UTC)
 
     async def fetch(self, url: str, page_no: int) -> Page:
@@ -221,17 +224,29 @@ class _RepoSync:
         one. So a sync that read more than page 1 asks page 1 again with its ETag at
         the end: unless it is unchanged (a 304, free of the budget), the sync is not
         complete, the watermark stays, and the next run reads the listing again
-        (unchanged pages answer 304).
+        (unchanged pages answer 304). The pull requests read are staged meanwhile
+        (``SyncOptions.stage_rows``): that look is one round trip of waiting.
         """
         complete, stop = await self._page()
         if complete and self.page_count > 1:
+            look = asyncio.ensure_future(self._listing_moved())
             try:
-                moved = await self._listing_moved()
+                await self._stage_rows()
+                moved = await look
             except RateLimitStop as exc:  # the budget ran out just before the check
                 return False, str(exc)
+            finally:
+                look.cancel()
             if moved:
                 return False, LISTING_MOVED
         return complete, stop
+
+    async def _stage_rows(self) -> None:
+        """The pull requests read so far, staged ahead of the rest of the result."""
+        if self.opts.stage_rows is None or not self.pulls:
+            return
+        await self.opts.stage_rows(self.result(True, None, quiet=True))
+        self.rows_staged = True
 
     async def _listing_moved(self) -> bool:
         first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
@@ -284,8 +299,8 @@ class _RepoSync:
             answer.url, answer.headers, answer.data, self.opts.per_page
         )
 
-    def result(self, complete: bool, stop: str | None) -> RepoResult:
-        if self.duplicates:
+    def result(self, complete: bool, stop: str | None, *, quiet: bool = False) -> RepoResult:
+        if self.duplicates and not quiet:
             log.warning(
                 "%s: %d pull requests appeared on two pages (the list changed while it was read)",
                 self.repo,
@@ -320,6 +335,7 @@ class _RepoSync:
             records=[self.records[n] for n in self.pulls],
             pages=self.pages,
             requests=mine,
+            rows_staged=self.rows_staged,
         )
 
 
@@ -600,7 +616,11 @@ async def run_repos(
             run_id=run_id,
             concurrency=gh.concurrency,
             planner=planner if planner is not None and repo in auto_for else None,
+            stage_rows=stage_rows,
         )
+
+    async def stage_rows(result: RepoResult) -> None:
+        await asyncio.to_thread(store.write_pull_rows, settings.lake, run_id, result)
 
     async def on_result(result: RepoResult) -> None:
         await asyncio.to_thread(store.write_repo_result, settings.lake, run_id, result)

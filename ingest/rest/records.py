@@ -238,6 +238,7 @@ class RepoResult:
     requests: list[ApiRequest] = field(default_factory=list)
     error: str | None = None  # a terminal error (404 ...) for this repository
     error_kind: str | None = None
+    rows_staged: bool = False  # pulls and records staged before the rest of the result
 
 
 @dataclass

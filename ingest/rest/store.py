@@ -314,21 +314,32 @@ def load_repo_states(data_dir: DataDir, repos: Sequence[str], state: str) -> dic
     return states
 
 
+def write_pull_rows(data_dir: DataDir, run_id: str, result: RepoResult) -> None:
+    """Stage one repository's ``pull_requests`` and their child tables (the first part of
+    ``write_repo_result``; a sync stages them while it looks at page 1 again, the rest of
+    its result after)."""
+    if not result.pulls:
+        return
+    part = repo_part(result.repo, result.sync.state)
+    storage.stage(data_dir, run_id, "pull_requests", part, pull_rows(data_dir, result))
+    if len(result.records) == len(result.pulls):
+        stored = bool(_types(data_dir, "pull_requests"))
+        parents = [pull_parent(p) for p in result.pulls]
+        stage_children(
+            data_dir, run_id, "pull_requests", part, parents, result.records,
+            typed.Contract(), stored,
+        )  # fmt: skip
+
+
 def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> None:
     """Store one repository's outcome: ``pull_requests`` and its child tables first, then
     ``api_requests``, ``github_pages`` (the ETags) and last ``github_syncs`` (the
     watermark), so that a crash in between costs a re-fetch, never a page that answers 304
-    while its items were never stored."""
+    while its items were never stored. The pull requests are staged already when
+    ``result.rows_staged`` (``write_pull_rows``)."""
     part = repo_part(result.repo, result.sync.state)
-    if result.pulls:
-        storage.stage(data_dir, run_id, "pull_requests", part, pull_rows(data_dir, result))
-        if len(result.records) == len(result.pulls):
-            stored = bool(_types(data_dir, "pull_requests"))
-            parents = [pull_parent(p) for p in result.pulls]
-            stage_children(
-                data_dir, run_id, "pull_requests", part, parents, result.records,
-                typed.Contract(), stored,
-            )  # fmt: skip
+    if not result.rows_staged:
+        write_pull_rows(data_dir, run_id, result)
     rows = {
         "api_requests": [r.as_row() for r in result.requests],
         "github_pages": [p.as_row() for p in result.pages],

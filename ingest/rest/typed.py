@@ -26,6 +26,7 @@ columns (``key``, ``data``, ``source``, ...) gets a trailing ``_`` (``source_``)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,8 +51,16 @@ _TS = re.compile(
 )
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _OTHER = re.compile(r"[^a-z0-9_]+")
+# JSON's scalars and lists: never a Mapping, told apart without the slower ABC check
+_NOT_MAPPINGS = frozenset({str, int, float, bool, type(None), list})
 
 
+def _is_mapping(value: Any) -> bool:
+    kind = type(value)
+    return kind is dict or (kind not in _NOT_MAPPINGS and isinstance(value, Mapping))
+
+
+@functools.lru_cache(maxsize=8192)  # a listing repeats its few field names on every record
 def normalize(name: str) -> str:
     """A field's name as a column's: ``createdAt`` -> ``created_at``, ``a-b c`` -> ``a_b_c``."""
     out = _OTHER.sub("_", _CAMEL.sub("_", name).lower()).rstrip("_") or "_"
@@ -64,7 +73,7 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in record.items():
         column = f"{prefix}{normalize(str(name))}"
-        if isinstance(value, Mapping):
+        if _is_mapping(value):
             out.update(flatten(value, f"{column}{SEP}"))
         elif isinstance(value, list):
             continue
@@ -304,7 +313,7 @@ def child_tables(
     ) -> None:
         for fname, value in parent.items():
             column = f"{prefix}{normalize(str(fname))}"
-            if isinstance(value, Mapping):
+            if _is_mapping(value):
                 walk(name, value, row, f"{column}{SEP}", root)
             elif isinstance(value, list):
                 child = f"{name}{SEP}{column}"

@@ -26,6 +26,7 @@ import ctypes
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,7 +38,14 @@ import pyarrow as pa
 from ingest import duck
 from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files
-from ingest.storage.tables import SCHEMAS, SPECS, TYPED_FIXED, evolving, is_resource_table
+from ingest.storage.tables import (
+    RESOURCE_SEPARATOR,
+    SCHEMAS,
+    SPECS,
+    TYPED_FIXED,
+    evolving,
+    is_resource_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +61,16 @@ STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts
 # watermark), so a crash between two commits costs a re-fetch, never a skipped row.
 _FIRST = ("s3_objects", "documents", "pull_requests")
 _LAST = ("github_pages", "github_syncs", "rest_syncs", "api_windows", "flow_runs", "task_timings")
+# Tables of one rank commit side by side (their Delta logs are separate; the writer's
+# Rust side releases the GIL) when their staged rows together are this few: a first
+# GitHub run's child tables, requests, ETags and syncs, ~20-50 ms a commit each. More
+# rows commit one table after another, so the commit's memory stays one slice's.
+PARALLEL_ROWS = 5_000
+PARALLEL_TABLES = 4
 
 
 def _rank(table: str) -> tuple[int, int, str]:
+    """(group, place in it, name); the groups commit in order."""
     if table in _FIRST:
         return (0, _FIRST.index(table), table)
     if table in _LAST:
@@ -94,12 +109,48 @@ def commit_run(data_dir: DataDir, run_id: str, *, exclude: tuple[str, ...] = ())
     tables = sorted(
         (t for t in staging.staged_tables(data_dir, run_id) if t not in exclude), key=_rank
     )
-    for table in tables:
-        rows = _commit_table(data_dir, run_id, run_name, table)
-        if rows:
-            report.rows[table] = rows
+    for group in sorted({_rank(t)[0] for t in tables}):
+        members = [t for t in tables if _rank(t)[0] == group]
+        for table, rows in _commit_group(data_dir, run_id, run_name, members):
+            if rows:
+                report.rows[table] = rows
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _commit_group(
+    data_dir: DataDir, run_id: str, run_name: str, tables: list[str]
+) -> list[tuple[str, int]]:
+    """Commit tables of one rank: side by side when they are several and small
+    (``PARALLEL_ROWS``), else in order. A table's commit replaces its child tables' rows
+    (``replace_children``), so child tables (``a__b``) commit after their parents, level
+    by level. Every commit of a level ends before the next starts; the first failure is
+    raised then (the others' rows are committed, the failed one's staged)."""
+    one = partial(_commit_table, data_dir, run_id, run_name)
+    if len(tables) < 2 or _staged_rows(data_dir, run_id, tables) > PARALLEL_ROWS:
+        return [(t, one(t)) for t in tables]
+    done: list[tuple[str, int]] = []
+    for depth in sorted({t.count(RESOURCE_SEPARATOR) for t in tables}):
+        level = [t for t in tables if t.count(RESOURCE_SEPARATOR) == depth]
+        with ThreadPoolExecutor(min(PARALLEL_TABLES, len(level)), "commit") as pool:
+            futures = [(t, pool.submit(one, t)) for t in level]
+        done += [(t, f.result()) for t, f in futures]
+    return done
+
+
+def _staged_rows(data_dir: DataDir, run_id: str, tables: list[str]) -> int:
+    """Rows staged for ``tables`` (from the parts' footers), up to just past
+    ``PARALLEL_ROWS``."""
+    total = 0
+    for table in tables:
+        for key in staging.parts(data_dir, run_id, table):
+            try:
+                total += staging.part_rows(data_dir, key)
+            except (OSError, pa.ArrowException):
+                continue  # unreadable: its commit sets it aside
+            if total > PARALLEL_ROWS:
+                return total
+    return total
 
 
 def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> int:

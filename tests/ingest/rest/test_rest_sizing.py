@@ -16,7 +16,7 @@ import pytest
 from dev.servers.github import link_header
 from ingest.rest.client import RestClient
 from ingest.rest.engine import Page, walk
-from ingest.rest.github import SyncOptions, sync_repos
+from ingest.rest.github import LISTING_MOVED, SyncOptions, sync_repos
 from ingest.rest.paging import LinkHeaderPaginator
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RepoState
@@ -240,6 +240,41 @@ def test_github_sync_probes_then_reads_every_page_at_the_planned_size() -> None:
     # page records name the URLs later runs ask for: page 1's own, then the Link form
     urls = sorted((p.page, p.url) for p in result.pages)
     assert "/repos/o/r/pulls?" in urls[0][1] and "/repositories/7/pulls?" in urls[1][1]
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_github_sync_stages_its_pull_requests_while_page_1_is_looked_at_again(
+    moved: bool,
+) -> None:
+    """The rows are staged during the last look at page 1, not after it: that look's
+    answer waits here until they are. A listing that moved meanwhile (10 more pull
+    requests by then) still leaves the sync incomplete, its rows staged once."""
+    inner, seen = fake_github(120, grow_after=4 if moved else None)  # 4 pages of 30 first
+    calls: list[int] = []
+
+    async def go() -> Any:
+        staged = asyncio.Event()
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            if request.headers.get("if-none-match"):  # the look at page 1 again
+                await asyncio.wait_for(staged.wait(), 10)
+            return inner(request)
+
+        async def stage(result: Any) -> None:
+            calls.append(len(result.pulls))
+            staged.set()
+
+        gh = github_client(handler)
+        opts = SyncOptions("all", 30, False, "r1", 100, stage_rows=stage)
+        async with gh.http:
+            (result,) = await sync_repos(gh, ["o/r"], lambda _: opts, {"o/r": RepoState()})
+        return result
+
+    result = asyncio.run(go())
+    assert calls == [120] and result.rows_staged and len(result.pulls) == 120
+    assert [u.params.get("page", "1") for u in seen] == ["1", "2", "3", "4", "1"]
+    assert result.sync.complete is not moved
+    assert (result.sync.stop_reason == LISTING_MOVED) is moved
 
 
 def test_a_failed_probe_leaves_the_planner_and_the_sync_incomplete() -> None:
