@@ -30,7 +30,7 @@ from ingest.settings import Settings
 from tasks import limits
 from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
-from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
+from tasks.storage import prepare_storage, publish_and_commit, run_staging, start_upkeep
 from tasks.timing import running_seconds
 
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
@@ -133,7 +133,7 @@ def ingest_source(
     on Dask, is fetched by one task per repository."""
     with run_staging(settings, run_id), batch_runner(settings) as runner:
         prepare_storage(settings, run_id)
-        upkeep = maintain_lake.submit(settings, tables_of(source))
+        upkeep = start_upkeep(settings, tables_of(source))
         if source.client.dialect == "github":
             priors = load_sync_state(settings, source, full_refresh)
             shares = (
@@ -168,7 +168,8 @@ def ingest_source(
                 base_url=base_url,
                 full_refresh=full_refresh,
             ).result()
-        upkeep.result()
+        if upkeep is not None:  # none was due
+            upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings, run_id, lambda: publish_summary(settings, summary, title)
