@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
+from prefect.utilities.callables import ParameterSchema, parameter_schema
 from pydantic import GetJsonSchemaHandler
 from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
@@ -185,6 +186,8 @@ class IngestFlow(Flow[P, R]):
 
     Its optional parameters show as inputs of their type in the run form
     (``form_signature``), and its time limit may be a function read as each run starts.
+    The run form's schema (``parameters``) is built when read (by a deployment, a test),
+    not as the flow is decorated: a command's run never reads it (~12 ms each build).
     """
 
     def __init__(
@@ -202,13 +205,24 @@ class IngestFlow(Flow[P, R]):
         self._form_schema()
 
     def _form_schema(self) -> None:
-        """The schema of the run form (``form_signature``), for this flow's ``parameters``
-        and for what reads ``inspect.signature`` of the flow: ``prefect deploy``, ``serve``
-        and ``to_deployment`` (``parameter_schema(flow)``)."""
-        from prefect.utilities.callables import parameter_schema
-
+        """The signature of the run form (``form_signature``), for what reads
+        ``inspect.signature`` of the flow: ``prefect deploy``, ``serve`` and
+        ``to_deployment`` (``parameter_schema(flow)``), and this flow's ``parameters``."""
         self.__signature__ = form_signature(self.fn)
-        self.parameters = parameter_schema(self)
+        self.__dict__.pop("_form", None)
+
+    @property  # type: ignore[override]
+    def parameters(self) -> ParameterSchema:
+        """The run form's parameter schema (``form_signature``), built on first read."""
+        schema = self.__dict__.get("_form")
+        if schema is None:
+            schema = self.__dict__["_form"] = parameter_schema(self)
+        return cast(ParameterSchema, schema)
+
+    @parameters.setter
+    def parameters(self, value: ParameterSchema) -> None:
+        # Flow.__init__ sets the schema of the bare function; the form's is built on read.
+        self.__dict__.pop("_form", None)
 
     def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
         plain = {k: v for k, v in parameters.items() if _plain(v)}

@@ -35,7 +35,7 @@ from ingest.storage.location import LakeSession
 from tasks import limits
 from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
-from tasks.storage import maintain_lake, prepare_storage, publish_and_commit, run_staging
+from tasks.storage import prepare_storage, publish_and_commit, run_staging, start_upkeep
 from tasks.timing import running_seconds
 
 REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
@@ -144,7 +144,7 @@ def ingest_source(
         stack.enter_context(run_staging(settings, run_id))
         runner = stack.enter_context(batch_runner(settings, run_id=run_id))
         prepare_storage(settings, run_id)
-        upkeep = maintain_lake.submit(settings, tables_of(source))
+        upkeep = start_upkeep(settings, tables_of(source))
         fetch = dict(settings=settings, run_id=run_id, base_url=base_url, full_refresh=full_refresh)
         if source.client.dialect == "github":
             priors = load_sync_state(settings, run_id, source, full_refresh)
@@ -169,7 +169,8 @@ def ingest_source(
             )
         else:
             summary = submit(runner, fetch_source, **fetch, source=source).result()
-        upkeep.result()
+        if upkeep is not None:  # none was due
+            upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings, run_id, lambda: publish_summary(settings, summary, title)

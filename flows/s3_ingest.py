@@ -59,10 +59,10 @@ from tasks.s3 import (
 )
 from tasks.storage import (
     hold_target,
-    maintain_lake,
     prepare_storage,
     publish_and_commit,
     run_staging,
+    start_upkeep,
 )
 from tasks.timing import running_seconds
 
@@ -238,7 +238,7 @@ def s3_ingest(
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
         # runs beside the listing, which waits on the network: nothing of the run is
         # committed before it ends, and the listing reads the state's files as they were.
-        upkeep = maintain_lake.submit(settings, list(S3_TABLES))
+        upkeep = start_upkeep(settings, list(S3_TABLES))
         shards = plan_listing(settings, spec)
 
         # On a cluster the workers, not this process, decide how many batches run at once.
@@ -250,7 +250,8 @@ def s3_ingest(
             ahead=ahead,
         )
         ctx.listing.close()  # the listing is compared: its database's memory goes back
-        upkeep.result()
+        if upkeep is not None:  # none was due
+            upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings,

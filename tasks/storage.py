@@ -10,11 +10,13 @@ from typing import TypeVar
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 
 from ingest import storage
 from ingest.records import TaskTiming
 from ingest.settings import Settings
+from ingest.storage import maintenance
 from tasks.timing import timed
 
 T = TypeVar("T")
@@ -47,13 +49,23 @@ def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceR
     with timed(settings.lake, noun="files") as t:
         report = storage.maintain(
             settings.lake,
-            tables=[x for x in tables if storage.open_table(settings.lake, x) is not None],
+            tables=[x for x in tables if maintenance.newest_version(settings.lake, x) is not None],
             retention_days=settings.retention_days,
             compact_min_files=settings.compact_min_files,
             vacuum_retention_hours=settings.vacuum_retention_hours,
         )
         t.items = report.changed
     return report
+
+
+def start_upkeep(
+    settings: Settings, tables: list[str]
+) -> PrefectFuture[storage.MaintenanceReport] | None:
+    """``maintain-lake`` submitted over the tables of ``tables`` whose upkeep is due
+    (``maintenance.due``: by one listing of each log), to run beside what follows; None,
+    and no task run, when none is."""
+    due = maintenance.due(settings.lake, tables)
+    return maintain_lake.submit(settings, due) if due else None
 
 
 @task(
@@ -129,7 +141,13 @@ def refresh_views(settings: Settings, tables: dict[str, int]) -> bool:
 def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:
     """A run's end: its rows commit (``commit-rows``, on the flow's task runner) while
     ``publish`` builds its summary, which reads only the run's own history; then that
-    history commits and the warehouse views follow (``commit-run``)."""
+    history commits and the warehouse views follow (``commit-run``). A run that staged
+    nothing but its history (nothing new, nothing gone) has no ``commit-rows``: a task
+    run that would commit nothing."""
+    if not rows_staged(settings, run_id):
+        published = publish()
+        commit_run(settings, run_id)
+        return published
     committing = commit_rows.submit(settings, run_id)
     try:
         published = publish()
@@ -143,6 +161,11 @@ def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]
             refresh_views(settings, committed.rows)
         raise
     return published
+
+
+def rows_staged(settings: Settings, run_id: str) -> bool:
+    """Whether the run has staged rows of a table other than its own history."""
+    return any(t not in RUN_HISTORY for t in storage.staging.staged_tables(settings.lake, run_id))
 
 
 @contextmanager

@@ -22,10 +22,17 @@ Run by the nightly flows after their commit (``maintain``), and by hand with
   vacuum skips them (hidden or not Parquet), so nothing else ever would. The
   age is the file's modification time (an object's LastModified on S3), never
   a process id: on a shared lake the writer may be on another machine.
+
+A run asks first which of its tables are due (``due``): each table ``maintain`` went
+over is recorded with its version and the time (``staging/_maintenance.json``), and it
+is due again after ``CHECKPOINT_EVERY`` commits or ``MAINTAIN_EVERY`` seconds, found by
+one listing of its log. A run with nothing new then opens no table for its upkeep
+(opening one reads its log: ~20 ms, and the vacuum lists all its files).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -37,12 +44,20 @@ from deltalake import DeltaTable
 
 from ingest.storage import lake
 from ingest.storage.location import DataDir, files, locate
+from ingest.storage.staging import STAGING_DIR
 from ingest.storage.tables import SPECS
 from ingest.storage.warehouse import refresh_warehouse
 
 log = logging.getLogger(__name__)
 
 SWEEP_AFTER = 3600.0  # seconds: a temporary file this old belongs to a writer that died
+# A table's upkeep is due again after this long (or CHECKPOINT_EVERY commits): what a
+# maintenance changes moves no faster (the sweep's age; retention by the day, vacuum past
+# vacuum_retention_hours), and compaction waits at most that many commits.
+MAINTAIN_EVERY = SWEEP_AFTER
+# Which version of each table ``maintain`` went over last, and when.
+RECORD = f"{STAGING_DIR}/_maintenance.json"
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 # Temporary names: ours and delta-rs's (``*.tmp``), the object store's upload files (``#n``).
 _TEMPORARY = re.compile(r"(\.tmp|#\d+)$")
 
@@ -77,6 +92,7 @@ def maintain(
 ) -> MaintenanceReport:
     """Apply retention, compact tables past the file threshold, vacuum."""
     report = MaintenanceReport()
+    maintained: dict[str, int] = {}
     today = today or datetime.now(UTC).date()
     for table in tables or list(lake.tables_present(data_dir)):
         spec = SPECS[table]
@@ -98,7 +114,7 @@ def maintain(
                 int(metrics_c.get("numFilesRemoved", 0)),
                 int(metrics_c.get("numFilesAdded", 0)),
             )
-        _checkpoint(dt, data_dir, f"{lake.LAKE_DIR}/{table}/_delta_log")
+        _checkpoint(dt, data_dir, _log_dir(table))
         removed = dt.vacuum(
             retention_hours=vacuum_retention_hours,
             dry_run=False,
@@ -113,10 +129,64 @@ def maintain(
         swept = sweep_temporary(data_dir, f"{lake.LAKE_DIR}/{table}")
         if swept:
             report.swept[table] = swept
+        maintained[table] = dt.version()
     rewritten = set(report.expired_files) | set(report.compacted)
     if rewritten:  # their views must list the new files before vacuum takes the old ones
         refresh_warehouse(data_dir, tables=rewritten)
+    _remember(data_dir, maintained)
     return report
+
+
+def due(data_dir: DataDir, tables: list[str], *, now: float | None = None) -> list[str]:
+    """The tables of ``tables`` whose upkeep is due: present, and not gone over by
+    ``maintain`` (``RECORD``) within ``CHECKPOINT_EVERY`` commits and ``MAINTAIN_EVERY``
+    seconds. One listing of each table's log, no table opened."""
+    now = time.time() if now is None else now
+    record = _record(data_dir)
+    found = []
+    for table in tables:
+        version = newest_version(data_dir, table)
+        if version is None:
+            continue  # never written: nothing to keep
+        last = record.get(table)
+        if (
+            not isinstance(last, dict)
+            or version - int(last.get("version", -1)) >= lake.CHECKPOINT_EVERY
+            or not 0 <= now - float(last.get("at", 0)) < MAINTAIN_EVERY
+        ):
+            found.append(table)
+    return found
+
+
+def newest_version(data_dir: DataDir, table: str) -> int | None:
+    """The table's newest version by the names in its log; None without one."""
+    names = (e.key.rsplit("/", 1)[-1] for e in files(data_dir).entries(_log_dir(table)))
+    versions = [int(m.group(1)) for n in names if (m := _COMMIT_FILE.match(n))]
+    return max(versions, default=None)
+
+
+def _log_dir(table: str) -> str:
+    return f"{lake.LAKE_DIR}/{table}/_delta_log"
+
+
+def _record(data_dir: DataDir) -> dict[str, object]:
+    raw = files(data_dir).get(RECORD)
+    try:
+        record = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}  # torn by hand: every table is due once
+    return record if isinstance(record, dict) else {}
+
+
+def _remember(data_dir: DataDir, maintained: dict[str, int]) -> None:
+    """Record the tables just maintained (a run at the same moment may lose its entry to
+    this one's: that table is then only due again sooner)."""
+    if not maintained:
+        return
+    record = _record(data_dir)
+    now = time.time()
+    record.update({t: {"version": v, "at": now} for t, v in maintained.items()})
+    files(data_dir).put(RECORD, json.dumps(record, sort_keys=True).encode())
 
 
 def sweep_temporary(data_dir: DataDir, prefix: str, *, older_than: float = SWEEP_AFTER) -> int:

@@ -6,7 +6,7 @@ writes a line to the command's log when each task run finishes
 trial picks a stage (the 20 points are spread evenly over listing, downloads,
 extraction, summary and table commits, in seeded order), waits in the live run
 for the progress where that stage is under way (storage prepared; j download
-batches finished; downloads done; lake maintained; summary published), and
+batches finished; downloads done; extraction done; summary published), and
 kills the process a seeded delay later, shorter than the stage takes at its
 quickest (``aim_at``). The stage the kill really landed in is read back from
 the log as it stood at the kill, and recorded; docs/reliability.md shows the
@@ -72,7 +72,6 @@ BOUNDARIES: list[tuple[str, Seen]] = [
     ("changes found", lambda t: finished(t, "find-changes") >= 1),
     ("downloaded", lambda t: finished(t, "download-batch") >= BATCHES),
     ("extracted", lambda t: finished(t, "extract-batch") >= BATCHES),
-    ("lake maintained", lambda t: finished(t, "maintain-lake") >= 1),
     ("summary published", lambda t: finished(t, "publish-summary") >= 1),
     ("committed", lambda t: finished(t, "commit-run") >= 1),
 ]
@@ -81,7 +80,8 @@ STAGES = {
     "listing": ("storage prepared", "listed"),
     "downloads": ("changes found", "downloaded"),
     "extraction": ("downloaded", "extracted"),
-    "summary": ("lake maintained", "summary published"),
+    # A first run has no upkeep (nothing of the lake is due): the summary follows extraction.
+    "summary": ("extracted", "summary published"),
     "table commits": ("summary published", "committed"),
 }
 # What the run was doing when a boundary had not been seen yet.
@@ -92,7 +92,6 @@ DOING = {
     "changes found": "finding changes",
     "downloaded": "downloads",
     "extracted": "extraction",
-    "lake maintained": "lake maintenance",
     "summary published": "summary",
     "committed": "table commits",
 }
@@ -150,7 +149,7 @@ def aim_at(stage: str, r: Any) -> tuple[Seen, float, str]:
     if stage == "extraction":
         return _seen("downloaded"), 0.3, "downloads done"
     if stage == "summary":
-        return _seen("lake maintained"), 0.1, "lake maintained"
+        return _seen("extracted"), 0.1, "extraction done"
     return _seen("summary published"), 0.3, "summary published"
 
 

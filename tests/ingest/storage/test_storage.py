@@ -168,6 +168,36 @@ def test_retention_compaction_and_vacuum(tmp_path: Path) -> None:
     assert list(log_dir.glob("*.checkpoint.parquet"))  # readers replay from a checkpoint
 
 
+def test_upkeep_is_due_by_commits_and_time_since_the_last(tmp_path: Path) -> None:
+    """A table never written is never due; one never maintained is; once maintained it is
+    due again after CHECKPOINT_EVERY commits or MAINTAIN_EVERY seconds."""
+    from ingest.storage import maintenance
+
+    tables = ["task_timings", "s3_objects"]
+    assert maintenance.due(tmp_path, tables) == []
+    for i in range(3):
+        storage.stage(tmp_path, f"r{i}", "task_timings", "t", [timing_row(f"t{i}")])
+        storage.commit_run(tmp_path, f"r{i}")
+    assert maintenance.newest_version(tmp_path, "task_timings") == 2
+    assert maintenance.due(tmp_path, tables) == ["task_timings"]
+
+    storage.maintain(tmp_path, retention_days=0, compact_min_files=100, vacuum_retention_hours=0)
+    now = time.time()
+    assert maintenance.due(tmp_path, tables, now=now) == []
+    assert maintenance.due(tmp_path, tables, now=now + maintenance.MAINTAIN_EVERY) == [
+        "task_timings"
+    ]
+    for i in range(lake.CHECKPOINT_EVERY - 1):
+        storage.stage(tmp_path, f"s{i}", "task_timings", "t", [timing_row(f"s{i}")])
+        storage.commit_run(tmp_path, f"s{i}")
+    assert maintenance.due(tmp_path, tables, now=now) == []
+    storage.stage(tmp_path, "last", "task_timings", "t", [timing_row("last")])
+    storage.commit_run(tmp_path, "last")
+    assert maintenance.due(tmp_path, tables, now=now) == ["task_timings"]
+    (tmp_path / maintenance.RECORD).write_text("{torn")
+    assert maintenance.due(tmp_path, tables, now=now) == ["task_timings"]  # due once more
+
+
 def test_views_in_warehouse_file_and_scan_with_staged_rows(tmp_path: Path) -> None:
     import duckdb
 
