@@ -266,9 +266,9 @@ def s3_ingest(
 
 
 def run_settings(worker: Settings, data_dir: str | None, **given: Any) -> Settings:
-    """The run's settings: the worker's, with the run's parameters that were given (None:
-    the worker's own) and its data folder."""
-    settings = worker.model_copy(update={k: v for k, v in given.items() if v is not None})
+    """The run's settings: the worker's, with the run's parameters that were given (by the
+    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder."""
+    settings = worker.updated(**{k: v for k, v in given.items() if v is not None})
     return settings.with_data_dir(data_dir)
 
 

@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -108,12 +108,348 @@ class AlertSettings(BaseModel):
     )
 
 
+class LakeSettings(BaseModel):
+    """An ``s3://`` data_dir's object store (``INGEST_LAKE_*``); see ``Settings.location``."""
+
+    endpoint_url: str | None = Field(
+        None,
+        description="S3-compatible endpoint of an s3:// data_dir (MinIO, Ceph, moto), apart "
+        "from the source bucket's; empty means AWS.",
+    )
+    region: str | None = Field(
+        None, description="Region of an s3:// data_dir's bucket; None uses the AWS chain's."
+    )
+    credentials_block: str | None = Field(
+        None,
+        description="Prefect AwsCredentials block with the credentials of an s3:// data_dir; "
+        "None uses the AWS chain (apart from s3_credentials_block, the source's).",
+    )
+
+
+class S3Settings(BaseModel):
+    """The source bucket and how it is read (``INGEST_S3_*``)."""
+
+    bucket: str | None = Field(None, description="Bucket to ingest.")
+    prefix: str = Field("", description="Only keys under this prefix.")
+    include: list[str] = Field(
+        default_factory=list,
+        description="Globs on the key below the prefix; keep keys matching any (JSON list in "
+        "the environment: INGEST_S3_INCLUDE='[\"*.pdf\"]').",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Globs on the key below the prefix; drop keys matching any.",
+    )
+    endpoint_url: str | None = Field(
+        None, description="S3-compatible endpoint (MinIO, Ceph, moto); None means AWS."
+    )
+    region: str | None = Field(None, description="AWS region; None uses the standard chain.")
+    download_dir: str | None = Field(
+        None,
+        description="Where objects land, at DIR/<key relative to prefix>: a local folder or "
+        "s3://bucket/prefix (written through the source's endpoint and credentials); "
+        "default DATA_DIR/objects/<bucket>.",
+    )
+    refuse_folded_collisions: bool = Field(
+        False,
+        description="Refuse a key whose local path differs from another's only by case or "
+        "Unicode normal form (A.txt and a.txt, NFC and NFD): on for a download folder on a "
+        "case-insensitive file system (macOS, Windows, SMB), where both would be one file.",
+    )
+    concurrency: int = Field(
+        128,
+        ge=1,
+        le=512,
+        description="Requests in flight. Sized for latency (in flight = rate x latency), "
+        "not for CPU cores.",
+    )
+    same_target: Literal["wait", "skip", "run"] = Field(
+        "wait",
+        description="When another live run ingests the same bucket and prefix into the same "
+        "lake: wait for it to end (then this run finds its work stored), skip this run with "
+        "a message, or run anyway (both do all the work).",
+    )
+    batch_size: int = Field(
+        500, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
+    )
+    list_shards: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Key-range shards listed concurrently (boundaries among the '/' prefixes "
+        "below the prefix; a prefix with fewer folders gets fewer shards, a flat one 1).",
+    )
+    list_chunk_pages: int = Field(
+        25,
+        ge=1,
+        le=100,
+        description="Listing pages (1,000 keys each) per list-objects task; on a first "
+        "listing (nothing stored under the prefix yet) the first chunks are smaller so "
+        "downloads start early.",
+    )
+    range_threshold: int = Field(
+        16 * MiB, ge=MiB, description="Objects at least this large are fetched as byte ranges."
+    )
+    range_size: int = Field(8 * MiB, ge=MiB, description="Size of one byte range.")
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=20,
+        description="Retries after the first request on throttling, 5xx and connection errors.",
+    )
+    stream_retries: int = Field(
+        3, ge=0, le=20, description="Resumptions of a body stream broken mid-transfer."
+    )
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to open a connection.")
+    read_timeout: float = Field(60.0, gt=0, description="Seconds without a byte read.")
+    request_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one GET may take in all, a backstop behind the read timeout (one "
+        "request moves at most s3_range_threshold bytes: 16 MiB in 10 minutes is 27 KB/s).",
+    )
+    credentials_block: str | None = Field(
+        None, description="Name of a Prefect AwsCredentials block; None uses the AWS chain."
+    )
+
+
+class ExtractSettings(BaseModel):
+    """Text extraction of the downloaded files (``INGEST_EXTRACT_*``)."""
+
+    workers: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Extraction worker processes (CPU-bound); 0 means one per core.",
+    )
+    time_limit: float = Field(
+        120.0, gt=0, le=3600, description="Seconds one file may take before it is a timeout."
+    )
+    run_budget: float | None = Field(
+        4 * 3600.0,
+        gt=0,
+        description="Seconds a run may spend extracting (from its first file, per process); "
+        "files not started by then are timeout rows that the next run extracts. None: no "
+        "budget.",
+    )
+    max_chars: int = Field(
+        10_000_000,
+        ge=1000,
+        description="Characters of text kept per document, and of its pages' texts and "
+        "its markdown each; a longer one is cut in the worker and its metadata says so "
+        "(text_cut, pages_cut, markdown_cut: kept and whole length).",
+    )
+    memory_limit_mb: int = Field(
+        2048,
+        ge=0,
+        description="Address space of each worker process in MiB (0: no limit); a parser "
+        "going over gets a failed or crashed row, never the machine.",
+    )
+    max_pages: int = Field(
+        5000, ge=1, description="Pages of one PDF that are read (the page count is exact)."
+    )
+    in_memory_bytes: int = Field(
+        32 * MiB,
+        ge=0,
+        description="Files up to this size are read whole; larger PDFs stream from disk.",
+    )
+
+
+class ChunkSettings(BaseModel):
+    """The chunks of ``document_chunks`` (``INGEST_CHUNK_*``)."""
+
+    chars: int = Field(
+        2000,
+        ge=100,
+        description="Size of a document_chunks chunk in characters (cut at headings and "
+        "paragraphs, so most are shorter).",
+    )
+    overlap: int = Field(
+        200,
+        ge=0,
+        description="Characters a chunk repeats of the one before it (at most half a chunk).",
+    )
+
+
+class OcrSettings(BaseModel):
+    """OCR of image-only PDF pages (``INGEST_OCR_*``)."""
+
+    enabled: bool = Field(
+        False,
+        description="OCR image-only PDF pages with tesseract (needs the ocr extra and the "
+        "tesseract-ocr, tesseract-ocr-kor Debian packages); 10-30 s a page on 2 cores.",
+    )
+    languages: str = Field("kor+eng", description="tesseract languages, joined by '+'.")
+    dpi: int = Field(300, ge=72, le=600, description="Render resolution of OCR'd pages.")
+    max_pages: int = Field(
+        10, ge=1, le=1000, description="OCR'd pages per document at most (the page cap)."
+    )
+    workers: int = Field(1, ge=1, le=64, description="Processes that run OCR jobs.")
+    queue_size: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="OCR jobs queued or running at most; documents beyond it keep needs_ocr "
+        "and are OCR'd by no one this run.",
+    )
+    time_limit: float = Field(900.0, gt=0, description="Seconds one document's OCR may take.")
+
+
+class GitHubSettings(BaseModel):
+    """The GitHub pull-request client (``INGEST_GITHUB_*``)."""
+
+    token: SecretStr | None = Field(None, description="GitHub token (never logged).")
+    base_url: str = Field(
+        "https://api.github.com",
+        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3.",
+    )
+    state: Literal["open", "closed", "all"] = Field(
+        "all", description="Pull requests to list: open, closed or all."
+    )
+    per_page: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Items per page (GitHub caps at 100). None chooses it from the remaining "
+        "budget and the expected number of pull requests.",
+    )
+    # The cap of the adaptive window, which finds the real limit below it: GitHub documents
+    # its secondary limit as at most 100 concurrent requests, so a lower default (it was 32)
+    # only slowed runs against hosts that allow more.
+    concurrency: int = Field(
+        100,
+        ge=1,
+        le=100,
+        description="Most requests in flight across all repositories (GitHub allows at most "
+        "100); with INGEST_HTTP_ADAPTIVE the window finds the host's own limit below it.",
+    )
+    rate_limit_reserve: int = Field(
+        100,
+        ge=0,
+        description="Requests of the primary budget never spent (at most a tenth of the limit).",
+    )
+    max_wait: float = Field(
+        900.0,
+        ge=0,
+        description="Longest wait in seconds for the primary limit to reset; beyond it the run "
+        "stops cleanly and the next run resumes.",
+    )
+    secondary_backoff: float = Field(
+        60.0,
+        ge=0,
+        description="First pause in seconds after a secondary rate limit without Retry-After "
+        "(GitHub asks for at least 60); doubles per consecutive hit.",
+    )
+    secondary_retries: int = Field(
+        5, ge=0, le=20, description="Secondary-limit pauses one request may take before failing."
+    )
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=20,
+        description="Attempts per request on 5xx answers, timeouts, broken connections.",
+    )
+    retry_base: float = Field(
+        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
+    )
+    retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
+    timeout: float = Field(
+        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
+    )
+    budget_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of the budget above the reserve that the automatic per_page may plan "
+        "to spend in one run.",
+    )
+    expected_pulls: int = Field(
+        500,
+        ge=1,
+        description="Pull requests assumed per repository when no earlier run stored a count "
+        "(automatic per_page only).",
+    )
+    # The shape of the automatic per_page model (how a page's latency grows per item); a
+    # first run scales it to what its one-item probes took (ingest.rest.sizing).
+    latency_base: float = Field(
+        0.08,
+        ge=0,
+        description="Assumed seconds per page, fixed part (automatic per_page model; scaled "
+        "to the latency a repository's one-item probe shows).",
+    )
+    latency_per_item: float = Field(
+        0.008,
+        ge=0,
+        description="Assumed seconds per item of a page (automatic per_page model; scaled "
+        "with the fixed part).",
+    )
+
+
+class SharedSettings(BaseModel):
+    """Limits shared across workers (``INGEST_SHARED_*``), held on the Prefect server."""
+
+    limits: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Hold each API host's in-flight limit and budget for every process calling "
+        "it, as global concurrency limits on the Prefect server: on, off, or auto (on when the "
+        "task runner is dask or shared_limit_name is set, and PREFECT_API_URL names a server).",
+    )
+    limit_name: str | None = Field(
+        None,
+        description="Name the shared limits start with instead of ingest-api-<host>[-<port>] "
+        "(processes that call one API through different addresses share it by this name).",
+    )
+    limit_block: int = Field(
+        8,
+        ge=1,
+        le=100,
+        description="In-flight slots and budget tokens leased per call to the Prefect server.",
+    )
+    lease_seconds: float = Field(
+        60.0,
+        ge=60,  # the Prefect server's shortest lease
+        description="Lease of the in-flight slots, renewed while the run lasts; a process that "
+        "dies gives its slots back when its leases expire.",
+    )
+
+
+class RestSettings(BaseModel):
+    """Declared REST sources (``INGEST_REST_*``)."""
+
+    timeout: float = Field(
+        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="Attempts per request on 5xx, timeouts, bodies not JSON."
+    )
+    retry_base: float = Field(
+        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
+    )
+    retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
+    limit_retries: int = Field(
+        8, ge=0, le=50, description="Limit answers (429 ...) one request may take before failing."
+    )
+    budget_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of an announced budget that page_size: auto may plan to spend.",
+    )
+    expected_rows: int = Field(
+        500,
+        ge=1,
+        description="Rows assumed per listing before a run stored some (page_size: auto).",
+    )
+
+
 class Settings(BaseSettings):
     """Defaults for every run; see the field descriptions.
 
-    A concern's settings are grouped in a sub-model (``alert``: ``AlertSettings``) whose
-    variables keep the flat names: ``INGEST_ALERT_LATE_AFTER`` is ``alert.late_after``
-    (the first ``_`` after the prefix splits the group from its field).
+    A concern's settings are grouped in a sub-model (``s3``: ``S3Settings``) whose
+    variables keep the flat names: ``INGEST_S3_CONCURRENCY`` is ``s3.concurrency``
+    (the first ``_`` after the prefix splits the group from its field). Code reads the
+    group's field (``settings.s3.concurrency``); a keyword argument and ``updated`` take
+    the flat name as well (``Settings(s3_bucket="b")``, ``settings.updated(s3_bucket="b")``).
     """
 
     model_config = SettingsConfigDict(
@@ -138,19 +474,7 @@ class Settings(BaseSettings):
         description="With an s3:// data_dir: the local folder for what is not the lake's "
         "record (warehouse.duckdb, the search index, downloaded objects, reports).",
     )
-    lake_endpoint_url: str | None = Field(
-        None,
-        description="S3-compatible endpoint of an s3:// data_dir (MinIO, Ceph, moto), apart "
-        "from the source bucket's; empty means AWS.",
-    )
-    lake_region: str | None = Field(
-        None, description="Region of an s3:// data_dir's bucket; None uses the AWS chain's."
-    )
-    lake_credentials_block: str | None = Field(
-        None,
-        description="Prefect AwsCredentials block with the credentials of an s3:// data_dir; "
-        "None uses the AWS chain (apart from s3_credentials_block, the source's).",
-    )
+    lake: LakeSettings = Field(default_factory=LakeSettings)
 
     @field_validator("data_dir", mode="before")
     @classmethod
@@ -249,92 +573,11 @@ class Settings(BaseSettings):
     )
 
     # --- S3 -----------------------------------------------------------------
-    s3_bucket: str | None = Field(None, description="Bucket to ingest.")
-    s3_prefix: str = Field("", description="Only keys under this prefix.")
-    s3_include: list[str] = Field(
-        default_factory=list,
-        description="Globs on the key below the prefix; keep keys matching any (JSON list in "
-        "the environment: INGEST_S3_INCLUDE='[\"*.pdf\"]').",
-    )
-    s3_exclude: list[str] = Field(
-        default_factory=list,
-        description="Globs on the key below the prefix; drop keys matching any.",
-    )
-    s3_endpoint_url: str | None = Field(
-        None, description="S3-compatible endpoint (MinIO, Ceph, moto); None means AWS."
-    )
-    s3_region: str | None = Field(None, description="AWS region; None uses the standard chain.")
-    s3_download_dir: str | None = Field(
-        None,
-        description="Where objects land, at DIR/<key relative to prefix>: a local folder or "
-        "s3://bucket/prefix (written through the source's endpoint and credentials); "
-        "default DATA_DIR/objects/<bucket>.",
-    )
-    s3_refuse_folded_collisions: bool = Field(
-        False,
-        description="Refuse a key whose local path differs from another's only by case or "
-        "Unicode normal form (A.txt and a.txt, NFC and NFD): on for a download folder on a "
-        "case-insensitive file system (macOS, Windows, SMB), where both would be one file.",
-    )
+    s3: S3Settings = Field(default_factory=S3Settings)
     keep_files: bool = Field(
         True,
         description="Keep the downloaded objects at the download destination; false drops "
         "each file once its text is extracted (only the rows and the text are kept).",
-    )
-    s3_concurrency: int = Field(
-        128,
-        ge=1,
-        le=512,
-        description="Requests in flight. Sized for latency (in flight = rate x latency), "
-        "not for CPU cores.",
-    )
-    s3_same_target: Literal["wait", "skip", "run"] = Field(
-        "wait",
-        description="When another live run ingests the same bucket and prefix into the same "
-        "lake: wait for it to end (then this run finds its work stored), skip this run with "
-        "a message, or run anyway (both do all the work).",
-    )
-    s3_batch_size: int = Field(
-        500, ge=1, le=10_000, description="Objects per Prefect task run (one task per batch)."
-    )
-    s3_list_shards: int = Field(
-        4,
-        ge=1,
-        le=256,
-        description="Key-range shards listed concurrently (boundaries among the '/' prefixes "
-        "below the prefix; a prefix with fewer folders gets fewer shards, a flat one 1).",
-    )
-    s3_list_chunk_pages: int = Field(
-        25,
-        ge=1,
-        le=100,
-        description="Listing pages (1,000 keys each) per list-objects task; on a first "
-        "listing (nothing stored under the prefix yet) the first chunks are smaller so "
-        "downloads start early.",
-    )
-    s3_range_threshold: int = Field(
-        16 * MiB, ge=MiB, description="Objects at least this large are fetched as byte ranges."
-    )
-    s3_range_size: int = Field(8 * MiB, ge=MiB, description="Size of one byte range.")
-    s3_max_attempts: int = Field(
-        5,
-        ge=1,
-        le=20,
-        description="Retries after the first request on throttling, 5xx and connection errors.",
-    )
-    s3_stream_retries: int = Field(
-        3, ge=0, le=20, description="Resumptions of a body stream broken mid-transfer."
-    )
-    s3_connect_timeout: float = Field(10.0, gt=0, description="Seconds to open a connection.")
-    s3_read_timeout: float = Field(60.0, gt=0, description="Seconds without a byte read.")
-    s3_request_timeout: float = Field(
-        600.0,
-        gt=0,
-        description="Seconds one GET may take in all, a backstop behind the read timeout (one "
-        "request moves at most s3_range_threshold bytes: 16 MiB in 10 minutes is 27 KB/s).",
-    )
-    s3_credentials_block: str | None = Field(
-        None, description="Name of a Prefect AwsCredentials block; None uses the AWS chain."
     )
     max_failed_ratio: float = Field(
         0.1,
@@ -344,216 +587,21 @@ class Settings(BaseSettings):
     )
 
     # --- Text extraction (ingest.extract) --------------------------------------
-    extract_workers: int = Field(
-        0,
-        ge=0,
-        le=256,
-        description="Extraction worker processes (CPU-bound); 0 means one per core.",
-    )
-    extract_time_limit: float = Field(
-        120.0, gt=0, le=3600, description="Seconds one file may take before it is a timeout."
-    )
-    extract_run_budget: float | None = Field(
-        4 * 3600.0,
-        gt=0,
-        description="Seconds a run may spend extracting (from its first file, per process); "
-        "files not started by then are timeout rows that the next run extracts. None: no "
-        "budget.",
-    )
-    extract_max_chars: int = Field(
-        10_000_000,
-        ge=1000,
-        description="Characters of text kept per document, and of its pages' texts and "
-        "its markdown each; a longer one is cut in the worker and its metadata says so "
-        "(text_cut, pages_cut, markdown_cut: kept and whole length).",
-    )
-    extract_memory_limit_mb: int = Field(
-        2048,
-        ge=0,
-        description="Address space of each worker process in MiB (0: no limit); a parser "
-        "going over gets a failed or crashed row, never the machine.",
-    )
-    extract_max_pages: int = Field(
-        5000, ge=1, description="Pages of one PDF that are read (the page count is exact)."
-    )
-    extract_in_memory_bytes: int = Field(
-        32 * MiB,
-        ge=0,
-        description="Files up to this size are read whole; larger PDFs stream from disk.",
-    )
-    chunk_chars: int = Field(
-        2000,
-        ge=100,
-        description="Size of a document_chunks chunk in characters (cut at headings and "
-        "paragraphs, so most are shorter).",
-    )
-    chunk_overlap: int = Field(
-        200,
-        ge=0,
-        description="Characters a chunk repeats of the one before it (at most half a chunk).",
-    )
-    ocr_enabled: bool = Field(
-        False,
-        description="OCR image-only PDF pages with tesseract (needs the ocr extra and the "
-        "tesseract-ocr, tesseract-ocr-kor Debian packages); 10-30 s a page on 2 cores.",
-    )
-    ocr_languages: str = Field("kor+eng", description="tesseract languages, joined by '+'.")
-    ocr_dpi: int = Field(300, ge=72, le=600, description="Render resolution of OCR'd pages.")
-    ocr_max_pages: int = Field(
-        10, ge=1, le=1000, description="OCR'd pages per document at most (the page cap)."
-    )
-    ocr_workers: int = Field(1, ge=1, le=64, description="Processes that run OCR jobs.")
-    ocr_queue_size: int = Field(
-        8,
-        ge=1,
-        le=10_000,
-        description="OCR jobs queued or running at most; documents beyond it keep needs_ocr "
-        "and are OCR'd by no one this run.",
-    )
-    ocr_time_limit: float = Field(900.0, gt=0, description="Seconds one document's OCR may take.")
+    extract: ExtractSettings = Field(default_factory=ExtractSettings)
+    chunk: ChunkSettings = Field(default_factory=ChunkSettings)
+    ocr: OcrSettings = Field(default_factory=OcrSettings)
 
     # --- GitHub ---------------------------------------------------------------
-    github_token: SecretStr | None = Field(None, description="GitHub token (never logged).")
-    github_base_url: str = Field(
-        "https://api.github.com",
-        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3.",
-    )
-    github_state: Literal["open", "closed", "all"] = Field(
-        "all", description="Pull requests to list: open, closed or all."
-    )
-    github_per_page: int | None = Field(
-        None,
-        ge=1,
-        le=100,
-        description="Items per page (GitHub caps at 100). None chooses it from the remaining "
-        "budget and the expected number of pull requests.",
-    )
-    # The cap of the adaptive window, which finds the real limit below it: GitHub documents
-    # its secondary limit as at most 100 concurrent requests, so a lower default (it was 32)
-    # only slowed runs against hosts that allow more.
-    github_concurrency: int = Field(
-        100,
-        ge=1,
-        le=100,
-        description="Most requests in flight across all repositories (GitHub allows at most "
-        "100); with INGEST_HTTP_ADAPTIVE the window finds the host's own limit below it.",
-    )
-    github_rate_limit_reserve: int = Field(
-        100,
-        ge=0,
-        description="Requests of the primary budget never spent (at most a tenth of the limit).",
-    )
-    github_max_wait: float = Field(
-        900.0,
-        ge=0,
-        description="Longest wait in seconds for the primary limit to reset; beyond it the run "
-        "stops cleanly and the next run resumes.",
-    )
-    github_secondary_backoff: float = Field(
-        60.0,
-        ge=0,
-        description="First pause in seconds after a secondary rate limit without Retry-After "
-        "(GitHub asks for at least 60); doubles per consecutive hit.",
-    )
-    github_secondary_retries: int = Field(
-        5, ge=0, le=20, description="Secondary-limit pauses one request may take before failing."
-    )
-    github_max_attempts: int = Field(
-        5,
-        ge=1,
-        le=20,
-        description="Attempts per request on 5xx answers, timeouts, broken connections.",
-    )
-    github_retry_base: float = Field(
-        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
-    )
-    github_retry_cap: float = Field(
-        30.0, ge=0, le=600, description="Longest retry delay in seconds."
-    )
-    github_timeout: float = Field(
-        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
-    )
-    github_budget_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="Share of the budget above the reserve that the automatic per_page may plan "
-        "to spend in one run.",
-    )
-    github_expected_pulls: int = Field(
-        500,
-        ge=1,
-        description="Pull requests assumed per repository when no earlier run stored a count "
-        "(automatic per_page only).",
-    )
-    # The shape of the automatic per_page model (how a page's latency grows per item); a
-    # first run scales it to what its one-item probes took (ingest.rest.sizing).
-    github_latency_base: float = Field(
-        0.08,
-        ge=0,
-        description="Assumed seconds per page, fixed part (automatic per_page model; scaled "
-        "to the latency a repository's one-item probe shows).",
-    )
-    github_latency_per_item: float = Field(
-        0.008,
-        ge=0,
-        description="Assumed seconds per item of a page (automatic per_page model; scaled "
-        "with the fixed part).",
-    )
+    github: GitHubSettings = Field(default_factory=GitHubSettings)
 
     # --- Every REST client (GitHub and declared sources) -------------------------
     http: HttpSettings = Field(default_factory=HttpSettings)
 
     # --- Limits shared across workers ------------------------------------------------
-    shared_limits: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="Hold each API host's in-flight limit and budget for every process calling "
-        "it, as global concurrency limits on the Prefect server: on, off, or auto (on when the "
-        "task runner is dask or shared_limit_name is set, and PREFECT_API_URL names a server).",
-    )
-    shared_limit_name: str | None = Field(
-        None,
-        description="Name the shared limits start with instead of ingest-api-<host>[-<port>] "
-        "(processes that call one API through different addresses share it by this name).",
-    )
-    shared_limit_block: int = Field(
-        8,
-        ge=1,
-        le=100,
-        description="In-flight slots and budget tokens leased per call to the Prefect server.",
-    )
-    shared_lease_seconds: float = Field(
-        60.0,
-        ge=60,  # the Prefect server's shortest lease
-        description="Lease of the in-flight slots, renewed while the run lasts; a process that "
-        "dies gives its slots back when its leases expire.",
-    )
+    shared: SharedSettings = Field(default_factory=SharedSettings)
 
     # --- Declared REST sources (ingest rest) ------------------------------------
-    rest_timeout: float = Field(
-        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
-    )
-    rest_max_attempts: int = Field(
-        5, ge=1, le=20, description="Attempts per request on 5xx, timeouts, bodies not JSON."
-    )
-    rest_retry_base: float = Field(
-        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
-    )
-    rest_retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
-    rest_limit_retries: int = Field(
-        8, ge=0, le=50, description="Limit answers (429 ...) one request may take before failing."
-    )
-    rest_budget_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="Share of an announced budget that page_size: auto may plan to spend.",
-    )
-    rest_expected_rows: int = Field(
-        500,
-        ge=1,
-        description="Rows assumed per listing before a run stored some (page_size: auto).",
-    )
+    rest: RestSettings = Field(default_factory=RestSettings)
 
     @classmethod
     def field_of(cls, variable: str) -> FieldInfo | None:
@@ -568,6 +616,58 @@ class Settings(BaseSettings):
         if found is None or not _group(found):
             return None
         return found.annotation.model_fields.get(sub)  # type: ignore[union-attr]
+
+    @classmethod
+    def flat_names(cls) -> dict[str, str]:
+        """Each group's field by its flat name, the one its variable has without the
+        prefix: ``{"s3_bucket": "s3.bucket", ...}``."""
+        return {
+            f"{name}_{sub}": f"{name}.{sub}"
+            for name, field in cls.model_fields.items()
+            if _group(field)
+            for sub in field.annotation.model_fields  # type: ignore[union-attr]
+        }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_flat(cls, data: Any) -> Any:
+        """A keyword argument by its flat name (``Settings(s3_bucket="b")``, as the variable
+        names it) sets the group's field, over the environment's value; the group's other
+        fields stay as the environment and the defaults have them."""
+        if not isinstance(data, dict):
+            return data
+        flat = cls.flat_names()
+        if not any(key in flat for key in data):
+            return data
+        data = dict(data)
+        for key in [k for k in data if k in flat]:
+            group, _, sub = flat[key].partition(".")
+            current = data.get(group) or {}
+            if isinstance(current, BaseModel):
+                current = dict(current)  # its fields' values, secrets as they are
+            data[group] = {**current, sub: data.pop(key)}
+        return data
+
+    def updated(self, **changes: Any) -> Settings:
+        """A copy with the fields ``changes`` names replaced, each by its flat name
+        (``data_dir=``, ``s3_bucket=``): a group's field is replaced in a copy of its
+        group, so this object keeps its own. Like ``model_copy(update=...)``, the values
+        are not validated; a name that is no setting is a KeyError."""
+        flat = self.flat_names()
+        fields = type(self).model_fields
+        update: dict[str, Any] = {}
+        groups: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            if key in flat:
+                group, _, sub = flat[key].partition(".")
+                groups.setdefault(group, {})[sub] = value
+            elif key in fields:
+                update[key] = value
+            else:
+                raise KeyError(f"no setting {key}")
+        for group, subs in groups.items():
+            update[group] = update.get(group, getattr(self, group)).model_copy(update=subs)
+        return self.model_copy(update=update)
 
     @classmethod
     def secret_fields(cls) -> list[str]:
@@ -597,7 +697,7 @@ class Settings(BaseSettings):
         return self.model_copy(update=update)
 
     def own_secret(self, name: str) -> SecretStr | None:
-        """The secret field ``name`` (``github_token``, ``serve.database_url``): this
+        """The secret field ``name`` (``github.token``, ``serve.database_url``): this
         object's, else the one of this process's own environment (a task's settings come
         without secrets: ``without_secrets``)."""
         value = _dotted(self, name)
@@ -606,17 +706,18 @@ class Settings(BaseSettings):
         return value
 
     @property
-    def lake(self) -> LakeLocation:
+    def location(self) -> LakeLocation:
         """Where the tables are, and how to reach them (what the storage functions take):
-        bound to the run's lake session when these are the run's settings
+        data_dir, with the ``lake`` group's endpoint, region and credentials when it is on
+        object storage; bound to the run's lake session when these are the run's settings
         (``with_lake_session``, ``ingest.context.RunContext.settings``)."""
         if isinstance(self.data_dir, str):
             loc = LakeLocation(
                 root=self.data_dir,
                 local_dir=self.local_dir,
-                endpoint_url=self.lake_endpoint_url or None,
-                region=self.lake_region or None,
-                credentials_block=self.lake_credentials_block or None,
+                endpoint_url=self.lake.endpoint_url or None,
+                region=self.lake.region or None,
+                credentials_block=self.lake.credentials_block or None,
             )
         else:
             loc = LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
@@ -625,7 +726,7 @@ class Settings(BaseSettings):
         return loc.bound(session) if session is not None and session.location == loc else loc
 
     def with_lake_session(self, session: LakeSession | None) -> Settings:
-        """A copy whose ``lake`` is reached through ``session`` (a run's, which closes it)."""
+        """A copy whose ``location`` is reached through ``session`` (a run's, which closes it)."""
         copy = self.model_copy()
         copy._lake_session = session
         return copy
@@ -657,7 +758,7 @@ class Settings(BaseSettings):
     @property
     def download_url(self) -> str | None:
         """The download destination when it is object storage (``s3://bucket/prefix``)."""
-        d = self.s3_download_dir
+        d = self.s3.download_dir
         return d.rstrip("/") if d and d.startswith("s3://") else None
 
     @property
@@ -688,6 +789,6 @@ class Settings(BaseSettings):
 
     def download_root(self, bucket: str) -> Path:
         """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""
-        if self.s3_download_dir and self.download_url is None:
-            return Path(self.s3_download_dir)
+        if self.s3.download_dir and self.download_url is None:
+            return Path(self.s3.download_dir)
         return self.local_path / "objects" / bucket
