@@ -294,7 +294,7 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path, pool: Any) ->
                 {"bucket": "bench", "key": k, "etag": e, "local_path": p, "status": "downloaded"}
                 for k, e, p in group
             ]
-            storage.stage(flow_settings.lake, run_id, "s3_objects", f"batch-{i}", rows)
+            storage.stage(flow_settings.location, run_id, "s3_objects", f"batch-{i}", rows)
             names.append(f"batch-{i}")
         with context.opened(flow_settings, run_id, pool=pool):
             futures = [
@@ -356,9 +356,7 @@ def run_overlap(
         # One connection for every round (as one run's tasks share theirs): the rounds
         # differ only in their data_dir.
         conn = s3.S3Connection.open(
-            settings.model_copy(
-                update={"s3_endpoint_url": server.url, "s3_concurrency": concurrency}
-            )
+            settings.updated(s3_endpoint_url=server.url, s3_concurrency=concurrency)
         )
 
         def listing(cfg: Any) -> list[Any]:
@@ -376,12 +374,10 @@ def run_overlap(
 
         for mode in ("sequential", "overlapped") * rounds:
             series["round"].append(len(series["round"]))
-            cfg = settings.model_copy(
-                update={
-                    "data_dir": work / f"{mode}-{len(series['round'])}",
-                    "s3_endpoint_url": server.url,
-                    "s3_concurrency": concurrency,
-                }
+            cfg = settings.updated(
+                data_dir=work / f"{mode}-{len(series['round'])}",
+                s3_endpoint_url=server.url,
+                s3_concurrency=concurrency,
             )
             objects = listing(cfg)
             groups = [objects[i : i + BATCH] for i in range(0, len(objects), BATCH)]

@@ -316,15 +316,15 @@ def commit_cost(job):
     out = {}
     for label, full in (("first", False), ("again", True)):
         run_id = f"commit-{label}-{time.time_ns()}"
-        storage.prepare(settings.lake, current_run=run_id)
+        storage.prepare(settings.location, current_run=run_id)
         fetch_pulls(
             settings, [job["repo"]], run_id=run_id, token=os.environ["GITHUB_TOKEN"],
             full_refresh=full,
         )
         t0 = time.perf_counter()
-        report = storage.commit_run(settings.lake, run_id)
+        report = storage.commit_run(settings.location, run_id)
         t1 = time.perf_counter()
-        storage.refresh_warehouse(settings.lake, tables=report.rows)
+        storage.refresh_warehouse(settings.location, tables=report.rows)
         out[label] = [t1 - t0, time.perf_counter() - t1, sum(report.rows.values())]
     return out
 

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         local = Path(tmp) / "local"
         remote = Settings(
             data_dir="s3://bench-lake/lake", lake_endpoint_url=server.url, local_dir=Path(tmp)
-        ).lake
+        ).location
         lake.merge(local, table, data)
         lake.merge(remote, table, data)
         opts = remote.storage_options()

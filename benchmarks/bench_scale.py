@@ -74,7 +74,7 @@ SCALE_MD = HERE / "scale.md"
 BIN = Path(sys.executable).parent
 INGEST = (str(BIN / "ingest"), "s3")
 OBJECTS_SUBDIR = "objects"  # the flow's default download folder: DIR/objects/<bucket>/
-FETCH_THREADS = Settings().s3_concurrency  # the flow's default (INGEST_S3_CONCURRENCY)
+FETCH_THREADS = Settings().s3.concurrency  # the flow's default (INGEST_S3_CONCURRENCY)
 PAGE = 4096
 
 SUMMARY_RE = re.compile(

@@ -332,7 +332,7 @@ def lake_of(data_dir: str | None) -> Any:
     from ingest.errors import TerminalError
 
     try:
-        lake = Settings().with_data_dir(data_dir).lake
+        lake = Settings().with_data_dir(data_dir).location
         lake = lake.bound(storage.location.LakeSession(lake))
         storage.location.check(lake)
     except (TerminalError, ValueError) as exc:
@@ -399,7 +399,7 @@ def s3_command(
             param_hint="--inventory",
         )
     settings = Settings()
-    bucket = bucket or settings.s3_bucket
+    bucket = bucket or settings.s3.bucket
     if not bucket:
         raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
     if not BUCKET_LENGTH[0] <= len(bucket) <= BUCKET_LENGTH[1]:  # said before Prefect imports
@@ -413,7 +413,7 @@ def s3_command(
         ctx,
         s3_ingest,
         bucket=bucket,
-        prefix=settings.s3_prefix if prefix is None else prefix,
+        prefix=settings.s3.prefix if prefix is None else prefix,
         endpoint_url=endpoint_url,
         include=include,
         exclude=exclude,
@@ -459,7 +459,7 @@ def reextract_command(
     and changed objects are fetched as in any run."""
     runner = runner_choice(task_runner)
     settings = Settings()
-    bucket = bucket or settings.s3_bucket
+    bucket = bucket or settings.s3.bucket
     if not bucket:
         raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
     if since_version is not None:
@@ -472,7 +472,7 @@ def reextract_command(
         ctx,
         s3_ingest,
         bucket=bucket,
-        prefix=settings.s3_prefix if prefix is None else prefix,
+        prefix=settings.s3.prefix if prefix is None else prefix,
         endpoint_url=endpoint_url,
         data_dir=str(data_dir) if data_dir else None,
         task_runner=runner,

@@ -62,11 +62,13 @@ class RunContext:
         pool: WorkerPool | None = None,
         lake: LakeSession | None = None,
     ) -> None:
-        if lake is not None and lake.location != settings.lake:
-            raise ValueError(f"a session of the lake {lake.location} for a run on {settings.lake}")
+        if lake is not None and lake.location != settings.location:
+            raise ValueError(
+                f"a session of the lake {lake.location} for a run on {settings.location}"
+            )
         # A session handed in (a test's, a benchmark's) is its giver's to close.
         self._owns_lake = lake is None
-        self.lake_session = lake if lake is not None else LakeSession(settings.lake)
+        self.lake_session = lake if lake is not None else LakeSession(settings.location)
         self.settings = settings.with_lake_session(self.lake_session)
         self.run_id = run_id
         self.listing = ListingDatabase()
@@ -83,7 +85,7 @@ class RunContext:
     @property
     def lake(self) -> LakeLocation:
         """Where the run's tables are, reached through the run's lake session."""
-        return self.settings.lake
+        return self.settings.location
 
     @property
     def s3(self) -> S3Connection:

@@ -74,7 +74,7 @@ def fetch_batch(
         return [], []
     bucket = objects[0].bucket
     with work_folder(settings, bucket) as folder:
-        here = settings.model_copy(update={"s3_download_dir": str(folder)})
+        here = settings.updated(s3_download_dir=str(folder))
         results = sync.download_batch(conn, here, objects, prefix=prefix, run_id=run_id)
         stored = [
             (r.key, r.etag or "", r.local_path)
@@ -161,7 +161,7 @@ def materialize(
         else:
             refetch.append(obj)
     if refetch:
-        here = settings.model_copy(update={"s3_download_dir": str(folder / "source")})
+        here = settings.updated(s3_download_dir=str(folder / "source"))
         for r in sync.download_batch(conn, here, refetch, prefix=prefix, run_id=""):
             if r.status == "downloaded" and r.local_path:
                 out.append((r.key, r.etag or "", r.local_path))

@@ -66,10 +66,10 @@ def plan(conn: S3Connection, settings: Settings, spec: ListSpec) -> list[chunks.
             spec.inventory,
             spec.bucket,
             spec.prefix,
-            inventory_dir(settings.lake, spec.run_id),
+            inventory_dir(settings.location, spec.run_id),
         )
         return [chunks.Shard(0)]
-    return chunks.plan_shards(conn.client, spec.bucket, spec.prefix, settings.s3_list_shards)
+    return chunks.plan_shards(conn.client, spec.bucket, spec.prefix, settings.s3.list_shards)
 
 
 def _scan(db: changes.ListingDatabase, data_dir: DataDir, table: str) -> str:
@@ -87,12 +87,12 @@ def chunk_pages(settings: Settings, spec: ListSpec, chunk: int, db: changes.List
     tasks (a listing, a comparison and a batch each) and fetched little (a 1 % night at
     50,000 objects in 4 shards, with chunks of 10 pages: 12 chunks instead of 8, and
     2.26 s of the client's CPU for its body against 1.97 s, 8 alternating runs)."""
-    full = settings.s3_list_chunk_pages
+    full = settings.s3.list_chunk_pages
     if 2 ** (chunk + 1) >= full:
         return full
     first = db.once(
-        (str(settings.lake), "first listing"),
-        lambda: spec.full_refresh or not _stored_any(db, settings.lake, spec),
+        (str(settings.location), "first listing"),
+        lambda: spec.full_refresh or not _stored_any(db, settings.location, spec),
     )
     return min(full, 2 ** (chunk + 1)) if first else full
 
@@ -119,7 +119,7 @@ def list_part(
     """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered; ``db``: the
     run's listing database (whether anything is stored yet sizes the first chunks)."""
     if spec.inventory:
-        listing = inventory_dir(settings.lake, spec.run_id) / "listing.parquet"
+        listing = inventory_dir(settings.location, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
         chunk = chunks.list_chunk(
@@ -132,7 +132,7 @@ def list_part(
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
-    path = listing_path(settings.lake, spec.run_id, name)
+    path = listing_path(settings.location, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     # Arrow IPC, not Parquet: read back once by find-changes, then dropped with the
@@ -162,9 +162,9 @@ def find_changes(
     extract, deletions (staged here), and counts; compared in ``db``, the run's listing
     database."""
     shard = listed.shard
-    objects = feather.read_table(listing_path(settings.lake, spec.run_id, listed.name))
+    objects = feather.read_table(listing_path(settings.location, spec.run_id, listed.name))
     found = changes.diff_chunk(
-        settings.lake,
+        settings.location,
         objects,
         bucket=spec.bucket,
         prefix=spec.prefix,
@@ -180,8 +180,8 @@ def find_changes(
         extract_version=spec.extract_version,
         reextract_kinds=spec.reextract_kinds,
         reextract_since=spec.reextract_since,
-        state_sql=_scan(db, settings.lake, "s3_objects"),
-        documents_sql=_scan(db, settings.lake, "documents") if spec.extract_version else None,
+        state_sql=_scan(db, settings.location, "s3_objects"),
+        documents_sql=_scan(db, settings.location, "documents") if spec.extract_version else None,
         local_files=settings.task_runner == "thread",
     )
     name = listed.name
@@ -199,18 +199,18 @@ def find_changes(
         result.reextract = dict(found.reasons)
     if found.deleted.num_rows:
         storage.stage(
-            settings.lake,
+            settings.location,
             spec.run_id,
             "s3_objects",
             f"deleted-{name}",
             deleted_rows(found.deleted, spec),
         )
         result.counts["deleted"] = found.deleted.num_rows
-        gone = deleted_documents(db, _scan(db, settings.lake, "documents"), found.deleted, spec)
+        gone = deleted_documents(db, _scan(db, settings.location, "documents"), found.deleted, spec)
         if gone.num_rows:
-            storage.stage(settings.lake, spec.run_id, "documents", f"deleted-{name}", gone)
+            storage.stage(settings.location, spec.run_id, "documents", f"deleted-{name}", gone)
             mark_structure(db, settings, spec, gone.column("key").to_pylist(), name)
-    size = settings.s3_batch_size
+    size = settings.s3.batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
         for i in range(0, found.fetch.num_rows, size)
@@ -228,15 +228,15 @@ def mark_structure(
     """Stage the structured tables' rows of deleted objects, marked ``deleted``."""
     from ingest.extract import structure
 
-    present = set(storage.lake.tables_present(settings.lake))
+    present = set(storage.lake.tables_present(settings.location))
     for table in structure.TABLES:
         if table not in present:
             continue
         marked = structure.deleted_rows(
-            _scan(db, settings.lake, table), table, keys, spec.bucket, spec.run_id, db=db
+            _scan(db, settings.location, table), table, keys, spec.bucket, spec.run_id, db=db
         )
         if marked.num_rows:
-            storage.stage(settings.lake, spec.run_id, table, f"deleted-{name}", marked)
+            storage.stage(settings.location, spec.run_id, table, f"deleted-{name}", marked)
 
 
 def deleted_documents(

@@ -212,18 +212,18 @@ def check_data_dirs(worker: Settings, run: Settings, deployed: Mapping[str, Any]
         deployed,
         str(worker.data_dir),
         worker.local_path,
-        worker.s3_download_dir,
+        worker.s3.download_dir,
     )
     check_under_roots(str(run.data_dir), roots, "data_dir")
-    check_under_roots(run.s3_download_dir, roots, "download_dir")
+    check_under_roots(run.s3.download_dir, roots, "download_dir")
 
 
 def check_github_run(worker: Settings, run: Settings, deployed: Mapping[str, Any] | None) -> None:
     """github-pulls: the token goes only to an allowed API root; the lake under the roots."""
     if deployed is None:
         return
-    hosts = api_endpoints(worker.allowed_hosts, deployed, worker.github_base_url)
-    check_base_url(run.github_base_url, hosts, "base_url")
+    hosts = api_endpoints(worker.allowed_hosts, deployed, worker.github.base_url)
+    check_base_url(run.github.base_url, hosts, "base_url")
     check_data_dirs(worker, run, deployed)
 
 

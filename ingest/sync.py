@@ -59,7 +59,7 @@ def download_batch(
             **kw,
         )
 
-    paths = (claims or keys.RunClaims()).for_root(root, settings.s3_refuse_folded_collisions)
+    paths = (claims or keys.RunClaims()).for_root(root, settings.s3.refuse_folded_collisions)
     for obj in objects:
         try:
             dest = keys.local_path_for(obj.key, prefix, root)

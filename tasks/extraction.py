@@ -35,11 +35,11 @@ def _extract(
 ) -> ExtractSummary:
     ctx = run_context(settings, run_id)
     settings = ctx.settings
-    with timed(settings.lake, noun="documents") as t:
+    with timed(settings.location, noun="documents") as t:
         docs = batch.extract_batch(
             settings, bucket, stored, run_id=run_id, extractor=extractor, **pools(ctx)
         )
-        structure.stage_documents(settings.lake, run_id, name, docs)
+        structure.stage_documents(settings.location, run_id, name, docs)
         summary = batch.summarize(docs).note_failures(docs)
         t.items = len(docs)
         t.bytes = summary.bytes
@@ -57,7 +57,7 @@ def extract_batch(
     """Extract what a download batch fetched; stage the rows as one part named by the
     batch (a retry overwrites instead of duplicating)."""
     settings = run_context(settings, run_id).settings
-    stored = sync.downloaded(settings.lake, run_id, downloaded.name)
+    stored = sync.downloaded(settings.location, run_id, downloaded.name)
     return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
 

@@ -119,7 +119,7 @@ def publish_nightly_summary(
     """
     ctx = run_context(settings, run_id)
     settings = ctx.settings
-    data_dir = settings.lake
+    data_dir = settings.location
     ids = current_ids(ctx)
     for o in outcomes:  # the children's rows, without losing what a child recorded itself
         history.record_child_run(

@@ -52,7 +52,7 @@ def publish_summary(
     settings = ctx.settings
     ids = current_ids(ctx)
     summary.stages = report.stage_table(
-        settings.lake, summary.run_id, since=report.first_day(summary.seconds)
+        settings.location, summary.run_id, since=report.first_day(summary.seconds)
     )
     logger = get_run_logger()
     for s in summary.stages:
@@ -73,11 +73,11 @@ def publish_summary(
             table=summary.stages,
             description=f"{title}: per-stage timing",
         )
-        _, comparison = compare_with_previous(settings.lake, summary.stages, ids, target=target)
+        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
         looked_at = summary.total - summary.counts.get("deleted", 0)
         too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
         record_current_run(
-            settings.lake,
+            settings.location,
             ids,
             seconds=summary.seconds,
             items=summary.total,

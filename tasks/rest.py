@@ -54,11 +54,13 @@ def load_sync_state(
 ) -> dict[str, RepoState]:
     """A ``dialect: github`` source's stored ETags and watermarks (none on a full refresh)."""
     settings = run_context(settings, run_id).settings
-    with timed(settings.lake, noun="pages") as t:
+    with timed(settings.location, noun="pages") as t:
         if full_refresh:
             states = {r: RepoState() for r in source.repos}
         else:
-            states = store.load_repo_states(settings.lake, source.repos, github.state_of(source))
+            states = store.load_repo_states(
+                settings.location, source.repos, github.state_of(source)
+            )
         t.items = sum(len(s.pages) for s in states.values())
     return states
 
@@ -78,7 +80,9 @@ def fetch_source(
     ``priors``: a GitHub source's stored state (``load-sync-state``); ``part`` tells
     apart the staged parts of several such tasks of one run."""
     settings = run_context(settings, run_id).settings
-    with timed(settings.lake, noun="pull requests" if source.client.dialect else "records") as t:
+    with timed(
+        settings.location, noun="pull requests" if source.client.dialect else "records"
+    ) as t:
         summary = fetch_source_plain(
             settings,
             source,
@@ -115,7 +119,7 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             description=f"{title}: per listing",
         )
         summary.stages = report.stage_table(
-            settings.lake, summary.run_id, since=report.first_day(summary.seconds)
+            settings.location, summary.run_id, since=report.first_day(summary.seconds)
         )
         # What the run read, as the nightly names it: the repositories, or the source.
         target = (
@@ -123,9 +127,9 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             if isinstance(summary, GitHubSummary)
             else summary.source
         )
-        _, comparison = compare_with_previous(settings.lake, summary.stages, ids, target=target)
+        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
         record_current_run(
-            settings.lake,
+            settings.location,
             ids,
             seconds=summary.seconds,
             items=summary.items,

@@ -63,7 +63,7 @@ def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.
     """Stage a batch's rows, writing again after a failure (disk full, an I/O error) instead
     of letting a task retry fetch the batch again."""
     STAGE_BACKOFF.retrying(
-        lambda: storage.stage(settings.lake, run_id, table, part, rows),
+        lambda: storage.stage(settings.location, run_id, table, part, rows),
         OSError,
         what=f"{table} rows of {part} not written",
     )
@@ -74,7 +74,7 @@ def pools(ctx: RunContext) -> dict[str, Any]:
     OCR pool only with OCR on: no pool thread for a run that never OCRs)."""
     return {
         "pool": ctx.pool,
-        "ocr_pool": ctx.ocr_pool if ctx.settings.ocr_enabled else None,
+        "ocr_pool": ctx.ocr_pool if ctx.settings.ocr.enabled else None,
         "started": ctx.extract_started(),
     }
 
@@ -92,7 +92,7 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     fetch and sort the S3 Inventory report that replaces LIST calls."""
     ctx = run_context(settings, spec.run_id)
     settings = ctx.settings
-    with timed(settings.lake, noun="shards") as t:
+    with timed(settings.location, noun="shards") as t:
         shards = listing.plan(ctx.s3, settings, spec)
         t.items = len(shards)
     return shards
@@ -113,7 +113,7 @@ def list_objects(
     compared with the stored state."""
     ctx = run_context(settings, spec.run_id)
     settings = ctx.settings
-    with timed(settings.lake, noun="keys") as t:
+    with timed(settings.location, noun="keys") as t:
         listed = listing.list_part(ctx.s3, ctx.listing, settings, spec, shard, cursor)
         t.items = listed.count
     return listed
@@ -130,7 +130,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     not the bucket), deletions staged, counts."""
     ctx = run_context(settings, spec.run_id)
     settings = ctx.settings
-    with timed(settings.lake, noun="keys") as t:
+    with timed(settings.location, noun="keys") as t:
         result = listing.find_changes(ctx.listing, settings, spec, listed)
         t.items = result.listed
     return result
@@ -150,7 +150,7 @@ def download_batch(
     settings = ctx.settings
     if extract:
         ctx.pool.warm()
-    with timed(settings.lake) as t:
+    with timed(settings.location) as t:
         results = sync.download_batch(
             ctx.s3,
             settings,
@@ -186,7 +186,7 @@ def fetch_batch(
     settings = ctx.settings
     if extract:
         ctx.pool.warm()  # the workers start while the batch downloads
-    with timed(settings.lake) as t:
+    with timed(settings.location) as t:
         results, docs = fetch.fetch_batch(
             ctx.s3,
             settings,
@@ -201,7 +201,7 @@ def fetch_batch(
         summary = sync.summarize(results)
         summary.name = batch.name
         if extract:
-            structure.stage_documents(settings.lake, spec.run_id, batch.name, docs)
+            structure.stage_documents(settings.location, spec.run_id, batch.name, docs)
             summary.extracted = extraction.summarize(docs).note_failures(docs)
         t.items = len(results)
         t.bytes = summary.bytes

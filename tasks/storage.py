@@ -29,9 +29,9 @@ RUN_HISTORY = ("task_timings", "flow_runs")
 @task(name="prepare-storage", cache_policy=NO_CACHE)
 def prepare_storage(settings: Settings, run_id: str) -> list[str]:
     """Migrate an old data folder once; commit what runs that died had staged."""
-    with timed(settings.lake, noun="runs recovered") as t:
+    with timed(settings.location, noun="runs recovered") as t:
         recovered = storage.prepare(
-            settings.lake, current_run=run_id, stale_after=settings.staging_stale_after
+            settings.location, current_run=run_id, stale_after=settings.staging_stale_after
         )
         t.items = len(recovered)
     if recovered:
@@ -46,10 +46,12 @@ def prepare_storage(settings: Settings, run_id: str) -> list[str]:
 @task(name="maintain-lake", cache_policy=NO_CACHE)
 def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceReport:
     """Retention, compaction past the file threshold, vacuum."""
-    with timed(settings.lake, noun="files") as t:
+    with timed(settings.location, noun="files") as t:
         report = storage.maintain(
-            settings.lake,
-            tables=[x for x in tables if maintenance.newest_version(settings.lake, x) is not None],
+            settings.location,
+            tables=[
+                x for x in tables if maintenance.newest_version(settings.location, x) is not None
+            ],
             retention_days=settings.retention_days,
             compact_min_files=settings.compact_min_files,
             vacuum_retention_hours=settings.vacuum_retention_hours,
@@ -64,7 +66,7 @@ def start_upkeep(
     """``maintain-lake`` submitted over the tables of ``tables`` whose upkeep is due
     (``maintenance.due``: by one listing of each log), to run beside what follows; None,
     and no task run, when none is."""
-    due = maintenance.due(settings.lake, tables)
+    due = maintenance.due(settings.location, tables)
     return maintain_lake.submit(settings, due) if due else None
 
 
@@ -78,8 +80,8 @@ def commit_rows(settings: Settings, run_id: str) -> storage.CommitReport:
     """Commit the run's staged rows but its own history (one commit per table). Their
     views follow with the history's (``commit_run``): warehouse.duckdb is opened once a
     run, not twice (an opening and its closing checkpoint cost ~50-100 ms)."""
-    with timed(settings.lake, noun="rows") as t:
-        report = storage.commit_run(settings.lake, run_id, exclude=RUN_HISTORY)
+    with timed(settings.location, noun="rows") as t:
+        report = storage.commit_run(settings.location, run_id, exclude=RUN_HISTORY)
         t.items = sum(report.rows.values())
     return report
 
@@ -98,7 +100,7 @@ def commit_run(
     views of every table the run wrote (``committed``'s too)."""
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    report = storage.commit_run(settings.lake, run_id, exclude=("task_timings",))
+    report = storage.commit_run(settings.location, run_id, exclude=("task_timings",))
     timing = TaskTiming(
         flow_run_id=run_id,
         flow_name=str(flow_run.flow_name or ""),
@@ -109,8 +111,8 @@ def commit_run(
         seconds=time.perf_counter() - t0,
         items=sum(report.rows.values()),
     )
-    storage.stage(settings.lake, run_id, "task_timings", "commit-run", [timing.as_row()])
-    last = storage.commit_run(settings.lake, run_id)
+    storage.stage(settings.location, run_id, "task_timings", "commit-run", [timing.as_row()])
+    last = storage.commit_run(settings.location, run_id)
     report.rows.update(last.rows)
     if committed is not None:
         report.rows.update(committed.rows)
@@ -127,7 +129,7 @@ def commit_run(
 def refresh_views(settings: Settings, tables: dict[str, int]) -> bool:
     """Bring warehouse.duckdb's views of ``tables`` to their new versions; False (and a
     warning) when another process holds the file."""
-    if storage.refresh_warehouse(settings.lake, tables=tables):
+    if storage.refresh_warehouse(settings.location, tables=tables):
         return True
     get_run_logger().warning(
         "warehouse.duckdb not refreshed: another process holds it open read-write (the "
@@ -165,7 +167,9 @@ def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]
 
 def rows_staged(settings: Settings, run_id: str) -> bool:
     """Whether the run has staged rows of a table other than its own history."""
-    return any(t not in RUN_HISTORY for t in storage.staging.staged_tables(settings.lake, run_id))
+    return any(
+        t not in RUN_HISTORY for t in storage.staging.staged_tables(settings.location, run_id)
+    )
 
 
 @contextmanager
@@ -183,10 +187,10 @@ def hold_target(settings: Settings, target: str, run_id: str) -> Iterator[str | 
         )
 
     with leases.hold(
-        settings.lake,
+        settings.location,
         target,
         run_id,
-        when_held=settings.s3_same_target,
+        when_held=settings.s3.same_target,
         stale_after=settings.staging_stale_after,
         on_wait=waiting,
     ) as other:
@@ -203,9 +207,9 @@ def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
     """The run's staging for the block: marked alive (no other run commits it), and on
     the way out, whether the block succeeded or raised, whatever is still staged is
     committed (a failed run keeps every row it fetched) and the folder removed."""
-    storage.location.check(settings.lake)  # an s3:// lake out of reach: one clear error first
+    storage.location.check(settings.location)  # an s3:// lake out of reach: one clear error first
     try:
-        with storage.heartbeat(settings.lake, run_id):
+        with storage.heartbeat(settings.location, run_id):
             yield
     finally:
-        storage.finish_run(settings.lake, run_id)
+        storage.finish_run(settings.location, run_id)

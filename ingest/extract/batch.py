@@ -53,18 +53,18 @@ def run_deadline(started: float | None, budget: float | None) -> float | None:
 
 def pool_config(settings: Settings) -> PoolConfig:
     return PoolConfig(
-        workers=settings.extract_workers,
-        time_limit=settings.extract_time_limit,
-        memory_limit_mb=settings.extract_memory_limit_mb,
+        workers=settings.extract.workers,
+        time_limit=settings.extract.time_limit,
+        memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(DEFAULT_EXTRACTOR,),
     )
 
 
 def ocr_pool_config(settings: Settings) -> PoolConfig:
     return PoolConfig(
-        workers=settings.ocr_workers,
-        time_limit=settings.ocr_time_limit,
-        memory_limit_mb=settings.extract_memory_limit_mb,
+        workers=settings.ocr.workers,
+        time_limit=settings.ocr.time_limit,
+        memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(OCR_JOB,),
     )
 
@@ -96,10 +96,10 @@ def extract_batch(
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
-    deadline = run_deadline(started, settings.extract_run_budget)
+    deadline = run_deadline(started, settings.extract.run_budget)
     default = extractor == DEFAULT_EXTRACTOR
-    extra: dict[str, Any] = {"max_chars": settings.extract_max_chars} if default else {}
-    ahead = 2 * (settings.extract_workers or os.cpu_count() or 2)
+    extra: dict[str, Any] = {"max_chars": settings.extract.max_chars} if default else {}
+    ahead = 2 * (settings.extract.workers or os.cpu_count() or 2)
     # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
     # default extractor; only files a parser reads go to the workers.
     settled = [extract_by_head(Path(path), key) if default else None for key, _etag, path in stored]
@@ -120,8 +120,8 @@ def extract_batch(
             extractor,
             path,
             key,
-            settings.extract_max_pages,
-            settings.extract_in_memory_bytes,
+            settings.extract.max_pages,
+            settings.extract.in_memory_bytes,
             **extra,
             **chunk_options(settings, extractor),
         )
@@ -133,10 +133,10 @@ def extract_batch(
         if done is not None
         else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
         if fut is not None
-        else over_budget(bucket, key, etag, path, settings.extract_run_budget, run_id, now)
+        else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
         for (key, etag, path), done, fut in zip(stored, settled, futures, strict=True)
     ]
-    if settings.ocr_enabled:
+    if settings.ocr.enabled:
         run_ocr(settings, docs, stored, ocr_pool)
     provenance.stamp(docs, settings, keep=INTERRUPTED)  # each kind's exact extractor
     return docs
@@ -146,7 +146,7 @@ def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:
     """The chunk settings the default job takes (a test's hook keeps its own signature)."""
     if extractor != DEFAULT_EXTRACTOR:
         return {}
-    return {"chunk_chars": settings.chunk_chars, "chunk_overlap": settings.chunk_overlap}
+    return {"chunk_chars": settings.chunk.chars, "chunk_overlap": settings.chunk.overlap}
 
 
 def to_document(
@@ -231,7 +231,7 @@ def run_ocr(
     ]
     if not candidates:
         return
-    missing = ocr_unavailable(settings.ocr_languages)
+    missing = ocr_unavailable(settings.ocr.languages)
     if missing:
         log.warning("OCR is enabled but cannot run: %s", missing)
         for doc, _path in candidates:
@@ -242,7 +242,7 @@ def run_ocr(
     pool = ocr_pool
     jobs = []
     for doc, path in candidates:
-        if pool.pending >= settings.ocr_queue_size:
+        if pool.pending >= settings.ocr.queue_size:
             doc.metadata["ocr"] = "skipped: OCR queue full"
             continue
         # Pages past the bound (``pages_cut``) have no row for their text: not read.
@@ -255,9 +255,9 @@ def run_ocr(
             OCR_JOB,
             path,
             pages,
-            dpi=settings.ocr_dpi,
-            languages=settings.ocr_languages,
-            max_pages=settings.ocr_max_pages,
+            dpi=settings.ocr.dpi,
+            languages=settings.ocr.languages,
+            max_pages=settings.ocr.max_pages,
         )
         jobs.append((doc, fut))
     for doc, fut in jobs:
@@ -292,7 +292,7 @@ def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Setti
     doc.structure["markdown"] = markdown
     doc.text = clean_text("\n\n".join(pages))
     before = {k: dict(doc.metadata[k]) for k in _CUTS if k in doc.metadata}
-    cut_text(doc, settings.extract_max_chars)
+    cut_text(doc, settings.extract.max_chars)
     for key, was in before.items():  # cut in the worker already: the whole it had, and more
         now = doc.metadata.setdefault(key, was)
         now["chars"] = was["chars"] + added
@@ -307,8 +307,8 @@ def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Setti
         doc.structure["chunks"] = chunk_pages(
             doc.structure["pages"],
             headings_of(doc.structure.get("markdown")),
-            size=settings.chunk_chars,
-            overlap=settings.chunk_overlap,
+            size=settings.chunk.chars,
+            overlap=settings.chunk.overlap,
         )
 
 

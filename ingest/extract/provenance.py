@@ -76,15 +76,15 @@ def version_for(kind: str, settings: Settings) -> str:
     parts = [EXTRACTOR_VERSION, f"{name}/{CODE[name]}"]
     parts += [f"{lib}={_library_version(lib)}" for lib in LIBRARIES[name]]
     if name == "pdf":
-        parts.append(f"max_pages={settings.extract_max_pages}")
+        parts.append(f"max_pages={settings.extract.max_pages}")
         parts.append(
-            f"ocr={settings.ocr_languages}/{settings.ocr_max_pages}/{settings.ocr_dpi}"
-            if settings.ocr_enabled
+            f"ocr={settings.ocr.languages}/{settings.ocr.max_pages}/{settings.ocr.dpi}"
+            if settings.ocr.enabled
             else "ocr=off"
         )
     if name != "detect":
-        parts.append(f"max_chars={settings.extract_max_chars}")  # where text and pages are cut
-        parts.append(f"chunks={settings.chunk_chars}/{settings.chunk_overlap}")
+        parts.append(f"max_chars={settings.extract.max_chars}")  # where text and pages are cut
+        parts.append(f"chunks={settings.chunk.chars}/{settings.chunk.overlap}")
     return " ".join(parts)
 
 

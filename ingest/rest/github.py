@@ -443,20 +443,20 @@ def github_source(
         "repos": list(dict.fromkeys(repos)),
         "client": {
             "dialect": "github",
-            "base_url": base_url or settings.github_base_url,
+            "base_url": base_url or settings.github.base_url,
             "auth": auth,
             "paginator": {
                 "type": "header_link",
-                "page_size": per_page or settings.github_per_page or "auto",
+                "page_size": per_page or settings.github.per_page or "auto",
                 "page_size_param": "per_page",
             },
-            "concurrency": concurrency or settings.github_concurrency,
+            "concurrency": concurrency or settings.github.concurrency,
             "rate_limit": {
-                "reserve": settings.github_rate_limit_reserve
+                "reserve": settings.github.rate_limit_reserve
                 if rate_limit_reserve is None
                 else rate_limit_reserve,
-                "max_wait": settings.github_max_wait if max_wait is None else max_wait,
-                "backoff": settings.github_secondary_backoff,
+                "max_wait": settings.github.max_wait if max_wait is None else max_wait,
+                "backoff": settings.github.secondary_backoff,
             },
         },
         "resources": [
@@ -466,7 +466,7 @@ def github_source(
                 "endpoint": {
                     "path": "repos/{repo}/pulls",
                     "params": {
-                        "state": state or settings.github_state,
+                        "state": state or settings.github.state,
                         "sort": "updated",
                         "direction": "desc",
                     },
@@ -508,7 +508,7 @@ def github_token(
         token = resolve(auth, load_block)
     elif auth is not None and auth.env and os.environ.get(auth.env):
         token = os.environ[auth.env]
-    elif (own := settings.own_secret("github_token")) is not None:
+    elif (own := settings.own_secret("github.token")) is not None:
         token = own.get_secret_value()  # this worker's INGEST_GITHUB_TOKEN
     register_secret(token)
     return token or None
@@ -547,14 +547,14 @@ def planner_for(
         if governor.unlimited or governor.budget is None:
             return None
         above = max(0, governor.budget.remaining - governor.pending - governor.effective_reserve)
-        return max(1, int(above * settings.github_budget_share))
+        return max(1, int(above * settings.github.budget_share))
 
     return SizePlanner(
         listings,
-        latency=LatencyModel(settings.github_latency_base, settings.github_latency_per_item),
+        latency=LatencyModel(settings.github.latency_base, settings.github.latency_per_item),
         finish=window.finish_seconds,
         budget=budget,
-        expected=settings.github_expected_pulls,
+        expected=settings.github.expected_pulls,
         recheck=True,
     )
 
@@ -591,17 +591,17 @@ async def run_repos(
         remaining = await probe_rate_limit(gh)
         if remaining is not None:
             above = max(0, remaining - governor.effective_reserve)
-            budget = max(1, int(above * settings.github_budget_share))
+            budget = max(1, int(above * settings.github.budget_share))
     # Up front (and for a repository whose probe fails): sized for the host's known
     # ceiling, else the initial window, not for the cap: a cap it may never reach asks
     # for small pages and many requests; see AdaptiveWindow.plan_size.
     auto = (
         choose_per_page(
-            [priors[r].stored_items or settings.github_expected_pulls for r in auto_for],
+            [priors[r].stored_items or settings.github.expected_pulls for r in auto_for],
             concurrency=window.plan_size(settings.http.initial_window),
             budget=budget,
-            base_s=settings.github_latency_base,
-            per_item_s=settings.github_latency_per_item,
+            base_s=settings.github.latency_base,
+            per_item_s=settings.github.latency_per_item,
         )
         if auto_for
         else PER_PAGE_MAX
@@ -620,10 +620,10 @@ async def run_repos(
         )
 
     async def stage_rows(result: RepoResult) -> None:
-        await asyncio.to_thread(store.write_pull_rows, settings.lake, run_id, result)
+        await asyncio.to_thread(store.write_pull_rows, settings.location, run_id, result)
 
     async def on_result(result: RepoResult) -> None:
-        await asyncio.to_thread(store.write_repo_result, settings.lake, run_id, result)
+        await asyncio.to_thread(store.write_repo_result, settings.location, run_id, result)
 
     results = await sync_repos(gh, repos, opts_for, priors, on_result)
     summary.repos = [summarize_result(r) for r in results]

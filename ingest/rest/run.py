@@ -167,7 +167,7 @@ class SourceRun:
         staged: a rerun with nothing changed writes no row. Children still see them as
         parents (``records``)."""
         fetched = {k: r["data"] for x in listings for k, r in x.rows.items()}
-        same = store.unchanged_keys(self.settings.lake, table, fetched)
+        same = store.unchanged_keys(self.settings.location, table, fetched)
         if not same:
             return
         for x in listings:
@@ -180,7 +180,7 @@ class SourceRun:
         parents: dict[str, Any] = {}
         parent_resource = next(r for r in self.source.resources if r.name == parent_name)
         parent_table = self.source.table(parent_resource)
-        for key, record in store.stored_records(self.settings.lake, parent_table):
+        for key, record in store.stored_records(self.settings.location, parent_table):
             parents[key] = record
         for listing in self.listings.get(parent_name, []):
             parents.update(dict(listing.records))
@@ -378,9 +378,9 @@ class SourceRun:
         budget = None
         if governor.budget is not None and not governor.unlimited:
             above = max(0, governor.budget.remaining - governor.effective_reserve)
-            budget = max(1, int(above * self.settings.rest_budget_share))
+            budget = max(1, int(above * self.settings.rest.budget_share))
         parents = max(1, len(self.listings.get(resource.name, [])) or 1)
-        rows = self.state.listing_rows.get(resource.name) or self.settings.rest_expected_rows
+        rows = self.state.listing_rows.get(resource.name) or self.settings.rest.expected_rows
         window = self.client.window
         return choose_per_page(
             [rows] * parents,
@@ -390,8 +390,8 @@ class SourceRun:
                 else self.client.concurrency
             ),
             budget=budget,
-            base_s=self.settings.github_latency_base,
-            per_item_s=self.settings.github_latency_per_item,
+            base_s=self.settings.github.latency_base,
+            per_item_s=self.settings.github.latency_per_item,
         )
 
     # ------------------------------------------------------------------ results
@@ -486,23 +486,23 @@ def make_client(
     if source.client.dialect == "github":
         creds = github.credentials(source, settings, load_block, token)
         headers = {**github.HEADERS, **source.client.headers}
-        timeout, who = settings.github_timeout, github.WHO
+        timeout, who = settings.github.timeout, github.WHO
         retry = RetryPolicy(
-            max_attempts=settings.github_max_attempts,
-            base=settings.github_retry_base,
-            cap=settings.github_retry_cap,
+            max_attempts=settings.github.max_attempts,
+            base=settings.github.retry_base,
+            cap=settings.github.retry_cap,
         )
-        limit_retries = settings.github_secondary_retries
+        limit_retries = settings.github.secondary_retries
     else:
         creds = credentials(source.client.auth, load_block)
         headers = {"Accept": "application/json", **source.client.headers}
-        timeout, who = settings.rest_timeout, "these credentials"
+        timeout, who = settings.rest.timeout, "these credentials"
         retry = RetryPolicy(
-            max_attempts=settings.rest_max_attempts,
-            base=settings.rest_retry_base,
-            cap=settings.rest_retry_cap,
+            max_attempts=settings.rest.max_attempts,
+            base=settings.rest.retry_base,
+            cap=settings.rest.retry_cap,
         )
-        limit_retries = settings.rest_limit_retries
+        limit_retries = settings.rest.limit_retries
     http = make_http(
         base_url or source.client.base_url,
         headers=headers,
@@ -569,16 +569,18 @@ def fetch_source(
             priors = (
                 {r: RepoState() for r in source.repos}
                 if full_refresh
-                else store.load_repo_states(settings.lake, source.repos, github.state_of(source))
+                else store.load_repo_states(
+                    settings.location, source.repos, github.state_of(source)
+                )
             )
     elif not full_refresh:
         # rows per listing: what page_size auto sizes pages by (a scan of each table)
         tables = {
             r.name: source.table(r) for r in source.resources if _auto_sized(source.resolved(r))
         }
-        state = store.load_state(settings.lake, source.name, tables)
+        state = store.load_state(settings.location, source.name, tables)
     host = store.host_of(base_url or source.client.base_url)
-    remembered = store.load_window(settings.lake, host)
+    remembered = store.load_window(settings.location, host)
     opened = Opened(settings, source, run_id, base_url, load_block, transport, token, host, part)
     return run_async(
         with_shared_limits(
@@ -683,7 +685,7 @@ async def _fetch(
                     part = store.part_name(listing.resource.name, listing.parent_key)
                     await asyncio.to_thread(
                         store.write_listing,
-                        settings.lake,
+                        settings.location,
                         run_id,
                         listing.table,
                         part,
@@ -695,7 +697,7 @@ async def _fetch(
         assert window is not None
         size, ceiling = window.remembered()
         store.write_run(
-            settings.lake,
+            settings.location,
             run_id,
             f"rest-{source.name}{run.part}",
             # a dialect's listings stage their own requests as each ends
@@ -717,14 +719,14 @@ async def _fetch(
             summary.shared_limit = shared.slots.name
             summary.shared_round_trips = shared.round_trips
         summary.schema_changes = store.staged_schema_changes(
-            settings.lake, run_id, store.is_pull_table
+            settings.location, run_id, store.is_pull_table
         )
         summary.seconds = time.perf_counter() - started
         return summary
     assert runner is not None
     summary = summarize(runner, client, time.perf_counter() - started)
     summary.schema_changes = store.staged_schema_changes(
-        settings.lake, run_id, store.source_tables(source.name)
+        settings.location, run_id, store.source_tables(source.name)
     )
     return summary
 

@@ -77,13 +77,13 @@ def limit_base(base_url: str, name: str | None = None) -> str:
 def shared_base(settings: Settings, base_url: str) -> str | None:
     """The base of the limit names when this run shares its limits, else None."""
     if not enabled(
-        settings.shared_limits,
+        settings.shared.limits,
         task_runner=settings.task_runner,
-        name=settings.shared_limit_name,
+        name=settings.shared.limit_name,
         api_url=_api_url,
     ):
         return None
-    return limit_base(base_url, settings.shared_limit_name)
+    return limit_base(base_url, settings.shared.limit_name)
 
 
 @contextlib.asynccontextmanager
@@ -108,8 +108,8 @@ async def shared_for(
     async with open_shared(
         base,
         in_flight=in_flight,
-        block=settings.shared_limit_block,
-        lease_seconds=settings.shared_lease_seconds,
+        block=settings.shared.limit_block,
+        lease_seconds=settings.shared.lease_seconds,
     ) as shared:
         yield shared
 

@@ -47,22 +47,22 @@ def _new_client(settings: Settings) -> tuple[S3Client, boto3.session.Session]:
     credentials of the AwsCredentials block ``s3_credentials_block`` when one is named
     (``ingest.aws.block_session``), else the AWS chain; and its session."""
     config = Config(
-        max_pool_connections=settings.s3_concurrency + 4,
-        retries={"mode": "standard", "max_attempts": settings.s3_max_attempts},
-        connect_timeout=settings.s3_connect_timeout,
-        read_timeout=settings.s3_read_timeout,
+        max_pool_connections=settings.s3.concurrency + 4,
+        retries={"mode": "standard", "max_attempts": settings.s3.max_attempts},
+        connect_timeout=settings.s3.connect_timeout,
+        read_timeout=settings.s3.read_timeout,
         tcp_keepalive=True,
-        s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
+        s3={"addressing_style": "path"} if settings.s3.endpoint_url else None,
     )
     session = (
-        block_session(settings.s3_credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
-        if settings.s3_credentials_block
+        block_session(settings.s3.credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
+        if settings.s3.credentials_block
         else boto3.session.Session()
     )
     client = session.client(
         "s3",
-        endpoint_url=settings.s3_endpoint_url,
-        region_name=settings.s3_region or session.region_name or "us-east-1",
+        endpoint_url=settings.s3.endpoint_url,
+        region_name=settings.s3.region or session.region_name or "us-east-1",
         config=config,
     )
     return client, session
@@ -129,7 +129,7 @@ class S3Connection:
         across every batch that shares the connection."""
         with self._lock:
             if self._lanes is None:
-                self._lanes = RequestLanes(self.settings.s3_concurrency)
+                self._lanes = RequestLanes(self.settings.s3.concurrency)
             return self._lanes
 
     def close(self) -> None:
@@ -214,16 +214,16 @@ def _new_store(conn: S3Connection, bucket: str) -> S3Store | None:
     session, settings, client = conn.session, conn.settings, conn.client
     if session is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
         return None
-    endpoint = settings.s3_endpoint_url
+    endpoint = settings.s3.endpoint_url
     options: dict[str, Any] = {
-        "connect_timeout": timedelta(seconds=settings.s3_connect_timeout),
-        "read_timeout": timedelta(seconds=settings.s3_read_timeout),
+        "connect_timeout": timedelta(seconds=settings.s3.connect_timeout),
+        "read_timeout": timedelta(seconds=settings.s3.read_timeout),
         # What limits a GET is the read timeout: no byte for that long (headers or body) fails
         # the request, which is then retried or resumed. The whole-request timeout is only a
         # backstop, sized so that one request (at most s3_range_threshold bytes) on a slow but
         # live link is not cut.
-        "timeout": timedelta(seconds=settings.s3_request_timeout),
-        "pool_max_idle_per_host": str(settings.s3_concurrency + 4),
+        "timeout": timedelta(seconds=settings.s3.request_timeout),
+        "pool_max_idle_per_host": str(settings.s3.concurrency + 4),
     }
     if endpoint and urlsplit(endpoint).scheme == "http":
         options["allow_http"] = True

@@ -84,7 +84,7 @@ def fetch_small(
                         0,
                         obj.size,
                         write,
-                        settings.s3_stream_retries,
+                        settings.s3.stream_retries,
                         get_attempts(settings),
                     )
             finally:
@@ -181,7 +181,7 @@ class BatchDownloader:
 
         queued: list[Callable[[], None]] = []
         for obj, dest in jobs:
-            if obj.size >= settings.s3_range_threshold:
+            if obj.size >= settings.s3.range_threshold:
                 queued.extend(self._ranged(obj, dest, finish))
             else:
                 queued.append(small(obj, dest))
@@ -196,7 +196,7 @@ class BatchDownloader:
         finish: Callable[[S3Object, str, Fetched | BaseException], None],
     ) -> list[Callable[[], None]]:
         """The range jobs of one large object; the last to end verifies and publishes."""
-        size = self.settings.s3_range_size
+        size = self.settings.s3.range_size
         ranges = [(start, min(start + size, obj.size)) for start in range(0, obj.size, size)]
         tmp = temp_path(self.root)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -220,7 +220,7 @@ class BatchDownloader:
                         start,
                         end,
                         write,
-                        self.settings.s3_stream_retries,
+                        self.settings.s3.stream_retries,
                         get_attempts(self.settings),
                     )
                 except BaseException as exc:

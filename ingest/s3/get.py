@@ -245,7 +245,7 @@ def _chunks(body: Any) -> Iterator[bytes]:
 def get_attempts(settings: Settings) -> int:
     """Requests per GET: ``s3_max_attempts`` retries after the first, as botocore counts
     them for the listing."""
-    return settings.s3_max_attempts + 1
+    return settings.s3.max_attempts + 1
 
 
 def _obstore_key(key: str) -> bool:

@@ -209,7 +209,7 @@ def new_lister(client: Any, session: Any, settings: Settings, bucket: str) -> Ra
             return None
         base = f"{parts.scheme}://{parts.netloc}{parts.path[: -len(_PROBE)]}"
         return RawLister(
-            base, credentials, region, settings.s3_list_shards + 2, settings.s3_read_timeout
+            base, credentials, region, settings.s3.list_shards + 2, settings.s3.read_timeout
         )
     except Exception as exc:  # an unusual configuration: botocore lists
         log.debug("s3://%s: no raw lister (%s)", bucket, exc)

@@ -52,7 +52,7 @@ def lake_bucket(server: DevServer, local: Path) -> tuple[str, LakeLocation]:
     name = f"lake-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=server.url, region_name="us-east-1").create_bucket(Bucket=name)
     uri = f"s3://{name}/nightly"
-    return uri, Settings(data_dir=uri, lake_endpoint_url=server.url, local_dir=local).lake
+    return uri, Settings(data_dir=uri, lake_endpoint_url=server.url, local_dir=local).location
 
 
 def seed(s3: Any, bucket: str, n: int = TEXT_KEYS, prefix: str = "docs/") -> dict[str, str]:

@@ -117,7 +117,7 @@ def test_task_arguments_on_the_wire_hold_no_secret(
             "INGEST_SHARED_LIMITS": "off",
         }.items():
             monkeypatch.setenv(k, v)
-        assert Settings().github_token is not None  # the flow's own settings hold both
+        assert Settings().github.token is not None  # the flow's own settings hold both
         with (
             Relay((host, int(port))) as relay,
             dask.config.set(
@@ -129,7 +129,9 @@ def test_task_arguments_on_the_wire_hold_no_secret(
         carried = bytes(relay.carried)
 
         assert summary.complete and not summary.errors, summary
-        lake = Settings(data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path).lake
+        lake = Settings(
+            data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path
+        ).location
         stored = rows(lake, "SELECT repo, count(*) AS n FROM pull_requests GROUP BY ALL")
         assert {r["repo"]: r["n"] for r in stored} == REPOS  # the worker's own token worked
         ran_on = rows(

@@ -82,7 +82,9 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
         s3 = boto3.client("s3", endpoint_url=lake_server.url, region_name="us-east-1")
         s3.create_bucket(Bucket=bucket)
         uri = f"s3://{bucket}/github"
-        lake = Settings(data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path).lake
+        lake = Settings(
+            data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path
+        ).location
         for k, v in {**env, "INGEST_DASK_ADDRESS": c.address}.items():
             monkeypatch.setenv(k, v)
         monkeypatch.setenv("INGEST_LAKE_ENDPOINT_URL", lake_server.url)

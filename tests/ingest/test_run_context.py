@@ -123,13 +123,13 @@ def test_the_rest_tasks_use_their_runs_lake_session(
     the run's end leaves open."""
     monkeypatch.setenv("TICKETS_API_KEY", KEY)
     source = load_source(source_path("sources/tickets.yaml"))
-    given = LakeSession(lake_settings.lake)
+    given = LakeSession(lake_settings.location)
     sent = counted(given)
 
     @flow
     def fetching() -> Any:
         with context.opened(lake_settings, "rest-given", lake=given) as ctx:
-            assert ctx.lake.session is given and lake_settings.lake.session is None
+            assert ctx.lake.session is given and lake_settings.location.session is None
             assert load_sync_state(lake_settings, "rest-given", source, False) == {}
             return fetch_source(lake_settings, source, "rest-given", base_url=api.url)
 
@@ -151,7 +151,7 @@ def test_a_rest_run_hands_its_lake_session_to_every_step(
     the session stays open and no context is left."""
     monkeypatch.setenv("TICKETS_API_KEY", KEY)
     source = load_source(source_path("sources/tickets.yaml"))
-    given = LakeSession(lake_settings.lake)
+    given = LakeSession(lake_settings.location)
     sent = counted(given)
 
     @flow
@@ -169,13 +169,13 @@ def test_a_rest_run_hands_its_lake_session_to_every_step(
     summary = ingesting()
     assert summary.records == 12 and "PutObject" in sent and "DeleteObjects" in sent
     assert "rest-whole" not in context.open_runs() and not given.closed
-    _, rows = storage.query(lake_settings.lake, "SELECT count(*) FROM tickets__tickets")
+    _, rows = storage.query(lake_settings.location, "SELECT count(*) FROM tickets__tickets")
     assert rows == [(10,)]
     given.close()
 
 
 def test_a_session_of_another_lake_is_refused(lake_settings: Settings, data_dir: Path) -> None:
-    other = LakeSession(Settings(data_dir=data_dir).lake)
+    other = LakeSession(Settings(data_dir=data_dir).location)
     with pytest.raises(ValueError, match="a session of the lake"):
         context.RunContext(lake_settings, "r", lake=other)
 
@@ -234,7 +234,7 @@ def test_closing_the_context_closes_its_lake_session_not_a_given_one(
     with pytest.raises(RuntimeError, match="closed"):
         duck.cursor(ctx.lake.queries)
 
-    given = LakeSession(lake_settings.lake)
+    given = LakeSession(lake_settings.location)
     with context.RunContext(lake_settings, "given", lake=given) as ctx:
         assert ctx.lake.storage_options() == given.storage_options()
     assert not given.closed and given.storage_options()

@@ -72,7 +72,7 @@ def test_a_groups_secret_never_leaves_with_the_settings(monkeypatch: pytest.Monk
     sent = settings.without_secrets()
     wire = pickle.dumps(sent)
     assert b"pw-9f3a7c" not in wire and b"x" * 36 not in wire
-    assert sent.serve.database_url is None and sent.github_token is None
+    assert sent.serve.database_url is None and sent.github.token is None
     assert sent.serve.database_url_file == Path("/run/secrets/db")
     own = sent.own_secret("serve.database_url")
     assert own is not None and own.get_secret_value() == url

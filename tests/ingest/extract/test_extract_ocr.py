@@ -32,7 +32,7 @@ def run(settings: Settings, path: Path = IMAGE_ONLY) -> dict:
 
 
 def test_ocr_is_off_by_default(tmp_path: Path) -> None:
-    assert Settings().ocr_enabled is False
+    assert Settings().ocr.enabled is False
     doc = run(Settings(data_dir=tmp_path))["doc"]
     assert (doc.status, doc.needs_ocr) == ("ok", 1)
     assert "ocr" not in doc.metadata

@@ -358,7 +358,7 @@ def test_each_parent_keeps_its_own_cursor(rest: Server, data_dir: Path) -> None:
 
     def cursors() -> dict[str, str]:
         """Each parent's cursor as the next run reads it."""
-        state = store.load_state(settings.lake, "tracker", {})
+        state = store.load_state(settings.location, "tracker", {})
         return {p: json.loads(w) for (r, p), w in state.watermarks.items() if r == "tickets"}
 
     def sent(run_id: str) -> dict[str, str]:
