@@ -39,12 +39,12 @@ from typing import Any
 
 from benchmarks.bench_extract import ROOT, WORK, build_corpus
 from benchmarks.measure import cpu_model
-from ingest.settings import Settings
+from ingest.settings import ExtractSettings
 
 OUT = Path(__file__).resolve().parent / "structure.md"
-# The batch's default bound (Settings.extract_max_chars), handed to the structured child
+# The batch's default bound (Settings.extract.max_chars), handed to the structured child
 # on its command line: importing the settings there would add their memory to its peak.
-MAX_CHARS = Settings.model_fields["extract_max_chars"].default
+MAX_CHARS = ExtractSettings.model_fields["max_chars"].default
 
 CHILD = r"""
 import json, pickle, resource, sys, time

@@ -1,6 +1,6 @@
 """Optional OCR of image-only PDF pages: pypdfium2 renders, tesseract reads.
 
-Off by default (``Settings.ocr_enabled``): tesseract costs 10-30 s per A4
+Off by default (``Settings.ocr.enabled``): tesseract costs 10-30 s per A4
 page at 300 dpi on 2 cores, so OCR jobs run on their own small pool with a
 bounded queue (``ocr_queue_size``), a page cap per document
 (``ocr_max_pages``) and their own time limit; text extraction never waits

@@ -20,12 +20,12 @@ Retry layers, one per failure kind:
    5xx answers, 429 and throttling/transient codes (503 SlowDown ...,
    ``get._RETRY_CODES``) and connection errors, with capped exponential backoff
    and full jitter (``get._backoff``: 1 s base, 20 s cap, as botocore), up to
-   ``Settings.s3_max_attempts`` retries after the first request
+   ``Settings.s3.max_attempts`` retries after the first request
    (``get.get_attempts``). The listing's requests get the same policy from
    botocore's ``standard`` retry mode.
 2. A body stream broken mid-transfer (connection reset, truncated body,
    read timeout) is resumed in ``get._stream`` with a ``Range`` request from the
-   last byte written, up to ``Settings.s3_stream_retries`` times
+   last byte written, up to ``Settings.s3.stream_retries`` times
    (``get.STREAM_ERRORS``).
 3. A batch's rows that cannot be written are written again alone
    (``tasks.s3.stage_rows``); Prefect task retries never re-run S3 requests that

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cli.main import BUCKET_LENGTH, app
 from flows.s3_ingest import s3_ingest
-from ingest.settings import Settings
+from ingest.settings import S3Settings, Settings
 from tests.helpers import ROOT
 
 ENV_NOTE = re.compile(r"\[env INGEST_([A-Z0-9_]+)(?:, default ([^\]]+))?\]")
@@ -62,7 +62,7 @@ def test_help_defaults_and_bounds_are_the_settings() -> None:
 def test_list_shards_help_shows_the_planned_shards() -> None:
     """``--help`` said 1 while runs planned 4 shards; it now reads the setting."""
     out = " ".join(CliRunner().invoke(app, ["s3", "--help"]).output.split())
-    default = Settings.model_fields["s3_list_shards"].default
+    default = S3Settings.model_fields["list_shards"].default
     assert f"INGEST_S3_LIST_SHARDS, default {default}]" in out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.settings import AlertSettings, Settings
+from ingest.settings import AlertSettings, LakeSettings, Settings
 
 
 def test_the_alert_group_reads_its_flat_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,13 +51,14 @@ def test_the_reference_lists_the_groups_variables() -> None:
         "INGEST_ALERT_STALE_AFTER",
         "INGEST_HTTP_ADAPTIVE",
         "INGEST_HTTP_MAX_PAGE_BYTES",
+        *VARIABLES,
     ):
         assert f"| `{name}` |" in page
     assert "INGEST_ALERT |" not in page and "INGEST_HTTP |" not in page
 
 
 def test_a_groups_secret_never_leaves_with_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``serve.database_url`` is a secret like ``github_token``: a task's copy holds neither
+    """``serve.database_url`` is a secret like ``github.token``: a task's copy holds neither
     (not in its pickled bytes), the rest of the group stays, and the process that has the
     secret in its environment reads it back (``own_secret``)."""
     import pickle
@@ -66,7 +67,7 @@ def test_a_groups_secret_never_leaves_with_the_settings(monkeypatch: pytest.Monk
     monkeypatch.setenv("INGEST_SERVE_DATABASE_URL", url)
     monkeypatch.setenv("INGEST_GITHUB_TOKEN", "ghp_" + "x" * 36)
     settings = Settings(serve={"database_url_file": "/run/secrets/db"})
-    assert {"github_token", "serve.database_url"} <= set(Settings.secret_fields())
+    assert {"github.token", "serve.database_url"} <= set(Settings.secret_fields())
     assert settings.serve.database_url is not None
     assert settings.serve.database_url.get_secret_value() == url
     sent = settings.without_secrets()
@@ -77,3 +78,148 @@ def test_a_groups_secret_never_leaves_with_the_settings(monkeypatch: pytest.Monk
     own = sent.own_secret("serve.database_url")
     assert own is not None and own.get_secret_value() == url
     assert settings.serve.database_url is not None  # the original keeps its secret
+
+
+# One variable of each group, as users' deployments set it, and the field it sets.
+VARIABLES = {
+    "INGEST_S3_BUCKET": ("s3.bucket", "docs-bucket", "docs-bucket"),
+    "INGEST_S3_LIST_CHUNK_PAGES": ("s3.list_chunk_pages", "7", 7),
+    "INGEST_S3_CREDENTIALS_BLOCK": ("s3.credentials_block", "source-keys", "source-keys"),
+    "INGEST_GITHUB_BASE_URL": (
+        "github.base_url",
+        "https://ghe.corp/api/v3",
+        "https://ghe.corp/api/v3",
+    ),
+    "INGEST_GITHUB_RATE_LIMIT_RESERVE": ("github.rate_limit_reserve", "250", 250),
+    "INGEST_REST_EXPECTED_ROWS": ("rest.expected_rows", "42", 42),
+    "INGEST_EXTRACT_MEMORY_LIMIT_MB": ("extract.memory_limit_mb", "512", 512),
+    "INGEST_EXTRACT_TIME_LIMIT": ("extract.time_limit", "30", 30.0),
+    "INGEST_CHUNK_OVERLAP": ("chunk.overlap", "50", 50),
+    "INGEST_OCR_ENABLED": ("ocr.enabled", "true", True),
+    "INGEST_OCR_QUEUE_SIZE": ("ocr.queue_size", "3", 3),
+    "INGEST_LAKE_CREDENTIALS_BLOCK": ("lake.credentials_block", "lake-keys", "lake-keys"),
+    "INGEST_SHARED_LIMITS": ("shared.limits", "on", "on"),
+    "INGEST_SHARED_LIMIT_NAME": ("shared.limit_name", "corp-api", "corp-api"),
+    # Flat fields beside the groups keep their place.
+    "INGEST_KEEP_FILES": ("keep_files", "false", False),
+    "INGEST_RETENTION_DAYS": ("retention_days", "30", 30),
+}
+
+
+def _read(settings: Settings, dotted: str) -> object:
+    value: object = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize("variable", VARIABLES)
+def test_each_groups_variable_sets_its_field(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dotted, text, value = VARIABLES[variable]
+    default = _read(Settings(), dotted)
+    assert default != value  # the variable, not the default, gives the value read
+    monkeypatch.setenv(variable, text)
+    assert _read(Settings(), dotted) == value
+    assert Settings.field_of(variable) is not None
+
+
+def test_the_variables_of_a_dotenv_file_reach_the_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    lines = [f"{variable}={text}" for variable, (_, text, _) in VARIABLES.items()]
+    (tmp_path / ".env").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setenv("INGEST_S3_BUCKET", "from-the-environment")  # over the file's
+    settings = Settings()
+    for variable, (dotted, _, value) in VARIABLES.items():
+        expected = "from-the-environment" if variable == "INGEST_S3_BUCKET" else value
+        assert _read(settings, dotted) == expected, variable
+
+
+def test_flat_keywords_set_the_groups_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Settings(s3_bucket=...)`` names a field as its variable does; it wins over the
+    environment, and the group's other fields keep the environment's values."""
+    monkeypatch.setenv("INGEST_S3_BUCKET", "env-bucket")
+    monkeypatch.setenv("INGEST_S3_CONCURRENCY", "9")
+    settings = Settings(
+        s3_bucket="kw-bucket",
+        github_per_page=30,
+        lake_endpoint_url="http://127.0.0.1:9000",
+        ocr_enabled=True,
+        shared_limit_block=4,
+    )
+    assert (settings.s3.bucket, settings.s3.concurrency) == ("kw-bucket", 9)
+    assert settings.github.per_page == 30 and settings.ocr.enabled is True
+    assert settings.lake == LakeSettings(endpoint_url="http://127.0.0.1:9000")
+    assert settings.shared.limit_block == 4
+    # A flat keyword is checked as its field: out of bounds names the group's field.
+    with pytest.raises(ValueError, match=r"github\.per_page"):
+        Settings(github_per_page=500)
+
+
+def test_a_flat_read_is_gone() -> None:
+    """Code reads the group's field: the flat attribute no longer exists."""
+    settings = Settings(s3_bucket="b")
+    with pytest.raises(AttributeError):
+        settings.s3_bucket  # noqa: B018
+    assert settings.s3.bucket == "b"
+
+
+def test_updated_replaces_a_groups_field_in_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INGEST_S3_PREFIX", "reports/")
+    worker = Settings(s3_bucket="b")
+    run = worker.updated(s3_concurrency=3, task_runner="dask", github_base_url="http://h:1")
+    assert (run.s3.concurrency, run.s3.prefix, run.s3.bucket) == (3, "reports/", "b")
+    assert (run.task_runner, run.github.base_url) == ("dask", "http://h:1")
+    # The worker's own settings, and its groups, are untouched.
+    assert (worker.s3.concurrency, worker.task_runner) == (128, "thread")
+    assert worker.github.base_url == "https://api.github.com"
+    assert run.http is worker.http  # a group not updated is shared, as model_copy does
+    with pytest.raises(KeyError, match="s3_bukket"):
+        worker.updated(s3_bukket="x")
+
+
+def test_the_lake_group_gives_the_location_of_an_s3_data_dir() -> None:
+    settings = Settings(
+        data_dir="s3://lake-bucket/tables",
+        local_dir="scratch",
+        lake_endpoint_url="http://127.0.0.1:9000",
+        lake_region="eu-west-1",
+        lake_credentials_block="lake-keys",
+    )
+    location = settings.location
+    assert (location.root, location.local_dir) == ("s3://lake-bucket/tables", Path("scratch"))
+    assert (location.endpoint_url, location.region, location.credentials_block) == (
+        "http://127.0.0.1:9000",
+        "eu-west-1",
+        "lake-keys",
+    )
+    # A local lake has no endpoint, whatever the lake group says.
+    local = settings.with_data_dir("here").location
+    assert (local.root, local.endpoint_url, local.credentials_block) == ("here", None, None)
+
+
+def test_the_github_token_never_goes_with_a_tasks_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """github.token, now in its group: a task's pickled copy has neither the token nor its
+    group's copy of it, the group's other fields travel, the task's process finds its own."""
+    import pickle
+
+    token = "ghp_" + "k7" * 18
+    monkeypatch.setenv("INGEST_GITHUB_TOKEN", token)
+    settings = Settings(github_base_url="http://127.0.0.1:1", github_concurrency=7)
+    assert settings.github.token is not None
+    assert settings.github.token.get_secret_value() == token
+    sent = settings.without_secrets()
+    assert token.encode() not in pickle.dumps(sent)
+    assert token.encode() not in pickle.dumps(sent.github)
+    assert sent.github.token is None
+    assert (sent.github.base_url, sent.github.concurrency) == ("http://127.0.0.1:1", 7)
+    assert settings.github.token is not None  # the original keeps it
+    own = sent.own_secret("github.token")
+    assert own is not None and own.get_secret_value() == token
+    monkeypatch.delenv("INGEST_GITHUB_TOKEN")
+    assert sent.own_secret("github.token") is None  # a process without it has none
