@@ -643,11 +643,12 @@ def test_every_option_that_changes_the_output_is_in_the_extractor_string() -> No
 
     base = provenance.versions(Settings())
     changed = {
-        "extract_max_chars": {k for k in base if provenance.family(k) != "detect"},
-        "chunk_chars": {k for k in base if provenance.family(k) != "detect"},
-        "extract_max_pages": {"pdf"},
+        "extract.max_chars": {k for k in base if provenance.family(k) != "detect"},
+        "chunk.chars": {k for k in base if provenance.family(k) != "detect"},
+        "extract.max_pages": {"pdf"},
     }
     for option, kinds in changed.items():
-        value = getattr(Settings(), option) + 500
-        other = provenance.versions(Settings(**{option: value}))
+        group, field = option.split(".")
+        value = getattr(getattr(Settings(), group), field) + 500
+        other = provenance.versions(Settings(**{group: {field: value}}))
         assert {k for k in base if other[k] != base[k]} == kinds, option
