@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import ezdxf
 import pypdfium2 as pdfium
@@ -650,5 +651,6 @@ def test_every_option_that_changes_the_output_is_in_the_extractor_string() -> No
     for option, kinds in changed.items():
         group, field = option.split(".")
         value = getattr(getattr(Settings(), group), field) + 500
-        other = provenance.versions(Settings(**{group: {field: value}}))
+        given: dict[str, Any] = {group: {field: value}}
+        other = provenance.versions(Settings(**given))
         assert {k for k in base if other[k] != base[k]} == kinds, option
