@@ -226,7 +226,7 @@ def test_closing_the_context_closes_its_lake_session_not_a_given_one(
     with duck.cursor(ctx.lake.queries) as con:
         assert con.execute("SELECT 42").fetchall() == [(42,)]
     # Sent to another process (a Dask task's parameters), the settings arrive unbound.
-    assert pickle.loads(pickle.dumps(ctx.settings)).lake.session is None
+    assert pickle.loads(pickle.dumps(ctx.settings)).location.session is None
     ctx.close()
     assert ctx.lake_session.closed
     with pytest.raises(RuntimeError, match="closed"):
