@@ -36,6 +36,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack, closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from dev.servers.s3 import DevServer
 from ingest import duck
 from ingest.settings import Settings
 from ingest.storage import lake, warehouse
+from ingest.storage.location import LakeSession
 from ingest.storage.tables import SPECS
 
 QUERIES = {
@@ -115,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     table = "documents"
     spec = SPECS[table]
     data = rows(a.rows, a.text_chars)
-    with tempfile.TemporaryDirectory() as tmp, DevServer(latency_ms=a.latency_ms) as server:
+    with (
+        ExitStack() as stack,
+        tempfile.TemporaryDirectory() as tmp,
+        DevServer(latency_ms=a.latency_ms) as server,
+    ):
         boto3.client("s3", endpoint_url=server.url, region_name="us-east-1").create_bucket(
             Bucket="bench-lake"
         )
@@ -123,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         remote = Settings(
             data_dir="s3://bench-lake/lake", lake_endpoint_url=server.url, local_dir=Path(tmp)
         ).location
+        # As a run or a command reaches its lake: through one session (credentials and
+        # client resolved once), closed at the end.
+        remote = remote.bound(stack.enter_context(closing(LakeSession(remote))))
         lake.merge(local, table, data)
         lake.merge(remote, table, data)
         opts = remote.storage_options()
