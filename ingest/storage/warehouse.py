@@ -46,8 +46,8 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -56,6 +56,8 @@ from ingest import duck
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import SPECS, TableSpec, evolving
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -177,6 +179,22 @@ def _as_views(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _has_string_views(fragment: Any) -> bool:
+    """Whether the file writes a string column as ``string_view`` (its footer is read)."""
+    return any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
+
+
+def _in_parallel(fn: Callable[[Any], T], items: list[Any]) -> list[T]:
+    """``fn`` over ``items`` on up to 16 threads: a file's footer on object storage is a
+    round trip each (16 partitions read one after another cost 16 of them per query)."""
+    if len(items) < 2:
+        return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
 def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     """delta-rs's pyarrow dataset of the table's current version, typed as its files are.
 
@@ -187,10 +205,7 @@ def arrow_dataset(dt: Any, spec: TableSpec) -> Any:
     schema = evolve.plain_schema(pa.schema(dt.schema().to_arrow()))
     if not evolving(spec.name):
         schema = spec.schema
-    views = {
-        any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
-        for fragment in dt.to_pyarrow_dataset().get_fragments()
-    }
+    views = set(_in_parallel(_has_string_views, list(dt.to_pyarrow_dataset().get_fragments())))
     if views == {True, False}:
         # Files of both kinds (written by different paths, or before and after an upgrade):
         # no declared type lets pyarrow compare a pushed-down literal with every file's
