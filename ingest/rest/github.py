@@ -64,7 +64,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -74,7 +74,7 @@ from ingest.redact import redact, register_secret
 from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
-from ingest.rest.engine import Page
+from ingest.rest.engine import Listing, Page
 from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import (
@@ -92,9 +92,6 @@ from ingest.rest.sizing import estimate_seconds as estimate_seconds
 from ingest.rest.source import Source
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
-
-if TYPE_CHECKING:
-    from ingest.rest.run import Listing
 
 log = logging.getLogger(__name__)
 

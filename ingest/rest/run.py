@@ -50,7 +50,7 @@ import json
 import logging
 import time
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -63,7 +63,7 @@ from ingest.rest import github, store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
 from ingest.rest.client import RestClient, make_http, warm_up
-from ingest.rest.engine import Page, walk
+from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import (
     AuthError,
     MalformedPageError,
@@ -71,7 +71,7 @@ from ingest.rest.errors import (
     RequestError,
     StepError,
 )
-from ingest.rest.paging import Paginator, dig
+from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
@@ -90,34 +90,6 @@ from ingest.settings import Settings
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 100
-
-
-@dataclass
-class Listing:
-    """One listing of one resource (for a child: of one parent record)."""
-
-    resource: Resource
-    table: str
-    parent_key: str = ""
-    parent: dict[str, Any] | None = None
-    path: str = ""
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    records: list[tuple[str, Any]] = field(default_factory=list)  # (key, record) for children
-    pages: int = 0
-    requests: int = 0
-    failed: int = 0
-    complete: bool = False
-    stop_reason: str | None = None
-    error: str | None = None
-    watermark: Any = None
-    newest: Any = None
-    unchanged: int = 0  # records fetched again as they are stored (not in rows)
-    page_size: int = 0
-    started: datetime = field(default_factory=lambda: datetime.now(UTC))
-    label: str = ""  # what its requests are for (a dialect's repository; else source/resource)
-    error_kind: str | None = None  # the terminal error's class
-    paginator: Paginator | None = None
-    own: Any = None  # a dialect's state of the listing (github.RepoListing)
 
 
 def cursor_order(value: Any) -> tuple[int, Any]:
@@ -303,31 +275,30 @@ class SourceRun:
             return page
 
         try:
-            known: list[str] = []
-            if dialect is not None:
-                probed = await dialect.probe(client, listing)
-                if probed is None:  # the probe failed as a first page would
-                    await dialect.done(client, listing)
-                    return
-                known, first = probed, dialect.first_url(listing)
-            else:
-                first = paginator.first_url(self._first_url(listing))
-            done = await walk(
-                fetch,
-                first,
-                paginator,
-                incremental=desc,
-                max_wave=client.concurrency,
-                max_pages=resource.max_pages,
-                label=label,
-                known=known,
-            )
-            listing.failed += done.failed
-            listing.complete, listing.stop_reason = done.complete, done.stop_reason
-            if done.malformed and dialect is None:
-                listing.error = done.stop_reason
-            if dialect is not None:
-                await dialect.close(client, listing)
+            # None: the dialect's probe failed as a first page would (the outcome is set)
+            known = await dialect.probe(client, listing) if dialect is not None else []
+            if known is not None:
+                first = (
+                    dialect.first_url(listing)  # at the size the probe planned
+                    if dialect is not None
+                    else paginator.first_url(self._first_url(listing))
+                )
+                done = await walk(
+                    fetch,
+                    first,
+                    paginator,
+                    incremental=desc,
+                    max_wave=client.concurrency,
+                    max_pages=resource.max_pages,
+                    label=label,
+                    known=known,
+                )
+                listing.failed += done.failed
+                listing.complete, listing.stop_reason = done.complete, done.stop_reason
+                if done.malformed and dialect is None:
+                    listing.error = done.stop_reason
+                if dialect is not None:
+                    await dialect.close(client, listing)
         except AuthError:
             raise
         except TerminalError as exc:
@@ -791,15 +762,15 @@ async def _fetch(
         )
     assert runner is not None
     if dialect is not None:
-        summary = dialect.summary(client, [x for xs in runner.listings.values() for x in xs])
+        pulls = dialect.summary(client, [x for xs in runner.listings.values() for x in xs])
         if shared is not None:
-            summary.shared_limit = shared.slots.name
-            summary.shared_round_trips = shared.round_trips
-        summary.schema_changes = store.staged_schema_changes(
+            pulls.shared_limit = shared.slots.name
+            pulls.shared_round_trips = shared.round_trips
+        pulls.schema_changes = store.staged_schema_changes(
             settings.location, run_id, store.is_pull_table
         )
-        summary.seconds = time.perf_counter() - started
-        return summary
+        pulls.seconds = time.perf_counter() - started
+        return pulls
     summary = summarize(runner, client, time.perf_counter() - started)
     summary.schema_changes = store.staged_schema_changes(
         settings.location, run_id, store.source_tables(source.name)
