@@ -7,12 +7,13 @@ Modules, one concern each:
 * ``paging``     paging strategies (Link header, page number, offset, cursor in the body
                  or a header, next URL in the body)
 * ``engine``     the one paging loop (planned pages concurrently, cursors in sequence,
-                 repeating cursors refused)
+                 repeating cursors refused) and one listing's state
 * ``window``     the adaptive in-flight window (AIMD, like TCP congestion control)
 * ``ratelimit``  rate-limit headers, the budget governor, the retry policy
 * ``client``     the one HTTP boundary (window, governor, retries, request rows)
 * ``sizing``     budget-aware page sizes
-* ``run``        one run of a declared source (parents, children, incremental state)
+* ``run``        one run of a declared source (parents, children, incremental state),
+                 a dialect's (``github``) through its hooks
 * ``store``      state in, rows out (Delta tables via ``ingest.storage``)
 * ``summary``, ``records``, ``errors``, ``aio``
 """

@@ -21,6 +21,9 @@ size, ``ingest.rest.sizing``), the first page and the rest are requested
 together, and pages the first one announces beyond them (the listing grew
 meanwhile) after.
 
+``Listing`` is one listing's state as a run pages it (``ingest.rest.run.SourceRun``,
+for a declared source's resources and a dialect's repositories alike).
+
 How many requests are in flight is the client's window (``ingest.rest.window``),
 shared by every listing of a run, so ``walk`` may ask for many pages at once.
 
@@ -36,12 +39,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from ingest.errors import TerminalError
 from ingest.redact import redact
 from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
 from ingest.rest.paging import MAX_PLANNED, Paginator
+
+if TYPE_CHECKING:
+    from ingest.rest.source import Resource
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,36 @@ class Walk:
     @property
     def complete(self) -> bool:
         return self.failed == 0 and self.stop_reason is None
+
+
+@dataclass
+class Listing:
+    """One listing of one resource (for a child: of one parent record; for a dialect's
+    source: of one repository) and how its paging went, as ``ingest.rest.run.SourceRun``
+    pages it with ``walk``."""
+
+    resource: Resource
+    table: str
+    parent_key: str = ""
+    parent: dict[str, Any] | None = None
+    path: str = ""
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: list[tuple[str, Any]] = field(default_factory=list)  # (key, record) for children
+    pages: int = 0
+    requests: int = 0
+    failed: int = 0
+    complete: bool = False
+    stop_reason: str | None = None
+    error: str | None = None
+    watermark: Any = None
+    newest: Any = None
+    unchanged: int = 0  # records fetched again as they are stored (not in rows)
+    page_size: int = 0
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    label: str = ""  # what its requests are for (a dialect's repository; else source/resource)
+    error_kind: str | None = None  # the terminal error's class
+    paginator: Paginator | None = None
+    own: Any = None  # a dialect's state of the listing (github.RepoListing)
 
 
 async def walk(

@@ -2,7 +2,8 @@
 file's ``client.dialect: github`` (``sources/github.yaml``; ``ingest github --repo``
 builds the same source from its options, ``github_source``). ``ingest.rest.run``
 gives it the source's client (window, governor, retries, shared limits) and stores
-what the host allowed; the dialect pages each repository.
+what the host allowed; its ``SourceRun`` pages each repository as one listing, calling
+the hooks of ``GitHubDialect`` where GitHub differs (see ``ingest.rest.run``).
 
 What the dialect adds to the declared source's client and paging loop
 (``ingest.rest.engine.walk``):
@@ -31,7 +32,7 @@ in-flight limit):
    ``updated`` descending and the pulls endpoint has no ``since`` filter.
    Without ``rel="last"`` the sync follows ``rel="next"``. This is the paging
    loop of every REST source (``ingest.rest.engine.walk``); what is GitHub's
-   own is in ``_RepoSync.fetch`` (ETags, the watermark, pull-request rows).
+   own is in ``GitHubDialect.fetch`` (ETags, the watermark, pull-request rows).
 3. Every stored page ETag is sent back, so pages unchanged since a run that
    stopped early answer 304 for free when the next run resumes.
 
@@ -60,9 +61,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,9 +74,8 @@ from ingest.redact import redact, register_secret
 from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
-from ingest.rest.engine import Page, walk
+from ingest.rest.engine import Listing, Page
 from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
-from ingest.rest.paging import LinkHeaderPaginator, Paginator
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import (
     GitHubSummary,
@@ -134,65 +133,98 @@ LISTING_MOVED = (
 )
 
 
-class _RepoSync:
-    """The state of one repository's sync within a run."""
+@dataclass(slots=True)
+class RepoListing:
+    """What the dialect keeps of one repository's listing beside the run's ``Listing``
+    (which holds the page size, page and failure counts, watermark, newest stamp and
+    outcome): the stored ETags, the pull requests and page records read."""
+
+    repo: str
+    opts: SyncOptions
+    stored: dict[str, PageRecord]  # by page URL
+    trust_304: bool  # page 1 unchanged since a complete sync means nothing changed
+    pulls: dict[int, PullRequest] = field(default_factory=dict)
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)  # as the API gave them
+    pages: list[PageRecord] = field(default_factory=list)
+    duplicates: int = 0
+    first_etag: str | None = None
+    rows_staged: bool = False
+    result: RepoResult | None = None
+
+
+class GitHubDialect:
+    """The hooks ``ingest.rest.run.SourceRun`` calls for each repository's listing: the
+    options and stored state it starts from (``open``), the one-item probe (``probe``),
+    the first page's URL, the page ``fetch`` with ETags and the watermark, the final look
+    at page 1 (``close``) and the result it stores (``done``)."""
 
     def __init__(
-        self, gh: RestClient, repo: str, opts: SyncOptions, prior: RepoState, paginator: Paginator
+        self,
+        repos: Sequence[str],
+        opts_for: Callable[[str], SyncOptions],
+        priors: dict[str, RepoState],
+        on_result: Callable[[RepoResult], Awaitable[None]] | None = None,
     ) -> None:
-        self.gh, self.repo, self.opts, self.paginator = gh, repo, opts, paginator
-        self.stored = {} if opts.full_refresh else prior.pages
-        self.watermark = None if opts.full_refresh else prior.watermark
-        self.trust_304 = (
-            not opts.full_refresh and prior.last_complete and prior.watermark is not None
-        )
-        self.pulls: dict[int, PullRequest] = {}
-        self.records: dict[int, dict[str, Any]] = {}  # as the API gave them
-        self.pages: list[PageRecord] = []
-        self.newest: datetime | None = None
-        self.page_count = self.not_modified = self.failed = self.duplicates = 0
-        self.first_etag: str | None = None
-        self.rows_staged = False
-        self.started = datetime.now(UTC)
+        self.repos, self.opts_for, self.priors, self.on_result = repos, opts_for, priors, on_result
+        self.planner: SizePlanner | None = None  # the run's, for its summary
+        self.per_page = PER_PAGE_MAX  # the page size of the summary when no sync ran
 
-    async def fetch(self, url: str, page_no: int) -> Page:
+    def open(self, listing: Listing) -> None:
+        repo = listing.label
+        opts, prior = self.opts_for(repo), self.priors.get(repo) or RepoState()
+        listing.page_size = opts.per_page
+        listing.watermark = None if opts.full_refresh else prior.watermark
+        listing.own = RepoListing(
+            repo,
+            opts,
+            stored={} if opts.full_refresh else prior.pages,
+            trust_304=(
+                not opts.full_refresh and prior.last_complete and prior.watermark is not None
+            ),
+        )
+
+    def first_url(self, listing: Listing) -> str:
+        return pulls_url(listing.label, listing.own.opts.state, listing.page_size)
+
+    async def fetch(self, gh: RestClient, listing: Listing, url: str, page_no: int) -> Page:
         """One page, for the paging loop: its items become pull requests and a page record;
         ``stop`` when it reaches the watermark, or when page 1 is unchanged since a
         complete sync (for a 304, the stored ``Link`` header stands in)."""
-        prior = self.stored.get(safe_url(self.gh.http.base_url.join(url)))
-        answer = await self.gh.get(url, label=self.repo, etag=prior.etag if prior else None)
-        self.page_count += 1
+        own: RepoListing = listing.own
+        prior = own.stored.get(safe_url(gh.http.base_url.join(url)))
+        answer = await gh.get(url, label=own.repo, etag=prior.etag if prior else None)
         if page_no == 1:
-            self.first_etag = answer.etag or (prior.etag if prior else None)
+            own.first_etag = answer.etag or (prior.etag if prior else None)
         if answer.not_modified:
-            self.not_modified += 1
             headers = answer.headers
             if prior is not None and "link" not in headers and prior.link:
                 headers = httpx.Headers({**headers, "link": prior.link})
-            self._see(prior.newest_updated_at if prior else None)
+            _see(listing, prior.newest_updated_at if prior else None)
             oldest = prior.oldest_updated_at if prior else None
-            stop = (page_no == 1 and self.trust_304) or self.crossed(oldest)
+            stop = (page_no == 1 and own.trust_304) or _crossed(listing, oldest)
             return Page(answer.url, headers, None, page_no, not_modified=True, stop=stop)
-        items = self.paginator.items(answer.data)
+        paginator = listing.paginator
+        assert paginator is not None
+        items = paginator.items(answer.data)
         now = datetime.now(UTC)
         stamps: list[datetime] = []
         for item in items:
-            pr = PullRequest.from_api(self.repo, item, run_id=self.opts.run_id, fetched_at=now)
+            pr = PullRequest.from_api(own.repo, item, run_id=own.opts.run_id, fetched_at=now)
             if pr.updated_at is not None:
                 stamps.append(pr.updated_at)
-            old = self.pulls.get(pr.number)
+            old = own.pulls.get(pr.number)
             if old is not None:
-                self.duplicates += 1
+                own.duplicates += 1
             if old is None or (pr.updated_at or now) >= (old.updated_at or now):
-                self.pulls[pr.number] = pr
-                self.records[pr.number] = item
+                own.pulls[pr.number] = pr
+                own.records[pr.number] = item
         newest, oldest = (max(stamps), min(stamps)) if stamps else (None, None)
-        self._see(newest)
-        self.pages.append(
+        _see(listing, newest)
+        own.pages.append(
             PageRecord(
-                repo=self.repo,
-                state=self.opts.state,
-                per_page=self.opts.per_page,
+                repo=own.repo,
+                state=own.opts.state,
+                per_page=listing.page_size,
                 page=page_no,
                 url=answer.url,
                 etag=answer.etag,
@@ -200,187 +232,164 @@ class _RepoSync:
                 items=len(items),
                 newest_updated_at=newest,
                 oldest_updated_at=oldest,
-                run_id=self.opts.run_id,
+                run_id=own.opts.run_id,
                 fetched_at=now,
             )
         )
         return Page(
-            answer.url, answer.headers, answer.data, page_no, items, stop=self.crossed(oldest)
+            answer.url, answer.headers, answer.data, page_no, items, stop=_crossed(listing, oldest)
         )
 
-    def _see(self, stamp: datetime | None) -> None:
-        if stamp is not None and (self.newest is None or stamp > self.newest):
-            self.newest = stamp
-
-    def crossed(self, oldest: datetime | None) -> bool:
-        return self.watermark is not None and oldest is not None and oldest < self.watermark
-
-    async def run(self) -> tuple[bool, str | None]:
-        """Page the listing; returns (complete, why it stopped early).
-
-        Pages are read concurrently, so a pull request opened or updated meanwhile
-        (it moves to page 1) shifts the others down one place: a page read after
-        the shift repeats an item, and one read before an earlier page shifts loses
-        one. So a sync that read more than page 1 asks page 1 again with its ETag at
-        the end: unless it is unchanged (a 304, free of the budget), the sync is not
-        complete, the watermark stays, and the next run reads the listing again
-        (unchanged pages answer 304). The pull requests read are staged meanwhile
-        (``SyncOptions.stage_rows``): that look is one round trip of waiting.
-        """
-        complete, stop = await self._page()
-        if complete and self.page_count > 1:
-            look = asyncio.ensure_future(self._listing_moved())
-            try:
-                await self._stage_rows()
-                moved = await look
-            except RateLimitStop as exc:  # the budget ran out just before the check
-                return False, str(exc)
-            finally:
-                look.cancel()
-            if moved:
-                return False, LISTING_MOVED
-        return complete, stop
-
-    async def _stage_rows(self) -> None:
-        """The pull requests read so far, staged ahead of the rest of the result."""
-        if self.opts.stage_rows is None or not self.pulls:
-            return
-        await self.opts.stage_rows(self.result(True, None, quiet=True))
-        self.rows_staged = True
-
-    async def _listing_moved(self) -> bool:
-        first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
-        answer = await self.gh.get(first, label=self.repo, etag=self.first_etag, paced=False)
-        return not answer.not_modified
-
-    async def _page(self) -> tuple[bool, str | None]:
-        known: list[str] = []
-        if self.opts.planner is not None:
-            probed = await self._probe(self.opts.planner)
-            if isinstance(probed, tuple):
-                return probed
-            known = probed
-        first = pulls_url(self.repo, self.opts.state, self.opts.per_page)
-        done = await walk(
-            self.fetch,
-            first,
-            self.paginator,
-            incremental=self.watermark is not None,
-            max_wave=self.opts.concurrency,
-            label=self.repo,
-            known=known,
-        )
-        self.failed += done.failed
-        return done.complete, done.stop_reason
-
-    async def _probe(self, planner: SizePlanner) -> list[str] | tuple[bool, str | None]:
-        """Page 1 with one item: the listing's size and the host's latency for the
-        planner; sets the planned page size and returns the URLs of pages 2.. at it, or
-        (False, why) when the probe failed as a first page would (``walk``)."""
+    async def probe(self, gh: RestClient, listing: Listing) -> list[str] | None:
+        """With a planner: page 1 with one item, the listing's size and the host's latency
+        for the planner; sets the planned page size and returns the URLs of pages 2.. at
+        it, or None (the listing's outcome set) when the probe failed as a first page
+        would (``walk``). Without one: no known pages."""
+        own: RepoListing = listing.own
+        planner, paginator = own.opts.planner, listing.paginator
+        if planner is None:
+            return []
+        assert paginator is not None
         reported = False
         try:
-            answer = await self.gh.get(
-                pulls_url(self.repo, self.opts.state, PROBE_SIZE), label=self.repo, paced=False
+            answer = await gh.get(
+                pulls_url(own.repo, own.opts.state, PROBE_SIZE), label=own.repo, paced=False
             )
-            total = self.paginator.total_items(answer.url, answer.headers, answer.data)
+            total = paginator.total_items(answer.url, answer.headers, answer.data)
             reported = True
-            self.opts.per_page = await planner.size_for(
-                total, len(self.paginator.items(answer.data)), answer.seconds
+            listing.page_size = await planner.size_for(
+                total, len(paginator.items(answer.data)), answer.seconds
             )
         except RateLimitStop as exc:
-            return False, str(exc)
+            listing.stop_reason = str(exc)
+            return None
         except PageError as exc:
-            self.failed += 1
-            return False, f"page failed: {exc}"
+            listing.failed += 1
+            listing.stop_reason = f"page failed: {exc}"
+            return None
         finally:
             if not reported:
                 planner.leave()
-        return self.paginator.sized_urls(
-            answer.url, answer.headers, answer.data, self.opts.per_page
-        )
+        return paginator.sized_urls(answer.url, answer.headers, answer.data, listing.page_size)
 
-    def result(self, complete: bool, stop: str | None, *, quiet: bool = False) -> RepoResult:
-        if self.duplicates and not quiet:
+    async def close(self, gh: RestClient, listing: Listing) -> None:
+        """After the paging loop. Pages are read concurrently, so a pull request opened or
+        updated meanwhile (it moves to page 1) shifts the others down one place: a page
+        read after the shift repeats an item, and one read before an earlier page shifts
+        loses one. So a sync that read more than page 1 asks page 1 again with its ETag at
+        the end: unless it is unchanged (a 304, free of the budget), the sync is not
+        complete, the watermark stays, and the next run reads the listing again
+        (unchanged pages answer 304). The pull requests read are staged meanwhile
+        (``SyncOptions.stage_rows``): that look is one round trip of waiting."""
+        own: RepoListing = listing.own
+        if not (listing.complete and listing.pages > 1):
+            return
+        look = asyncio.ensure_future(self._listing_moved(gh, listing))
+        try:
+            if own.opts.stage_rows is not None and own.pulls:
+                await own.opts.stage_rows(self.result(gh, listing, quiet=True))
+                own.rows_staged = True
+            moved = await look
+        except RateLimitStop as exc:  # the budget ran out just before the check
+            listing.complete, listing.stop_reason = False, str(exc)
+            return
+        finally:
+            look.cancel()
+        if moved:
+            listing.complete, listing.stop_reason = False, LISTING_MOVED
+
+    async def _listing_moved(self, gh: RestClient, listing: Listing) -> bool:
+        own: RepoListing = listing.own
+        answer = await gh.get(
+            self.first_url(listing), label=own.repo, etag=own.first_etag, paced=False
+        )
+        return not answer.not_modified
+
+    async def done(self, gh: RestClient, listing: Listing) -> None:
+        """The repository's result, stored (``on_result``) as its listing ends; terminal
+        errors for it (404, other 4xx) become ``RepoResult.error``."""
+        result = self.result(gh, listing)
+        if listing.error is not None:
+            result.error, result.error_kind = listing.error, listing.error_kind
+        listing.own.result = result
+        if self.on_result is not None:
+            await self.on_result(result)
+
+    def result(self, gh: RestClient, listing: Listing, *, quiet: bool = False) -> RepoResult:
+        own: RepoListing = listing.own
+        if own.duplicates and not quiet:
             log.warning(
                 "%s: %d pull requests appeared on two pages (the list changed while it was read)",
-                self.repo,
-                self.duplicates,
+                own.repo,
+                own.duplicates,
             )
-        watermark = self.watermark
-        if complete and self.newest is not None and (watermark is None or self.newest > watermark):
-            watermark = self.newest
-        mine = [r for r in self.gh.requests if r.repo == self.repo]
+        complete = listing.complete and listing.error is None
+        stop = listing.error or listing.stop_reason
+        watermark, newest = listing.watermark, listing.newest
+        if complete and newest is not None and (watermark is None or newest > watermark):
+            watermark = newest
+        mine = [r for r in gh.requests if r.repo == own.repo]
         sync = SyncRecord(
-            repo=self.repo,
-            state=self.opts.state,
-            per_page=self.opts.per_page,
+            repo=own.repo,
+            state=own.opts.state,
+            per_page=listing.page_size,
             watermark=watermark,
             complete=complete,
             stop_reason=redact(stop) if stop else None,
-            pages=self.page_count,
+            pages=listing.pages,
             requests=len(mine),
             # every 304 of the repository, as the run's total counts them (the paging
             # loop's own count leaves out the final look at page 1)
             not_modified=sum(1 for r in mine if r.status == 304),
-            items=len(self.pulls),
-            failed_pages=self.failed,
-            run_id=self.opts.run_id,
-            started_at=self.started,
+            items=len(own.pulls),
+            failed_pages=listing.failed,
+            run_id=own.opts.run_id,
+            started_at=listing.started,
             ended_at=datetime.now(UTC),
         )
         return RepoResult(
-            repo=self.repo,
+            repo=own.repo,
             sync=sync,
-            pulls=list(self.pulls.values()),
-            records=[self.records[n] for n in self.pulls],
-            pages=self.pages,
+            pulls=list(own.pulls.values()),
+            records=[own.records[n] for n in own.pulls],
+            pages=own.pages,
             requests=mine,
-            rows_staged=self.rows_staged,
+            rows_staged=own.rows_staged,
         )
 
+    def summary(self, gh: RestClient, listings: Sequence[Listing]) -> GitHubSummary:
+        """The run's summary: per repository, and what is GitHub's own."""
+        window = gh.window
+        assert window is not None
+        results = [x.own.result for x in listings if x.own is not None and x.own.result]
+        summary = GitHubSummary(run_id=gh.run_id)
+        summary.repos = [summarize_result(r) for r in results]
+        summary.pulls = summary.records = sum(len(r.pulls) for r in results)
+        summary.requests = len(gh.requests)
+        summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
+        summary.budget_spent = sum(
+            1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
+        )
+        summary.per_page = max((r.sync.per_page for r in results), default=self.per_page)
+        if self.planner is not None and self.planner.plan is not None:
+            summary.size_plan = self.planner.plan.describe()
+        summary.failed_pages = sum(r.sync.failed_pages for r in results)
+        stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
+        summary.stopped = "; ".join(sorted(stops)) or None
+        summary.errors = [(r.repo, r.error) for r in results if r.error]
+        summary.max_in_flight = gh.max_in_flight
+        summary.window, summary.ceiling = window.remembered()
+        summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
+        return summary
 
-async def sync_repo(
-    gh: RestClient,
-    repo: str,
-    opts: SyncOptions,
-    prior: RepoState | None = None,
-    paginator: Paginator | None = None,
-) -> RepoResult:
-    """Sync one repository. Terminal errors for this repository (404, other 4xx)
-    become ``RepoResult.error``; a rejected token (401) is raised."""
-    sync = _RepoSync(gh, repo, opts, prior or RepoState(), paginator or LinkHeaderPaginator())
-    try:
-        complete, stop = await sync.run()
-    except AuthError:
-        raise
-    except RestTerminalError as exc:
-        result = sync.result(False, str(exc))
-        result.error, result.error_kind = str(exc), type(exc).__name__
-        return result
-    return sync.result(complete, stop)
+
+def _see(listing: Listing, stamp: datetime | None) -> None:
+    if stamp is not None and (listing.newest is None or stamp > listing.newest):
+        listing.newest = stamp
 
 
-async def sync_repos(
-    gh: RestClient,
-    repos: Sequence[str],
-    opts_for: Callable[[str], SyncOptions],
-    priors: dict[str, RepoState],
-    on_result: Callable[[RepoResult], Awaitable[None]] | None = None,
-) -> list[RepoResult]:
-    """Sync every repository concurrently; ``on_result`` stores each as it ends."""
-
-    async def one(repo: str) -> RepoResult:
-        result = await sync_repo(gh, repo, opts_for(repo), priors.get(repo))
-        if on_result is not None:
-            await on_result(result)
-        return result
-
-    tasks = [asyncio.ensure_future(one(r)) for r in repos]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for t in tasks:
-            t.cancel()
+def _crossed(listing: Listing, oldest: datetime | None) -> bool:
+    return listing.watermark is not None and oldest is not None and oldest < listing.watermark
 
 
 async def probe_rate_limit(gh: RestClient) -> int | None:
@@ -559,7 +568,7 @@ def planner_for(
     )
 
 
-async def run_repos(
+async def plan(
     settings: Settings,
     source: Source,
     gh: RestClient,
@@ -567,16 +576,13 @@ async def run_repos(
     run_id: str,
     priors: dict[str, RepoState],
     full_refresh: bool,
-) -> GitHubSummary:
-    """Sync every repository of ``source`` through ``gh`` and store each as it ends.
-
-    Raises ``AuthError`` (401) at once; every other outcome is in the summary (per
-    repository: complete or why it stopped, errors such as 404)."""
-    started = time.perf_counter()
+) -> GitHubDialect:
+    """The dialect of one run of ``source`` through ``gh``: each repository's page size
+    (fixed, kept from its last sync, or automatic: planned after probes, or chosen up
+    front for the budget ``GET /rate_limit`` shows), and each result stored as it ends."""
     window, governor = gh.window, gh.governor
     assert window is not None
     repos, state, fixed = list(source.repos), state_of(source), per_page_of(source)
-    summary = GitHubSummary(run_id=run_id)
     auto_for = [r for r in repos if not fixed and (full_refresh or priors[r].per_page is None)]
     planner: SizePlanner | None = None
     # Fewer such repositories than the window admits at once: their first pages would
@@ -625,26 +631,9 @@ async def run_repos(
     async def on_result(result: RepoResult) -> None:
         await asyncio.to_thread(store.write_repo_result, settings.location, run_id, result)
 
-    results = await sync_repos(gh, repos, opts_for, priors, on_result)
-    summary.repos = [summarize_result(r) for r in results]
-    summary.pulls = summary.records = sum(len(r.pulls) for r in results)
-    summary.requests = len(gh.requests)
-    summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
-    summary.budget_spent = sum(
-        1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
-    )
-    summary.per_page = max((r.sync.per_page for r in results), default=fixed or auto)
-    if planner is not None and planner.plan is not None:
-        summary.size_plan = planner.plan.describe()
-    summary.failed_pages = sum(r.sync.failed_pages for r in results)
-    stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
-    summary.stopped = "; ".join(sorted(stops)) or None
-    summary.errors = [(r.repo, r.error) for r in results if r.error]
-    summary.max_in_flight = gh.max_in_flight
-    summary.window, summary.ceiling = window.remembered()
-    summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
-    summary.seconds = time.perf_counter() - started
-    return summary
+    dialect = GitHubDialect(repos, opts_for, priors, on_result)
+    dialect.planner, dialect.per_page = planner, fixed or auto
+    return dialect
 
 
 def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummary:

@@ -20,9 +20,27 @@ For each resource, in the order declared:
 
 The window the host allowed is remembered (``api_windows``) for the next run.
 
-A source of ``client.dialect: github`` is paged per repository by the GitHub dialect
-(``ingest.rest.github``: stored page ETags, the ``/rate_limit`` probe, budget-sized
-pages) through the same client, shared limits and stored window.
+One class pages every source: ``SourceRun``. A source of ``client.dialect: github``
+is one listing per repository, paged by the same ``SourceRun._list`` (its state on the
+same ``Listing``: page size, page and failure counts, watermark, newest stamp, outcome;
+the same terminal-error handling; the same walk) with the dialect's hooks
+(``ingest.rest.github.GitHubDialect``) where GitHub differs:
+
+* ``open``: the listing's start from the stored state (watermark, stored page ETags,
+  the page size planned for the run by ``github.plan``);
+* ``probe`` before the walk: page 1 with one item, then ``SizePlanner`` sizing, which
+  gives the walk its known pages;
+* ``fetch``: the page with its stored ETag as ``If-None-Match`` (a 304 stands in for
+  the stored page; page 1 unchanged after a complete sync stops the listing), its
+  items as ``PullRequest`` rows and a ``github_pages`` record;
+* ``close`` after the walk: page 1 asked again ("listing moved"), the rows staged
+  meanwhile;
+* ``done``: the repository's ``RepoResult`` (``github_syncs`` row ...) stored as its
+  listing ends, where a declared source's listings are staged at the end of the run.
+
+Why hooks rather than a second run class: the listing loop (start, walk, outcome,
+errors, concurrency of listings) was the same in both; what differs is what a page is
+read into and what is stored, which a dialect object supplies without a copy of the loop.
 """
 
 from __future__ import annotations
@@ -31,8 +49,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -45,7 +63,7 @@ from ingest.rest import github, store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader, credentials
 from ingest.rest.client import RestClient, make_http, warm_up
-from ingest.rest.engine import Page, walk
+from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import (
     AuthError,
     MalformedPageError,
@@ -72,30 +90,6 @@ from ingest.settings import Settings
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 100
-
-
-@dataclass
-class Listing:
-    """One listing of one resource (for a child: of one parent record)."""
-
-    resource: Resource
-    table: str
-    parent_key: str = ""
-    parent: dict[str, Any] | None = None
-    path: str = ""
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    records: list[tuple[str, Any]] = field(default_factory=list)  # (key, record) for children
-    pages: int = 0
-    requests: int = 0
-    failed: int = 0
-    complete: bool = False
-    stop_reason: str | None = None
-    error: str | None = None
-    watermark: Any = None
-    newest: Any = None
-    unchanged: int = 0  # records fetched again as they are stored (not in rows)
-    page_size: int = 0
-    started: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def cursor_order(value: Any) -> tuple[int, Any]:
@@ -134,9 +128,11 @@ class SourceRun:
         *,
         run_id: str,
         full_refresh: bool,
+        dialect: github.GitHubDialect | None = None,
     ) -> None:
         self.settings, self.source, self.client = settings, source, client
         self.state, self.run_id, self.full_refresh = state, run_id, full_refresh
+        self.dialect = dialect
         self.listings: dict[str, list[Listing]] = {}
 
     # ------------------------------------------------------------------ resources
@@ -146,16 +142,19 @@ class SourceRun:
             resource = self.source.resolved(declared)
             table = self.source.table(resource)
             parent = resource.parent
-            if parent is None:
+            if self.dialect is not None:  # one listing per repository
+                listings = [Listing(resource, table, label=r) for r in self.dialect.repos]
+            elif parent is None:
                 listings = [Listing(resource, table)]
             else:
                 listings = self._children(resource, table, parent[0])
             self.listings[resource.name] = listings
-            await asyncio.gather(*(self._list(x) for x in listings))
+            await _together([self._list(x) for x in listings])
             # replace and a merge_key keep the run's rows whole (the others go); append
             # keys them by run
             if (
-                not self.full_refresh
+                self.dialect is None
+                and not self.full_refresh
                 and resource.disposition == "merge"
                 and not (resource.merge_key)
             ):
@@ -226,29 +225,39 @@ class SourceRun:
     # ------------------------------------------------------------------ one listing
 
     async def _list(self, listing: Listing) -> None:
-        resource = listing.resource
+        """Page one listing with the one paging loop: its start (watermark, page size),
+        its first URL and fetch (the dialect's, when the source has one), the walk, and
+        the walk's outcome on the listing; a terminal error (404, other 4xx) ends the
+        listing with it, a rejected credential (401) is raised."""
+        resource, dialect, client = listing.resource, self.dialect, self.client
         ep = resource.endpoint
-        label = f"{self.source.name}/{resource.name}"
+        listing.label = label = listing.label or f"{self.source.name}/{resource.name}"
         inc = ep.incremental
-        if inc is not None and not self.full_refresh:
-            stored = self.state.watermarks.get((resource.name, listing.parent_key))
-            listing.watermark = json.loads(stored) if stored is not None else None
-        listing.page_size = self._page_size(resource)
+        if dialect is not None:
+            dialect.open(listing)
+        else:
+            if inc is not None and not self.full_refresh:
+                stored = self.state.watermarks.get((resource.name, listing.parent_key))
+                listing.watermark = json.loads(stored) if stored is not None else None
+            listing.page_size = self._page_size(resource)
         if listing.path.startswith("!missing:"):
             listing.error = (
                 f"{label}: parent {listing.parent_key} has no field "
                 f"{listing.path.removeprefix('!missing:')!r} for the path"
             )
             return
-        paginator = make_paginator(ep.paginator, ep.data_selector, listing.page_size)
-        first = paginator.first_url(self._first_url(listing))
-        desc = inc is not None and inc.row_order == "desc" and listing.watermark is not None
-
+        listing.paginator = paginator = make_paginator(
+            ep.paginator, ep.data_selector, listing.page_size
+        )
+        # a dialect's listing is sorted newest first whenever it has a watermark
+        desc = listing.watermark is not None and (
+            dialect is not None or (inc is not None and inc.row_order == "desc")
+        )
         ignored = {a.status_code for a in ep.response_actions if a.action == "ignore"}
 
-        async def fetch(url: str, page_no: int) -> Page:
+        async def read(url: str, page_no: int) -> Page:
             try:
-                answer = await self.client.get(url, label=label)
+                answer = await client.get(url, label=label)
             except (NotFoundError, RequestError) as exc:
                 if exc.status not in ignored:
                     raise
@@ -257,25 +266,45 @@ class SourceRun:
             listing.requests += answer.attempts
             return self._read(listing, answer.url, answer.headers, answer.data, page_no, desc)
 
+        async def fetch(url: str, page_no: int) -> Page:
+            if dialect is not None:
+                page = await dialect.fetch(client, listing, url, page_no)
+            else:
+                page = await read(url, page_no)
+            listing.pages += 1
+            return page
+
         try:
-            done = await walk(
-                fetch,
-                first,
-                paginator,
-                incremental=desc,
-                max_wave=self.client.concurrency,
-                max_pages=resource.max_pages,
-                label=label,
-            )
+            # None: the dialect's probe failed as a first page would (the outcome is set)
+            known = await dialect.probe(client, listing) if dialect is not None else []
+            if known is not None:
+                first = (
+                    dialect.first_url(listing)  # at the size the probe planned
+                    if dialect is not None
+                    else paginator.first_url(self._first_url(listing))
+                )
+                done = await walk(
+                    fetch,
+                    first,
+                    paginator,
+                    incremental=desc,
+                    max_wave=client.concurrency,
+                    max_pages=resource.max_pages,
+                    label=label,
+                    known=known,
+                )
+                listing.failed += done.failed
+                listing.complete, listing.stop_reason = done.complete, done.stop_reason
+                if done.malformed and dialect is None:
+                    listing.error = done.stop_reason
+                if dialect is not None:
+                    await dialect.close(client, listing)
         except AuthError:
             raise
         except TerminalError as exc:
-            listing.error = str(exc)
-            return
-        listing.pages, listing.failed = done.pages, done.failed
-        listing.complete, listing.stop_reason = done.complete, done.stop_reason
-        if done.malformed:
-            listing.error = done.stop_reason
+            listing.error, listing.error_kind = str(exc), type(exc).__name__
+        if dialect is not None:
+            await dialect.done(client, listing)
 
     def _read(
         self,
@@ -454,6 +483,17 @@ def apply_steps(
                 url=url,
             )
     return record
+
+
+async def _together(jobs: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run ``jobs`` concurrently; when one raises (a rejected credential), the others
+    are cancelled, not left running on a client that is being closed."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 def _auto_sized(resource: Resource) -> bool:
@@ -659,11 +699,11 @@ async def _fetch(
         client.shared = shared.slots
         client.governor.shared = shared.budget
     runner: SourceRun | None = None
-    summary: RestSummary | None = None
+    dialect: github.GitHubDialect | None = None
     try:
         async with client.http:
             if source.client.dialect == "github":
-                summary = await github.run_repos(
+                dialect = await github.plan(
                     settings,
                     source,
                     client,
@@ -671,13 +711,19 @@ async def _fetch(
                     priors=priors,
                     full_refresh=full_refresh,
                 )
-            else:
-                runner = SourceRun(
-                    settings, source, client, state, run_id=run_id, full_refresh=full_refresh
-                )
-                await runner.run()
+            runner = SourceRun(
+                settings,
+                source,
+                client,
+                state,
+                run_id=run_id,
+                full_refresh=full_refresh,
+                dialect=dialect,
+            )
+            await runner.run()
     finally:
-        if runner is not None:
+        # a dialect stores each listing's result as it ends (GitHubDialect.done)
+        if runner is not None and dialect is None:
             for listings in runner.listings.values():
                 for listing in listings:
                     if not listing.resource.selected:
@@ -701,7 +747,7 @@ async def _fetch(
             run_id,
             f"rest-{source.name}{run.part}",
             # a dialect's listings stage their own requests as each ends
-            github.unstored(client) if runner is None else client.requests,
+            github.unstored(client) if dialect is not None else client.requests,
             HostWindow(
                 host=run.host,
                 window_size=size,
@@ -714,16 +760,17 @@ async def _fetch(
             if settings.http.adaptive
             else None,
         )
-    if isinstance(summary, GitHubSummary):
+    assert runner is not None
+    if dialect is not None:
+        pulls = dialect.summary(client, [x for xs in runner.listings.values() for x in xs])
         if shared is not None:
-            summary.shared_limit = shared.slots.name
-            summary.shared_round_trips = shared.round_trips
-        summary.schema_changes = store.staged_schema_changes(
+            pulls.shared_limit = shared.slots.name
+            pulls.shared_round_trips = shared.round_trips
+        pulls.schema_changes = store.staged_schema_changes(
             settings.location, run_id, store.is_pull_table
         )
-        summary.seconds = time.perf_counter() - started
-        return summary
-    assert runner is not None
+        pulls.seconds = time.perf_counter() - started
+        return pulls
     summary = summarize(runner, client, time.perf_counter() - started)
     summary.schema_changes = store.staged_schema_changes(
         settings.location, run_id, store.source_tables(source.name)

@@ -14,14 +14,17 @@ import httpx
 import pytest
 
 from dev.servers.github import link_header
+from ingest.rest import store
 from ingest.rest.client import RestClient
 from ingest.rest.engine import Page, walk
-from ingest.rest.github import LISTING_MOVED, SyncOptions, sync_repos
+from ingest.rest.github import LISTING_MOVED, GitHubDialect, SyncOptions, github_source
 from ingest.rest.paging import LinkHeaderPaginator
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
-from ingest.rest.records import RepoState
+from ingest.rest.records import RepoResult, RepoState
+from ingest.rest.run import SourceRun
 from ingest.rest.sizing import LatencyModel, SizePlanner, plan_per_page
 from ingest.rest.window import AdaptiveWindow
+from ingest.settings import Settings
 
 MODEL = LatencyModel(0.08, 0.008)  # the devserver's 80 ms + 8 ms per item
 
@@ -198,6 +201,25 @@ def github_client(handler: Any) -> RestClient:
         RetryPolicy(2, 0.001, 0.002),
         window=AdaptiveWindow(initial=4, maximum=100, ramp=0.001),
     )
+
+
+async def sync_repos(
+    gh: RestClient, repos: list[str], opts_for: Any, priors: dict[str, RepoState]
+) -> list[RepoResult]:
+    """The repositories' listings, paged by the one run class with the GitHub dialect's
+    hooks (nothing stored: the dialect is given no ``on_result``)."""
+    settings = Settings()
+    run = SourceRun(
+        settings,
+        github_source(settings, repos, base_url="https://api.test"),
+        gh,
+        store.SourceState(),
+        run_id="r1",
+        full_refresh=False,
+        dialect=GitHubDialect(repos, opts_for, priors),
+    )
+    await run.run()
+    return [x.own.result for x in run.listings["pulls"]]
 
 
 def sync(handler: Any, repos: list[str]) -> tuple[list[Any], SizePlanner]:
