@@ -123,14 +123,16 @@ def tables(lines: list[str]) -> dict[str, dict[str, dict[str, float]]]:
     last in others: each side's run adds one section, so there is one)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
     header: list[str] | None = None
-    key = ""
+    key = heading = ""
     for line in lines:
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()  # tables of one header under two headings
         if not line.startswith("|"):
             header = None
             continue
         cells = [c.strip().strip("*`") for c in line.strip().strip("|").split("|")]
         if header is None:
-            header, key = cells, " / ".join(cells[:3])
+            header, key = cells, " / ".join([heading[:40], *cells[:2]]).strip(" /")
             found.setdefault(key, {})
             continue
         if all(set(c) <= set("-: ") for c in cells):
