@@ -101,7 +101,9 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             data = scratch / folder.replace(", at ", "-at-")
             args = [py, "-m", "cli.main", "s3", "--bucket", BUCKET, "--prefix", prefix]
             args += ["--endpoint-url", s3.url, "--data-dir", str(data)]
-            return Command("", args, env, cwd)
+            # Each tree's own code in the command and in any process it starts (an inherited
+            # PYTHONPATH, or the installed checkout, would otherwise win in a child).
+            return Command("", args, {**env, "PYTHONPATH": str(cwd)}, cwd)
 
         def new_home(r: int) -> dict[str, str]:
             return {**base, "PREFECT_HOME": str(scratch / f"new-home-{r}")}
