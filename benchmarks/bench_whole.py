@@ -7,7 +7,9 @@ contender) holding the object set of ``benchmarks.bench_s3`` (2,000 objects of r
 bytes, a ~30 KB median and five of 5-15 MB: 123 MB), and one real ``prefect server start``
 (SQLite under a temporary ``PREFECT_HOME``, as a deployment has). Then, ``--rounds`` times,
 the commands interleaved round by round, each a fresh child process with
-``PYTHONDONTWRITEBYTECODE=1`` (as on these machines and in CI):
+``PYTHONDONTWRITEBYTECODE=1`` (as on these machines and in CI), and each measured tree's
+packages compiled to bytecode first, as an install compiles them (the image's ``uv sync
+--no-editable`` with ``UV_COMPILE_BYTECODE=1``) and as Prefect's are for ``import prefect``:
 
 * ``import prefect``: the floor of any command that runs a Prefect flow;
 * ``no-op``: ``ingest s3`` over an empty prefix, against the running server;
@@ -15,6 +17,9 @@ the commands interleaved round by round, each a fresh child process with
   the first round filled), against the running server;
 * ``first run``: ``ingest s3`` over the 2,000 objects into a new data folder each round,
   with text extraction (the default), against the running server;
+* ``no-op, this tree uncompiled``: the no-op from a checkout of this commit without
+  bytecode (every command compiles the project's modules again; ``--no-source-case``
+  leaves it out);
 * ``s5cmd cp``: the same 2,000 objects into a new folder each round;
 * ``no-op, no API``: the command starts its own local server, on a Prefect home that
   exists (a later command), and on a new, empty one each round (a new machine's first
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -51,6 +57,7 @@ WORK = Path(__file__).resolve().parent / ".work"
 OBJECTS = 2000
 LARGE = 5
 LATENCY_MS = 20
+PACKAGES = ("ingest", "flows", "tasks", "deployments", "cli", "sources", "dev")
 
 
 @dataclass
@@ -95,13 +102,22 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         trees = {"": ROOT}
         if a.before:
             trees[f", at {a.before}"] = stack.enter_context(checkout(a.before))
+        # Each tree's packages compiled, as an install compiles them (the image's `uv sync
+        # --no-editable` with UV_COMPILE_BYTECODE=1) and as Prefect's are for `import
+        # prefect`: a checkout under PYTHONDONTWRITEBYTECODE=1 otherwise compiles its
+        # ~15,000 lines again in every command (~0.07 s of CPU). One case keeps it in view.
+        for tree in trees.values():
+            compile_packages(tree)
+        source_only = stack.enter_context(checkout("HEAD")) if a.source_case else None
 
         def ingest(env: dict[str, str], prefix: str, folder: str, cwd: Path) -> Command:
             # Folder names without spaces: an old revision could not open a lake in such a path.
             data = scratch / folder.replace(", at ", "-at-")
             args = [py, "-m", "cli.main", "s3", "--bucket", BUCKET, "--prefix", prefix]
             args += ["--endpoint-url", s3.url, "--data-dir", str(data)]
-            return Command("", args, env, cwd)
+            # Each tree's own code in the command and in any process it starts (an inherited
+            # PYTHONPATH, or the installed checkout, would otherwise win in a child).
+            return Command("", args, {**env, "PYTHONPATH": str(cwd)}, cwd)
 
         def new_home(r: int) -> dict[str, str]:
             return {**base, "PREFECT_HOME": str(scratch / f"new-home-{r}")}
@@ -124,6 +140,13 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                     lambda r, t=tree, lb=label: ingest(served, "docs/", f"first{lb}-{r}", t),
                 ),
             ]
+        if source_only is not None:
+            cases.append(
+                Case(
+                    "no-op, this tree uncompiled",
+                    lambda r: ingest(served, "empty/", "noop-source", source_only),
+                )
+            )
         cases.append(
             Case(
                 "s5cmd cp",
@@ -179,6 +202,13 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
     return report(a, cases, total_mb)
 
 
+def compile_packages(tree: Path) -> None:
+    """Write the bytecode of ``tree``'s packages (``compileall`` writes it whatever
+    PYTHONDONTWRITEBYTECODE says; a module changed later is compiled again as usual)."""
+    folders = [str(tree / p) for p in PACKAGES if (tree / p).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True)
+
+
 def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str:
     by = {c.name: c for c in cases}
     floor = by["import prefect"].median or 0.0
@@ -217,7 +247,7 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             "",
             f"Machine: {machine()}; {a.rounds} rounds, commands interleaved; "
             f"{OBJECTS} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
-            "PYTHONDONTWRITEBYTECODE=1.",
+            "PYTHONDONTWRITEBYTECODE=1, each tree's packages compiled first.",
             "",
             "| command | median wall s | rounds s | against | failures |",
             "|---|---|---|---|---|",
@@ -238,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds per command (default 3)")
     p.add_argument("--before", help="also measure the ingest commands of this git revision")
+    p.add_argument(
+        "--no-source-case",
+        dest="source_case",
+        action="store_false",
+        help="skip the no-op of this commit's checkout without compiled bytecode",
+    )
     p.add_argument("--no-save", action="store_true", help="print only")
     a = p.parse_args(argv)
     return run_and_append(

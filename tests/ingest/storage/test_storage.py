@@ -5,6 +5,7 @@ migration of the old Parquet-folder layout."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import changes, listing, storage
+from ingest import changes, freshness, history, listing, storage
 from ingest.settings import Settings
 from ingest.storage import commit, lake, staging
 from ingest.storage.tables import SPECS, STATE_PARTS
@@ -621,3 +622,43 @@ def test_filling_a_state_table_created_empty_conflicts_with_a_concurrent_writer(
         ("a", "mine"),
         ("c", "mine"),
     ]
+
+
+def test_a_runs_own_records_commit_side_by_side_after_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run ends by committing its freshness row and its flow-run row (a no-op's
+    only commits): both after the rows they describe, and at the same time, not one
+    after another. Each of the two commits waits at a barrier for the other: committed in
+    turn, the first would wait alone until the barrier's timeout broke it."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    storage.stage(tmp_path, "run1", "s3_objects", "batch-0", [obj_row("a", "1", when=t0)])
+    night = freshness.SourceNight(
+        source="s3-ingest", target="s3://b/", state="completed", flow_run_id="run1"
+    )
+    freshness.record(tmp_path, [night], staged_by="run1")
+    history.record_flow_run(
+        tmp_path,
+        history.FlowRunRecord(
+            flow_run_id="run1", flow_name="s3-ingest", deployment_id="", started_at=t0
+        ),
+    )
+    records = {"source_freshness", "flow_runs"}
+    barrier = threading.Barrier(len(records), timeout=10)
+    events: list[tuple[str, str]] = []
+    original = commit._commit_table
+
+    def observed(data_dir: Any, run_id: str, run_name: str, table: str) -> int:
+        events.append(("start", table))
+        if table in records:
+            barrier.wait()  # BrokenBarrierError, raised by commit_run, if alone
+        rows = original(data_dir, run_id, run_name, table)
+        events.append(("end", table))
+        return rows
+
+    monkeypatch.setattr(commit, "_commit_table", observed)
+    report = storage.commit_run(tmp_path, "run1")
+    assert report.rows == {"s3_objects": 1, "source_freshness": 1, "flow_runs": 1}
+    assert events.index(("end", "s3_objects")) < min(events.index(("start", t)) for t in records)
+    assert q(tmp_path, "SELECT source, state FROM source_freshness") == [("s3-ingest", "completed")]
+    assert q(tmp_path, "SELECT flow_run_id FROM flow_runs") == [("run1",)]
