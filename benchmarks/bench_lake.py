@@ -92,13 +92,14 @@ def rows(n: int, text_chars: int) -> pa.Table:
 _peak = 0
 
 
-def run(con_sql: Callable[[], tuple[Any, str]], sql: str) -> list[Any]:
-    """Open the table and run ``sql``; ``_peak``: the Arrow bytes held once it is open
-    (a table read whole holds it all; a dataset holds nothing until scanned)."""
+def run(con_sql: Callable[[], tuple[Any, str]], sql: str, relations: duck.Relations) -> list[Any]:
+    """Open the table and run ``sql`` (in a connection with the lake session's
+    ``relations``); ``_peak``: the Arrow bytes held once it is open (a table read whole
+    holds it all; a dataset holds nothing until scanned)."""
     global _peak
     data, body = con_sql()
     _peak = pa.total_allocated_bytes()
-    with duck.connect() as con:
+    with duck.connect(relations=relations) as con:
         if data is not None:
             con.register("src", data)
         con.execute(f"CREATE TEMP VIEW t AS {body}")
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
                     pa.default_memory_pool().release_unused()
                     before = pa.total_allocated_bytes()
                     t = time.perf_counter()
-                    got = run(how, sql)
+                    got = run(how, sql, remote.relations)
                     walls.append(time.perf_counter() - t)
                     gets.append(server.stats().get("GET object", 0))
                     peaks.append(max(0, _peak - before))

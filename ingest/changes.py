@@ -212,7 +212,8 @@ class ListingDatabase:
     opens it again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, relations: duck.Relations | None = None) -> None:
+        self._relations = relations  # the run's lake session's (what its scans register)
         self._db: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
         self._once: dict[tuple[str, ...], Any] = {}
@@ -224,7 +225,8 @@ class ListingDatabase:
             if self._db is None:
                 self._db = duck.connect()
                 self._db.execute("SET parquet_metadata_cache = true")
-            return duck.with_relations(self._db.cursor())
+            con = self._db.cursor()
+        return self._relations.on(con) if self._relations is not None else con
 
     def once(self, key: tuple[str, ...], make: Callable[[], T]) -> T:
         """``make()`` once per ``key`` for all of the run's chunks."""

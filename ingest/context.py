@@ -71,7 +71,7 @@ class RunContext:
         self.lake_session = lake if lake is not None else LakeSession(settings.location)
         self.settings = settings.with_lake_session(self.lake_session)
         self.run_id = run_id
-        self.listing = ListingDatabase()
+        self.listing = ListingDatabase(self.lake_session.relations)
         self.claims = RunClaims()
         self._s3 = s3
         self._owns_s3 = s3 is None  # a connection handed in is its giver's to close

@@ -10,15 +10,15 @@ read again and again, stay cached where asked (``parquet_metadata_cache``).
 
 Nothing is downloaded at run time: extensions are never installed on demand
 (``autoinstall_known_extensions`` off). A lake on object storage is read
-through delta-rs, which hands DuckDB Arrow datasets: ``register_relation`` keeps
-them by name for the process, and every connection made here sees them, so a
-``storage.scan`` expression works in any of the library's connections. That
-table is kept by the process on purpose, not by a run: a name is derived from what
-it reads (a table's URI and version, a run's staged parts), so whoever asks for the
-same data again registers it again under the same name before using it; it holds
-lazy datasets (a few KB each), the newest ``RELATIONS_KEPT``; and the SQL that names
-them is handed to connections anywhere in the library, which could not all be given
-one run's table.
+through delta-rs, which hands DuckDB Arrow datasets: a ``Relations`` keeps them
+by name, and the connections made with it see them, so a ``storage.scan``
+expression works in any of them. A run's lake session holds its ``Relations``
+(``ingest.storage.location.LakeSession.relations``, gone when the session closes):
+the connections of a bound location (``LakeLocation.connect``), of its small
+queries and of the run's listing database are made with them. A name is derived
+from what it reads (a table's URI and version, a run's staged parts), so whoever
+asks for the same data again registers it again under the same name before using
+it; a ``Relations`` keeps lazy datasets (a few KB each), the newest ``RELATIONS_KEPT``.
 
 A new database costs ~15 ms (more on a busy machine), most of a small query's time:
 a run's end asks a dozen small ones (its stage table, the previous run, stored
@@ -45,56 +45,70 @@ SETTINGS: dict[str, Any] = {
 }
 RELATIONS_KEPT = 256  # Arrow relations kept registered (datasets are lazy: a few KB each)
 
-_relations: OrderedDict[str, Any] = OrderedDict()
-_relations_lock = threading.Lock()
+
+class Relations:
+    """Arrow tables and datasets registered by name (see the module doc), the newest
+    ``RELATIONS_KEPT``; ``on`` registers them with a connection. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._data: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def register(self, identity: str, data: Any) -> str:
+        """Keep ``data`` under a name derived from ``identity`` for the connections made
+        with these relations from now on; returns the name."""
+        name = "arrow_" + hashlib.sha1(identity.encode()).hexdigest()[:16]
+        with self._lock:
+            self._data[name] = data
+            self._data.move_to_end(name)
+            while len(self._data) > RELATIONS_KEPT:
+                self._data.popitem(last=False)
+        return name
+
+    def on(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """``con`` (a connection or a cursor: registrations are per connection) with the
+        relations registered."""
+        with self._lock:
+            relations = list(self._data.items())
+        for name, data in relations:
+            con.register(name, data)
+        return con
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
 
 
-def register_relation(identity: str, data: Any) -> str:
-    """Keep ``data`` (an Arrow table or dataset) registered under a name derived from
-    ``identity`` in every connection made by ``connect`` from now on; returns the name."""
-    name = "arrow_" + hashlib.sha1(identity.encode()).hexdigest()[:16]
-    with _relations_lock:
-        _relations[name] = data
-        _relations.move_to_end(name)
-        while len(_relations) > RELATIONS_KEPT:
-            _relations.popitem(last=False)
-    return name
-
-
-def with_relations(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """``con`` (a connection or a cursor: registrations are per connection) with the
-    registered Arrow relations."""
-    with _relations_lock:
-        relations = list(_relations.items())
-    for name, data in relations:
-        con.register(name, data)
-    return con
-
-
-def connect(database: str = ":memory:", **settings: Any) -> duckdb.DuckDBPyConnection:
-    """``duckdb.connect`` with the library's settings (plus ``settings``), with the
-    registered Arrow relations."""
-    return with_relations(duckdb.connect(database, config={**SETTINGS, **settings}))
+def connect(
+    database: str = ":memory:", *, relations: Relations | None = None, **settings: Any
+) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect`` with the library's settings (plus ``settings``), with
+    ``relations`` registered (a lake session's: ``LakeLocation.connect``)."""
+    con = duckdb.connect(database, config={**SETTINGS, **settings})
+    return relations.on(con) if relations is not None else con
 
 
 class SmallQueries:
     """One in-memory database for a run's small queries (see the module doc), opened on
-    the first ``cursor``, closed by ``close``. A forked child opens its own. Thread-safe."""
+    the first ``cursor``, closed by ``close``, its connections made with ``relations``
+    (its lake session's). A forked child opens its own. Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, relations: Relations | None = None) -> None:
+        self._relations = relations
         self._db: tuple[int, duckdb.DuckDBPyConnection] | None = None
         self._closed = False
         self._lock = threading.Lock()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A connection of the database, with the registered Arrow relations. Close it when
-        done (``with``); the database stays."""
+        """A connection of the database, with its relations. Close it when done (``with``);
+        the database stays."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the database for small queries is closed")
             if self._db is None or self._db[0] != os.getpid():
                 self._db = (os.getpid(), duckdb.connect(":memory:", config=dict(SETTINGS)))
-            return with_relations(self._db[1].cursor())
+            con = self._db[1].cursor()
+        return self._relations.on(con) if self._relations is not None else con
 
     def close(self) -> None:
         with self._lock:
@@ -105,7 +119,7 @@ class SmallQueries:
 
 
 def cursor(queries: SmallQueries | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection for a small query, with the registered Arrow relations: a cursor of
-    ``queries`` (a run's: ``LakeLocation.queries``), else a database of its own. Close it
+    """A connection for a small query: a cursor of ``queries`` (a run's, with its lake
+    session's relations: ``LakeLocation.queries``), else a database of its own. Close it
     when done (``with``)."""
     return queries.cursor() if queries is not None else connect()

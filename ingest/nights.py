@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest import duck, storage
-from ingest.storage.location import DataDir
+from ingest import storage
+from ingest.storage.location import DataDir, locate
 from ingest.timing import human_bytes
 
 NIGHTS = 14
@@ -70,7 +70,7 @@ def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGH
             FROM {source}
         ) WHERE n <= ? ORDER BY source, checked_at
     """
-    with duck.connect() as con:
+    with locate(data_dir).connect() as con:
         cur = con.execute(sql, [nights])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
@@ -107,7 +107,7 @@ def stage_walls(data_dir: DataDir, flow_run_ids: Sequence[str]) -> dict[str, dic
         GROUP BY flow_run_id, task_name
     """
     out: dict[str, dict[str, float]] = {}
-    with duck.connect() as con:
+    with locate(data_dir).connect() as con:
         for run_id, stage, wall in con.execute(sql, [list(flow_run_ids)]).fetchall():
             out.setdefault(run_id, {})[stage] = float(wall or 0)
     return out

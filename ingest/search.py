@@ -42,7 +42,7 @@ from typing import Any
 
 import duckdb
 
-from ingest import duck, storage
+from ingest import storage
 from ingest.storage.location import DataDir
 
 _CJK = "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -139,7 +139,7 @@ def refresh_index(data_dir: DataDir, *, batch_rows: int = 2000) -> int:
             QUALIFY row_number() OVER (PARTITION BY bucket, key ORDER BY extracted_at DESC) = 1
         """
         indexed = 0
-        with duck.connect() as dcon:
+        with lake.connect() as dcon:
             cur = dcon.execute(sql)
             while rows := cur.fetchmany(batch_rows):
                 with con:

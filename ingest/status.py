@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest import duck, freshness, storage
-from ingest.storage.location import DataDir
+from ingest import freshness, storage
+from ingest.storage.location import DataDir, locate
 
 
 def freshness_now(data_dir: DataDir, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ def last_nights(data_dir: DataDir, count: int = 7) -> list[dict[str, Any]]:
         WHERE n.flow_name = 'nightly'
         GROUP BY ALL ORDER BY n.started_at DESC LIMIT ?
     """
-    with duck.connect() as con:
+    with locate(data_dir).connect() as con:
         cur = con.execute(sql, [count])
         cols = [d[0] for d in cur.description or ()]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

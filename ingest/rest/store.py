@@ -79,7 +79,7 @@ def stored_records(data_dir: DataDir, table: str) -> list[tuple[str, Any]]:
     if storage.open_table(data_dir, table) is None:
         return []
     relation = storage.scan(data_dir, table)  # before connecting: see load_window
-    with duck.connect() as con:
+    with locate(data_dir).connect() as con:
         rows = con.execute(f"SELECT key, data FROM {relation}").fetchall()
     return [(key, json.loads(data)) for key, data in rows if data]
 
@@ -100,7 +100,8 @@ def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> se
     relation = storage.scan(data_dir, table)  # before connecting: see load_window
     # a few keys (an incremental listing's) are a small query: the run's database
     small = len(fetched) <= 1_000
-    with duck.cursor(locate(data_dir).queries) if small else duck.connect() as con:
+    loc = locate(data_dir)
+    with duck.cursor(loc.queries) if small else loc.connect() as con:
         stored = con.execute(
             f"SELECT key, data FROM {relation} WHERE key IN (SELECT unnest(?))", [list(fetched)]
         ).fetchall()

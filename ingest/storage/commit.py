@@ -35,9 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest import duck
 from ingest.storage import evolve, lake, staging
-from ingest.storage.location import DataDir, files
+from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import (
     RESOURCE_SEPARATOR,
     SCHEMAS,
@@ -318,7 +317,7 @@ def _deletions(data_dir: DataDir, table: str, rows: pa.Table, said: dict[str, An
         relation = warehouse.table_sql(data_dir, table)
         same = " AND ".join(f't."{c}" = i."{c}"' for c in merge_key)
         runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
-        with duck.connect() as con:
+        with locate(data_dir).connect() as con:
             con.register("incoming", rows.select(merge_key))
             stale = con.execute(
                 f"SELECT t.key FROM ({relation}) t WHERE EXISTS "

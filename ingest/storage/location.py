@@ -30,14 +30,17 @@ from the source bucket's settings. Keys never appear in a repr, log or error.
 
 They are resolved by a ``LakeSession``: what one run holds open to reach and query
 its lake (the credentials, region and boto3 client of an ``s3://`` lake, whether the
-bucket was checked, a DuckDB database for small queries), opened by the run's
-context (``ingest.context``) and closed at the run's end, so a run resolves a
-rotated key or a changed block again instead of a process keeping the first it
-saw. A location bound to a session (``LakeLocation.bound``, what ``Settings.lake``
-gives for the run's settings, or a command's) uses it; an unbound one resolves what
+bucket was checked, a DuckDB database for small queries, the Arrow relations its
+scans register), opened by the run's context (``ingest.context``) and closed at the
+run's end, so a run resolves a rotated key or a changed block again instead of a
+process keeping the first it saw. A location bound to a session
+(``LakeLocation.bound``, what ``Settings.lake`` gives for the run's settings, or a
+command's) uses it; an unbound one resolves what
 it needs on each use (the options ~10 ms, a boto3 client for a file operation far
-more), so a caller that makes many calls binds one. A session never leaves its
-process: a pickled location arrives unbound.
+more), so a caller that makes many calls binds one. A query over a lake on object storage
+needs a session (its relations): a public entry point reached from outside a run
+opens one for the call (``bound_for_call``). A session never leaves its process: a
+pickled location arrives unbound.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,6 +115,28 @@ class LakeLocation:
         return self.session.queries if self.session is not None else None
 
     @property
+    def relations(self) -> Any:
+        """The session's Arrow relations (``ingest.duck.Relations``): where a scan of a lake
+        on object storage registers what it reads, and what the connections that run the
+        scan see. None for a local lake (its scans read files by name). An unbound remote
+        location has none to give: a clear error, not a scan no connection could run."""
+        if not self.remote:
+            return None
+        if self.session is None:
+            raise RuntimeError(
+                f"{self.root}: a lake on object storage is queried through a lake session "
+                "(LakeLocation.bound, Settings.with_lake_session)"
+            )
+        return self.session.relations
+
+    def connect(self, database: str = ":memory:", **settings: Any) -> Any:
+        """A DuckDB connection (``ingest.duck.connect``) that sees this lake's relations:
+        for a query over a ``storage.scan`` expression."""
+        from ingest import duck
+
+        return duck.connect(database, relations=self.relations, **settings)
+
+    @property
     def remote(self) -> bool:
         return self.root.startswith(SCHEME)
 
@@ -150,6 +176,23 @@ def locate(data_dir: DataDir | str) -> LakeLocation:
         raise ValueError(f"{data_dir}: build the LakeLocation from the settings (Settings.lake)")
     path = Path(data_dir)
     return LakeLocation(root=str(path), local_dir=path)
+
+
+@contextmanager
+def bound_for_call(data_dir: DataDir | str) -> Iterator[LakeLocation]:
+    """The location of ``data_dir``, bound for the call: its own session when it has one,
+    else (a lake on object storage reached from outside a run, as a library user's
+    ``storage.query`` is) a session opened here and closed after it. What a connection
+    made inside holds (its relations, delta-rs's datasets) outlives the session."""
+    loc = locate(data_dir)
+    if not loc.remote or loc.session is not None:
+        yield loc
+        return
+    session = LakeSession(loc)
+    try:
+        yield loc.bound(session)
+    finally:
+        session.close()
 
 
 def parse_root(value: str) -> str:
@@ -204,13 +247,15 @@ class LakeSession:
     """What one run holds open to reach and query its lake (see the module docstring):
     the resolved credentials, region and boto3 client of an ``s3://`` lake (on first use;
     none for a local lake), whether its bucket was checked, and a DuckDB database for
-    small queries (``ingest.duck.SmallQueries``, on first use). ``close`` closes the client
-    and the database; a closed session refuses to be used. Thread-safe."""
+    small queries (``ingest.duck.SmallQueries``, on first use) and the Arrow relations its
+    scans register (``ingest.duck.Relations``). ``close`` closes the client and the
+    database and drops the relations; a closed session refuses to be used. Thread-safe."""
 
     def __init__(self, location: LakeLocation) -> None:
         self.location = location.bound(None)
         self._resolved: _Resolved | None = None
         self._queries: Any = None
+        self._relations: Any = None
         self._closed = False
         self._lock = threading.Lock()
 
@@ -238,8 +283,23 @@ class LakeSession:
         with self._lock:
             self._check_open()
             if self._queries is None:
-                self._queries = duck.SmallQueries()
+                self._queries = duck.SmallQueries(self._relations_now())
             return self._queries
+
+    @property
+    def relations(self) -> Any:
+        """The run's Arrow relations (``ingest.duck.Relations``): what scans of the lake
+        register, for the connections made with them (see ``ingest.duck``)."""
+        with self._lock:
+            self._check_open()
+            return self._relations_now()
+
+    def _relations_now(self) -> Any:
+        from ingest import duck
+
+        if self._relations is None:
+            self._relations = duck.Relations()
+        return self._relations
 
     def _check_open(self) -> None:
         if self._closed:
@@ -251,6 +311,9 @@ class LakeSession:
             self._closed = True
             resolved, self._resolved = self._resolved, None
             queries, self._queries = self._queries, None
+            relations, self._relations = self._relations, None
+        if relations is not None:
+            relations.clear()
         if resolved is not None:
             resolved.close()
         if queries is not None:

@@ -37,7 +37,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ingest import duck
 from ingest.storage import evolve
 from ingest.storage.location import DataDir, LocalFiles, files, locate
 from ingest.storage.tables import SCHEMAS, evolving
@@ -170,7 +169,7 @@ def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:
         listing = ", ".join("'" + loc.uri(k).replace("'", "''") + "'" for k in keys)
         return f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
     rows = read_parts(loc, keys, table)
-    name = duck.register_relation(f"staged:{loc.root}:{run_id}:{table}:{len(keys)}", rows)
+    name = loc.relations.register(f"staged:{loc.root}:{run_id}:{table}:{len(keys)}", rows)
     return f'SELECT * FROM "{name}"'
 
 

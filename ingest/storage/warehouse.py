@@ -29,7 +29,7 @@ file for ``vacuum_retention_hours`` (7 days by default) after it left the table.
 A lake on object storage (``s3://``) is read through delta-rs: the table's
 current version as a pyarrow dataset (its log decides the files; delta-rs's own
 object-store client reads them, with DuckDB's filters and column choice pushed
-down), registered with every library connection (``duck.register_relation``).
+down), registered with the run's lake session (``LakeSession.relations``, see ``ingest.duck``).
 DuckDB needs no extension for it, so nothing is downloaded at run time; the
 figures are in ``benchmarks/lake.md``. The stock ``duckdb`` CLI cannot read
 ``s3://`` Delta tables without the ``httpfs`` and ``delta`` extensions, which it
@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from ingest import duck
 from ingest.storage import evolve, lake
-from ingest.storage.location import DataDir, locate
+from ingest.storage.location import DataDir, bound_for_call, locate
 from ingest.storage.tables import SPECS, TableSpec, evolving
 
 T = TypeVar("T")
@@ -232,7 +232,7 @@ def table_sql(data_dir: DataDir, table: str, prune: lake.Prune | None = None) ->
     if dt is None:
         return view_sql(spec, [])
     dataset = arrow_dataset(dt, spec)
-    name = duck.register_relation(f"{dt.table_uri}@{dt.version()}", dataset)
+    name = loc.relations.register(f"{dt.table_uri}@{dt.version()}", dataset)
     return arrow_view_sql(spec, name, dataset.schema if evolving(table) else None)
 
 
@@ -254,7 +254,7 @@ def files_sql(data_dir: DataDir, table: str, uris: list[str]) -> str:
     fragments = [f for f in whole.get_fragments() if f"{root}/{f.path}" in wanted]
     some = pads.FileSystemDataset(fragments, whole.schema, whole.format, whole.filesystem)
     identity = hashlib.sha256("\n".join(sorted(wanted)).encode()).hexdigest()
-    return f'SELECT * FROM "{duck.register_relation(f"files:{root}:{identity}", some)}"'
+    return f'SELECT * FROM "{loc.relations.register(f"files:{root}:{identity}", some)}"'
 
 
 def views(data_dir: DataDir, *, stored: bool = False) -> dict[str, str]:
@@ -288,9 +288,9 @@ def create_views(con: duckdb.DuckDBPyConnection, data_dir: DataDir, *, temp: boo
 
 def connect(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per table at its current version."""
-    locate(data_dir)  # before the relations are registered
-    bodies = views(data_dir)
-    con = duck.connect()
+    with bound_for_call(data_dir) as loc:
+        bodies = views(loc)  # before connecting: the connection sees what they register
+        con = loc.connect()
     for name, body in bodies.items():
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {body}')
     return con
@@ -423,8 +423,10 @@ def snapshot_warehouse(data_dir: DataDir) -> dict[str, int]:
     tmp = db.with_name(f".{WAREHOUSE}.tmp")
     tmp.unlink(missing_ok=True)
     counts: dict[str, int] = {}
-    bodies = views(loc)
-    with duck.connect(str(tmp)) as con:
+    with bound_for_call(loc) as bound:
+        bodies = views(bound)
+        con = bound.connect(str(tmp))
+    with con:
         for name, body in bodies.items():
             con.execute(f'CREATE TABLE "{name}" AS {body}')
             row = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()

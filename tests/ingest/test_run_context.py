@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from prefect import flow
 
@@ -239,3 +240,42 @@ def test_closing_the_context_closes_its_lake_session_not_a_given_one(
         assert ctx.lake.storage_options() == given.storage_options()
     assert not given.closed and given.storage_options()
     given.close()
+
+
+def test_a_scan_of_an_object_store_lake_is_seen_by_its_own_runs_connections_only(
+    lake_settings: Settings,
+) -> None:
+    """What a scan of a lake on object storage registers belongs to the run's lake
+    session: that run's connections see it, another run's do not, and it goes with the
+    session; an unbound location refuses to scan instead of naming a relation no
+    connection has."""
+    loc = lake_settings.location
+    storage.lake.merge(loc, "flow_runs", _flow_runs_rows(3))
+    with context.RunContext(lake_settings, "a") as a, context.RunContext(lake_settings, "b") as b:
+        relation = storage.scan(a.lake, "flow_runs")
+        with a.lake.connect() as con:
+            assert con.execute(f"SELECT count(*) FROM {relation}").fetchall() == [(3,)]
+        with duck.cursor(a.lake.queries) as con:
+            assert con.execute(f"SELECT count(*) FROM {relation}").fetchall() == [(3,)]
+        with b.lake.connect() as con, pytest.raises(duckdb.CatalogException):
+            con.execute(f"SELECT count(*) FROM {relation}")
+        with a.listing.cursor() as con:  # the run's listing database: the run's relations
+            assert con.execute(f"SELECT count(*) FROM {relation}").fetchall() == [(3,)]
+    with pytest.raises(RuntimeError, match="closed"):
+        _ = a.lake_session.relations
+    with pytest.raises(RuntimeError, match="through a lake session"):
+        storage.scan(loc, "flow_runs")
+    # A library user's query from outside a run: a session for the call.
+    assert storage.query(loc, "SELECT count(*) FROM flow_runs")[1] == [(3,)]
+
+
+def _flow_runs_rows(n: int) -> Any:
+    import pyarrow as pa
+
+    from ingest.storage.tables import SCHEMAS
+
+    schema = SCHEMAS["flow_runs"]
+    rows = [{f.name: None for f in schema} for _ in range(n)]
+    for i, row in enumerate(rows):
+        row.update(flow_run_id=f"run-{i}", flow_name="s3-ingest", state="completed")
+    return pa.Table.from_pylist(rows, schema=schema)
