@@ -27,8 +27,9 @@ to the run, not to a batch.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import Annotated, Any, Literal, cast
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Annotated, Any, Literal, NamedTuple, cast
 
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
@@ -189,9 +190,7 @@ def s3_ingest(
     ] = None,
 ) -> RunSummary:
     started = time.perf_counter()
-    worker = Settings()
     settings = run_settings(
-        worker,
         data_dir,
         s3_endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
         s3_concurrency=concurrency,
@@ -200,8 +199,7 @@ def s3_ingest(
         keep_files=keep_files if not keep_files else None,
         task_runner=task_runner,
     )
-    security.check_data_dirs(worker, settings, deployment_defaults())
-    run_id = str(flow_run.id or "local")
+    run_id, target = str(flow_run.id or "local"), f"s3://{bucket}/{prefix}"
     spec = list_spec(
         settings,
         run_id,
@@ -216,60 +214,68 @@ def s3_ingest(
         inventory=inventory if listing == "inventory" else None,
         inventory_listing=listing == "inventory",
     )
-
-    # A batch is one task (download and extraction on the same worker) when it may run on
-    # another machine or its files do not stay in a local folder a later task could read.
-    whole_batches = settings.task_runner == "dask" or not settings.files_stay_local
-
-    with ExitStack() as stack:
-        # What the run holds open (its lake session, its S3 connection, its listing
-        # database), closed at its end, last; its tasks find it by the run's id
-        # (ingest.context), and its settings reach the lake through its session.
-        ctx = stack.enter_context(context.opened(settings, run_id))
-        settings = ctx.settings
-        # One run at a time per bucket and prefix in this lake (INGEST_S3_SAME_TARGET).
-        skipped = stack.enter_context(hold_target(settings, f"s3://{bucket}/{prefix}", run_id))
-        if skipped is not None:
-            return RunSummary(run_id=run_id, note=skipped)
-        stack.enter_context(run_staging(settings, run_id))
-        runner = stack.enter_context(batch_runner(settings, BATCH_THREADS, run_id=run_id))
+    with opened_run(settings, run_id, target) as run:
+        if run.skipped is not None:  # another live run holds the target
+            return RunSummary(run_id=run_id, note=run.skipped)
+        settings = run.ctx.settings
         check_bucket(settings, run_id, bucket)
         prepare_storage(settings, run_id)
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
         # runs beside the listing, which waits on the network: nothing of the run is
         # committed before it ends, and the listing reads the state's files as they were.
         upkeep = start_upkeep(settings, list(S3_TABLES))
-        shards = plan_listing(settings, spec)
-
-        # On a cluster the workers, not this process, decide how many batches run at once.
-        ahead = None if settings.task_runner == "dask" else BATCHES_AHEAD - 1
         summary = schedule(
-            shards,
-            batch_steps(ctx, spec, runner, extract=extract, whole=whole_batches),
+            plan_listing(settings, spec),
+            batch_steps(run.ctx, spec, run.runner, extract=extract),
             RunSummary(run_id=run_id),
-            ahead=ahead,
+            # On a cluster the workers, not this process, decide how many batches run at once.
+            ahead=None if settings.task_runner == "dask" else BATCHES_AHEAD - 1,
         )
-        ctx.listing.close()  # the listing is compared: its database's memory goes back
+        run.ctx.listing.close()  # the listing is compared: its database's memory goes back
         if upkeep is not None:  # none was due
             upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
         summary = publish_and_commit(
             settings,
             run_id,
-            lambda: publish_summary(
-                settings, summary, f"s3-ingest s3://{bucket}/{prefix}", f"s3://{bucket}/{prefix}"
-            ),
+            lambda: publish_summary(settings, summary, f"s3-ingest {target}", target),
         )
-
     check_failed_share(settings, summary)
     return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
 
 
-def run_settings(worker: Settings, data_dir: str | None, **given: Any) -> Settings:
+def run_settings(data_dir: str | None, **given: Any) -> Settings:
     """The run's settings: the worker's, with the run's parameters that were given (by the
-    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder."""
+    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder,
+    refused when the deployment's data folders forbid them (``ingest.security``)."""
+    worker = Settings()
     settings = worker.updated(**{k: v for k, v in given.items() if v is not None})
-    return settings.with_data_dir(data_dir)
+    settings = settings.with_data_dir(data_dir)
+    security.check_data_dirs(worker, settings, deployment_defaults())
+    return settings
+
+
+class OpenRun(NamedTuple):
+    ctx: context.RunContext
+    runner: Any  # the batches' task runner
+    skipped: str | None  # why the run ends at once: another live run holds its target
+
+
+@contextmanager
+def opened_run(settings: Settings, run_id: str, target: str) -> Iterator[OpenRun]:
+    """What the run holds open for its block, closed at its end: its context (lake
+    session, S3 connection, listing database: ``ingest.context``, where its tasks find
+    it by the run's id), its lease on ``target`` (one run at a time per bucket and prefix
+    in this lake, ``INGEST_S3_SAME_TARGET``), its staging and the batches' runner."""
+    with ExitStack() as stack:
+        ctx = stack.enter_context(context.opened(settings, run_id))
+        skipped = stack.enter_context(hold_target(ctx.settings, target, run_id))
+        if skipped is not None:
+            yield OpenRun(ctx, None, skipped)
+            return
+        stack.enter_context(run_staging(ctx.settings, run_id))
+        runner = stack.enter_context(batch_runner(ctx.settings, BATCH_THREADS, run_id=run_id))
+        yield OpenRun(ctx, runner, None)
 
 
 def list_spec(
@@ -321,13 +327,14 @@ def check_failed_share(settings: Settings, summary: RunSummary) -> None:
         )
 
 
-def batch_steps(
-    ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool, whole: bool
-) -> Steps:
+def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool) -> Steps:
     """The run's tasks as ``schedule`` submits them: the listing and comparison on the
-    flow's threads, the batches on ``runner``; ``whole``: one ``fetch-batch`` per batch
-    (download and extraction together), else ``download-batch`` then ``extract-batch``."""
+    flow's threads, the batches on ``runner``. A batch is one ``fetch-batch`` (download
+    and extraction together) when it may run on another machine or its files do not stay
+    in a local folder a later task could read, else ``download-batch`` then
+    ``extract-batch``."""
     settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
+    whole = settings.task_runner == "dask" or not settings.files_stay_local
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch
