@@ -1,0 +1,65 @@
+"""The views' column types told by Arrow alone are the ones DuckDB gives."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from ingest.storage.tables import SCHEMAS
+from ingest.storage.warehouse import _duck_types, duck_type
+
+MORE = [
+    pa.int8(),
+    pa.uint8(),
+    pa.uint16(),
+    pa.uint32(),
+    pa.uint64(),
+    pa.float32(),
+    pa.large_string(),
+    pa.string_view(),
+    pa.binary(),
+    pa.large_binary(),
+    pa.date32(),
+    pa.timestamp("s"),
+    pa.timestamp("ms"),
+    pa.timestamp("us"),
+    pa.timestamp("ns"),
+    pa.timestamp("ms", tz="Europe/Paris"),
+    pa.list_(pa.list_(pa.int64())),
+    pa.large_list(pa.bool_()),
+    pa.decimal128(10, 2),
+    pa.decimal128(38, 0),
+]
+
+
+def duckdb_names(schema: pa.Schema) -> list[str]:
+    with duckdb.connect() as con:
+        return [str(t) for t in con.from_arrow(schema.empty_table()).types]
+
+
+@pytest.mark.parametrize("table", sorted(SCHEMAS))
+def test_every_tables_types_are_named_as_duckdb_names_them(table: str) -> None:
+    schema = SCHEMAS[table]
+    assert [duck_type(f.type) for f in schema] == duckdb_names(schema)
+
+
+def test_other_types_are_named_as_duckdb_names_them() -> None:
+    schema = pa.schema([(f"c{i}", t) for i, t in enumerate(MORE)])
+    assert [duck_type(f.type) for f in schema] == duckdb_names(schema)
+
+
+def test_a_type_arrow_cannot_name_is_asked_of_duckdb() -> None:
+    schema = pa.schema(
+        [("id", pa.int64()), ("who", pa.struct([("first name", pa.string())])), ("m", pa.null())]
+    )
+    assert duck_type(schema.field("who").type) is None
+    assert (
+        _duck_types(schema)
+        == duckdb_names(schema)
+        == [
+            "BIGINT",
+            'STRUCT("first name" VARCHAR)',
+            "INTEGER",
+        ]
+    )
