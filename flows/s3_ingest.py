@@ -231,7 +231,7 @@ def s3_ingest(
             # On a cluster the workers, not this process, decide how many batches run at once.
             ahead=None if settings.task_runner == "dask" else BATCHES_AHEAD - 1,
         )
-        run.ctx.listing.close()  # the listing is compared: its database's memory goes back
+        run.ctx.work_done()  # the listing database and extraction pools close
         if upkeep is not None:  # none was due
             upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)

@@ -33,6 +33,7 @@ runs opened, and each is closed explicitly by its run.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +49,8 @@ from ingest.settings import Settings
 from ingest.storage.location import LakeLocation, LakeSession
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class RunContext:
@@ -79,6 +82,7 @@ class RunContext:
         self._given = {"extract": pool} if pool is not None else {}  # their giver's to close
         self._extract_started: float | None = None
         self._once: dict[tuple[str, ...], Any] = {}
+        self._closing: list[threading.Thread] = []  # pools closing in the background
         self._lock = threading.Lock()
         self._once_lock = threading.Lock()
 
@@ -130,6 +134,22 @@ class RunContext:
                 self._once[key] = make()
             return self._once[key]  # type: ignore[no-any-return]
 
+    def work_done(self) -> None:
+        """The run's listing is compared and its batches are done: the listing database
+        closes (DuckDB's memory goes back before the commit), and the extraction pools
+        close in the background (their processes' exit, ~0.2 s, overlaps the commit
+        instead of following it); ``close`` waits for them."""
+        self.listing.close()
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        if pools:
+            closing = threading.Thread(
+                target=_close_all, args=(pools,), name="close-extraction-pools", daemon=True
+            )
+            closing.start()
+            with self._lock:
+                self._closing.append(closing)
+
     def close(self) -> None:
         """Close what the run opened: the listing database, its own lake session and S3
         connection, and its extraction pools."""
@@ -137,10 +157,12 @@ class RunContext:
         with self._lock:
             conn, self._s3 = (self._s3 if self._owns_s3 else None), None
             pools, self._pools = list(self._pools.values()), {}
+            closing, self._closing = self._closing, []
         if conn is not None:
             conn.close()
-        for pool in pools:
-            pool.close()
+        _close_all(pools)
+        for thread in closing:
+            thread.join()
         if self._owns_lake:
             self.lake_session.close()
 
@@ -149,6 +171,14 @@ class RunContext:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_all(pools: list[WorkerPool]) -> None:
+    for pool in pools:
+        try:
+            pool.close()
+        except Exception:  # a pool that cannot stop cleanly must not hide the others
+            log.exception("an extraction pool did not close cleanly")
 
 
 _open: dict[str, RunContext] = {}

@@ -116,6 +116,23 @@ def test_closing_the_context_closes_its_pool_and_connection(data_dir: Path) -> N
         lanes.pool.submit(print)
 
 
+def test_a_runs_pools_close_in_the_background_once_its_work_is_done(data_dir: Path) -> None:
+    """``work_done`` hands the pools' closing to a thread (the commit goes on meanwhile);
+    ``close`` waits for it, so no process of the pool outlives the run."""
+    ctx = context.RunContext(Settings(data_dir=data_dir, extract_workers=2), "done")
+    pool = ctx.pool
+    pids = {r.pid for r in pool.map("os:getpid", [(), ()])}
+    server = pool._server.process if pool._server is not None else None
+    assert pids and server is not None and server.poll() is None
+    ctx.work_done()
+    assert ctx.pool is not pool  # the run's next extraction would get a pool of its own
+    ctx.close()
+    assert server.returncode is not None  # the fork server exited and was reaped
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit("os:getpid")
+
+
 def test_the_rest_tasks_use_their_runs_lake_session(
     api: DevRest, lake_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
