@@ -57,6 +57,7 @@ QUICK: dict[str, list[str]] = {
     "server_db": ["--clients", "2", "--tasks", "100", "--backends", "sqlite"],
     "commands": ["--rounds", "3"],
 }
+WHEN = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?(?: UTC)?")
 NUMBER = re.compile(r"^[~<>]?\s*(-?\d[\d,]*(?:\.\d+)?)\s*(?:s|ms|x|%|MB|MiB|KB|GB)?\b")
 
 
@@ -110,11 +111,30 @@ def run_one(tree: Path, name: str, args: list[str], timeout: float) -> tuple[lis
         return [], f"no result within {timeout:.0f} s"
     added = proc.stdout.splitlines()  # a benchmark that prints its tables only (lake)
     for file, lines in markdown_of(tree).items():
-        old = set(before.get(file, []))
-        added += [line for line in lines if line not in old]
+        added += new_tables(before.get(file, []), lines)
     if proc.returncode != 0:
         return added, f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-400:].strip()}"
     return added, ""
+
+
+def new_tables(old: list[str], lines: list[str]) -> list[str]:
+    """The tables of ``lines`` (each under its last heading) that hold a line ``old`` does
+    not: whole, header included, whether the benchmark appended its section or rewrote
+    its table in place (the header, unchanged, is then no new line)."""
+    seen = set(old)
+    out: list[str] = []
+    heading = ""
+    table: list[str] = []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table and any(t not in seen for t in table):
+            out += [heading, *table]
+        table = []
+        if line.startswith("#"):
+            heading = line
+    return out
 
 
 def tables(lines: list[str]) -> dict[str, dict[str, dict[str, float]]]:
@@ -126,7 +146,9 @@ def tables(lines: list[str]) -> dict[str, dict[str, dict[str, float]]]:
     key = heading = ""
     for line in lines:
         if line.startswith("#"):
-            heading = line.lstrip("#").strip()  # tables of one header under two headings
+            # tables of one header under two headings; a heading's date and time (a run's
+            # section) name the run, not the table: the two sides run minutes apart
+            heading = WHEN.sub("", line.lstrip("#")).strip(" ,")
         if not line.startswith("|"):
             header = None
             continue
