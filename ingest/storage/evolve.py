@@ -53,23 +53,52 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, _plain(f.type)) for f in schema])
 
 
-def type_label(t: pa.DataType) -> str:
-    """The type as DuckDB names it (what a person sees in ``DESCRIBE``)."""
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    if pa.types.is_int64(t):
-        return "BIGINT"
-    if pa.types.is_integer(t):
-        return "INTEGER"
-    if pa.types.is_floating(t):
-        return "DOUBLE"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
+_SIMPLE_TYPES = {
+    pa.bool_(): "BOOLEAN",
+    pa.int8(): "TINYINT",
+    pa.int16(): "SMALLINT",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.uint8(): "UTINYINT",
+    pa.uint16(): "USMALLINT",
+    pa.uint32(): "UINTEGER",
+    pa.uint64(): "UBIGINT",
+    pa.float32(): "FLOAT",
+    pa.float64(): "DOUBLE",
+    pa.string(): "VARCHAR",
+    pa.large_string(): "VARCHAR",
+    pa.string_view(): "VARCHAR",
+    pa.binary(): "BLOB",
+    pa.large_binary(): "BLOB",
+    pa.date32(): "DATE",
+}
+_TIMESTAMPS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
+
+
+def duck_type(t: pa.DataType) -> str | None:
+    """The name DuckDB gives the Arrow type ``t`` when it reads it, or None where only
+    DuckDB can say (structs, maps and rarer types)."""
+    simple = _SIMPLE_TYPES.get(t)
+    if simple is not None:
+        return simple
     if pa.types.is_timestamp(t):
-        return "TIMESTAMP WITH TIME ZONE" if t.tz else "TIMESTAMP"
-    if pa.types.is_date(t):
-        return "DATE"
-    if pa.types.is_list(t):
+        return "TIMESTAMP WITH TIME ZONE" if t.tz else _TIMESTAMPS.get(t.unit)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        item = duck_type(t.value_type)
+        return f"{item}[]" if item else None
+    if pa.types.is_decimal128(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    return None
+
+
+def type_label(t: pa.DataType) -> str:
+    """The type as DuckDB names it (what a person sees in ``DESCRIBE``); a type only
+    DuckDB could name (a struct, a map) is labelled by what it holds at the top:
+    ``VARCHAR``, or ``VARCHAR[]`` for a list of them."""
+    named = duck_type(t)
+    if named is not None:
+        return named
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"{type_label(t.value_type)}[]"
     return "VARCHAR"
 

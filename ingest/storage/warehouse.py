@@ -75,51 +75,13 @@ def _sql_str(value: str) -> str:
 
 def _duck_types(schema: pa.Schema) -> list[str]:
     """DuckDB's type names of ``schema``'s columns: told by Arrow alone for the types the
-    tables use (``duck_type``), else asked of DuckDB (its first ``from_arrow`` in a process
+    tables use (``evolve.duck_type``), else asked of DuckDB (its first ``from_arrow`` in a process
     costs ~90 ms, most of a small run's views)."""
-    named = [duck_type(f.type) for f in schema]
+    named = [evolve.duck_type(f.type) for f in schema]
     if all(named):
         return cast(list[str], named)
     with duck.cursor() as con:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
-
-
-_SIMPLE_TYPES = {
-    pa.bool_(): "BOOLEAN",
-    pa.int8(): "TINYINT",
-    pa.int16(): "SMALLINT",
-    pa.int32(): "INTEGER",
-    pa.int64(): "BIGINT",
-    pa.uint8(): "UTINYINT",
-    pa.uint16(): "USMALLINT",
-    pa.uint32(): "UINTEGER",
-    pa.uint64(): "UBIGINT",
-    pa.float32(): "FLOAT",
-    pa.float64(): "DOUBLE",
-    pa.string(): "VARCHAR",
-    pa.large_string(): "VARCHAR",
-    pa.string_view(): "VARCHAR",
-    pa.binary(): "BLOB",
-    pa.large_binary(): "BLOB",
-    pa.date32(): "DATE",
-}
-_TIMESTAMPS = {"s": "TIMESTAMP_S", "ms": "TIMESTAMP_MS", "us": "TIMESTAMP", "ns": "TIMESTAMP_NS"}
-
-
-def duck_type(t: pa.DataType) -> str | None:
-    """The name DuckDB gives the Arrow type ``t`` when it reads it, or None where only
-    DuckDB can say (structs, maps and rarer types)."""
-    simple = _SIMPLE_TYPES.get(t)
-    if simple is not None:
-        return simple
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP WITH TIME ZONE" if t.tz else _TIMESTAMPS.get(t.unit)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        item = duck_type(t.value_type)
-        return f"{item}[]" if item else None
-    if pa.types.is_decimal128(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    return None
 
 
 # DuckDB's type names of an Arrow schema, by the schema's text: what they are does not

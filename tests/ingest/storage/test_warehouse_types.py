@@ -1,4 +1,5 @@
-"""The views' column types told by Arrow alone are the ones DuckDB gives."""
+"""The views' column types told by Arrow alone are the ones DuckDB gives, and the labels
+a schema change shows a person are DuckDB's names too."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from ingest.storage.evolve import duck_type, type_label
 from ingest.storage.tables import SCHEMAS
-from ingest.storage.warehouse import _duck_types, duck_type
+from ingest.storage.warehouse import _duck_types
 
 MORE = [
     pa.int8(),
@@ -63,3 +65,12 @@ def test_a_type_arrow_cannot_name_is_asked_of_duckdb() -> None:
             "INTEGER",
         ]
     )
+
+
+def test_a_schema_changes_label_is_duckdbs_name_or_what_the_type_holds() -> None:
+    named = pa.schema([(f"c{i}", t) for i, t in enumerate(MORE)])
+    assert [type_label(f.type) for f in named] == duckdb_names(named)
+    struct = pa.struct([("login", pa.string())])
+    assert type_label(struct) == "VARCHAR"
+    assert type_label(pa.list_(struct)) == "VARCHAR[]"
+    assert type_label(pa.large_list(pa.list_(struct))) == "VARCHAR[][]"
