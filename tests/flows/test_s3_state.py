@@ -37,9 +37,9 @@ def test_no_task_parameter_grows_with_the_bucket(
 ) -> None:
     """Every task's parameters stay the size of one batch, on a first run and a rerun,
     whatever the bucket holds (the old flow passed the whole manifest to every batch)."""
-    objects = {f"m/{i // 100:02d}/{i:05d}.txt": body_for(f"m{i}", 64) for i in range(2500)}
+    objects = {f"m/{i // 100:02d}/{i:05d}.txt": body_for(f"m{i}", 64) for i in range(1200)}
     put_many(s3, bucket, objects)
-    monkeypatch.setenv("INGEST_S3_BATCH_SIZE", "50")
+    monkeypatch.setenv("INGEST_S3_BATCH_SIZE", "40")
     sizes: dict[str, list[int]] = defaultdict(list)
     # Every submission goes through a task runner (Task.submit and the batches' own pool
     # alike); a direct call does not.
@@ -62,12 +62,13 @@ def test_no_task_parameter_grows_with_the_bucket(
     monkeypatch.setattr(Task, "__call__", call)
     first = ingest(bucket, s3_server.url, data_dir, extract=False)
     second = ingest(bucket, s3_server.url, data_dir, extract=False)
-    assert first.counts == {"downloaded": 2500} and second.counts == {"skipped": 2500}
-    assert len(sizes["download-batch"]) == 50  # 2500 / 50, all on the first run
+    assert first.counts == {"downloaded": 1200} and second.counts == {"skipped": 1200}
+    assert len(sizes["download-batch"]) == 30  # 1200 / 40, all on the first run
     manifest = pickle.dumps({k: ("0" * 32, len(v), f"/data/{k}") for k, v in objects.items()})
     largest = max(max(v) for v in sizes.values())
-    # A batch of 50 objects plus the settings, never the bucket's 2,500 keys.
-    assert largest < len(manifest) / 10, dict(sizes)
+    # A batch of 40 objects plus the settings (~7 KB), never the bucket's 1,200 keys
+    # (~55 KB, what every batch was once given).
+    assert largest < len(manifest) / 4, dict(sizes)
 
 
 def test_deleted_then_readded_and_full_refresh(s3, s3_server, bucket, data_dir) -> None:
