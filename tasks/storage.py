@@ -17,6 +17,7 @@ from ingest import storage
 from ingest.records import TaskTiming
 from ingest.settings import Settings
 from ingest.storage import maintenance
+from tasks.artifacts import beside
 from tasks.timing import timed
 
 T = TypeVar("T")
@@ -143,9 +144,15 @@ def refresh_views(settings: Settings, tables: dict[str, int]) -> bool:
 def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:
     """A run's end: its rows commit (``commit-rows``, on the flow's task runner) while
     ``publish`` builds its summary, which reads only the run's own history; then that
-    history commits and the warehouse views follow (``commit-run``). A run that staged
+    history commits and the warehouse views follow (``commit-run``), while the summary's
+    artifacts are still being stored (``tasks.artifacts.beside``). A run that staged
     nothing but its history (nothing new, nothing gone) has no ``commit-rows``: a task
     run that would commit nothing."""
+    with beside():
+        return _publish_and_commit(settings, run_id, publish)
+
+
+def _publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:
     if not rows_staged(settings, run_id):
         published = publish()
         commit_run(settings, run_id)

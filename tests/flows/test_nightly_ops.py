@@ -146,6 +146,8 @@ def test_a_run_with_failed_objects_says_so_in_its_state_and_tags(
         assert "failed-objects" in client.read_flow_run(run_id).tags
     arts = artifacts(run_id)
     summary = arts["run-summary"].data
+    # sent beside the history's commit, after its task returned: still the summary task's
+    assert owners(run_id, arts, "run-summary", "stage-timing") == {"publish-summary"}
     assert "## Failed downloads: Failures (1)" in summary and "First 1 of 1" not in summary
     assert "20 objects" not in summary and "21 objects" in summary
     assert arts["download-progress"].description.startswith("Finished: 21 objects")
@@ -207,6 +209,21 @@ def task_runs_all(flow_run_id: Any) -> list[tuple[str, Any]]:
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
         )
     return [(t.name.rsplit("-", 1)[0], t) for t in found]
+
+
+def owners(flow_run_id: Any, arts: dict[str, Any], *keys: str) -> set[str]:
+    """The names of the tasks whose runs own the artifacts ``keys``, once the server has
+    recorded those task runs (they reach it as events)."""
+    import time
+
+    wanted = {arts[k].task_run_id for k in keys}
+    assert None not in wanted, {k: arts[k].task_run_id for k in keys}
+    deadline = time.monotonic() + 60
+    while True:
+        names = {t.id: name for name, t in task_runs_all(flow_run_id)}
+        if wanted <= names.keys() or time.monotonic() > deadline:
+            return {names.get(w, "not recorded") for w in wanted}
+        time.sleep(0.1)  # polling the recorded task runs, not waiting for a guessed time
 
 
 def flow_run_of(flow_run_id: Any) -> Any:
