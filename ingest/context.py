@@ -9,7 +9,8 @@ the settings, or handed in: a test's client), its listing database
 (``ingest.changes.ListingDatabase``), its extraction pools
 (``ingest.extract.pool.WorkerPool``, whose worker processes start with the first
 document a parser reads), the local paths its batches gave out
-(``ingest.keys.RunClaims``), when it started extracting (its extraction budget), and
+(``ingest.keys.RunClaims``), the outcomes its downloads settled from their first bytes
+(``ingest.extract.landed.Landed``), when it started extracting (its extraction budget), and
 what it works out once per run (``once``: its ids on the Prefect server, its progress
 bars). Closing it closes what it opened: the lake's client and database, the S3
 client's connections, the request lanes, the listing DuckDB, the extraction workers.
@@ -42,6 +43,7 @@ from typing import Any, TypeVar
 
 from ingest.changes import ListingDatabase
 from ingest.extract.batch import ocr_pool_config, pool_config
+from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.keys import RunClaims
 from ingest.s3.client import S3Connection
@@ -76,6 +78,7 @@ class RunContext:
         self.run_id = run_id
         self.listing = ListingDatabase(self.lake_session.relations)
         self.claims = RunClaims()
+        self.landed = Landed()  # what downloads settled from their first bytes, for extraction
         self._s3 = s3
         self._owns_s3 = s3 is None  # a connection handed in is its giver's to close
         self._pools: dict[str, WorkerPool] = {}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ingest import keys, sync
 from ingest.extract import batch
+from ingest.extract.landed import Landed
 from ingest.extract.pool import WorkerPool
 from ingest.records import Document, ObjectResult, S3Object
 from ingest.s3 import S3Connection
@@ -75,7 +76,11 @@ def fetch_batch(
     bucket = objects[0].bucket
     with work_folder(settings, bucket) as folder:
         here = settings.updated(s3_download_dir=str(folder))
-        results = sync.download_batch(conn, here, objects, prefix=prefix, run_id=run_id)
+        # what the first bytes decide is settled as each file lands (ingest.extract.landed)
+        landed = Landed() if extract else None
+        results = sync.download_batch(
+            conn, here, objects, prefix=prefix, run_id=run_id, landed=landed
+        )
         stored = [
             (r.key, r.etag or "", r.local_path)
             for r in results
@@ -91,6 +96,7 @@ def fetch_batch(
                 pool=pool,
                 ocr_pool=ocr_pool,
                 started=started,
+                landed=landed,
             )
             if extract
             else []

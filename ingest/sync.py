@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from ingest import keys, s3, storage
 from ingest.errors import ItemError, NotFetchedError, TerminalError
+from ingest.extract.detect import HEAD
+from ingest.extract.landed import Landed
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.settings import Settings
@@ -32,10 +34,12 @@ def download_batch(
     prefix: str,
     run_id: str,
     claims: keys.RunClaims | None = None,
+    landed: Landed | None = None,
 ) -> list[ObjectResult]:
     """Fetch a batch of new and changed objects (``ingest.changes`` chose them); one
     result per object. ``claims``: the local paths the run's batches gave out (its
-    context's), else this batch's own.
+    context's), else this batch's own. ``landed``: where each small object's outcome is
+    settled from its first bytes as it lands (its extraction follows in this process).
 
     Per-object failures become ``failed`` rows; only a TerminalError (bucket
     gone, credentials revoked) raises. A key whose local path another key of the run
@@ -77,7 +81,13 @@ def download_batch(
             continue
         jobs.append((obj, dest))
 
-    for obj, dest, outcome in s3.BatchDownloader(conn, settings, root).run(jobs):
+    def on_landed(obj: S3Object, dest: str, head: bytes) -> None:
+        assert landed is not None
+        landed.land(dest, obj.key, obj.size, head)
+
+    downloader = s3.BatchDownloader(conn, settings, root)
+    outcomes = downloader.run(jobs, on_landed if landed is not None else None, HEAD)
+    for obj, dest, outcome in outcomes:
         if isinstance(outcome, s3.Fetched):
             results.append(
                 row(

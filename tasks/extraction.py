@@ -37,7 +37,13 @@ def _extract(
     settings = ctx.settings
     with timed(settings.location, noun="documents") as t:
         docs = batch.extract_batch(
-            settings, bucket, stored, run_id=run_id, extractor=extractor, **pools(ctx)
+            settings,
+            bucket,
+            stored,
+            run_id=run_id,
+            extractor=extractor,
+            landed=ctx.landed,
+            **pools(ctx),
         )
         structure.stage_documents(settings.location, run_id, name, docs)
         summary = batch.summarize(docs).note_failures(docs)

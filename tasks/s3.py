@@ -142,7 +142,8 @@ def download_batch(
 ) -> BatchSummary:
     """Download a batch and stage its rows as one part (named by the batch); with
     ``extract`` (its documents are extracted in this process next), the extraction workers
-    start beside the download if they are not running yet.
+    start beside the download if they are not running yet, and what each file's first
+    bytes decide is settled as it lands (``ingest.extract.landed``).
 
     No task retries: a per-object failure is a row (its requests were retried below), and
     rows that cannot be written are written again alone (``stage_rows``)."""
@@ -158,6 +159,7 @@ def download_batch(
             prefix=spec.prefix,
             run_id=spec.run_id,
             claims=ctx.claims,
+            landed=ctx.landed if extract else None,
         )
         stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)

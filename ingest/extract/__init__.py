@@ -117,13 +117,21 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
             head = f.read(HEAD)
     except OSError:
         return None  # the worker's attempt reports it, as for any unreadable file
+    return settle_by_head(head, size, name or path.name)
+
+
+def settle_by_head(head: bytes, size: int, name: str) -> Extraction | None:
+    """``extract_by_head`` of a file whose first ``HEAD`` bytes (all of them when it is
+    shorter) and size are in hand: a download has them as it writes the file."""
+    if size == 0:
+        return _empty(name)
     if head.startswith(b"PK\x03\x04"):
         return None
-    kind = detect_kind(head, name or path.name)
+    kind = detect_kind(head[:HEAD], name)
     if kind not in _HEAD_IS_ENOUGH:
         return None
     try:
-        return _dispatch(kind, head, 0)
+        return _dispatch(kind, head[:HEAD], 0)
     except UnsupportedFormatError as exc:
         return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
 
@@ -262,4 +270,5 @@ __all__ = [
     "extract_by_head",
     "extract_document",
     "extract_stored",
+    "settle_by_head",
 ]

@@ -23,6 +23,7 @@ from ingest.extract import EXTRACTOR_VERSION, Extraction, cut_text, extract_by_h
 from ingest.extract.base import clean_text
 from ingest.extract.chunks import chunk_pages, headings_of
 from ingest.extract.detect import HEAD, detect_kind
+from ingest.extract.landed import Landed
 from ingest.extract.markdown import add_page_text, literal
 from ingest.extract.metadata import detect_language
 from ingest.extract.ocr import ocr_unavailable
@@ -79,6 +80,7 @@ def extract_batch(
     ocr_pool: WorkerPool | None = None,
     extractor: str = DEFAULT_EXTRACTOR,
     started: float | None = None,
+    landed: Landed | None = None,
 ) -> list[Document]:
     """One ``documents`` row per stored object, whatever happens to its parser.
 
@@ -93,6 +95,9 @@ def extract_batch(
     run, or this call) is spent
     the rest are not parsed: each becomes a ``timeout`` row that the next run extracts
     again. Texts longer than ``extract_max_chars`` are cut in the worker.
+
+    ``landed``: the run's outcomes settled as its downloads landed (``ingest.extract.
+    landed``); a file found there is neither opened nor read again.
     """
     if not stored:  # nothing to parse: no worker processes to start (seconds of spawn)
         return []
@@ -102,7 +107,11 @@ def extract_batch(
     ahead = 2 * (settings.extract.workers or os.cpu_count() or 2)
     # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
     # default extractor; only files a parser reads go to the workers.
-    settled = [extract_by_head(Path(path), key) if default else None for key, _etag, path in stored]
+    heads = [landed.take(path) if landed is not None else None for _k, _e, path in stored]
+    settled = [
+        (hit[1] if hit is not None else extract_by_head(Path(path), key)) if default else None
+        for (key, _etag, path), hit in zip(stored, heads, strict=True)
+    ]
     futures: list[Future[Outcome] | None] = []
     waiting: deque[Future[Outcome]] = deque()
     for (key, _etag, path), done in zip(stored, settled, strict=True):
@@ -129,12 +138,21 @@ def extract_batch(
         waiting.append(fut)
     now = datetime.now(UTC)
     docs = [
-        to_document(bucket, key, etag, path, Outcome("ok", done), run_id=run_id, now=now)
+        to_document(
+            bucket,
+            key,
+            etag,
+            path,
+            Outcome("ok", done),
+            run_id=run_id,
+            now=now,
+            size=hit[0] if hit is not None else None,
+        )
         if done is not None
         else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
         if fut is not None
         else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
-        for (key, etag, path), done, fut in zip(stored, settled, futures, strict=True)
+        for (key, etag, path), done, fut, hit in zip(stored, settled, futures, heads, strict=True)
     ]
     if settings.ocr.enabled:
         run_ocr(settings, docs, stored, ocr_pool)
@@ -150,10 +168,19 @@ def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:
 
 
 def to_document(
-    bucket: str, key: str, etag: str, path: str, outcome: Outcome, *, run_id: str, now: datetime
+    bucket: str,
+    key: str,
+    etag: str,
+    path: str,
+    outcome: Outcome,
+    *,
+    run_id: str,
+    now: datetime,
+    size: int | None = None,
 ) -> Document:
-    """Turn a pool outcome into a row; non-ok outcomes keep the kind told by the name and head."""
-    size = _size(path)
+    """Turn a pool outcome into a row; non-ok outcomes keep the kind told by the name and
+    head. ``size``: the file's, when known (else it is read from the file)."""
+    size = _size(path) if size is None else size
     base: dict[str, Any] = {
         "bucket": bucket,
         "key": key,

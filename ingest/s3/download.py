@@ -27,10 +27,11 @@ INTEGRITY_RETRIES = 1  # a body failing its size/MD5/CRC check is fetched once m
 
 @dataclass(slots=True)
 class Fetched:
-    """Outcome of one successful object download."""
+    """Outcome of one successful object download; ``head``: its first bytes, when asked."""
 
     attempts: int
     seconds: float
+    head: bytes = b""
 
 
 @dataclass(slots=True)
@@ -49,13 +50,19 @@ class _Ranged:
 
 
 def fetch_small(
-    conn: S3Connection, obj: S3Object, dest: str, root: str | os.PathLike[str], settings: Settings
+    conn: S3Connection,
+    obj: S3Object,
+    dest: str,
+    root: str | os.PathLike[str],
+    settings: Settings,
+    keep_head: int = 0,
 ) -> Fetched:
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
 
     The bytes go to a temporary file that is renamed over ``dest`` only once
     the size and (for single-part uploads) the MD5 have been checked; a body
     that fails those checks is fetched once more before it becomes an error.
+    ``keep_head``: bytes of the body's start to return (``Fetched.head``), as written.
     """
     started = time.perf_counter()
     attempts = 0
@@ -64,6 +71,7 @@ def fetch_small(
         md5 = hashlib.md5(usedforsecurity=False)
         made = 0  # requests of this pass
         written = [0]
+        head: list[bytes] = []
         # A raw descriptor: no buffered file object, and none of the stat, isatty and seek
         # calls open() makes (a small object is one write).
         fd = os.open(tmp, _TEMP_FLAGS, 0o644)
@@ -71,8 +79,17 @@ def fetch_small(
             try:
 
                 def write(
-                    offset: int, chunk: bytes, fd: int = fd, md5: Any = md5, n: Any = written
+                    offset: int,
+                    chunk: bytes,
+                    fd: int = fd,
+                    md5: Any = md5,
+                    n: Any = written,
+                    head: list[bytes] = head,
                 ) -> None:
+                    if offset < keep_head:
+                        if offset == 0:
+                            head.clear()  # a resumed or repeated body starts over
+                        head.append(bytes(memoryview(chunk)[: keep_head - offset]))
                     _write_all(fd, chunk)
                     md5.update(chunk)
                     n[0] += len(chunk)
@@ -91,7 +108,9 @@ def fetch_small(
                 os.close(fd)
             _verify(obj, tmp, md5.hexdigest(), attempts + made, size=written[0])
             _publish(tmp, dest)
-            return Fetched(attempts + made, time.perf_counter() - started)
+            return Fetched(
+                attempts + made, time.perf_counter() - started, b"".join(head)[:keep_head]
+            )
         except IntegrityError as exc:
             remove(tmp)
             # Raised by _stream (made == 0, exc counts this pass) or by _verify.
@@ -147,10 +166,15 @@ class BatchDownloader:
         self.lanes = conn.lanes
 
     def run(
-        self, jobs: list[tuple[S3Object, str]]
+        self,
+        jobs: list[tuple[S3Object, str]],
+        on_landed: Callable[[S3Object, str, bytes], None] | None = None,
+        head: int = 0,
     ) -> list[tuple[S3Object, str, Fetched | BaseException]]:
         """``(object, dest, Fetched or the error)`` of every job, once all have ended
-        (in the order they ended)."""
+        (in the order they ended). ``on_landed``: called on the lane with each small
+        object, its path and its first ``head`` bytes as soon as it is in place (a
+        failure there is logged, the download stands)."""
         done: list[tuple[S3Object, str, Fetched | BaseException]] = []
         total = len(jobs)
         if not total:
@@ -172,9 +196,17 @@ class BatchDownloader:
                     finish(obj, dest, interrupted(obj))
                     return
                 try:
-                    outcome: Fetched | BaseException = fetch_small(conn, obj, dest, root, settings)
+                    outcome: Fetched | BaseException = fetch_small(
+                        conn, obj, dest, root, settings, keep_head=head if on_landed else 0
+                    )
                 except BaseException as exc:
                     outcome = exc
+                if on_landed is not None and isinstance(outcome, Fetched):
+                    try:
+                        on_landed(obj, dest, outcome.head)
+                    except Exception:
+                        log.exception("s3://%s/%s: after its download", obj.bucket, obj.key)
+                    outcome.head = b""
                 finish(obj, dest, outcome)
 
             return job
