@@ -9,11 +9,12 @@ the settings, or handed in: a test's client), its listing database
 (``ingest.changes.ListingDatabase``), its extraction pools
 (``ingest.extract.pool.WorkerPool``, whose worker processes start with the first
 document a parser reads), the local paths its batches gave out
-(``ingest.keys.RunClaims``), the outcomes its downloads settled from their first bytes
-(``ingest.extract.landed.Landed``), when it started extracting (its extraction budget), and
-what it works out once per run (``once``: its ids on the Prefect server, its progress
-bars). Closing it closes what it opened: the lake's client and database, the S3
-client's connections, the request lanes, the listing DuckDB, the extraction workers.
+(``ingest.keys.RunClaims``), its files as they landed (``ingest.extract.landed.Landed``:
+what their first bytes decided, or the parse started on its workers), when it started
+extracting (its extraction budget), and what it works out once per run (``once``: its
+ids on the Prefect server, its progress bars). Closing it closes what it opened: the
+lake's client and database, the S3 client's connections, the request lanes, the listing
+DuckDB, the extraction workers.
 
 Library functions never look a context up: they take what they need (a connection, a
 listing database) as arguments. Only the tasks (``tasks/``) find the context of their
@@ -42,7 +43,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ingest.changes import ListingDatabase
-from ingest.extract.batch import ocr_pool_config, pool_config
+from ingest.extract.batch import ocr_pool_config, parse_as_landed, pool_config
 from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.keys import RunClaims
@@ -78,7 +79,10 @@ class RunContext:
         self.run_id = run_id
         self.listing = ListingDatabase(self.lake_session.relations)
         self.claims = RunClaims()
-        self.landed = Landed()  # what downloads settled from their first bytes, for extraction
+        # what downloads settled from their first bytes, or started parsing, as files landed
+        self.landed = Landed(
+            parse_as_landed(self.settings, lambda: self.pool, self.extract_started)
+        )
         self._s3 = s3
         self._owns_s3 = s3 is None  # a connection handed in is its giver's to close
         self._pools: dict[str, WorkerPool] = {}

@@ -76,8 +76,12 @@ def fetch_batch(
     bucket = objects[0].bucket
     with work_folder(settings, bucket) as folder:
         here = settings.updated(s3_download_dir=str(folder))
-        # what the first bytes decide is settled as each file lands (ingest.extract.landed)
-        landed = Landed() if extract else None
+        # what the first bytes decide is settled, and the rest starts parsing, as each file
+        # lands (ingest.extract.landed)
+        parse = None
+        if pool is not None and extractor == batch.DEFAULT_EXTRACTOR:
+            parse = batch.parse_as_landed(settings, lambda: pool, lambda: started)
+        landed = Landed(parse) if extract else None
         results = sync.download_batch(
             conn, here, objects, prefix=prefix, run_id=run_id, landed=landed
         )

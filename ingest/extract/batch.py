@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -103,20 +103,23 @@ def extract_batch(
         return []
     deadline = run_deadline(started, settings.extract.run_budget)
     default = extractor == DEFAULT_EXTRACTOR
-    extra: dict[str, Any] = {"max_chars": settings.extract.max_chars} if default else {}
     ahead = 2 * (settings.extract.workers or os.cpu_count() or 2)
     # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
-    # default extractor; only files a parser reads go to the workers.
-    heads = [landed.take(path) if landed is not None else None for _k, _e, path in stored]
+    # default extractor, or was as the file landed; only files a parser reads go to the
+    # workers, and a landed one may be there already.
+    landings = [landed.take(path) if landed is not None else None for _k, _e, path in stored]
     settled = [
-        (hit[1] if hit is not None else extract_by_head(Path(path), key)) if default else None
-        for (key, _etag, path), hit in zip(stored, heads, strict=True)
+        (lg.outcome if lg is not None else extract_by_head(Path(path), key)) if default else None
+        for (key, _etag, path), lg in zip(stored, landings, strict=True)
     ]
     futures: list[Future[Outcome] | None] = []
     waiting: deque[Future[Outcome]] = deque()
-    for (key, _etag, path), done in zip(stored, settled, strict=True):
+    for (key, _etag, path), done, lg in zip(stored, settled, landings, strict=True):
         if done is not None:
             futures.append(None)
+            continue
+        if default and lg is not None and lg.parsing is not None:
+            futures.append(lg.parsing)  # started as the file landed
             continue
         while len(waiting) >= ahead:
             waiting.popleft().result()
@@ -125,15 +128,7 @@ def extract_batch(
             continue
         if pool is None:
             raise ValueError("extract_batch needs the run's extraction pool (pool=)")
-        fut = pool.submit(
-            extractor,
-            path,
-            key,
-            settings.extract.max_pages,
-            settings.extract.in_memory_bytes,
-            **extra,
-            **chunk_options(settings, extractor),
-        )
+        fut = submit_parse(settings, pool, path, key, extractor)
         futures.append(fut)
         waiting.append(fut)
     now = datetime.now(UTC)
@@ -146,18 +141,57 @@ def extract_batch(
             Outcome("ok", done),
             run_id=run_id,
             now=now,
-            size=hit[0] if hit is not None else None,
+            size=lg.size if lg is not None else None,
         )
         if done is not None
         else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
         if fut is not None
         else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
-        for (key, etag, path), done, fut, hit in zip(stored, settled, futures, heads, strict=True)
+        for (key, etag, path), done, fut, lg in zip(stored, settled, futures, landings, strict=True)
     ]
     if settings.ocr.enabled:
         run_ocr(settings, docs, stored, ocr_pool)
     provenance.stamp(docs, settings, keep=INTERRUPTED)  # each kind's exact extractor
     return docs
+
+
+def submit_parse(
+    settings: Settings,
+    pool: WorkerPool,
+    path: str,
+    key: str,
+    extractor: str = DEFAULT_EXTRACTOR,
+) -> Future[Outcome]:
+    """The parse of one file on ``pool``, with the run's limits (pages, bytes read into
+    memory, characters kept, chunks)."""
+    default = extractor == DEFAULT_EXTRACTOR
+    extra: dict[str, Any] = {"max_chars": settings.extract.max_chars} if default else {}
+    return pool.submit(
+        extractor,
+        path,
+        key,
+        settings.extract.max_pages,
+        settings.extract.in_memory_bytes,
+        **extra,
+        **chunk_options(settings, extractor),
+    )
+
+
+def parse_as_landed(
+    settings: Settings, pool: Callable[[], WorkerPool], started: Callable[[], float | None]
+) -> Callable[[str, str], Future[Outcome] | None]:
+    """The ``Landed`` parse of a run: each landed file a parser must read goes to the
+    run's pool (``pool()``) at once, with the default extractor, unless the run's
+    extraction budget is spent (``started()``: when the run started extracting, as
+    ``extract_batch`` counts it)."""
+
+    def parse(path: str, key: str) -> Future[Outcome] | None:
+        deadline = run_deadline(started(), settings.extract.run_budget)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        return submit_parse(settings, pool(), path, key)
+
+    return parse
 
 
 def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:

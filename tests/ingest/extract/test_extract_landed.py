@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from ingest import keys
 from ingest import s3 as s3lib
 from ingest.extract import extract_by_head, settle_by_head
-from ingest.extract.batch import extract_batch
+from ingest.extract.batch import extract_batch, parse_as_landed
 from ingest.extract.detect import HEAD
 from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
@@ -123,15 +124,71 @@ def test_a_batch_takes_what_landed_instead_of_reading_those_files(tmp_path: Path
     assert again["random.bin"].status == "ok" and again["random.bin"].kind == "txt"
 
 
-def test_an_object_whose_head_does_not_decide_it_is_not_kept(tmp_path: Path) -> None:
-    landed = Landed()
+def test_without_workers_a_file_its_head_does_not_decide_waits_for_its_batch(
+    tmp_path: Path,
+) -> None:
+    landed = Landed()  # no parse: as a batch whose extraction has no pool of its own
     text = b"plain words\n" * 100
     landed.land(str(tmp_path / "a.txt"), "a.txt", len(text), text[:HEAD])
     pdf = b"%PDF-1.4\n" + hashlib.sha256(b"x").digest()
     landed.land(str(tmp_path / "b.pdf"), "b.pdf", len(pdf), pdf)
     blob = random.Random(3).randbytes(5000)
     landed.land(str(tmp_path / "c.bin"), "c.bin", len(blob), blob[:HEAD])
-    assert landed.take(str(tmp_path / "a.txt")) is None
-    assert landed.take(str(tmp_path / "b.pdf")) is None
+    for name, size in (("a.txt", len(text)), ("b.pdf", len(pdf))):
+        lg = landed.take(str(tmp_path / name))
+        assert lg is not None and (lg.size, lg.outcome, lg.parsing) == (size, None, None)
     hit = landed.take(str(tmp_path / "c.bin"))
-    assert hit is not None and hit[0] == 5000 and hit[1].status == "unsupported"
+    assert hit is not None and hit.size == 5000
+    assert hit.outcome is not None and hit.outcome.status == "unsupported"
+    assert landed.take(str(tmp_path / "c.bin")) is None  # taken once
+
+
+def test_a_file_a_parser_reads_is_parsed_as_it_lands_and_not_again(tmp_path: Path) -> None:
+    texts = {f"note-{i}.txt": (f"note {i}, plain words\n" * (20 + i)).encode() for i in range(4)}
+    paths = []
+    for name, body in texts.items():
+        (tmp_path / name).write_bytes(body)
+        paths.append(tmp_path / name)
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(random.Random(7).randbytes(3000))
+    settings = Settings()
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        parse = parse_as_landed(settings, lambda: pool, lambda: None)
+        started: list[Any] = []
+
+        def parse_and_keep(path: str, key: str) -> Any:
+            started.append(parse(path, key))
+            return started[-1]
+
+        landed = Landed(parse_and_keep)
+        for p in [*paths, blob]:
+            data = p.read_bytes()
+            landed.land(str(p), p.name, len(data), data[:HEAD])
+        # every text file went to the workers as it landed (the blob's head decided it):
+        # their parses end with no extraction asked for yet
+        assert len(started) == len(paths)
+        for future in started:
+            assert future.result(timeout=60).status == "ok"
+        assert pool.stats.jobs == len(paths)
+        stored = [(p.name, f"e{i}", str(p)) for i, p in enumerate([*paths, blob])]
+        docs = {
+            d.key: d
+            for d in extract_batch(settings, "b", stored, run_id="r", pool=pool, landed=landed)
+        }
+        assert pool.stats.jobs == len(paths)  # none parsed twice, the blob by its head
+    assert {docs[p.name].status for p in paths} == {"ok"}
+    assert all(docs[p.name].chars > 0 for p in paths)
+    assert docs["blob.bin"].status == "unsupported"
+
+
+def test_once_the_budget_is_spent_nothing_starts_parsing_as_it_lands(tmp_path: Path) -> None:
+    note = tmp_path / "note.txt"
+    note.write_bytes(b"plain words\n" * 50)
+    settings = Settings(extract_run_budget=1.0)
+    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
+        landed = Landed(parse_as_landed(settings, lambda: pool, lambda: time.monotonic() - 5))
+        data = note.read_bytes()
+        landed.land(str(note), note.name, len(data), data[:HEAD])
+        assert pool.stats.jobs == 0 and pool.pending == 0
+    lg = landed.take(str(note))
+    assert lg is not None and lg.parsing is None and lg.outcome is None
