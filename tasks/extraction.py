@@ -1,11 +1,13 @@
 """Extraction tasks: stored objects become ``documents`` rows.
 
 The flow submits one ``extract-batch`` per download batch with that batch's
-future as input, so each starts as soon as its download ends and extraction
-overlaps the downloads still running; ``extract-stored`` takes unchanged objects
-whose text is missing or was extracted by an older extractor version. The CPU
-work runs on the run's worker pool in this process (``ingest.extract.pool``, held
-by the run's context), not on the task runner's threads.
+future as input, so each starts as soon as its download ends; its files were taken
+up as they landed (``ingest.extract.landed``: what their first bytes decide settled,
+the rest already parsing on the run's workers), so extraction overlaps the downloads
+still running and the batch's task collects and stages the rows; ``extract-stored``
+takes unchanged objects whose text is missing or was extracted by an older extractor
+version. The CPU work runs on the run's worker pool in this process
+(``ingest.extract.pool``, held by the run's context), not on the task runner's threads.
 """
 
 from __future__ import annotations

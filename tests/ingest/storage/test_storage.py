@@ -363,8 +363,9 @@ def test_temporary_files_of_dead_writers_are_swept_live_ones_kept(tmp_path: Path
 def test_renames_are_synced_before_anything_points_at_them(
     tmp_path: Path, monkeypatch, s3, s3_server, bucket
 ) -> None:
-    """A staged part reaches the disk before its final name does, and the name after; a
-    download batch's files are synced once, after their renames and before the batch's
+    """A staged part reaches the disk before its final name does, and the name after (but
+    a run's own records, whose loss in a power cut costs nothing stored); a download
+    batch's files are synced once, after their renames and before the batch's
     rows exist (a power loss must not leave a renamed but empty file that a row calls
     downloaded). The real calls run; the order of the system calls is recorded."""
     from ingest import sync
@@ -399,6 +400,17 @@ def test_renames_are_synced_before_anything_points_at_them(
         ("replace", str(part)),
         ("fsync", str(part.parent)),
     ] and tmp_name.endswith(".tmp")
+
+    # A run's own record (a task's timing) marks nothing as stored: renamed, not synced.
+    from datetime import UTC, datetime
+
+    from ingest.records import TaskTiming
+
+    calls.clear()
+    now = datetime.now(UTC)
+    timing = TaskTiming("r1", "f", "t1", "list-objects", started_at=now, ended_at=now)
+    key = storage.stage(tmp_path, "r1", "task_timings", "t1", [timing.as_row()])
+    assert key is not None and calls == [("replace", str(tmp_path / key))]
 
     for i in range(3):
         s3.put_object(Bucket=bucket, Key=f"d/{i}.txt", Body=f"body {i}".encode())
