@@ -10,7 +10,6 @@ import hashlib
 import os
 import random
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.records import S3Object
 from ingest.settings import Settings
 from tests.ingest.extract.test_extract_by_head import candidates, generated
+from tests.ingest.s3.test_request_lanes import listed
 
 MiB = 1024 * 1024
 
@@ -46,11 +46,6 @@ def test_the_first_bytes_in_hand_decide_what_the_file_would(tmp_path: Path) -> N
     assert decided >= 5
 
 
-def listed(s3: Any, bucket: str, key: str) -> S3Object:
-    head = s3.head_object(Bucket=bucket, Key=key)
-    return S3Object(bucket, key, head["ETag"].strip('"'), head["ContentLength"], datetime.now(UTC))
-
-
 def test_a_download_hands_over_each_small_objects_first_bytes_once_in_place(
     s3: Any, s3_server: Any, bucket: str, tmp_path: Path
 ) -> None:
@@ -59,13 +54,8 @@ def test_a_download_hands_over_each_small_objects_first_bytes_once_in_place(
     bodies["large/ranged.bin"] = os.urandom(2 * MiB + 10)  # two ranges: not handed over
     for key, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=key, Body=body)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        s3_endpoint_url=s3_server.url,
-        s3_concurrency=4,
-        s3_range_threshold=MiB,
-        s3_range_size=MiB,
-    )
+    ranges = {"s3_range_threshold": MiB, "s3_range_size": MiB}  # 1 MiB and up: ranged
+    settings = Settings(data_dir=tmp_path / "data", s3_endpoint_url=s3_server.url, **ranges)
     root = tmp_path / "objects"
     objs = [listed(s3, bucket, k) for k in sorted(bodies)]
     first = objs[0]
