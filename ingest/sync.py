@@ -81,13 +81,12 @@ def download_batch(
             continue
         jobs.append((obj, dest))
 
-    def on_landed(obj: S3Object, dest: str, head: bytes) -> None:
-        assert landed is not None
-        landed.land(dest, obj.key, obj.size, head)
-
-    downloader = s3.BatchDownloader(conn, settings, root)
-    outcomes = downloader.run(jobs, on_landed if landed is not None else None, HEAD)
-    for obj, dest, outcome in outcomes:
+    on_landed = (
+        None
+        if landed is None
+        else lambda obj, dest, head: landed.land(dest, obj.key, obj.size, head)
+    )
+    for obj, dest, outcome in s3.BatchDownloader(conn, settings, root).run(jobs, on_landed, HEAD):
         if isinstance(outcome, s3.Fetched):
             results.append(
                 row(

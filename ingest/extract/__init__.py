@@ -111,10 +111,10 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
     """
     try:
         size = path.stat().st_size
-        if size == 0:
-            return _empty(name or path.name)
-        with path.open("rb") as f:
-            head = f.read(HEAD)
+        head = b""
+        if size:
+            with path.open("rb") as f:
+                head = f.read(HEAD)
     except OSError:
         return None  # the worker's attempt reports it, as for any unreadable file
     return settle_by_head(head, size, name or path.name)

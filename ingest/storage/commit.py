@@ -59,18 +59,10 @@ STALE_AFTER = 300.0  # seconds without a heartbeat before a run's staging counts
 # Commit order within a run: rows first, then what says they are stored (ETags, the sync
 # watermark), so a crash between two commits costs a re-fetch, never a skipped row.
 _FIRST = ("s3_objects", "documents", "pull_requests")
-# The run's own records (its freshness row, its flow-run row, its timings) mark nothing as
-# stored: they commit last, side by side when small (every run's end; a no-op's only
-# commits), not one after another.
-_LAST = (
-    "github_pages",
-    "github_syncs",
-    "rest_syncs",
-    "api_windows",
-    "source_freshness",
-    "flow_runs",
-    "task_timings",
-)
+# The run's own records (staging.RECORDS: its freshness row, its flow-run row, its timings)
+# mark nothing as stored: they commit last, side by side when small (every run's end; a
+# no-op's only commits), not one after another.
+_LAST = ("github_pages", "github_syncs", "rest_syncs", "api_windows", *staging.RECORDS)
 # Tables of one rank commit side by side (their Delta logs are separate; the writer's
 # Rust side releases the GIL) when their staged rows together are this few: a first
 # GitHub run's child tables, requests, ETags and syncs, ~20-50 ms a commit each. More

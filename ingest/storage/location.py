@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 
 from ingest.aws import block_session
 from ingest.errors import AccessDeniedError, BucketNotFoundError, CredentialsError, EndpointError
-from ingest.storage import durable as _durable
+from ingest.storage import durable
 
 log = logging.getLogger(__name__)
 
@@ -442,9 +442,9 @@ class Entry:
 class LakeFiles(Protocol):
     """Small file operations on keys relative to the lake's root ('/' separated)."""
 
-    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+    def put(self, key: str, data: bytes, *, sync: bool = True) -> None:
         """Write ``data`` whole: a reader sees the old file, or the new one complete.
-        ``durable`` (a local folder): its bytes reach the disk before its name does; False
+        ``sync`` (a local folder): its bytes reach the disk before its name does; False
         for a file whose loss in a power cut costs nothing stored (a run's timings, its
         heartbeat), which then skips the two syncs (~10 ms on a cloud disk)."""
 
@@ -483,13 +483,13 @@ class LocalFiles:
         final.parent.mkdir(parents=True, exist_ok=True)
         return final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
 
-    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+    def put(self, key: str, data: bytes, *, sync: bool = True) -> None:
         final = self.path(key)
         tmp = self._tmp(final)
         try:
             tmp.write_bytes(data)
-            if durable:
-                _durable.replace(tmp, final)
+            if sync:
+                durable.replace(tmp, final)
             else:
                 os.replace(tmp, final)
         finally:
@@ -500,12 +500,12 @@ class LocalFiles:
         tmp = self._tmp(final)
         try:
             tmp.write_bytes(data)
-            _durable.fsync_file(tmp)
+            durable.fsync_file(tmp)
             try:
                 os.link(tmp, final)  # fails if the name exists: create-if-absent, whole
             except FileExistsError:
                 return False
-            _durable.fsync_dir(final.parent)
+            durable.fsync_dir(final.parent)
             return True
         finally:
             tmp.unlink(missing_ok=True)
@@ -572,7 +572,7 @@ class S3Files:
             self._client = _resolve(self.loc).client
         return self._client
 
-    def put(self, key: str, data: bytes, *, durable: bool = True) -> None:
+    def put(self, key: str, data: bytes, *, sync: bool = True) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
     def create(self, key: str, data: bytes) -> bool:

@@ -67,12 +67,12 @@ def safe_name(name: str) -> str:
     return cleaned if cleaned not in ("", ".", "..") else f"_{cleaned}"
 
 
-# The run's own records (its timings, its flow-run and freshness rows) mark nothing as
-# stored (ingest.storage.commit commits them last, in any order): a part of theirs lost to
+# The run's own records (its freshness, flow-run and timing rows) mark nothing as stored
+# (ingest.storage.commit commits them last, in any order): a part of theirs lost to
 # a power cut costs that record, never a row, so theirs are not synced to the disk before
 # they are named. Every task ends by staging its timing: two syncs each (~10 ms on a cloud
 # disk), on the path of every step that waits for a task.
-RECORDS = ("task_timings", "flow_runs", "source_freshness")
+RECORDS = ("source_freshness", "flow_runs", "task_timings")
 
 
 def stage(
@@ -98,7 +98,7 @@ def stage(
     key = f"{run_key(safe_name(run_id))}/{table}/{safe_name(part)}.parquet"
     sink = pa.BufferOutputStream()
     pq.write_table(batch, sink, compression="zstd")
-    files(data_dir).put(key, sink.getvalue().to_pybytes(), durable=table not in RECORDS)
+    files(data_dir).put(key, sink.getvalue().to_pybytes(), sync=table not in RECORDS)
     return key
 
 
@@ -223,7 +223,7 @@ def touch(data_dir: DataDir, run_id: str) -> None:
     """Mark the run alive now; the file names its host and process."""
     key = f"{run_key(safe_name(run_id))}/{HEARTBEAT}"
     # a mark of a live process: after a power cut none is, so it needs no sync
-    files(data_dir).put(key, f"{socket.gethostname()} {os.getpid()}".encode(), durable=False)
+    files(data_dir).put(key, f"{socket.gethostname()} {os.getpid()}".encode(), sync=False)
 
 
 def owner_gone(data_dir: DataDir, run_name: str) -> bool:
