@@ -49,10 +49,14 @@ dev-s3: setup
 	@test -n "$(DIR)" || { echo "usage: make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9000]"; exit 2; }
 	$(VENV)/bin/python -m dev.s3_folder "$(DIR)" $(if $(BUCKET),--bucket $(BUCKET)) $(if $(PORT),--port $(PORT))
 
+# The suite in TEST_WORKERS processes (pytest-xdist; each has its own S3-compatible server
+# and Prefect test server): most tests wait on servers and subprocesses, so two workers halve
+# the wait even on 2 cores. TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= auto
 test: setup
 	$(UV) lock --check
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)
 
 # The tests that start servers of their own (about 5 min): `ingest serve` with API auth and
 # on PostgreSQL, prefect.yaml deployed on a `prefect server start` with a worker and the UI
