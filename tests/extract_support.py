@@ -200,3 +200,10 @@ def layered_pdf(pages: list[tuple[str, list[str]]]) -> bytes:
     pdf.save(out)
     pdf.close()
     return out.getvalue()
+
+
+def modules_loaded(*names: str) -> list[str]:
+    """A pool job: which of ``names`` the worker running it has imported."""
+    import sys
+
+    return [name for name in names if name in sys.modules]

@@ -7,10 +7,12 @@ import re
 import sys
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.errors import ItemError
-from ingest.records import DocumentStatus
+
+if TYPE_CHECKING:  # a name for the checker only: the workers never import pyarrow's records
+    from ingest.records import DocumentStatus
 
 
 class ExtractError(ItemError):

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     memory_limit_mb, refs = int(args[1]), tuple(args[2:])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the pool's process's to handle
 
-    from ingest.extract import worker  # the parsers, imported once for every worker
+    from ingest.extract import worker  # the common parsers, imported once for every worker
 
     for ref in refs:
         worker.resolve(ref)

@@ -16,7 +16,8 @@ Why not the obvious tools (measured on this 2-core machine, see
 
 So this pool keeps N worker processes (N = cores by default), forked from a
 fork server of its own (``ingest.extract.forkserver``) that it starts with
-``subprocess`` on the first job, and that imports the parsers once; each worker
+``subprocess`` on the first job, and that imports the common parsers once
+(``ingest.extract.worker``: the rarer ones on a worker's first file of their kind); each worker
 is sent one job at a time over its own socket. Nothing is started before a job
 arrives, so a run with nothing to extract pays nothing. A dispatcher thread in
 the parent waits on the sockets, the workers' status pipes (their exit codes,

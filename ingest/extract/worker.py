@@ -1,9 +1,16 @@
 """The loop each extraction worker process runs.
 
 Imported by the pool's fork server (``ingest.extract.forkserver``) before it
-forks any worker, so the parsers are imported once (ezdxf alone takes ~1.2 s
-uncompiled) and every worker, and every replacement of a crashed one, starts
-warm.
+forks any worker, so what every run's documents need is imported once, and every
+worker, and every replacement of a crashed one, starts warm: the dispatcher, the
+text, HTML and PDF parsers (charset-normalizer, selectolax, pypdfium2), ~0.1 s.
+
+The parsers of the rarer kinds are imported by a worker the first time one of its
+files needs them: ezdxf (DXF, ~0.3 s compiled), python-docx (DOCX, ~0.1 s) and
+pdfminer.six (a PDF pdfium cannot open, ~0.1 s). Preloaded, they made every pool's
+start cost ~0.5 s of CPU more, most of a first run's extraction when few of its
+files need a parser at all; imported on demand, a pool costs that only where its
+files are of those kinds (once per worker, inside the first such file's time).
 """
 
 from __future__ import annotations
@@ -17,11 +24,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-# Preloaded here, not per file: the fork server imports this module once.
+# Preloaded here, not per file: the fork server imports this module once (the parsers of
+# the rarer kinds are imported where they are used, see above).
 import charset_normalizer  # noqa: F401
-import docx  # noqa: F401
-import ezdxf  # noqa: F401
-import pdfminer.high_level  # noqa: F401
 import pypdfium2  # noqa: F401
 import selectolax.lexbor  # noqa: F401
 
