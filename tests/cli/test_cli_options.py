@@ -115,3 +115,16 @@ def test_a_bad_option_is_refused_before_anything_starts(
     assert len(errors) == 1, out
     assert "Prefect server" not in out and not (home / ".prefect" / "prefect.db").exists()
     assert not (tmp_path / "data").exists()
+
+
+def test_a_command_keeps_openblas_to_one_thread_unless_told() -> None:
+    """numpy (pyarrow's) starts OpenBLAS threads that spin after the import; a command's
+    process, and what it starts, runs with one unless the user set a number."""
+    probe = "import cli, os, numpy; print(os.environ['OPENBLAS_NUM_THREADS'], numpy.__name__)"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "1 numpy"), ("3", "3 numpy")):
+        run_env = env if given is None else {**env, "OPENBLAS_NUM_THREADS": given}
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=run_env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == expected, out.stderr
