@@ -125,13 +125,14 @@ def settle_by_head(head: bytes, size: int, name: str) -> Extraction | None:
     shorter) and size are in hand: a download has them as it writes the file."""
     if size == 0:
         return _empty(name)
+    head = head[:HEAD]
     if head.startswith(b"PK\x03\x04"):
         return None
-    kind = detect_kind(head[:HEAD], name)
+    kind = detect_kind(head, name)
     if kind not in _HEAD_IS_ENOUGH:
         return None
     try:
-        return _dispatch(kind, head[:HEAD], 0)
+        return _dispatch(kind, head, 0)
     except UnsupportedFormatError as exc:
         return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
 

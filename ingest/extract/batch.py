@@ -133,21 +133,18 @@ def extract_batch(
         waiting.append(fut)
     now = datetime.now(UTC)
     docs = [
-        to_document(
-            bucket,
-            key,
-            etag,
-            path,
-            Outcome("ok", done),
-            run_id=run_id,
-            now=now,
-            size=lg.size if lg is not None else None,
-        )
+        to_document(bucket, key, etag, path, Outcome("ok", done), run_id=run_id, now=now, size=size)
         if done is not None
-        else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now)
+        else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now, size=size)
         if fut is not None
         else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
-        for (key, etag, path), done, fut, lg in zip(stored, settled, futures, landings, strict=True)
+        for (key, etag, path), done, fut, size in zip(
+            stored,
+            settled,
+            futures,
+            [lg.size if lg is not None else None for lg in landings],  # a landed file's size
+            strict=True,
+        )
     ]
     if settings.ocr.enabled:
         run_ocr(settings, docs, stored, ocr_pool)
