@@ -102,8 +102,9 @@ def extract_dwg(source: bytes | Path) -> Extraction:
     with _on_disk(source) as path:
         with path.open("rb") as f:
             version = check_version(f.read(6))
-        doc, handles = read_dwg(path)
-    result = extract_drawing(doc, kind="dwg", extractor="ezdwg")
+        doc, handles, skipped = read_dwg(path)
+    warnings = [f"{len(skipped)} entities not read: " + "; ".join(skipped[:5])] if skipped else []
+    result = extract_drawing(doc, kind="dwg", extractor="ezdwg", warnings=warnings)
     for row in result.structure.get("attributes") or []:
         row[8] = handles.get(row[8], row[8])  # the INSERT's handle in the DWG, as DXF has it
     if version in _MODEL_VERSION:  # the model says AC1015: say what the file is
@@ -128,9 +129,9 @@ def _on_disk(source: bytes | Path) -> Iterator[Path]:
         os.unlink(name)
 
 
-def read_dwg(path: Path) -> tuple[Any, dict[str, str]]:
+def read_dwg(path: Path) -> tuple[Any, dict[str, str], list[str]]:
     """An ezdxf document with what of the DWG at ``path`` carries text (see the module),
-    and the DWG's handle of each INSERT by the document's.
+    the DWG's handle of each INSERT by the document's, and the entities it refused.
 
     ezdwg keeps its decoded tables in caches keyed by path: they are cleared before (a
     worker reads the next file at a path an earlier one had) and after (a worker reads
@@ -140,7 +141,7 @@ def read_dwg(path: Path) -> tuple[Any, dict[str, str]]:
     ezdwg.clear_decode_caches()
     try:
         builder = _Builder(ezdwg.read(str(path)))
-        return builder.build(), builder.handles
+        return builder.build(), builder.handles, builder.skipped
     except (UnsupportedFormatError, ExtractError):
         raise
     except MemoryError:
@@ -166,6 +167,7 @@ class _Builder:
         self.owners: dict[int, Any] = {}  # block record handle -> ezdxf layout or block
         self.inserts: dict[int, Any] = {}  # INSERT handle -> the ezdxf INSERT
         self.handles: dict[str, str] = {}  # the model's INSERT handle -> the DWG's
+        self.skipped: list[str] = []  # entities the model refused, with why
 
     def build(self) -> Any:
         self._header()
@@ -180,12 +182,22 @@ class _Builder:
                 continue
             owner = self._owner(entity, default_paper)
             if owner is not None:
-                self._add(owner, entity)
+                self._guarded(self._add, owner, entity)
         for attrib in attribs:
             insert = self.inserts.get(int(attrib.dxf.get("owner_handle") or 0))
             if insert is not None:
-                self._add_attrib(insert, attrib)
+                self._guarded(self._add_attrib, insert, attrib)
         return self.doc
+
+    def _guarded(self, add: Any, owner: Any, entity: Any) -> None:
+        """One entity whose values the model refuses costs that entity, not the drawing
+        (as one malformed entity of a DXF costs its own text only)."""
+        from ezdxf.lldxf.const import DXFError
+
+        try:
+            add(owner, entity)
+        except (DXFError, ValueError, TypeError, KeyError, IndexError) as exc:
+            self.skipped.append(f"{entity.dxftype} {int(entity.handle):X}: {exc}")
 
     def _header(self) -> None:
         header = self.source.header_variables()
@@ -302,9 +314,12 @@ class _Builder:
             for key in ("xscale", "yscale", "zscale", "rotation"):
                 if dxf.get(key) is not None:
                     attribs[key] = float(dxf[key])
-            for ours, theirs in (("column_count", "num_columns"), ("row_count", "num_rows")):
-                if dxf.get(theirs):
-                    attribs[ours] = int(dxf[theirs])
+            for key in ("column_count", "row_count"):  # a MINSERT's array
+                if dxf.get(key):
+                    attribs[key] = int(dxf[key])
+            for key in ("column_spacing", "row_spacing"):
+                if dxf.get(key):
+                    attribs[key] = float(dxf[key])
             ref = owner.add_blockref(name, insert, attribs)
             self.inserts[int(entity.handle)] = ref
             self.handles[ref.dxf.handle] = f"{int(entity.handle):X}"
