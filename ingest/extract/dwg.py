@@ -10,7 +10,8 @@ attributes and drawing data a DXF gets, from the same walk:
 * TEXT, MTEXT (its raw text with the formatting codes, which ezdxf's ``plain_text``
   strips as it does a DXF's), ATTDEF, INSERT and MINSERT with their ATTRIBs, DIMENSION
   (override, measurement and the block that shows it), each in its layout or block;
-* ``$INSUNITS``, ``$EXTMIN`` and ``$EXTMAX``.
+* ``$INSUNITS``, ``$EXTMIN`` and ``$EXTMAX``; the code page from the file header (ezdwg
+  has decoded the text with it already: the metadata says which it was).
 
 Geometry is not copied: no line, arc or hatch carries text. ezdwg does not read
 MULTILEADER entities, so their text, which a DXF gives, is missing from a DWG.
@@ -56,6 +57,24 @@ OLDER = {
     "AC1006": "R11",
     "AC1009": "R12",
 }
+# The code page a DWG's file header names (a 16-bit number at offset 0x13), as DXF's
+# $DWGCODEPAGE names it: the text of drawings before R2007 is in it. The numbers are
+# those ezdwg reads and writes (``ezdwg.WRITE_CODEPAGES``); another is left unnamed.
+CODEPAGES = {
+    28: "ANSI_1250",
+    29: "ANSI_1251",
+    30: "ANSI_1252",
+    32: "ANSI_1253",
+    33: "ANSI_1254",
+    34: "ANSI_1255",
+    35: "ANSI_1256",
+    36: "ANSI_1257",
+    37: "ANSI_874",
+    38: "ANSI_932",
+    39: "ANSI_936",
+    40: "ANSI_949",
+    41: "ANSI_950",
+}
 # ezdxf writes R13 and R14 drawings as R2000: its model starts there.
 _MODEL_VERSION = {"AC1012": "AC1015", "AC1014": "AC1015"}
 _TYPES = "TEXT MTEXT ATTRIB ATTDEF INSERT MINSERT DIMENSION"
@@ -97,16 +116,26 @@ def check_version(head: bytes) -> str:
 
 def extract_dwg(source: bytes | Path) -> Extraction:
     """A DWG's text and drawing data, as ``ingest.extract.dxf.extract_dxf`` gives a DXF's."""
-    from ingest.extract.dxf import extract_drawing
+    from ezdxf.tools.codepage import toencoding
+
+    from ingest.extract.dxf import UTF8_FROM, extract_drawing
 
     with _on_disk(source) as path:
         with path.open("rb") as f:
-            version = check_version(f.read(6))
+            head = f.read(0x15)
+        version = check_version(head)
         doc, handles, skipped = read_dwg(path)
     warnings = [f"{len(skipped)} entities not read: " + "; ".join(skipped[:5])] if skipped else []
     result = extract_drawing(doc, kind="dwg", extractor="ezdwg", warnings=warnings)
     for row in result.structure.get("attributes") or []:
         row[8] = handles.get(row[8], row[8])  # the INSERT's handle in the DWG, as DXF has it
+    # The model's code page is ezdxf's default; the file's header says which it is.
+    codepage = CODEPAGES.get(int.from_bytes(head[0x13:0x15], "little"))
+    result.metadata.pop("codepage", None)
+    if codepage:
+        result.metadata["codepage"] = codepage
+    if version < UTF8_FROM:
+        result.metadata["encoding"] = toencoding(codepage) if codepage else None
     if version in _MODEL_VERSION:  # the model says AC1015: say what the file is
         release = READABLE[version]
         result.metadata.update(dxf_version=version, release=release)

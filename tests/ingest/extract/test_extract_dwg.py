@@ -114,6 +114,9 @@ def test_a_dwg_gives_what_the_same_drawing_as_dxf_gives(
         [*want.metadata["extents"][0], *want.metadata["extents"][1]]
     )
     assert got.metadata["dxf_version"] == version and got.pages == 4
+    assert got.metadata["codepage"] == want.metadata["codepage"] == "ANSI_1252"
+    # text is UTF-8 from R2007 on, in the code page before (as for DXF)
+    assert got.metadata["encoding"] == ("utf-8" if version >= "AC1021" else "cp1252")
     assert got.metadata["page_count"] == 4  # the common metadata (ingest.extract.metadata)
     assert got.structure.get("markdown") == want.structure.get("markdown")  # none for drawings
 
@@ -204,6 +207,24 @@ def test_a_generated_r2000_dwg_gives_what_its_dxf_gives(tmp_path: Path) -> None:
     assert (mine["acadver"], mine["units"]) == ("AC1015", "millimeters")
     # ezdxf's renderer adds the arrow block of the dimension it draws; ezdwg's does not
     assert sorted(mine["blocks"]) == sorted(set(theirs["blocks"]) - {"_CLOSEDFILLED"})
+
+
+def test_korean_text_of_an_r2000_dwg_in_its_code_page(tmp_path: Path) -> None:
+    import ezdwg
+
+    drawing = ezdwg.new()
+    drawing.modelspace().add_text("배관 도면 검토 결과 밸브 위치를 재확인할 것", (0, 0), 2.5)
+    drawing.modelspace().add_mtext("{\\fBatang|b1;밸브} V-101\\P위치 확인", (0, 10), 2.5)
+    path = tmp_path / "korean.dwg"
+    drawing.save(str(path))
+    got = extract_document(path)
+    assert got.text.split("\n") == [
+        "배관 도면 검토 결과 밸브 위치를 재확인할 것",
+        "밸브 V-101",
+        "위치 확인",
+    ]
+    assert (got.metadata["codepage"], got.metadata["encoding"]) == ("ANSI_949", "cp949")
+    assert got.metadata["language"] == "ko"
 
 
 # -------------------------------------------------------------------- refused, and failed
