@@ -275,3 +275,16 @@ def test_a_dwg_given_as_bytes_reads_as_from_its_path(tmp_path: Path) -> None:
     from_path = extract_document(path)
     from_bytes = extract_document(path.read_bytes(), "generated.dwg")
     assert from_bytes.status == "ok" and from_bytes.text == from_path.text
+
+
+def test_a_path_read_again_with_new_content_gives_the_new_drawing(tmp_path: Path) -> None:
+    """ezdwg keeps what it decoded in caches keyed by path, and a worker may read the next
+    night's version of a key at the same path: it reads the new drawing."""
+    import ezdwg
+
+    path = tmp_path / "plan.dwg"
+    for note in ("FIRST ISSUE", "SECOND ISSUE"):
+        drawing = ezdwg.new()
+        drawing.modelspace().add_text(note, (0, 0), 2.5)
+        drawing.save(str(path))
+        assert extract_document(path).text == note
