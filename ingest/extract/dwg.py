@@ -43,18 +43,19 @@ READABLE = {
     "AC1027": "R2013",
     "AC1032": "R2018",
 }
-# Older releases, by the magic their files start with.
+# Older releases, by the magic their files start with (R9 on as ezdxf names them; R11
+# and R12 share AC1009, known as R12).
 OLDER = {
     "MC0.0": "R1.0",
     "AC1.2": "R1.2",
-    "AC1.40": "R1.4",
-    "AC1.50": "R2.0",
+    "AC1.40": "R1.40",
+    "AC1.50": "R2.05",
     "AC2.10": "R2.10",
-    "AC1001": "R2.5",
-    "AC1002": "R2.6",
-    "AC1003": "R9",
-    "AC1004": "R10",
-    "AC1006": "R11",
+    "AC1001": "R2.22",
+    "AC1002": "R2.50",
+    "AC1003": "R2.60",
+    "AC1004": "R9",
+    "AC1006": "R10",
     "AC1009": "R12",
 }
 # The code page a DWG's file header names (a 16-bit number at offset 0x13), as DXF's

@@ -232,7 +232,7 @@ def test_korean_text_of_an_r2000_dwg_in_its_code_page(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("magic", "release"),
-    [(b"AC1009", "R12"), (b"AC1006", "R11"), (b"AC1004", "R10"), (b"AC1.50", "R2.0")],
+    [(b"AC1009", "R12"), (b"AC1006", "R10"), (b"AC1004", "R9"), (b"AC1.50", "R2.05")],
 )
 def test_an_older_dwg_is_unsupported_naming_its_version(
     tmp_path: Path, magic: bytes, release: str
