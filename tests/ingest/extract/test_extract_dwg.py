@@ -209,6 +209,26 @@ def test_a_generated_r2000_dwg_gives_what_its_dxf_gives(tmp_path: Path) -> None:
     assert sorted(mine["blocks"]) == sorted(set(theirs["blocks"]) - {"_CLOSEDFILLED"})
 
 
+def test_dimension_overrides_and_measurements_as_the_dxf_gives_them(tmp_path: Path) -> None:
+    import ezdwg
+    import ezdxf
+
+    dims = [((0, -20), 600, "<> mm"), ((0, -40), 250, "CLEAR"), ((0, -60), 125, "<>")]
+    dwg = ezdwg.new()
+    dxf = ezdxf.new("R2000")
+    for (x, y), length, text in dims:
+        dwg.modelspace().add_linear_dim((x, y), (x, y + 10), (x + length, y + 10), text=text)
+        dxf.modelspace().add_linear_dim(
+            base=(x, y), p1=(x, y + 10), p2=(x + length, y + 10), text=text
+        ).render()
+    dwg.save(str(tmp_path / "dims.dwg"))
+    dxf.saveas(tmp_path / "dims.dxf")
+    got = extract_document(tmp_path / "dims.dwg")
+    want = extract_document(tmp_path / "dims.dxf")
+    assert got.text == want.text == "600 mm\nCLEAR\n125"
+    assert got.metadata["entities"] == want.metadata["entities"] == {"DIMENSION": 3}
+
+
 def test_korean_text_of_an_r2000_dwg_in_its_code_page(tmp_path: Path) -> None:
     import ezdwg
 
