@@ -765,10 +765,14 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
     lost: dict[str, dict[str, int]] = {}
     for _ in range(rounds):
         for label, dwg, dxf in pairs:
+            cpu = time.process_time()
             t, got = timed(lambda d=dwg: extract_document(d))
             per[label]["dwg"].append(t)
+            per[label]["dwg_cpu"].append(time.process_time() - cpu)
+            cpu = time.process_time()
             t, want = timed(lambda d=dxf: extract_document(d))
             per[label]["dxf"].append(t)
+            per[label]["dxf_cpu"].append(time.process_time() - cpu)
             t, routed = timed(lambda d=dwg: via_to_dxf(d, work / "routed.dxf"))
             per[label]["to_dxf"].append(t)
             have, ours, theirs = (Counter(x.text.split("\n")) for x in (want, got, routed))
@@ -792,6 +796,7 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
             dxfs.append(target)
     settings = Settings(data_dir=work / "data")
     pooled: dict[str, list[float]] = defaultdict(list)
+    pooled_cpu: dict[str, list[float]] = defaultdict(list)
     with WorkerPool(pool_config(settings)) as pool:
         pool.map("os:getpid", [()] * pool.config.size)
         extract_batch(settings, "bench", batches_of(dwgs[:5] + dxfs[:5])[0], run_id="w", pool=pool)
@@ -800,6 +805,7 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
                 result = run_pool(files, settings, pool)
                 assert result["statuses"] == {"ok": len(files)}, result["statuses"]
                 pooled[kind].append(result["seconds"])
+                pooled_cpu[kind].append(result["cpu"])
         workers = pool.config.size
     return {
         "pairs": [
@@ -816,6 +822,7 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
             "files": len(dwgs),
             "workers": workers,
             **{k: statistics.median(v) for k, v in pooled.items()},
+            "cpu": {k: statistics.median(v) for k, v in pooled_cpu.items()},
             "ratios": [d / x for d, x in zip(pooled["dwg"], pooled["dxf"], strict=True)],
         },
     }
@@ -836,16 +843,17 @@ def drawings_markdown(r: dict[str, Any]) -> str:
         "read it back), measured as the alternative and not taken. Median of "
         f"{r['rounds']} alternating rounds, one process.",
         "",
-        "| drawing | DWG KB | DXF KB | DWG s | DXF s | DWG/s | DXF/s | DWG vs DXF | to_dxf s "
-        "| lines lost: ours / to_dxf | layouts: ours / to_dxf |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| drawing | DWG KB | DXF KB | DWG s | DXF s | DWG/s | DXF/s | DWG vs DXF "
+        "| CPU s: DWG / DXF | to_dxf s | lines lost: ours / to_dxf | layouts: ours / to_dxf |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for d in r["pairs"]:
         lost = d["lost"]
         lines.append(
             f"| {d['label']} | {d['dwg_kb']:.0f} | {d['dxf_kb']:.0f} | {d['dwg']:.3f} "
             f"| {d['dxf']:.3f} | {1 / d['dwg']:.1f} | {1 / d['dxf']:.1f} "
-            f"| {d['dxf'] / d['dwg']:.2f}x | {d['to_dxf']:.3f} "
+            f"| {d['dxf'] / d['dwg']:.2f}x | {d['dwg_cpu']:.3f} / {d['dxf_cpu']:.3f} "
+            f"| {d['to_dxf']:.3f} "
             f"| {lost['ours']} / {lost['to_dxf']} | {lost['layouts']} / {lost['to_dxf_layouts']} |"
         )
     lines += [
@@ -864,7 +872,13 @@ def drawings_markdown(r: dict[str, Any]) -> str:
         f"{p['dwg']:.2f} s ({p['files'] / p['dwg']:.1f} drawings/s), DXF {p['dxf']:.2f} s "
         f"({p['files'] / p['dxf']:.1f} drawings/s); DWG time / DXF time per round: "
         + ", ".join(f"{x:.2f}" for x in p["ratios"])
-        + ".",
+        + f". CPU seconds (workers and this process): DWG {p['cpu']['dwg']:.2f}, DXF "
+        f"{p['cpu']['dxf']:.2f}: on two free cores, about "
+        f"{2 * p['files'] / p['cpu']['dwg']:.1f} and {2 * p['files'] / p['cpu']['dxf']:.1f} "
+        "drawings/s.",
+        "",
+        "CPU time does not depend on what else runs on the machine (wall times do: see "
+        "the load average above).",
         "",
     ]
     return "\n".join(lines)
