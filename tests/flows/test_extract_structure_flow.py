@@ -315,6 +315,13 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     out = CliRunner().invoke(app, ["search", "A-101", "--data-dir", str(data_dir), "-f", "json"])
     assert out.exit_code == 0, out.output
     assert "in/plan.dwg" in {hit["key"] for hit in json.loads(out.output)}
+    out = CliRunner().invoke(
+        app, ["search", "Valve", "--kind", "dwg", "--data-dir", str(data_dir), "-f", "json"]
+    )
+    assert out.exit_code == 0, out.output
+    assert [(h["key"], h["kind"], h["page"]) for h in json.loads(out.output)] == [
+        ("in/plan.dwg", "dwg", 1)
+    ]
 
     again = s3_ingest(prefix="in/", **kw)  # the night after: nothing to read again
     assert again.extracted == {"unchanged": len(objects)}
