@@ -117,7 +117,7 @@ bench-github: setup
 	$(VENV)/bin/python -m benchmarks.bench_github $(ARGS)
 
 bench-extract: setup
-	$(VENV)/bin/python -m benchmarks.bench_extract
+	$(VENV)/bin/python -m benchmarks.bench_extract $(ARGS)
 
 bench-tiny-extract: setup
 	$(VENV)/bin/python -m benchmarks.bench_tiny_extract $(ARGS)

@@ -441,7 +441,9 @@ def reextract_command(
     ] = None,
     kind: Annotated[
         list[str] | None,
-        typer.Option(help="Only documents of this kind: pdf, dxf, docx, html, txt (repeatable)."),
+        typer.Option(
+            help="Only documents of this kind: pdf, dxf, dwg, docx, html, txt (repeatable)."
+        ),
     ] = None,
     since_version: Annotated[
         str | None,
@@ -764,7 +766,7 @@ def search_command(
         int, typer.Option("--limit", "-n", min=1, max=1000, help="Hits to show.")
     ] = 10,
     kind: Annotated[
-        str | None, typer.Option(help="Only this kind: pdf, dxf, docx, html, txt ...")
+        str | None, typer.Option(help="Only this kind: pdf, dxf, dwg, docx, html, txt ...")
     ] = None,
     data_dir: DataDir = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",

@@ -225,12 +225,13 @@ def test_the_built_wheel_holds_the_product_only(tmp_path: Path) -> None:
 
 def test_the_tests_mirror_the_packages() -> None:
     """Each folder of ``tests/`` is a package of the project (``tests/ingest/s3`` holds the
-    tests of ``ingest/s3``), but ``chaos/``, the fault suite across them all; only the
-    tests of the project as a whole (its layout, its docs) sit at the top."""
+    tests of ``ingest/s3``), but ``chaos/``, the fault suite across them all, and
+    ``fixtures/``, test data with its sources; only the tests of the project as a whole
+    (its layout, its docs) sit at the top."""
     tests = ROOT / "tests"
     for folder in sorted(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__"):
         rel = folder.relative_to(tests)
-        if rel.parts[0] in ("chaos", ".pytest_cache"):
+        if rel.parts[0] in ("chaos", "fixtures", ".pytest_cache"):
             continue
         assert (ROOT / rel / "__init__.py").is_file(), f"tests/{rel.as_posix()} mirrors no package"
         assert list(folder.glob("test_*.py")) or any(folder.iterdir()), rel

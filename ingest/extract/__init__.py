@@ -1,6 +1,6 @@
 """Text extraction: every stored document becomes clean, searchable text.
 
-One module per format (``pdf``, ``dxf``, ``docx``, ``html``, ``text``), the
+One module per format (``pdf``, ``dxf``, ``dwg``, ``docx``, ``html``, ``text``), the
 kind told from the content by ``detect``; ``extract_document`` is the one
 entry point and never raises for a bad document: the outcome is a status
 (ok / empty / encrypted / unsupported / failed) with the error message.
@@ -37,8 +37,9 @@ EXTRACTOR_VERSION = "2.0"
 
 IN_MEMORY_BYTES = 32 * 1024 * 1024
 # Kinds whose outcome the first bytes decide (the error names them): the rest of the file
-# is not read.
-_HEAD_IS_ENOUGH = ("unsupported", "dwg")
+# is not read. A DWG's first bytes decide only when they name a version no parser reads
+# (``_decided_by_head``).
+_HEAD_IS_ENOUGH = ("unsupported",)
 TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 _T = TypeVar("_T", bound="_Outputs")
 
@@ -66,8 +67,10 @@ def extract_document(
         whole = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
         kind = detect_kind(whole if whole is not None else head, name)
         data: bytes | None = whole
-        if kind in _HEAD_IS_ENOUGH:
+        if _decided_by_head(kind, head):
             data = head  # no need to read the rest of a file that is not parsed
+        elif kind == "dwg":
+            data = None  # ezdwg reads the file by its path
         elif data is None and size <= in_memory_bytes:
             data = source.read_bytes()
     else:
@@ -102,7 +105,7 @@ def extract_document(
 
 def extract_by_head(path: Path, name: str = "") -> Extraction | None:
     """The outcome of a file its first bytes decide (zero bytes, unsupported content, a DWG
-    drawing), or None when a parser must read it.
+    drawing of a version no parser reads), or None when a parser must read it.
 
     No parser runs: the size, a 4 KB read and the magic tests of ``detect`` are all it
     does, so the flow's process can settle these itself instead of paying a worker's round
@@ -129,7 +132,7 @@ def settle_by_head(head: bytes, size: int, name: str) -> Extraction | None:
     if head.startswith(b"PK\x03\x04"):
         return None
     kind = detect_kind(head, name)
-    if kind not in _HEAD_IS_ENOUGH:
+    if not _decided_by_head(kind, head):
         return None
     try:
         return _dispatch(kind, head, 0)
@@ -222,11 +225,25 @@ def _note(result: _Outputs, message: str) -> None:
     result.metadata.setdefault("warnings", []).append(message)
 
 
+def _decided_by_head(kind: str, head: bytes) -> bool:
+    """Whether the first bytes settle the file: unsupported content, or a DWG of a
+    version ezdwg does not read (R12 and older)."""
+    if kind == "dwg":
+        from ingest.extract.dwg import READABLE, dwg_version
+
+        return dwg_version(head) not in READABLE
+    return kind in _HEAD_IS_ENOUGH
+
+
 def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:
     if kind == "pdf":
         from ingest.extract.pdf import extract_pdf
 
         return extract_pdf(body, max_pages=max_pages)
+    if kind == "dwg":
+        from ingest.extract.dwg import extract_dwg
+
+        return extract_dwg(body)  # an older version is refused from its first bytes
     data = body if isinstance(body, bytes) else body.read_bytes()
     if kind == "dxf":
         from ingest.extract.dxf import extract_dxf
@@ -244,12 +261,6 @@ def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:
         from ingest.extract.text import extract_text_file
 
         return extract_text_file(data, kind)
-    if kind == "dwg":
-        version = data[:6].decode("ascii", "replace")
-        raise UnsupportedFormatError(
-            f"DWG drawing ({version}): the binary AutoCAD format is not read (no open "
-            "library reads it reliably); export it as DXF to have its text extracted"
-        )
     raise UnsupportedFormatError(f"unrecognised content (starts with {data[:16]!r})")
 
 
@@ -260,9 +271,13 @@ def _empty(name: str) -> Extraction:
 
 
 def _lib(kind: str) -> str:
-    return {"pdf": "pypdfium2", "dxf": "ezdxf", "docx": "python-docx", "html": "selectolax"}.get(
-        kind, "text"
-    )
+    return {
+        "pdf": "pypdfium2",
+        "dxf": "ezdxf",
+        "dwg": "ezdwg",
+        "docx": "python-docx",
+        "html": "selectolax",
+    }.get(kind, "text")
 
 
 __all__ = [

@@ -104,7 +104,7 @@ def extract_batch(
     deadline = run_deadline(started, settings.extract.run_budget)
     default = extractor == DEFAULT_EXTRACTOR
     ahead = 2 * (settings.extract.workers or os.cpu_count() or 2)
-    # What the first bytes decide (empty, unsupported, DWG) is settled here, with the
+    # What the first bytes decide (empty, unsupported, DWG of R12) is settled here, with the
     # default extractor, or was as the file landed; only files a parser reads go to the
     # workers, and a landed one may be there already.
     landings = [landed.take(path) if landed is not None else None for _k, _e, path in stored]

@@ -19,8 +19,10 @@ before AutoCAD 2007 (CP949 drawings come back as Hangul); from AutoCAD 2007 on
 (``$ACADVER`` AC1021 and above) a DXF file is UTF-8 whatever ``$DWGCODEPAGE``
 says, as the DXF reference and ezdxf's own loader have it.
 A damaged file is read in ezdxf's recover mode; a truncated one is trimmed
-to its last complete tag pair and closed before recovering. DWG (the binary
-AutoCAD format) is detected elsewhere and reported as unsupported.
+to its last complete tag pair and closed before recovering. A DWG (the binary
+AutoCAD format) is placed in the same ezdxf model by ``ingest.extract.dwg`` and
+walked here (``extract_drawing``). The metadata also holds the model space extents
+of the header (``$EXTMIN``, ``$EXTMAX``) where they are set.
 """
 
 from __future__ import annotations
@@ -225,6 +227,21 @@ def _measurement(e: Any) -> str:
 def extract_dxf(source: bytes | Path) -> Extraction:
     data = source if isinstance(source, bytes) else source.read_bytes()
     doc, warnings = read_drawing(data)
+    result = extract_drawing(doc, kind="dxf", extractor="ezdxf", warnings=warnings)
+    # From the file's own header: ezdxf sets both variables to the time of loading.
+    created, modified = (_julian(_header_value(data, v)) for v in ("TDCREATE", "TDUPDATE"))
+    if created:
+        result.metadata["created"] = created
+    if modified:
+        result.metadata["modified"] = modified
+    return result
+
+
+def extract_drawing(
+    doc: Any, *, kind: str, extractor: str, warnings: list[str] | None = None
+) -> Extraction:
+    """The text, pages, metadata and drawing data of a drawing loaded as an ezdxf
+    document: a DXF read by ezdxf, or a DWG that ``ingest.extract.dwg`` placed in one."""
     walker = _Walker(doc)
     layouts: list[str] = []
     parts: list[str] = []
@@ -252,23 +269,33 @@ def extract_dxf(source: bytes | Path) -> Extraction:
         value = doc.header.get(var)
         if value:
             metadata[name] = decode_dxf_escapes(str(value))
-    # From the file's own header: ezdxf sets both variables to the time of loading.
-    created, modified = (_julian(_header_value(data, v)) for v in ("TDCREATE", "TDUPDATE"))
-    if created:
-        metadata["created"] = created
-    if modified:
-        metadata["modified"] = modified
+    extents = _extents(doc)
+    if extents:
+        metadata["extents"] = extents
     result = Extraction(
-        kind="dxf",
+        kind=kind,
         text=text,
         pages=len(layouts),
         metadata=metadata,
-        extractor="ezdxf",
+        extractor=extractor,
         structure={"pages": pages, **_drawing_data(doc)},
     )
-    for w in warnings:
+    for w in warnings or ():
         result.warn(w)
     return result
+
+
+def _extents(doc: Any) -> list[list[float]] | None:
+    """``[[xmin, ymin, zmin], [xmax, ymax, zmax]]`` of model space as the header
+    (``$EXTMIN``, ``$EXTMAX``) says, or None where it is unset (min above max)."""
+    try:
+        low = [float(v) for v in doc.header.get("$EXTMIN")]
+        high = [float(v) for v in doc.header.get("$EXTMAX")]
+    except (TypeError, ValueError):
+        return None
+    if len(low) != 3 or len(high) != 3 or any(a > b for a, b in zip(low, high, strict=True)):
+        return None
+    return [low, high]
 
 
 def _release(version: str) -> str:

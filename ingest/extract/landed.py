@@ -3,7 +3,7 @@ rest started, as each file is written, instead of when its whole batch has downl
 
 A download writes each small object from the bytes it receives; it hands the first
 ``HEAD`` of them and the size to ``Landed.land`` on the request lane that wrote them.
-Where those bytes decide the outcome (zero bytes, unsupported content, a DWG drawing:
+Where those bytes decide the outcome (zero bytes, unsupported content, a DWG of R12 or older:
 ``ingest.extract.settle_by_head``), the outcome is kept by path; a file a parser must
 read is handed to the run's workers there and then (``parse``), so its parse runs
 beside the downloads still in flight. The batch's extraction takes each file's landing

@@ -34,16 +34,18 @@ TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 CODE: dict[str, int] = {
     "pdf": 3,  # 2: pages, markdown with font-size headings, common metadata, chunks;
     # 3: pages and markdown within extract_max_chars, heading-like text lines escaped
-    "dxf": 2,  # 2: pages per layout, attributes, drawing data, header dates
+    "dxf": 3,  # 2: pages per layout, attributes, drawing data, header dates; 3: extents
+    "dwg": 1,  # 1: read with ezdwg into the DXF model (before: unsupported, by ``detect``)
     "docx": 3,  # 2: markdown from styles, modified and application; 3: heading-like text escaped
     "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator,
     # heading-like text escaped
     "text": 2,  # 2: encoding confidence, language
-    "detect": 1,  # empty, unsupported, DWG: told from the first bytes
+    "detect": 1,  # empty, unsupported: told from the first bytes
 }
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "pdf": ("pypdfium2", "pdfminer.six"),
     "dxf": ("ezdxf",),
+    "dwg": ("ezdwg", "ezdxf"),
     "docx": ("python-docx",),
     "html": ("selectolax", "charset-normalizer"),
     "text": ("charset-normalizer",),
@@ -53,8 +55,9 @@ KINDS = ("pdf", "dxf", "docx", "html", *TEXT_KINDS, "dwg", "unsupported", "")
 
 
 def family(kind: str) -> str:
-    """The extractor that reads ``kind``: txt, csv... are read by ``text``; DWG and
-    unknown content are settled by ``detect``."""
+    """The extractor that reads ``kind``: txt, csv... are read by ``text``; unknown
+    content is settled by ``detect``. A DWG's row has the string of ``dwg`` whether it
+    was read or refused (R12 and older): a new ezdwg re-reads both."""
     if kind in TEXT_KINDS:
         return "text"
     return kind if kind in CODE and kind != "detect" else "detect"

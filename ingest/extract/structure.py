@@ -28,6 +28,9 @@ from ingest.records import Document
 from ingest.storage.location import DataDir
 
 TABLES = ("document_pages", "document_chunks", "dxf_attributes", "dxf_drawings")
+# The kinds whose drawing data fill ``dxf_attributes`` and ``dxf_drawings``: a DWG is read
+# into the same model as a DXF (``ingest.extract.dwg``).
+DRAWING_KINDS = ("dxf", "dwg")
 # The join condition of a structured table ``t`` with ``documents`` ``d`` that keeps its
 # current rows (see the module's docstring).
 CURRENT = (
@@ -90,7 +93,7 @@ def chunk_rows(doc: Document) -> list[dict[str, Any]]:
 
 def attribute_rows(doc: Document) -> list[dict[str, Any]]:
     """One row per ATTRIB of every INSERT of a drawing (``ingest.extract.dxf_data``)."""
-    if doc.status != "ok" or doc.kind != "dxf":
+    if doc.status != "ok" or doc.kind not in DRAWING_KINDS:
         return []
     base = _base(doc)
     names = ("layout", "block", "tag", "value", "layer", "insert_x", "insert_y", "insert_z")
@@ -103,7 +106,7 @@ def attribute_rows(doc: Document) -> list[dict[str, Any]]:
 def drawing_rows(doc: Document) -> list[dict[str, Any]]:
     """The drawing's header data, one row."""
     drawing = doc.structure.get("drawing")
-    if doc.status != "ok" or doc.kind != "dxf" or not drawing:
+    if doc.status != "ok" or doc.kind not in DRAWING_KINDS or not drawing:
         return []
     return [
         {

@@ -231,3 +231,98 @@ def test_reextract_command_checks_its_release_before_running() -> None:
     assert "not a release number like 2.0: 'two'" in out.output
     helped = CliRunner().invoke(app, ["reextract", "--help"])
     assert helped.exit_code == 0 and "--since-version" in helped.output
+
+
+def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
+    s3, s3_server, bucket, data_dir: Path, tmp_path: Path
+) -> None:
+    """One drawing as DWG and as DXF through the S3 path: ``documents``, the attribute
+    and drawing tables and ``ingest search`` hold the DWG as they hold the DXF. Before
+    it, a night as it ran before DWG was read (every DWG ``unsupported``, with the
+    detection's version string): the next night reads them again."""
+    from ingest.extract import dwg, provenance
+    from tests.ingest.extract.test_extract_dwg import r2000_pair
+
+    dwg_path, dxf_path = r2000_pair(tmp_path)
+    objects = {
+        "in/plan.dwg": dwg_path.read_bytes(),
+        "in/plan.dxf": dxf_path.read_bytes(),
+        "in/old.dwg": b"AC1009" + bytes(range(256)) * 8,  # R12
+    }
+    put_many(s3, bucket, objects)
+    kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    with pytest.MonkeyPatch.context() as before:  # the code before DWG was read
+        before.setattr(dwg, "READABLE", {})
+        before.delitem(provenance.CODE, "dwg")
+        before.delitem(provenance.LIBRARIES, "dwg")
+        s3_ingest(prefix="in/", **kw)
+    old = {
+        r["key"]: r for r in rows(data_dir, "SELECT key, status, extractor_version FROM documents")
+    }
+    assert old["in/plan.dwg"]["status"] == "unsupported"
+    assert old["in/plan.dwg"]["extractor_version"] == "2.0 detect/1"
+
+    night = s3_ingest(prefix="in/", **kw)
+    assert night.reextracted == {"dwg extractor changed": 2}
+    docs = {
+        r["key"]: r
+        for r in rows(
+            data_dir, "SELECT key, kind, status, error, text, extractor_version FROM documents"
+        )
+    }
+    assert (docs["in/plan.dwg"]["kind"], docs["in/plan.dwg"]["status"]) == ("dwg", "ok")
+    assert docs["in/plan.dwg"]["text"] == docs["in/plan.dxf"]["text"]
+    assert "Valve V-101" in docs["in/plan.dwg"]["text"]
+    assert f"dwg/{provenance.CODE['dwg']} ezdwg=" in docs["in/plan.dwg"]["extractor_version"]
+    assert docs["in/old.dwg"]["status"] == "unsupported"
+    assert docs["in/old.dwg"]["error"] == (
+        "DWG R12 (AC1009): not readable; save it as DXF or a newer DWG"
+    )
+
+    columns = "layout, block, tag, value, layer, insert_x, insert_y, insert_z"
+    attributes = {
+        key: rows(
+            data_dir,
+            f"SELECT {columns} FROM dxf_attributes WHERE key = '{key}' ORDER BY position",
+        )
+        for key in ("in/plan.dwg", "in/plan.dxf")
+    }
+    assert attributes["in/plan.dwg"] == attributes["in/plan.dxf"]
+    assert [(r["tag"], r["value"]) for r in attributes["in/plan.dwg"]] == [
+        ("NO", "D-101"),
+        ("NO", "D-102"),
+        ("DWGNO", "A-101"),
+    ]
+    drawings = rows(
+        data_dir,
+        "SELECT key, acadver, units, layouts, attributes FROM dxf_drawings ORDER BY key",
+    )
+    assert [(r["key"], r["acadver"], r["units"], r["attributes"]) for r in drawings] == [
+        ("in/plan.dwg", "AC1015", "millimeters", 3),
+        ("in/plan.dxf", "AC1015", "millimeters", 3),
+    ]
+    pages = rows(
+        data_dir,
+        f"""SELECT t.key, t.page, t.text FROM document_pages t JOIN documents d ON {CURRENT}
+            WHERE t.key LIKE 'in/plan.%' ORDER BY t.key, t.page""",
+    )
+    assert [(r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dwg"] == [
+        (r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dxf"
+    ]
+
+    hits = search.search(data_dir, "Valve")
+    assert {h.key for h in hits} == {"in/plan.dwg", "in/plan.dxf"}
+    out = CliRunner().invoke(app, ["search", "A-101", "--data-dir", str(data_dir), "-f", "json"])
+    assert out.exit_code == 0, out.output
+    assert "in/plan.dwg" in {hit["key"] for hit in json.loads(out.output)}
+    out = CliRunner().invoke(
+        app, ["search", "Valve", "--kind", "dwg", "--data-dir", str(data_dir), "-f", "json"]
+    )
+    assert out.exit_code == 0, out.output
+    assert [(h["key"], h["kind"], h["page"]) for h in json.loads(out.output)] == [
+        ("in/plan.dwg", "dwg", 1)
+    ]
+
+    again = s3_ingest(prefix="in/", **kw)  # the night after: nothing to read again
+    assert again.extracted == {"unchanged": len(objects)}
+    assert again.reextracted == {}

@@ -1,6 +1,6 @@
-"""Files whose first bytes decide their row (empty, unsupported, DWG) are settled in the
-flow's process, with the row a worker would have written; everything else still goes to
-the workers."""
+"""Files whose first bytes decide their row (empty, unsupported, a DWG of R12 or older) are
+settled in the flow's process, with the row a worker would have written; everything else
+still goes to the workers."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def generated(tmp_path: Path) -> list[Path]:
         "random.bin": os.urandom(20_000),
         "empty.docx": b"",
         "zero.pdf": b"",
-        "drawing.dwg": b"AC1032" + os.urandom(5_000),
+        "drawing.dwg": b"AC1009" + os.urandom(5_000),  # R12: refused by its version
+        "damaged.dwg": b"AC1032" + os.urandom(5_000),  # R2018 to ezdwg, which fails it
         "fake.pdf": os.urandom(3_000),  # a claimed PDF whose bytes are not one
         "image.png": b"\x89PNG\r\n\x1a\n" + os.urandom(1_000),
         "note.txt": b"plain words, nothing else\n" * 10,
@@ -70,6 +71,7 @@ def test_a_head_decision_is_the_row_the_worker_would_write(tmp_path: Path) -> No
         ("random.bin", True),
         ("empty.docx", True),
         ("drawing.dwg", True),
+        ("damaged.dwg", False),  # a readable version: ezdwg reads it in a worker
         ("image.png", True),
         ("fake.pdf", False),  # its parser says why it is not a PDF
         ("note.txt", False),  # text is cleaned by the worker
@@ -97,7 +99,11 @@ def test_a_batch_sends_only_parsed_files_to_the_workers(tmp_path: Path) -> None:
     assert [d.key for d in docs] == [p.name for p in files]  # one row each, in order
     assert by_key["random.bin"].status == "unsupported"
     assert by_key["drawing.dwg"].status == "unsupported"
-    assert "DWG" in (by_key["drawing.dwg"].error or "")
+    assert by_key["drawing.dwg"].error == (
+        "DWG R12 (AC1009): not readable; save it as DXF or a newer DWG"
+    )
+    assert by_key["damaged.dwg"].status == "failed"
+    assert (by_key["damaged.dwg"].error or "").startswith("unreadable DWG: ")
     assert by_key["empty.docx"].status == "empty"
     assert by_key["note.txt"].status == "ok"
     assert by_key["fake.pdf"].status == "failed"

@@ -20,7 +20,6 @@ pytestmark = pytest.mark.skipif(
 
 # MANIFEST.tsv gives each file's kind; the status each must get is decided here, with why.
 EXPECTED_STATUS = {
-    "ezdxf__dimtad-dimjust.dwg": "unsupported",  # DWG: detected, not read
     "gen__truncated_pdflatex-outline_50pct.pdf": "failed",  # half a PDF: every parser fails
     "gen__zero_length.pdf": "empty",
     "pdfjs__issue6010_2.pdf": "encrypted",  # user password
@@ -83,7 +82,13 @@ def test_details_of_special_files(rows: dict) -> None:
     by_key = {d.key: d for d in rows["docs"]}
     assert by_key["pdfjs__issue4246.pdf"].needs_ocr == 1  # image-only page
     assert by_key["pysf__pdflatex-4-pages.pdf"].pages == 4
-    assert "DWG" in (by_key["ezdxf__dimtad-dimjust.dwg"].error or "")
+    dwg = by_key["ezdxf__dimtad-dimjust.dwg"]  # R2013 DWG: read with ezdwg
+    assert (dwg.kind, dwg.status, dwg.extractor) == ("dwg", "ok", "ezdwg")
+    lines = dwg.text.split("\n")
+    # its dimensions' text, as measured (600 and 2000 units), beside its labels
+    assert lines.count("600") == 15 and lines.count("2000") == 15
+    assert "dimtad = 4 (below)" in lines and "dimjust = 4" in lines
+    assert dwg.metadata["dxf_version"] == "AC1027" and dwg.metadata["layouts"][0] == "Model"
     assert "password" in (by_key["pdfjs__issue6010_2.pdf"].error or "")
     truncated = by_key["gen__truncated_text_fonts_40pct.dxf"]
     assert truncated.chars > 1000  # trimmed and recovered, not lost

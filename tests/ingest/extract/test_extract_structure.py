@@ -171,9 +171,24 @@ def test_formats_without_pages_are_one_page(extracted: dict[str, Document]) -> N
 
 
 def test_failed_documents_have_no_pages(extracted: dict[str, Document]) -> None:
-    for key in ("gen__zero_length.pdf", "pdfjs__issue6010_2.pdf", "ezdxf__dimtad-dimjust.dwg"):
+    for key in (
+        "gen__zero_length.pdf",
+        "pdfjs__issue6010_2.pdf",
+        "gen__truncated_pdflatex-outline_50pct.pdf",
+    ):
         assert extracted[key].status != "ok"
         assert structure_rows([extracted[key]])["document_pages"] == []
+
+
+def test_a_dwg_has_a_page_per_layout_and_a_drawing_row(extracted: dict[str, Document]) -> None:
+    doc = extracted["ezdxf__dimtad-dimjust.dwg"]
+    rows = structure_rows([doc])
+    pages = rows["document_pages"]
+    assert [p["page"] for p in pages] == [1, 2, 3]  # Model, Layout1, Layout2
+    assert "dimtad = 4 (below)" in pages[0]["text"]
+    [drawing] = rows["dxf_drawings"]
+    assert (drawing["acadver"], drawing["release"]) == ("AC1027", "R2013")
+    assert drawing["layouts"] == ["Model", "Layout1", "Layout2"]
 
 
 # ------------------------------------------------------------------------------ drawings
