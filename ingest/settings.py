@@ -119,6 +119,14 @@ class ServeSettings(BaseModel):
         description="A file holding the database URL (a secrets mount, mode 600), read when "
         "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
     )
+    local_server_idle: float = Field(
+        1800.0,
+        ge=0,
+        description="With no Prefect API configured and no `ingest serve` running, a command "
+        "starts a local Prefect server that stays for the next commands (`ingest server "
+        "stop` stops it) until unused for this many seconds; 0: a server of the command's "
+        "own, stopped when it ends (~8 s more per command).",
+    )
 
 
 class AlertSettings(BaseModel):
