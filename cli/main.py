@@ -948,8 +948,12 @@ def serve_command(
         )
         raise typer.Exit(2)
     prefect_env()
-    from deployments import auth, database, serve
+    from deployments import auth, database, local_api, serve
     from ingest.redact import redact
+
+    # Its server takes over from the one the commands kept: not two servers on one database.
+    if (kept := local_api.stop_kept()) is not None:
+        typer.echo(f"stopped the local Prefect server the commands kept (pid {kept})")
 
     try:
         code = serve.run(
