@@ -301,7 +301,7 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             f"`python -m benchmarks.bench_whole{(' ' + args) if args else ''}`",
             "",
             f"Machine: {machine()}; {a.rounds} rounds, commands interleaved; "
-            f"{OBJECTS} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
+            f"{OBJECTS if total_mb else 0} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
             "PYTHONDONTWRITEBYTECODE=1, each tree's packages compiled first.",
             "",
             "| command | median wall s | rounds s | against | failures |",
