@@ -453,11 +453,7 @@ def _keeper_env() -> dict[str, str]:
     """The keeper's environment: Prefect's settings and what a process needs, not the
     command's credentials (AWS_*, tokens), which a server outliving it has no use for."""
     keep = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "VIRTUAL_ENV")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k in keep or k.startswith(("PREFECT_", "PYTHON"))
-    }
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith(("PREFECT_", "PYTHON"))}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_API_AUTH_STRING", None)
     env["PYTHONPATH"] = _pythonpath()
@@ -512,8 +508,12 @@ def keep(idle: float) -> int:
                     return 1
                 try:
                     unused = time.time() - path.stat().st_mtime
-                except FileNotFoundError:
+                    named = json.loads(path.read_text()).get("pid")
+                except (OSError, ValueError):
                     print("its advert was removed: stopping", flush=True)
+                    return 0
+                if named != os.getpid():  # another keeper took over (this one seemed down)
+                    print(f"pid {named} serves the commands now: stopping", flush=True)
                     return 0
                 if unused > idle:
                     print(f"unused for {unused:.0f} s: stopping", flush=True)
@@ -556,7 +556,8 @@ def kept_api(echo: Any = None, idle: float | None = None) -> tuple[str, str | No
 
     idle = local_server_idle() if idle is None else idle
     with _kept_lock():
-        advert = find_kept() or start_kept(idle, echo)
+        # a busy machine's server may take a while to answer: not taken for gone at once
+        advert = find_kept(timeout=3.0) or start_kept(idle, echo)
     used_now()
     try:
         auth = read_auth_file(Path(str(advert.get("auth_file", ""))))
