@@ -44,9 +44,9 @@ serve: setup
 
 # A local S3-compatible server holding the files of DIR, to try `ingest s3` on one's own
 # files (dev/s3_folder.py): prints the endpoint, the bucket and the credentials to export
-# (any value works), and serves until Ctrl-C. BUCKET (my-files) and PORT (9000) optional.
+# (any value works), and serves until Ctrl-C. BUCKET (my-files) and PORT (9010) optional.
 dev-s3: setup
-	@test -n "$(DIR)" || { echo "usage: make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9000]"; exit 2; }
+	@test -n "$(DIR)" || { echo "usage: make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9010]"; exit 2; }
 	$(VENV)/bin/python -m dev.s3_folder "$(DIR)" $(if $(BUCKET),--bucket $(BUCKET)) $(if $(PORT),--port $(PORT))
 
 # The suite in TEST_WORKERS processes (pytest-xdist; each has its own S3-compatible server

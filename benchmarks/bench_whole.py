@@ -21,13 +21,20 @@ packages compiled to bytecode first, as an install compiles them (the image's ``
   bytecode (every command compiles the project's modules again; ``--no-source-case``
   leaves it out);
 * ``s5cmd cp``: the same 2,000 objects into a new folder each round;
-* ``no-op, no API``: the command starts its own local server, on a Prefect home that
-  exists (a later command), and on a new, empty one each round (a new machine's first
-  command: the server creates and migrates its database first).
+* ``no-op, no API``: no Prefect API configured. ``kept server``: a later command, which
+  finds the local server an earlier command started and kept (the default since the
+  kept server; started by the warm-up); ``a server per command``: with
+  ``INGEST_SERVE_LOCAL_SERVER_IDLE=0`` each command starts and stops a server of its own
+  on a Prefect home that exists (what every command did before); ``new Prefect home``: a
+  new, empty home each round (a new machine's first command: the server creates and
+  migrates its database first; the server it keeps is stopped after the timing).
 
 Targets (the first-contact work): no-op <= import prefect + 1 s; no-change <= import
-prefect + 1.5 s; first run <= s5cmd + 3 s. With ``--before REV`` the ``ingest`` commands
-of that revision run in the same rounds (from a worktree of it under benchmarks/.work).
+prefect + 1.5 s; first run <= s5cmd + 3 s; a command with no API configured (the kept
+server) <= import prefect + 3 s. ``--only no-api`` runs ``import prefect``, the no-op
+against a running server and the no-API cases alone (no objects seeded, no s5cmd). With
+``--before REV`` the ``ingest`` commands of that revision run in the same rounds (from a
+worktree of it under benchmarks/.work).
 
 Run ``python -m benchmarks.bench_whole [--rounds 3] [--before REV]``; results are
 printed and appended to benchmarks/whole.md.
@@ -36,12 +43,15 @@ printed and appended to benchmarks/whole.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +76,7 @@ class Case:
 
     name: str
     make: Callable[[int], Command]
+    after: Callable[[int], None] | None = None  # after each round's timing, not timed
     walls: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -91,8 +102,10 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1").create_bucket(
             Bucket=BUCKET
         )
-        specs = plan("docs/", OBJECTS, LARGE)
-        seed_objects(s3.url, specs)
+        only_no_api = a.only == "no-api"
+        specs = [] if only_no_api else plan("docs/", OBJECTS, LARGE)
+        if specs:
+            seed_objects(s3.url, specs)
         total_mb = sum(sp.size for sp in specs) / 1e6
         log = stack.enter_context(open(scratch / "prefect-server.log", "w"))
         server = stack.enter_context(
@@ -122,6 +135,11 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         def new_home(r: int) -> dict[str, str]:
             return {**base, "PREFECT_HOME": str(scratch / f"new-home-{r}")}
 
+        # The kept servers this run starts, stopped at its end whatever happens.
+        stack.callback(stop_kept_servers, scratch)
+        kept = {**base, "INGEST_SERVE_LOCAL_SERVER_IDLE": "3600"}
+        per_command = {**base, "INGEST_SERVE_LOCAL_SERVER_IDLE": "0"}
+
         cases = [
             Case("import prefect", lambda r: Command("", [py, "-c", "import prefect"], base)),
         ]
@@ -140,40 +158,34 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                     lambda r, t=tree, lb=label: ingest(served, "docs/", f"first{lb}-{r}", t),
                 ),
             ]
-        if source_only is not None:
+        if only_no_api:
+            cases = cases[:2]  # import prefect, and the no-op against the running server
+        if source_only is not None and not only_no_api:
             cases.append(
                 Case(
                     "no-op, this tree uncompiled",
                     lambda r: ingest(served, "empty/", "noop-source", source_only),
                 )
             )
-        cases.append(
-            Case(
-                "s5cmd cp",
-                lambda r: Command(
-                    "",
-                    [
-                        str(s5cmd_binary()),
-                        "--endpoint-url",
-                        s3.url,
-                        "cp",
-                        f"s3://{BUCKET}/docs/*",
-                        str(scratch / f"s5cmd-{r}") + "/",
-                    ],
-                    base,
-                ),
-            )
-        )
+        if not only_no_api:
+            cases.append(s5cmd_case(s3.url, scratch, base))
         for label, tree in trees.items():
             cases += [
                 Case(
-                    f"no-op, no API, existing Prefect home{label}",
-                    lambda r, t=tree, lb=label: ingest(base, "empty/", f"noapi{lb}", t),
+                    f"no-op, no API, kept server{label}",
+                    lambda r, t=tree, lb=label: ingest(kept, "empty/", f"kept{lb}", t),
+                ),
+                Case(
+                    f"no-op, no API, a server per command{label}",
+                    lambda r, t=tree, lb=label: ingest(per_command, "empty/", f"noapi{lb}", t),
                 ),
                 Case(
                     f"no-op, no API, new Prefect home{label}",
                     lambda r, t=tree, lb=label: ingest(
                         new_home(r if not lb else 1000 + r), "empty/", f"new{lb}", t
+                    ),
+                    after=lambda r, lb=label: stop_kept_in(
+                        scratch / f"new-home-{r if not lb else 1000 + r}"
                     ),
                 ),
             ]
@@ -199,7 +211,49 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                     case.failures.append(next((ln for ln in first if "Error" in ln), first[0]))
                     print(f"  {case.name}: FAILED {case.failures[-1][:200]}", flush=True)
                     print("    " + "\n    ".join(first[-12:]), flush=True)
+                if case.after is not None:
+                    case.after(r)
     return report(a, cases, total_mb)
+
+
+def s5cmd_case(endpoint: str, scratch: Path, env: dict[str, str]) -> Case:
+    return Case(
+        "s5cmd cp",
+        lambda r: Command(
+            "",
+            [
+                str(s5cmd_binary()),
+                "--endpoint-url",
+                endpoint,
+                "cp",
+                f"s3://{BUCKET}/docs/*",
+                str(scratch / f"s5cmd-{r}") + "/",
+            ],
+            env,
+        ),
+    )
+
+
+def stop_kept_in(home: Path) -> None:
+    """Stop the local server a command kept with ``home`` as its Prefect home, if any."""
+    from deployments import local_api
+
+    try:
+        pid = json.loads((home / local_api.KEPT_FILE).read_text()).get("pid")
+    except (OSError, ValueError):
+        return
+    if not isinstance(pid, int):
+        return
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (home / local_api.KEPT_FILE).exists():
+        time.sleep(0.1)  # waiting for the keeper to stop its server
+
+
+def stop_kept_servers(scratch: Path) -> None:
+    for home in [scratch / "client-home", *scratch.glob("new-home-*")]:
+        stop_kept_in(home)
 
 
 def compile_packages(tree: Path) -> None:
@@ -212,7 +266,7 @@ def compile_packages(tree: Path) -> None:
 def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str:
     by = {c.name: c for c in cases}
     floor = by["import prefect"].median or 0.0
-    s5 = by["s5cmd cp"].median or 0.0
+    s5 = (by["s5cmd cp"].median or 0.0) if "s5cmd cp" in by else 0.0
     rows = []
     for c in cases:
         med = c.median
@@ -231,8 +285,9 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
         ("no-op", floor + 1.0, "import prefect + 1 s"),
         ("no-change", floor + 1.5, "import prefect + 1.5 s"),
         ("first run", s5 + 3.0, "s5cmd + 3 s"),
+        ("no-op, no API, kept server", floor + 3.0, "import prefect + 3 s"),
     ):
-        med = by[name].median
+        med = by[name].median if name in by else None
         if med is None:
             continue
         verdict = "PASS" if med <= budget else "FAIL"
@@ -246,7 +301,7 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             f"`python -m benchmarks.bench_whole{(' ' + args) if args else ''}`",
             "",
             f"Machine: {machine()}; {a.rounds} rounds, commands interleaved; "
-            f"{OBJECTS} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
+            f"{OBJECTS if total_mb else 0} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
             "PYTHONDONTWRITEBYTECODE=1, each tree's packages compiled first.",
             "",
             "| command | median wall s | rounds s | against | failures |",
@@ -273,6 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="source_case",
         action="store_false",
         help="skip the no-op of this commit's checkout without compiled bytecode",
+    )
+    p.add_argument(
+        "--only",
+        choices=["no-api"],
+        help="no-api: import prefect, the no-op against a server and the no-API commands alone",
     )
     p.add_argument("--no-save", action="store_true", help="print only")
     a = p.parse_args(argv)

@@ -23,13 +23,35 @@ import typer
 
 from ingest.settings import Settings
 
+# The help as a terminal shows it: plain text (the module's docstring is reStructuredText).
+HELP = """Run the ingestion flows once and read their outputs.
+
+Every option falls back to an INGEST_* environment variable (INGEST_S3_BUCKET,
+INGEST_DATA_DIR ...); docs/reference/cli.md and docs/reference/settings.md list them.
+Exit codes: 0 done; 2 a mistake to fix, said in one line before or instead of any work (an
+option, a setting, a data folder, the SQL of a query, credentials, a Prefect server that
+cannot start); 1 work that failed once begun (a bug, ingest serve's server or deploy
+failing); 130 interrupted."""
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help=__doc__,
+    help=HELP,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
+
+
+class PlainUsage(typer.core.TyperCommand):
+    """A command whose usage line names its arguments as the help's list does (``ingest
+    search [OPTIONS] WORDS``): typer writes a required one in braces, ``{words}``, which
+    reads as a set or a template to fill."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [
+            p[1:-1] if p.startswith("{") and p.endswith("}") else p
+            for p in super().collect_usage_pieces(ctx)
+        ]
 
 
 @app.callback()
@@ -341,6 +363,23 @@ def lake_of(data_dir: str | None) -> Any:
     return lake
 
 
+def lake_with_tables(data_dir: str | None) -> Any:
+    """``lake_of``, for a command that reads tables: a data folder that holds none (a
+    mistyped --data-dir, or one no run has written) ends the command naming the folder,
+    instead of answering 0 rows as if the tables were empty."""
+    from ingest.storage import lake as tables
+
+    lake = lake_of(data_dir)
+    if not tables.tables_present(lake):
+        typer.echo(
+            f"error: no tables in {lake.root}: no run has written this data folder (check "
+            "--data-dir or INGEST_DATA_DIR; ingest s3, github and rest write it)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return lake
+
+
 # The bounds of the s3-ingest flow's bucket parameter (S3's own), checked by the command
 # before it imports the flow (and Prefect with it); tests/cli/test_cli_options.py compares them.
 BUCKET_LENGTH = (3, 63)
@@ -552,10 +591,12 @@ def github_command(
         )
 
 
-@app.command("rest")
+@app.command("rest", cls=PlainUsage)
 def rest_command(
     ctx: typer.Context,
-    source: Annotated[str, typer.Argument(help="Source file (YAML), e.g. sources/tickets.yaml.")],
+    source: Annotated[
+        str, typer.Argument(metavar="SOURCE", help="Source file (YAML), e.g. sources/tickets.yaml.")
+    ],
     base_url: Annotated[
         str | None, typer.Option(help="API root instead of the file's client.base_url.")
     ] = None,
@@ -607,14 +648,20 @@ def rest_command(
         typer.echo(f"  schema: {schema_line(change)}")
 
 
-@app.command("schema")
+@app.command("schema", cls=PlainUsage)
 def schema_command(
     source: Annotated[
-        str, typer.Argument(help="Source name (its tables are SOURCE__*; github: pull_requests).")
+        str,
+        typer.Argument(
+            metavar="SOURCE", help="Source name (its tables are SOURCE__*; github: pull_requests)."
+        ),
     ],
     resource: Annotated[
         str | None,
-        typer.Argument(help="Resource (or table: pull_requests) name; its child tables too."),
+        typer.Argument(
+            metavar="RESOURCE",
+            help="Resource (or table: pull_requests) name; its child tables too.",
+        ),
     ] = None,
     data_dir: DataDir = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
@@ -640,7 +687,7 @@ def schema_command(
         ]
         where = f" AND ({' OR '.join(each)})"
     columns, rows = storage.query_read_only(
-        lake_of(data_dir),
+        lake_with_tables(data_dir),
         "SELECT table_name, column_name, change, old_type, new_type, base_column, run_id, "
         f"changed_at FROM schema_history WHERE source = {quoted(source)}{where} "
         "ORDER BY changed_at, table_name, column_name",
@@ -656,28 +703,31 @@ def schema_command(
         print_table(columns, rows)
 
 
-@app.command("query")
+@app.command("query", cls=PlainUsage)
 def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL over s3_objects, s3_object_log, task_timings.")],
+    sql: Annotated[
+        str, typer.Argument(metavar="SQL", help="SQL over s3_objects, s3_object_log, task_timings.")
+    ],
     data_dir: DataDir = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
 ) -> None:
     """Run SQL over the outputs (the same views the duckdb CLI sees), read-only: statements
-    other than SELECT and EXPLAIN are refused (exit 2), and no file but the tables' can be
-    read."""
+    other than SELECT and EXPLAIN are refused, and no file but the tables' can be read. A
+    refused statement, an SQL error and a data folder without tables exit 2."""
     from ingest import storage
 
     if format not in ("table", "csv", "json"):
         raise typer.BadParameter("use table, csv or json", param_hint="--format")
-    root = lake_of(data_dir)
+    root = lake_with_tables(data_dir)
     try:
         columns, rows = storage.query_read_only(root, sql)
     except storage.ReadOnlyQueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except Exception as exc:  # duckdb raises many kinds; show the message, not a traceback
+        # the query's own mistake, as a refused statement is: 2, as every mistake to fix
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(2) from exc
     if format == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(columns)
@@ -759,9 +809,11 @@ def status_command(
         )
 
 
-@app.command("search")
+@app.command("search", cls=PlainUsage)
 def search_command(
-    words: Annotated[str, typer.Argument(help="Words to find (all must match); Korean works.")],
+    words: Annotated[
+        str, typer.Argument(metavar="WORDS", help="Words to find (all must match); Korean works.")
+    ],
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, max=1000, help="Hits to show.")
     ] = 10,
@@ -776,7 +828,7 @@ def search_command(
 
     if format not in ("table", "json"):
         raise typer.BadParameter("use table or json", param_hint="--format")
-    root = lake_of(data_dir)
+    root = lake_with_tables(data_dir)
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
         rows = [
@@ -898,8 +950,12 @@ def serve_command(
         )
         raise typer.Exit(2)
     prefect_env()
-    from deployments import auth, database, serve
+    from deployments import auth, database, local_api, serve
     from ingest.redact import redact
+
+    # Its server takes over from the one the commands kept: not two servers on one database.
+    if (kept := local_api.stop_kept()) is not None:
+        typer.echo(f"stopped the local Prefect server the commands kept (pid {kept})")
 
     try:
         code = serve.run(
@@ -912,6 +968,68 @@ def serve_command(
         typer.echo(f"error: {redact(str(exc))}", err=True)
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+server_app = typer.Typer(
+    help="The local Prefect server the commands keep when no Prefect API is configured "
+    "(PREFECT_API_URL, a profile's, or a running ingest serve): the first command that needs "
+    "it starts it, and it stops once unused for INGEST_SERVE_LOCAL_SERVER_IDLE seconds.",
+    no_args_is_help=True,
+)
+app.add_typer(server_app, name="server")
+
+
+@server_app.command("start")
+def server_start_command() -> None:
+    """Start the local server now (or find it running) and say where it is."""
+    from deployments import local_api
+
+    local_api.prefect_defaults()
+    idle = local_api.local_server_idle()
+    if idle <= 0:
+        typer.echo(
+            "error: INGEST_SERVE_LOCAL_SERVER_IDLE is 0: each command starts and stops a "
+            "server of its own; set it to the seconds a kept server may stay unused",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        api_url, _auth = local_api.kept_api(lambda line: typer.echo(line, err=True), idle)
+    except local_api.ServerStartError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    pid = local_api.read_kept().get("pid")
+    typer.echo(f"local Prefect server at {api_url} (pid {pid}), kept until unused for {idle:g} s")
+
+
+@server_app.command("stop")
+def server_stop_command() -> None:
+    """Stop the local server (the next command that needs one starts it again)."""
+    from deployments import local_api
+
+    pid = local_api.stop_kept()
+    if pid is None:
+        typer.echo("no local Prefect server runs")
+    else:
+        typer.echo(f"stopped the local Prefect server (pid {pid})")
+
+
+@server_app.command("status")
+def server_status_command() -> None:
+    """Whether the local server runs, where, and since when a command last used it."""
+    import time
+
+    from deployments import local_api
+
+    advert = local_api.find_kept()
+    if advert is None:
+        typer.echo("no local Prefect server runs")
+        raise typer.Exit(1)
+    unused = time.time() - local_api.kept_path().stat().st_mtime
+    typer.echo(
+        f"local Prefect server at {advert['api_url']} (pid {advert['pid']}), last used "
+        f"{unused:.0f} s ago, stops once unused for {advert.get('idle', 0):g} s"
+    )
 
 
 def started_up() -> None:

@@ -9,8 +9,16 @@ In order:
    commands use that API: their runs show up in the same UI, with no start-up.
    A file left by a process that is gone, or an API that does not answer within
    half a second, is ignored.
-3. Otherwise the command starts a local server of its own (``TemporaryServer``)
-   and stops it after the run. Not Prefect's own temporary server, for two
+3. Otherwise a local server kept for the next commands (``KeptServer``): the first
+   command that needs one starts it in a process of its own, which outlives the
+   command, and says so; the next commands find it through
+   ``$PREFECT_HOME/ingest-local-server.json`` and start nothing (a command costs
+   ``import prefect`` and its work, not ~8 s of server start-up each time). It stops
+   itself once no command has used it for ``INGEST_SERVE_LOCAL_SERVER_IDLE`` seconds
+   (30 min), and ``ingest server stop`` stops it at once. It is a ``TemporaryServer``
+   (below) run by ``python -m deployments.local_api keep``.
+4. With ``INGEST_SERVE_LOCAL_SERVER_IDLE=0``, the command starts a local server of its own
+   (``TemporaryServer``) and stops it after the run. Not Prefect's own temporary server, for two
    reasons measured on a fresh 2-core machine: that one must answer within
    ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` (20 s by default) while
    its first start on an empty Prefect home creates and migrates the database
@@ -25,6 +33,8 @@ In order:
 
 from __future__ import annotations
 
+import argparse
+import fcntl
 import json
 import logging
 import os
@@ -34,6 +44,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -317,6 +328,244 @@ def drain_prefect_queues(timeout: float = 10.0) -> None:
             worker.drain_all(timeout=timeout)
 
 
+# ---------------------------------------------------------------- the kept local server
+
+KEPT_FILE = "ingest-local-server.json"
+KEPT_AUTH = "ingest-local-server-auth"
+KEPT_LOG = "ingest-local-server.log"
+KEPT_LOCK = "ingest-local-server.lock"
+# Seconds between the keeper's looks at its server and at when a command last used it.
+KEEPER_TICK = 5.0
+
+
+def _home() -> Path:
+    return advert_path().parent
+
+
+def kept_path() -> Path:
+    """``$PREFECT_HOME/ingest-local-server.json``: where the kept server says where it is."""
+    return _home() / KEPT_FILE
+
+
+def local_server_idle() -> float:
+    """``INGEST_SERVE_LOCAL_SERVER_IDLE``: seconds the kept server stays unused (0: none)."""
+    from ingest.settings import Settings
+
+    return float(Settings().serve.local_server_idle)
+
+
+def read_kept() -> dict[str, Any]:
+    try:
+        advert = json.loads(kept_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return advert if isinstance(advert, dict) else {}
+
+
+def find_kept(timeout: float = 0.5) -> dict[str, Any] | None:
+    """The kept server's advert, if its keeper lives and its API answers."""
+    advert = read_kept()
+    api_url = advert.get("api_url")
+    if not isinstance(api_url, str) or not api_url.startswith("http://127.0.0.1:"):
+        return None
+    if not _alive(advert.get("pid")) or not _healthy(api_url, timeout):
+        return None
+    return advert
+
+
+def used_now() -> None:
+    """Tell the keeper a command uses its server now (the advert's time is the last use)."""
+    with suppress(OSError):
+        os.utime(kept_path())
+
+
+@contextmanager
+def _kept_lock() -> Iterator[None]:
+    """One command at a time finds or starts the kept server: two commands started
+    together start one server, not two."""
+    home = _home()
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / KEPT_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def database_is_new() -> bool:
+    """Prefect's SQLite database under PREFECT_HOME does not exist yet (a first start then
+    creates and migrates it); False when another database is configured."""
+    if any(
+        os.environ.get(v)
+        for v in (
+            "PREFECT_API_DATABASE_CONNECTION_URL",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+        )
+    ):
+        return False
+    return not (_home() / "prefect.db").exists()
+
+
+def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
+    """Start the kept server's keeper, detached, and wait until its API answers."""
+    if echo is not None:
+        first = "; its first start creates its database" if database_is_new() else ""
+        echo(
+            f"starting a local Prefect server, kept for the next commands until unused for "
+            f"{idle / 60:g} min (ingest server stop stops it{first})"
+        )
+    timeout = startup_timeout()
+    home = _home()
+    log_path = home / KEPT_LOG
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deployments.local_api", "keep", "--idle", str(idle)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the terminal's Ctrl-C is the command's, not the server's
+            cwd=str(Path(__file__).resolve().parent.parent),
+            env=_keeper_env(),
+        )
+    deadline = time.monotonic() + timeout + 5
+    while time.monotonic() < deadline:
+        advert = read_kept()
+        if advert.get("pid") == proc.pid and (found := find_kept(2.0)) is not None:
+            return found
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)  # polling for the server's port to open, not synchronising work
+    else:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-12:]
+    from ingest.redact import redact
+
+    said = redact("\n".join(tail))
+    raise ServerStartError(
+        f"the local Prefect server did not start (its log: {log_path})"
+        + (f"; it ends with:\n{said}" if said else "")
+    )
+
+
+def _keeper_env() -> dict[str, str]:
+    """The keeper's environment: Prefect's settings and what a process needs, not the
+    command's credentials (AWS_*, tokens), which a server outliving it has no use for."""
+    keep = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith(("PREFECT_", "PYTHON"))}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_API_AUTH_STRING", None)
+    env["PYTHONPATH"] = _pythonpath()
+    return env
+
+
+def _pythonpath() -> str:
+    """This checkout first, so the keeper runs the same code as the command."""
+    here = str(Path(__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH")
+    return here if not rest else f"{here}{os.pathsep}{rest}"
+
+
+def stop_kept(timeout: float = 15.0) -> int | None:
+    """Stop the kept server (its keeper stops the server and removes its advert); the
+    keeper's process id, or None when none runs."""
+    advert = read_kept()
+    pid = advert.get("pid")
+    if not _alive(pid):
+        kept_path().unlink(missing_ok=True)
+        return None
+    assert isinstance(pid, int)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid) and kept_path().exists():
+        time.sleep(0.05)  # waiting for a process to end, not synchronising work
+    return pid
+
+
+def keep(idle: float) -> int:
+    """``python -m deployments.local_api keep``: run a ``TemporaryServer`` until no command
+    used it for ``idle`` seconds, or SIGTERM (``ingest server stop``); say where it is in
+    the advert meanwhile, its auth string in a file of this user only."""
+    from deployments.auth import write_auth_file
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    path, auth = kept_path(), _home() / KEPT_AUTH
+    with TemporaryServer() as server:
+        write_auth_file(auth, server.auth_string)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        advert = {"api_url": server.api_url, "pid": os.getpid(), "auth_file": str(auth)}
+        tmp.write_text(json.dumps(advert | {"idle": idle}))
+        tmp.replace(path)
+        print(f"serving {server.api_url}, pid {os.getpid()}", flush=True)
+        try:
+            while not stopping.wait(min(KEEPER_TICK, max(idle, 0.1))):
+                assert server.proc is not None
+                if server.proc.poll() is not None:
+                    print("the server exited", flush=True)
+                    return 1
+                try:
+                    unused = time.time() - path.stat().st_mtime
+                    named = json.loads(path.read_text()).get("pid")
+                except (OSError, ValueError):
+                    print("its advert was removed: stopping", flush=True)
+                    return 0
+                if named != os.getpid():  # another keeper took over (this one seemed down)
+                    print(f"pid {named} serves the commands now: stopping", flush=True)
+                    return 0
+                if unused > idle:
+                    print(f"unused for {unused:.0f} s: stopping", flush=True)
+                    return 0
+            print("stopped", flush=True)
+            return 0
+        finally:
+            with suppress(OSError, ValueError):
+                if json.loads(path.read_text()).get("pid") == os.getpid():
+                    path.unlink()
+            auth.unlink(missing_ok=True)
+
+
+@contextmanager
+def _using(api_url: str, auth_string: str | None) -> Iterator[str]:
+    """This process's Prefect pointed at ``api_url`` for the block, then as it was."""
+    from prefect.context import refresh_global_settings_context
+
+    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING")}
+    os.environ["PREFECT_API_URL"] = api_url
+    if auth_string is not None:
+        os.environ["PREFECT_API_AUTH_STRING"] = auth_string  # LocalCluster workers too
+    refresh_global_settings_context()
+    try:
+        yield api_url
+    finally:
+        drain_prefect_queues()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        refresh_global_settings_context()
+
+
+def kept_api(echo: Any = None, idle: float | None = None) -> tuple[str, str | None]:
+    """The kept server's address and auth string: found, else started (see the module's
+    docstring)."""
+    from deployments.auth import AuthError, read_auth_file
+
+    idle = local_server_idle() if idle is None else idle
+    with _kept_lock():
+        # a busy machine's server may take a while to answer: not taken for gone at once
+        advert = find_kept(timeout=3.0) or start_kept(idle, echo)
+    used_now()
+    try:
+        auth = read_auth_file(Path(str(advert.get("auth_file", ""))))
+    except (AuthError, OSError) as exc:
+        raise ServerStartError(f"the local Prefect server's auth file: {exc}") from None
+    return str(advert["api_url"]), auth
+
+
 @contextmanager
 def command_api(echo: Any = None) -> Iterator[str | None]:
     """The Prefect API for this command's runs (see the module's docstring); yields its
@@ -340,10 +589,19 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
         return
     from prefect.context import refresh_global_settings_context
 
+    if local_server_idle() > 0:
+        api_url, auth = kept_api(echo)
+        try:
+            with _using(api_url, auth):
+                yield api_url
+        finally:
+            used_now()  # its idle time counts from the command's end
+        return
     if echo is not None:
+        first = "its first start creates its database; " if database_is_new() else ""
         echo(
-            "starting a local Prefect server for this command (its first start creates its "
-            "database; set PREFECT_API_URL, or keep `ingest serve` running, to skip this)"
+            f"starting a local Prefect server for this command ({first}set PREFECT_API_URL, "
+            "or keep `ingest serve` running, to skip this)"
         )
     saved_auth = os.environ.get("PREFECT_API_AUTH_STRING")
     with TemporaryServer() as server:
@@ -360,3 +618,20 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
             else:
                 os.environ["PREFECT_API_AUTH_STRING"] = saved_auth
             refresh_global_settings_context()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m deployments.local_api",
+        description="keep: run the local Prefect server kept for the ingest commands.",
+    )
+    sub = p.add_subparsers(dest="what", required=True)
+    k = sub.add_parser("keep", help="serve until unused for --idle seconds, or SIGTERM")
+    k.add_argument("--idle", type=float, default=1800.0)
+    a = p.parse_args(argv)
+    prefect_defaults()
+    return keep(a.idle)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,11 +1,12 @@
 """A local S3-compatible server holding a folder of your own files, for trying ``ingest s3``
-on them: ``make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9000]``, or
+on them: ``make dev-s3 DIR=path/to/folder [BUCKET=name] [PORT=9010]``, or
 ``python -m dev.s3_folder DIR [--bucket NAME] [--prefix P] [--port N]``.
 
 It starts the development S3 server (``dev.servers.s3``: moto's S3 on loopback), creates
 the bucket, uploads every file under ``DIR`` (key: the prefix, then the path below
 ``DIR``), prints the endpoint, the bucket and the variables to export, with the
-``ingest s3`` command that reads them, and serves until Ctrl-C. The server keeps
+``ingest s3`` command that reads them, and serves until Ctrl-C (or SIGTERM). A port
+already in use is refused in one line, before anything is uploaded. The server keeps
 everything in memory: it starts empty each time.
 
 The local server accepts any access key and secret, but boto3 and obstore refuse to send
@@ -28,7 +29,8 @@ CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-DEFAULT_PORT = 9000  # the port of the demo's S3 server (make serve SERVE_ARGS=--demo)
+# Not 9000, 9100 or 9200, the demo's servers' (make serve SERVE_ARGS=--demo): both can run.
+DEFAULT_PORT = 9010
 DEFAULT_BUCKET = "my-files"
 
 
@@ -78,11 +80,19 @@ def main(argv: list[str] | None = None) -> int:
 
     import boto3
 
+    from dev.servers.child import PortTakenError
     from dev.servers.s3 import DevServer
 
     os.environ.update(CREDENTIALS)  # this process's own uploads
     try:
         server = DevServer(port=a.port).__enter__()
+    except PortTakenError:
+        print(
+            f"error: port {a.port} is already in use by another process; choose a free one: "
+            f"make dev-s3 DIR=... PORT=<port> (or --port <port>)",
+            file=sys.stderr,
+        )
+        return 2
     except RuntimeError as exc:
         print(f"error: the S3 server did not start on port {a.port}: {exc}", file=sys.stderr)
         return 2

@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             option,
             type=int,
             dest=name,
+            metavar="PORT",
             help=f"Port of {SERVER_NAMES[name]} [the port of dev/prefect.demo.yaml's URL].",
         )
     parser.add_argument(

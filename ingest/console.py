@@ -6,9 +6,11 @@ query to a person (the demo), without importing the command.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ingest.records import needs_ocr_line
 from ingest.timing import human_bytes
 
 if TYPE_CHECKING:
@@ -19,22 +21,55 @@ STAGE_COLUMNS = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 60) -> str:
     """``rows`` under ``columns``, each column as wide as its widest cell, a cell cut at
-    ``width`` characters (newlines as spaces), then the count of rows."""
+    ``width`` columns of the terminal (newlines as spaces), then the count of rows.
+
+    Widths are what a terminal shows, not characters: Hangul, CJK and other wide
+    characters take two columns (``display_width``), so the columns stay aligned."""
     cells = [[_cell(v, width) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    widths = [
+        max([display_width(c)] + [display_width(r[i]) for r in cells])
+        for i, c in enumerate(columns)
+    ]
     lines = [
-        "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+        "  ".join(_pad(c, w) for c, w in zip(columns, widths, strict=True)),
         "  ".join("-" * w for w in widths),
-        *("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells),
-        f"({len(rows)} rows)",
+        *("  ".join(_pad(v, w) for v, w in zip(r, widths, strict=True)) for r in cells),
+        f"({len(rows)} {'row' if len(rows) == 1 else 'rows'})",
     ]
     return "\n".join(lines)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: two for a wide or full-width character (Hangul,
+    CJK), none for a combining mark, one for the others."""
+    return sum(_char_width(c) for c in text)
+
+
+def _char_width(c: str) -> int:
+    if c.isascii():
+        return 1
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - display_width(text))
 
 
 def _cell(value: Any, width: int) -> str:
     text = "" if value is None else str(value)
     text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if display_width(text) <= width:
+        return text
+    out, used = [], 0
+    for c in text:
+        w = _char_width(c)
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
 
 
 def run_summary(summary: RunSummary) -> str:
@@ -50,6 +85,8 @@ def run_summary(summary: RunSummary) -> str:
     if summary.extracted:
         extracted = ", ".join(f"{k} {v}" for k, v in sorted(summary.extracted.items()))
         lines.append(f"text extraction: {extracted}")
+    if summary.needs_ocr:
+        lines.append(needs_ocr_line(summary.needs_ocr, summary.needs_ocr_first))
     if summary.reextracted:
         why = ", ".join(f"{k}: {v}" for k, v in sorted(summary.reextracted.items()))
         lines.append(f"extracted again: {why}")

@@ -152,6 +152,10 @@ class ExtractSummary:
     seconds: float = 0.0
     # The first documents whose text could not be extracted: (key, status, error).
     failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # Documents extracted ("ok") with pages that are images without a text layer, left
+    # unread (OCR off, or over its page cap): their count, and the first ones (key, pages).
+    needs_ocr: int = 0
+    needs_ocr_first: list[tuple[str, int]] = field(default_factory=list)
 
     MAX_FAILURES = 20
 
@@ -267,3 +271,18 @@ class ChunkResult:
     # Unchanged objects extracted again, by why: {"pdf extractor changed": 3, ...}
     reextract: dict[str, int] = field(default_factory=dict)
     next: Cursor | None = None  # None when the shard is done
+
+
+def needs_ocr_line(n: int, first: list[tuple[str, int]], shown: int = 3) -> str:
+    """The ``n`` documents whose text is (partly) pictures of text (``first``: the first
+    ones' keys and pages): extracted, so ``ok``, but with pages no search finds, which a
+    user of scans expects to hear of."""
+    pages = sum(p for _k, p in first)
+    keys = ", ".join(k for k, _p in first[:shown])
+    more = f" and {n - min(n, shown)} more" if n > shown else ""
+    some = f" ({pages} pages)" if len(first) == n else ""
+    return (
+        f"needs OCR: {n} document{'s' if n != 1 else ''} with pages that are images without "
+        f"text{some}, not searchable: {keys}{more} (INGEST_OCR_ENABLED=true reads them; "
+        "documents.needs_ocr counts each one's pages)"
+    )

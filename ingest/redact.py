@@ -12,10 +12,20 @@ _QUERY_SECRET = re.compile(
 # A credential by its name, in a query, a header, JSON or a message: api-key=, client_secret=,
 # access-token=, X-API-Key: ..., "refresh_token": "..." (names ending in token, secret,
 # password, api key or credential, with any prefix joined by - or _).
+# What follows such a name in a sentence rather than as its value ("no credential: the
+# environment variable ...", "token: not set"): English words no credential is, left readable.
+PROSE_WORDS = (
+    "a", "an", "the", "no", "not", "none", "is", "are", "was", "were", "be", "has", "have",
+    "set", "unset", "missing", "empty", "required", "invalid", "expired", "rejected", "given",
+    "found", "needed", "see", "use", "check", "from", "in", "of", "for", "to", "with",
+    "without", "either", "neither", "its", "their", "this", "that", "which", "when", "if",
+)  # fmt: skip
 _NAMED_SECRET = re.compile(
     r"(?i)((?:^|(?<=[?&;\s,{(\[\"']))(?:[a-z0-9]+[-_])*"
     r"(?:token|secret|password|passwd|api[-_]?key|apikey|(?:private|secret|signing)[-_]?key|credentials?)"
-    r"['\"]?\s*[:=]\s*['\"]?)(?!\*\*\*)[^&#\s'\",;}]+"
+    r"['\"]?\s*[:=]\s*['\"]?)(?!\*\*\*)"
+    rf"(?!(?:{'|'.join(PROSE_WORDS)})(?:\s|$))"
+    r"[^&#\s'\",;}]+"
 )
 _AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(\w+\s+)?[^\s'\",}]+")
 _TOKENS = re.compile(

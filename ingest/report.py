@@ -14,6 +14,7 @@ from ingest.records import (
     BatchSummary,
     ChunkResult,
     ExtractSummary,
+    needs_ocr_line,
     permanent_object_error,
 )
 from ingest.storage.location import DataDir, locate
@@ -38,6 +39,9 @@ class RunSummary:
     reextracted: dict[str, int] = field(default_factory=dict)
     # The first documents whose text could not be extracted: (key, status, error).
     extract_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # Documents extracted with image-only pages left unread (ExtractSummary.needs_ocr).
+    needs_ocr: int = 0
+    needs_ocr_first: list[tuple[str, int]] = field(default_factory=list)
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -68,6 +72,9 @@ class RunSummary:
             self.extracted[status] = self.extracted.get(status, 0) + n
         room = max(0, ExtractSummary.MAX_FAILURES - len(self.extract_failures))
         self.extract_failures.extend(part.failures[:room])
+        self.needs_ocr += part.needs_ocr
+        room = max(0, ExtractSummary.MAX_FAILURES - len(self.needs_ocr_first))
+        self.needs_ocr_first.extend(part.needs_ocr_first[:room])
 
     @property
     def total(self) -> int:
@@ -202,6 +209,8 @@ def markdown(summary: RunSummary, title: str) -> str:
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
         lines += ["", f"**Text extraction**: {extracted}."]
+    if summary.needs_ocr:
+        lines += ["", f"**{needs_ocr_line(summary.needs_ocr, summary.needs_ocr_first)}**"]
     lines += failure_tables(summary)
     return "\n".join(lines)
 

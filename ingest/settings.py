@@ -8,17 +8,51 @@ boundary (the CLI command or the flow run), never at import time.
 
 from __future__ import annotations
 
+import json
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ingest.storage.location import SCHEME, LakeLocation, LakeSession, parse_root
 
 MiB = 1024 * 1024
+
+
+def plain_list(value: object) -> object:
+    """A list setting from the environment or a ``.env`` file: a plain value
+    (``INGEST_ALLOWED_ROOTS=/srv/data``), values separated by commas (``/srv/a,/srv/b``,
+    spaces around them dropped), or a JSON list (``'["/srv/a", "/srv/b"]'``, for a value
+    holding a comma). An empty variable is an empty list. Anything else (a list given in
+    code) is left to the field's own validation."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValueError(
+                f"not a JSON list ({exc}): write the values separated by commas, "
+                'or a JSON list such as ["a", "b"]'
+            ) from None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# A list of strings that a variable gives as a plain value, comma-separated values or a JSON
+# list (``plain_list``); pydantic-settings would otherwise accept only JSON.
+StrList = Annotated[list[str], NoDecode, BeforeValidator(plain_list)]
 
 
 def _group(field: Any) -> bool:
@@ -85,6 +119,14 @@ class ServeSettings(BaseModel):
         description="A file holding the database URL (a secrets mount, mode 600), read when "
         "INGEST_SERVE_DATABASE_URL is not set: the password stays off the command line.",
     )
+    local_server_idle: float = Field(
+        1800.0,
+        ge=0,
+        description="With no Prefect API configured and no `ingest serve` running, a command "
+        "starts a local Prefect server that stays for the next commands (`ingest server "
+        "stop` stops it) until unused for this many seconds; 0: a server of the command's "
+        "own, stopped when it ends (~8 s more per command).",
+    )
 
 
 class AlertSettings(BaseModel):
@@ -131,12 +173,12 @@ class S3Settings(BaseModel):
 
     bucket: str | None = Field(None, description="Bucket to ingest.")
     prefix: str = Field("", description="Only keys under this prefix.")
-    include: list[str] = Field(
+    include: StrList = Field(
         default_factory=list,
-        description="Globs on the key below the prefix; keep keys matching any (JSON list in "
-        "the environment: INGEST_S3_INCLUDE='[\"*.pdf\"]').",
+        description="Globs on the key below the prefix; keep keys matching any (in the "
+        "environment separated by commas: INGEST_S3_INCLUDE='*.pdf,*.dwg').",
     )
-    exclude: list[str] = Field(
+    exclude: StrList = Field(
         default_factory=list,
         description="Globs on the key below the prefix; drop keys matching any.",
     )
@@ -519,29 +561,29 @@ class Settings(BaseSettings):
     serve: ServeSettings = Field(default_factory=ServeSettings)
 
     # --- What a deployment's run may point at (ingest.security) -------------------
-    allowed_hosts: list[str] = Field(
+    allowed_hosts: StrList = Field(
         default_factory=list,
         description="API hosts (host, host:port or a URL) a deployment's run may send "
         "credentials to, besides those of the deployment's defaults, github_base_url and "
-        "the source file's client.base_url (JSON list: INGEST_ALLOWED_HOSTS='[\"ghe.corp\"]').",
+        "the source file's client.base_url (INGEST_ALLOWED_HOSTS=ghe.corp,api.corp).",
     )
-    allowed_roots: list[str] = Field(
+    allowed_roots: StrList = Field(
         default_factory=list,
         description="Folders or s3://bucket/prefix a deployment's run may write its data_dir "
         "and download_dir under, besides this worker's data_dir, s3_download_dir and the "
         "deployment's defaults.",
     )
-    source_roots: list[str] = Field(
+    source_roots: StrList = Field(
         default_factory=list,
         description="Folders a deployment's run may read its source file from, besides the "
         "project's sources/.",
     )
-    source_env_prefixes: list[str] = Field(
+    source_env_prefixes: StrList = Field(
         default_factory=lambda: ["INGEST_SOURCE_"],
         description="Prefixes of the variables a source file's env: may name in a "
         "deployment's run (AWS_*, PREFECT_* and INGEST_* settings are refused always).",
     )
-    source_env_names: list[str] = Field(
+    source_env_names: StrList = Field(
         default_factory=lambda: ["GITHUB_TOKEN"],
         description="Further variables a source file's env: may name in a deployment's run "
         "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "

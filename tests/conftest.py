@@ -34,6 +34,10 @@ def _clean_environment() -> Iterator[None]:
         AWS_CONFIG_FILE=os.devnull,
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         NO_PROXY="127.0.0.1,localhost",
+        # A command with no Prefect API starts a server of its own and stops it at its end,
+        # as before the kept local server: a test leaves no process behind. The kept
+        # server's own tests (tests/deployments/test_kept_server.py) set it themselves.
+        INGEST_SERVE_LOCAL_SERVER_IDLE="0",
     )
     yield
     os.environ.clear()

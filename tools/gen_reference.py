@@ -212,7 +212,9 @@ def render_settings() -> str:
         paragraphs(module.__doc__),
         "",
         f"Every field of `{cls.__module__}.{cls.__name__}`, by the variable that sets it. "
-        "Lists are given as JSON (`INGEST_S3_INCLUDE='[\"*.pdf\"]'`); empty means unset.",
+        "A list takes a plain value (`INGEST_ALLOWED_ROOTS=/srv/data`), values separated "
+        "by commas (`INGEST_S3_INCLUDE='*.pdf,*.dwg'`) or a JSON list, for a value holding "
+        "a comma (`INGEST_ALLOWED_ROOTS='[\"/srv/a,b\"]'`); empty means unset.",
     ]
     for section, rows in grouped.items():
         lines += ["", f"## {section}", ""]

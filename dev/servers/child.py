@@ -23,6 +23,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """Nothing listens on loopback ``port`` (a bind there succeeds; connections of an
+    earlier server still closing do not count, as the servers bind with SO_REUSEADDR)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class PortTakenError(RuntimeError):
+    """The port asked for is held by another process."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(f"port {port} is already in use by another process")
+        self.port = port
+
+
 class ChildServer:
     """``with Server(...) as srv: srv.url``; subclasses set ``cmd`` and ``env``."""
 
@@ -36,6 +56,9 @@ class ChildServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Self:
+        if not port_is_free(self.port):
+            # Its port answering would be taken for this server's: refuse before starting.
+            raise PortTakenError(self.port)
         self.proc = subprocess.Popen(
             self.cmd,
             env={**os.environ, **self.env},
@@ -49,7 +72,8 @@ class ChildServer:
                 raise RuntimeError(f"{self.label} exited: {err[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
+                    if self.proc.poll() is None:  # our child answers, not a process gone
+                        return self
             except OSError:
                 time.sleep(0.05)  # polling for the port to open, not synchronising work
         self.__exit__()

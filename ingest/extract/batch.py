@@ -374,6 +374,10 @@ def summarize(docs: Iterable[Document], unchanged: int = 0) -> ExtractSummary:
     summary = ExtractSummary(unchanged=unchanged)
     for d in docs:
         summary.counts[d.status] = summary.counts.get(d.status, 0) + 1
+        if d.status == "ok" and d.needs_ocr:
+            summary.needs_ocr += 1
+            if len(summary.needs_ocr_first) < ExtractSummary.MAX_FAILURES:
+                summary.needs_ocr_first.append((d.key, d.needs_ocr))
         summary.bytes += d.bytes
         summary.pages += d.pages
         summary.seconds += d.seconds

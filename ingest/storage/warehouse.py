@@ -387,7 +387,8 @@ def refresh_warehouse(
             return True
     else:
         present = set(lake.table_names(data_dir))
-        bodies = {name: stored_view_sql(data_dir, name) for name in sorted(set(tables) & present)}
+        wanted = written_with(tables)
+        bodies = {name: stored_view_sql(data_dir, name) for name in sorted(wanted & present)}
         signature = None  # the stamp covers all views: it no longer holds
         if not bodies:
             return True
@@ -413,6 +414,21 @@ def refresh_warehouse(
                 owed.touch()  # the next refresh rebuilds every view, not only its tables
                 return False
             time.sleep(0.2)
+
+
+def written_with(tables: Iterable[str]) -> set[str]:
+    """``tables`` and the tables their commit writes besides them: a state table's log
+    (``source_freshness`` appends to ``source_nights``) and, for a table whose columns
+    follow its records, ``schema_history``. A commit reports only the tables it was
+    given, so their views would otherwise stay at an older version."""
+    wanted = set(tables)
+    for name in list(wanted):
+        spec = SPECS.get(name)
+        if spec is not None and spec.log:
+            wanted.add(spec.log)
+        if evolving(name):
+            wanted.add("schema_history")
+    return wanted
 
 
 def snapshot_warehouse(data_dir: DataDir) -> dict[str, int]:

@@ -128,3 +128,32 @@ def test_a_command_keeps_openblas_to_one_thread_unless_told() -> None:
             [sys.executable, "-c", probe], env=run_env, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == expected, out.stderr
+
+
+def test_the_help_is_plain_text_and_usage_names_arguments_plainly() -> None:
+    shown = CliRunner().invoke(app, ["--help"]).output
+    assert "``" not in shown and ":class:" not in shown
+    assert "Exit codes: 0 done; 2 a mistake to fix" in " ".join(shown.split())
+    for args, usage in [
+        (["search"], "Usage: ingest search [OPTIONS] WORDS"),
+        (["query"], "Usage: ingest query [OPTIONS] SQL"),
+        (["rest"], "Usage: ingest rest [OPTIONS] SOURCE"),
+        (["schema"], "Usage: ingest schema [OPTIONS] SOURCE [RESOURCE]"),
+    ]:
+        first = (
+            CliRunner().invoke(app, [*args, "--help"], prog_name="ingest").output.splitlines()[0]
+        )
+        assert first == usage
+
+
+def test_a_new_database_is_said_only_on_its_first_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deployments import local_api
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
+    monkeypatch.delenv("PREFECT_SERVER_DATABASE_CONNECTION_URL", raising=False)
+    assert local_api.database_is_new()
+    (tmp_path / "prefect.db").write_bytes(b"")
+    assert not local_api.database_is_new()

@@ -66,3 +66,12 @@ def test_default_ports_taken_refuse_before_anything_starts_then_other_ports_serv
             )
             listed = client.list_objects_v2(Bucket=declared["bucket"])
             assert listed.get("KeyCount", 0) > 0  # seeded on the port given
+
+
+def test_help_names_the_port_options_value_a_port(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        serve_demo.main(["--help"])
+    shown = capsys.readouterr().out
+    for option in serve_demo.SERVER_OPTIONS.values():
+        assert f"{option} PORT" in shown, shown
+    assert not any(name.upper() in shown for name in serve_demo.SERVER_OPTIONS), shown

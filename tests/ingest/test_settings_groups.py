@@ -4,6 +4,7 @@ each of its variables."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,42 @@ def test_the_github_token_never_goes_with_a_tasks_settings(
     assert own is not None and own.get_secret_value() == token
     monkeypatch.delenv("INGEST_GITHUB_TOKEN")
     assert sent.own_secret("github.token") is None  # a process without it has none
+
+
+def list_settings() -> list[str]:
+    """Every list setting, by its name without the prefix, found in the model itself."""
+    names = [n for n, f in Settings.model_fields.items() if typing.get_origin(f.annotation) is list]
+    for flat, dotted in Settings.flat_names().items():
+        group, _, sub = dotted.partition(".")
+        kind = Settings.model_fields[group].annotation
+        if typing.get_origin(kind.model_fields[sub].annotation) is list:  # type: ignore[union-attr]
+            names.append(flat)
+    return names
+
+
+def test_every_list_setting_takes_a_plain_value_commas_or_json(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    names = list_settings()
+    assert {"allowed_roots", "allowed_hosts", "s3_include", "s3_exclude"} <= set(names)
+    for name in names:
+        variable = f"INGEST_{name.upper()}"
+        for given, meant in [
+            ("/srv/data", ["/srv/data"]),
+            ("/srv/a, /srv/b,", ["/srv/a", "/srv/b"]),
+            ('["/srv/a,b", "c"]', ["/srv/a,b", "c"]),
+            ("", []),
+        ]:
+            monkeypatch.setenv(variable, given)
+            value = Settings()
+            for part in Settings.flat_names().get(name, name).split("."):
+                value = getattr(value, part)
+            assert value == meant, (variable, given)
+        monkeypatch.setenv(variable, '["unclosed"')
+        with pytest.raises(ValueError, match="not a JSON list"):
+            Settings()
+        monkeypatch.delenv(variable)
+    # A .env file's plain value too.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("INGEST_ALLOWED_ROOTS=/srv/data\n", encoding="utf-8")
+    assert Settings().allowed_roots == ["/srv/data"]

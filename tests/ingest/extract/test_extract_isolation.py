@@ -233,21 +233,27 @@ def test_warm_pool_runs_jobs_and_closes_without_any() -> None:
     assert idle.server_pid is None
 
 
-def test_a_pool_imports_the_rare_parsers_only_for_their_files() -> None:
+def test_a_pool_imports_the_rare_parsers_only_for_their_files(tmp_path: Path) -> None:
     """A pool's workers start with the common parsers only (no ezdxf, python-docx,
     pdfminer.six, nor pyarrow: ~0.5 s of CPU less per pool start); a worker that meets a
-    DXF or a DOCX imports its parser then, and extracts it as a preloaded one did."""
-    from tests.extract_support import FIXTURES
+    DXF or a DOCX imports its parser then, and extracts it as a preloaded one did.
+
+    The documents are generated here (the pool's fork server is a fresh interpreter, so
+    what this process imported to write them does not reach the workers): the test runs
+    on any clone, with or without the shared fixtures."""
+    from dev import samples
 
     rare = ("ezdxf", "docx", "pdfminer", "pyarrow")
     probe = "tests.extract_support:modules_loaded"
-    dxf, docx = FIXTURES / "ezdxf__ASCII_R12.dxf", FIXTURES / "mammoth__tables.docx"
+    dxf, docx = tmp_path / "drawing.dxf", tmp_path / "letter.docx"
+    dxf.write_bytes(samples.dxf(["VALVE V-12 CHECK"]))
+    docx.write_bytes(samples.docx(["Inspection of the north wing"]))
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
         assert pool.submit(probe, *rare).result(timeout=60).value == []
-        for path in (dxf, docx):
+        for path, words in ((dxf, "VALVE V-12 CHECK"), (docx, "Inspection of the north wing")):
             job = ("ingest.extract:extract_stored", str(path), path.name, 100, 10_000_000)
             outcome = pool.submit(*job).result(timeout=60)
             assert outcome.status == "ok", outcome.error
-            assert outcome.value.status == "ok" and outcome.value.text.strip(), outcome.value
+            assert outcome.value.status == "ok" and words in outcome.value.text, outcome.value
         assert pool.submit(probe, *rare).result(timeout=60).value == ["ezdxf", "docx"]
         assert pool.stats.started == 1  # the same worker throughout

@@ -73,7 +73,7 @@ def test_cli_search(data_dir: Path) -> None:
     write_docs(data_dir, "run1", [("plan.dxf", "dxf", "지하주차장 평면도")], NOW)
     result = CliRunner().invoke(app, ["search", "평면도", "--data-dir", str(data_dir)])
     assert result.exit_code == 0, result.output
-    assert "plan.dxf" in result.output and "(1 rows)" in result.output
+    assert "plan.dxf" in result.output and "(1 row)" in result.output
     result = CliRunner().invoke(
         app, ["search", "평면도", "--kind", "pdf", "--data-dir", str(data_dir)]
     )

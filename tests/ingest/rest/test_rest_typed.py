@@ -103,6 +103,29 @@ def test_columns_are_typed_from_the_records_and_the_record_is_kept(data_dir: Pat
     assert typed_rows == [(*two[:3], 20.5)]
 
 
+def test_the_warehouse_file_sees_the_column_changes_of_each_run(data_dir: Path) -> None:
+    """A run that adds columns records them in schema_history, which its commit does not
+    report: the view of warehouse.duckdb follows all the same (as the run's end refreshes
+    it, with the tables the commit reported)."""
+    with ShopServer([order(n, note=None) for n in range(1, 11)]) as shop:
+        for run_id, coupon in (("run-1", None), ("run-2", "SPRING")):
+            if coupon:
+                shop.orders = [order(n) for n in range(11, 21)]
+                shop.orders[0]["coupon"] = coupon
+            summary = fetch_source(Settings(data_dir=data_dir), shop_source(shop), run_id=run_id)
+            assert summary.complete
+            report = storage.commit_run(data_dir, run_id)
+            assert "schema_history" not in report.rows
+            assert storage.refresh_warehouse(data_dir, tables=report.rows)
+            _, (lake_rows,) = storage.query(data_dir, "SELECT count(*) FROM schema_history")
+            with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+                assert con.execute("SELECT count(*) FROM schema_history").fetchone() == lake_rows
+    added = storage.query(
+        data_dir, "SELECT column_name FROM schema_history WHERE run_id = 'run-2' ORDER BY 1"
+    )[1]
+    assert ("coupon",) in added and lake_rows[0] > 0
+
+
 def test_a_second_run_adds_columns_types_late_nulls_and_keeps_a_changed_type(
     data_dir: Path,
 ) -> None:

@@ -94,6 +94,26 @@ def test_redact_masks_credentials_by_their_name(text: str, secret: str) -> None:
     assert out.split("***")[0] == text.split(secret)[0]  # what came before is kept
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no credential: the environment variable TICKETS_API_KEY is empty or missing",
+        "no credential: the Prefect Secret block 'tickets-key' is empty or missing",
+        "token: not set, see docs/security.md",
+        "credentials: none found in the chain",
+    ],
+)
+def test_redact_leaves_a_sentence_after_a_credentials_name(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redact_still_masks_a_value_after_a_name_that_a_word_follows() -> None:
+    # a value that only begins like one of the sentence's words is masked all the same
+    assert redact("password: theseus7 next") == "password: *** next"
+    assert redact("api-key: nothing-to-see") == "api-key: ***"
+    assert redact("token: a1b2c3") == "token: ***"
+
+
 def test_redact_masks_short_registered_values_where_they_stand_alone() -> None:
     register_secret("q7Z")
     assert redact("user q7Z, (q7Z) 'q7Z'") == "user ***, (***) '***'"
@@ -154,3 +174,17 @@ def test_the_quick_check_never_passes_a_key_the_full_check_refuses() -> None:
     passed = [k for k in candidates if keys._plainly_safe(k)]
     assert len(passed) > 2_000  # the quick path is taken for plain keys
     assert [k for k in passed if keys.unsafe_reason(k) is not None] == []
+
+
+def test_the_missing_credentials_message_reads_whole_after_redaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ingest.rest.auth import AuthError, resolve
+    from ingest.rest.source import SecretRef
+
+    monkeypatch.delenv("TICKETS_API_KEY", raising=False)
+    with pytest.raises(AuthError) as caught:
+        resolve(SecretRef(env="TICKETS_API_KEY"), None)
+    assert redact(str(caught.value)) == (
+        "no credential: the environment variable TICKETS_API_KEY is empty or missing"
+    )

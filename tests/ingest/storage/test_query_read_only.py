@@ -90,7 +90,7 @@ def test_statements_that_change_or_reach_out_are_refused(lake: Path, sql: str, k
 )
 def test_no_file_but_the_views_can_be_read(lake: Path, sql: str) -> None:
     code, out = ingest_query(lake, sql.format(lake=lake))
-    assert code == 1, out
+    assert code == 2, out  # the query's mistake, as every mistake to fix
     assert "disabled by configuration" in out
     assert "root:" not in out
 
@@ -98,4 +98,27 @@ def test_no_file_but_the_views_can_be_read(lake: Path, sql: str) -> None:
 def test_python_objects_are_not_tables(lake: Path) -> None:
     """DuckDB's Python replacement scans would read any Arrow or pandas object in scope."""
     code, out = ingest_query(lake, "SELECT * FROM SETTINGS")
-    assert code == 1 and "does not exist" in out, out
+    assert code == 2 and "does not exist" in out, out
+
+
+def test_an_sql_error_exits_2_as_a_refused_statement_does(lake: Path) -> None:
+    code, out = ingest_query(lake, "SELEC key FROM s3_objects")
+    assert code == 2 and "syntax error" in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", [["query", "SELECT count(*) FROM s3_objects"], ["search", "x"]])
+def test_a_data_folder_without_tables_is_named_not_read_as_empty(
+    lake: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """A mistyped --data-dir used to answer 0 rows, as if the tables were empty."""
+    typo = tmp_path / "dta"
+    result = CliRunner().invoke(app, [*command, "--data-dir", str(typo)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: no tables in {typo}: no run has written this data folder (check --data-dir "
+        "or INGEST_DATA_DIR; ingest s3, github and rest write it)"
+    ]
+    assert not typo.exists()  # nothing created by the look
+    right = CliRunner().invoke(app, [*command, "--data-dir", str(lake)])
+    assert right.exit_code == 0, right.output

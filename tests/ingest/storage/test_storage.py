@@ -674,3 +674,24 @@ def test_a_runs_own_records_commit_side_by_side_after_its_rows(
     assert events.index(("end", "s3_objects")) < min(events.index(("start", t)) for t in records)
     assert q(tmp_path, "SELECT source, state FROM source_freshness") == [("s3-ingest", "completed")]
     assert q(tmp_path, "SELECT flow_run_id FROM flow_runs") == [("run1",)]
+
+
+def test_a_nights_log_view_follows_a_commit_that_names_only_its_state_table(
+    tmp_path: Path,
+) -> None:
+    """A run's end refreshes the views of the tables its commit reports; source_freshness's
+    commit also appends to source_nights, whose view in warehouse.duckdb must follow."""
+    import duckdb
+
+    for n, run in enumerate(("run1", "run2"), 1):
+        night = freshness.SourceNight(
+            source="s3-ingest", target="s3://b/", state="completed", flow_run_id=run
+        )
+        freshness.record(tmp_path, [night], staged_by=run)
+        report = storage.commit_run(tmp_path, run)
+        assert "source_nights" not in report.rows  # the commit names its state table only
+        assert storage.refresh_warehouse(tmp_path, tables=report.rows)
+        assert q(tmp_path, "SELECT count(*) FROM source_nights") == [(n,)]
+        with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM source_nights").fetchone() == (n,)
+            assert con.execute("SELECT count(*) FROM source_freshness").fetchone() == (1,)
