@@ -95,6 +95,8 @@ def record_child_run(
         record.deployment_id = record.deployment_id or observed.deployment_id
         if observed.seconds:  # the server's figure for the ended run, as the UI shows it
             record.seconds = observed.seconds
+        if observed.started_at is not None:  # the server's start, with that figure
+            record.started_at = observed.started_at
         if observed.state != "completed":  # the child ended failed after recording itself
             record.state = observed.state
             record.message = observed.message or record.message

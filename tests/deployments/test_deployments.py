@@ -549,15 +549,15 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     assert run.state.is_failed()
     message = run.state.message or ""
     assert len(message) <= 300 and "github-pulls failed" in message, message
-    tasks = final_task_runs(client, run.id, "run-github-pulls")
-    assert tasks["run-github-pulls"].state.is_failed()
+    tasks = final_task_runs(client, run.id, "github-pulls")
+    assert tasks["github-pulls"].state.is_failed()
     arts = client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
     )
     [summary] = [a for a in arts if a.key == "nightly-summary"]
     assert "ui-check/../escape.txt" in summary.data
     with browser_page(served.log_dir / "ui-failed-nightly.png") as page:
-        page.goto(f"{served.ui_url}/runs/task-run/{tasks['run-github-pulls'].id}")
+        page.goto(f"{served.ui_url}/runs/task-run/{tasks['github-pulls'].id}")
         expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
         page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
         expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
