@@ -20,7 +20,7 @@ from typing import Annotated, Literal, cast
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, described, ingest_flow
 from flows.rest_ingest import ingest_source
 from ingest import security
 from ingest.rest.github import github_source
@@ -39,7 +39,8 @@ from tasks import limits
 @described
 def github_pulls(
     repos: Annotated[
-        list[str], Field(description="Repositories as owner/name.", min_length=1, max_length=500)
+        list[RepoName],
+        Field(description="Repositories as owner/name.", min_length=1, max_length=500),
     ],
     state: Annotated[
         Literal["open", "closed", "all"] | None,

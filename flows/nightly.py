@@ -20,7 +20,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import deployment_defaults, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest import context, security
 from ingest.errors import IngestError
@@ -53,7 +53,7 @@ class NightlyFailedError(IngestError):
 )
 def nightly(
     bucket: Annotated[str, Field(min_length=3, max_length=63)],
-    repos: Annotated[list[str], Field(max_length=500)],
+    repos: Annotated[list[RepoName], Field(max_length=500)],
     prefix: str = "",
     endpoint_url: str | None = None,
     s3_concurrency: Annotated[int | None, Field(ge=1, le=512)] = None,
