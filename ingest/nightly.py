@@ -11,7 +11,7 @@ from typing import Any
 from ingest import markdown as md
 from ingest.errors import TerminalError
 from ingest.history import FlowRunRecord
-from ingest.report import failures_heading
+from ingest.report import failures_heading, short
 from ingest.rest.summary import requests_text
 from ingest.timing import human_bytes
 
@@ -130,46 +130,72 @@ def plural(n: int, noun: str) -> str:
 MESSAGE_CHARS = 300
 
 
+# What Prefect puts before a failed nightly's own words in its state message.
+FAILED_PREFIX = ENGINE_PREFIX + "NightlyFailedError: "
+
+
 def failed_message(outcomes: list[ChildOutcome]) -> str:
-    """The failed nightly's state message: which children failed, each cause cut short,
-    and what to do in a few words; the advice in full is in the nightly-summary artifact."""
+    """The failed nightly's state message, within MESSAGE_CHARS with Prefect's prefix:
+    every child that failed, each cause shortened on its own, and what to do in a few
+    words; the advice in full is in the nightly-summary artifact."""
     failed = [o for o in outcomes if not o.ok]
-    causes = "; ".join(f"{o.flow_name} failed: {short_cause(o.cause, 90)}" for o in failed)
-    first = failed[0]
-    if first.terminal:
-        todo = "fix what it names, then Run > Custom run"
-    elif first.error_type.startswith("TooMany"):
-        todo = "read the failures in its run-summary"
-    else:
-        todo = "read the failed subflow run's logs"
-    text = cut(causes, 110)  # with Prefect's prefix and the rest: under MESSAGE_CHARS
-    return f"{text}. What to do: {todo}; see the nightly-summary artifact."
+    todos: list[str] = []
+    for o in failed:
+        if o.terminal:
+            todo = "fix what it names, then Run > Custom run"
+        elif o.error_type.startswith("TooMany"):
+            todo = "read the failures in its run-summary"
+        else:
+            todo = "read the failed subflow run's logs"
+        if todo not in todos:
+            todos.append(todo)
+    tail = f". What to do: {'; '.join(todos)}; see the nightly-summary artifact."
+    budget = MESSAGE_CHARS - len(FAILED_PREFIX) - len(tail)
+    causes = fit(
+        [f"{o.flow_name} failed: {o.cause.removeprefix(ENGINE_PREFIX)}" for o in failed],
+        budget,
+    )
+    return causes + tail
 
 
 def completed_message(outcomes: list[ChildOutcome]) -> str:
     """The state message of a nightly whose children completed with failed items (empty
-    without): the counts and the first keys with their errors, permanent ones said so."""
+    without): the counts and the first keys with their errors, permanent ones said so,
+    each shortened on its own to fit MESSAGE_CHARS."""
     said = [f"{o.flow_name} {o.verdict}" for o in outcomes if o.verdict != o.state]
     if not said:
         return ""
     items = [(o.flow_name, k, e, p) for o in outcomes for k, e, p in o.failures]
     permanent = sum(p for *_, p in items)
-    keys = "; ".join(f"{cut(k, 50)}: {cut(e, 50)}" for _f, k, e, _p in items[:3])
     text = "Completed, " + ", ".join(said)
     if permanent:
         text += f" ({permanent} permanent, no retry fixes them)"
-    if keys:
-        text += f": {keys}"
-    return cut(text, MESSAGE_CHARS - 35) + ". See the nightly-summary artifact."
+    tail = ". See the nightly-summary artifact."
+    keys = [f"{cut(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
+    if not keys:
+        return cut(text, MESSAGE_CHARS - len(tail)) + tail
+    return f"{text}: {fit(keys, MESSAGE_CHARS - len(tail) - len(text) - 2)}{tail}"
+
+
+def fit(items: list[str], budget: int, sep: str = "; ") -> str:
+    """``items`` joined by ``sep`` in at most ``budget`` characters: each one shortened on
+    its own (``cut``), the room a short one leaves going to the longer ones, so none is
+    dropped for another's length."""
+    items = [" ".join(i.split()) for i in items]
+    room = budget - len(sep) * (len(items) - 1)
+    limits: dict[int, int] = {}
+    waiting = sorted(range(len(items)), key=lambda i: len(items[i]))
+    while waiting:
+        share = max(8, room // len(waiting))
+        i = waiting.pop(0)
+        limits[i] = min(len(items[i]), share)
+        room -= limits[i]
+    return sep.join(cut(item, limits[i]) for i, item in enumerate(items))
 
 
 def cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def short_cause(message: str, limit: int) -> str:
-    return cut(message.removeprefix(ENGINE_PREFIX), limit)
+    """``text`` on one line in at most ``limit`` characters, cut after a whole word."""
+    return short(text, limit)
 
 
 def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
@@ -204,8 +230,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
     message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
-    if len(message) > 400:
-        message = message[:399] + "…"
+    message = cut(message, 400)
     what = f"{outcome.flow_name} failed: {message}"
     if terminal:
         todo = (

@@ -38,6 +38,9 @@ class RunSummary:
     reextracted: dict[str, int] = field(default_factory=dict)
     # The first documents whose text could not be extracted: (key, status, error).
     extract_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # Why the run ends Failed for its failed objects (``too_many_failures``), decided
+    # before its summary is written so that the summary says what the state will say.
+    failing: str = ""
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -153,8 +156,25 @@ def failed_items(summary: RunSummary) -> list[tuple[str, str, bool]]:
 
 
 def short(text: str, limit: int = 60) -> str:
+    """``text`` on one line in at most ``limit`` characters, cut after a whole word (only a
+    first word longer than the limit is cut inside), ending in "…" when cut."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    if text[limit - 1] != " " and " " in head:  # the cut falls inside a word: drop it
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:") + "…"
+
+
+def too_many_failures(summary: RunSummary, max_ratio: float) -> str:
+    """Why the run fails for its failed objects (``2 of 12 objects failed (more than
+    10%)``): more than ``max_ratio`` of the objects looked at (deleted ones aside)
+    failed; empty when the run does not fail for them."""
+    looked_at = summary.total - summary.counts.get("deleted", 0)
+    if looked_at and summary.failed / looked_at > max_ratio:
+        return f"{summary.failed} of {looked_at} objects failed (more than {max_ratio:.0%})"
+    return ""
 
 
 def failed_objects_message(summary: RunSummary) -> str:
@@ -197,7 +217,9 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "
         "counts; the finished run's figure there also counts the final commit).",
     ]
-    if summary.failed or summary.failed_extractions:
+    if summary.failing:  # the run ends Failed: said so, not "Completed with ..."
+        lines += ["", f"**Failed: {summary.failing}.**"]
+    elif summary.failed or summary.failed_extractions:
         lines += ["", f"**{failed_objects_message(summary)}**"]
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))

@@ -74,8 +74,7 @@ def publish_summary(
             description=f"{title}: per-stage timing",
         )
         _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
-        looked_at = summary.total - summary.counts.get("deleted", 0)
-        too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
+        too_many = bool(summary.failing)
         record_current_run(
             settings.location,
             ids,

@@ -434,6 +434,11 @@ def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
         (first.end_time - second.start_time).total_seconds(),
     )
 
+    # Its summary says what its state says.
+    child_summary = artifacts(s3_run.id)["run-summary"].data
+    assert "**Failed: 2 of 5 objects failed (more than 10%).**" in child_summary
+    assert "Completed with" not in child_summary, child_summary
+
     # The failed child's task runs are its own, in the states they ended in.
     own = task_runs_all(s3_run.id)
     states = {name: t.state.name for name, t in own}
