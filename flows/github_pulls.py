@@ -27,10 +27,12 @@ from ingest.rest.github import github_source
 from ingest.rest.records import GitHubSummary
 from ingest.settings import Settings
 from tasks import limits
+from tasks.history import FINAL_HOOKS
 
 
 @ingest_flow(
     name="github-pulls",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",

@@ -27,6 +27,7 @@ from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome, completed_message, failed_message
 from ingest.settings import Settings
 from tasks import limits
+from tasks.history import FINAL_HOOKS
 from tasks.nightly import publish_nightly_summary, run_children
 from tasks.progress import publish_progress
 from tasks.report import add_tags, failure_tags
@@ -43,6 +44,7 @@ class NightlyFailedError(IngestError):
 
 @ingest_flow(
     name="nightly",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",

@@ -47,6 +47,7 @@ from ingest.schedule import Future, Steps, schedule
 from ingest.settings import Settings
 from tasks import limits
 from tasks.extraction import extract_batch, extract_stored
+from tasks.history import FINAL_HOOKS
 from tasks.progress import track_batch
 from tasks.report import finish, publish_summary
 from tasks.runners import batch_runner, submit
@@ -95,6 +96,7 @@ class TooManyFailuresError(IngestError):
 
 @ingest_flow(
     name="s3-ingest",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",

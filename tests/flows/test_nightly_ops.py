@@ -459,6 +459,42 @@ def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
         interval = (run.end_time - run.start_time).total_seconds()
         row = stored[str(run.id)]
         assert row["seconds"] == pytest.approx(interval, abs=1e-6), (name, row, interval)
-        assert row["started_at"].timestamp() == pytest.approx(run.start_time.timestamp())
-        assert row["ended_at"].timestamp() == pytest.approx(run.end_time.timestamp())
+        assert same_instant(row["started_at"], run.start_time), (row, run.start_time)
+        assert same_instant(row["ended_at"], run.end_time), (row, run.end_time)
         assert f"**{name}** ({run.state.type.value.lower()}, {interval:.2f} s)" in summary
+    # The nightly's own row, written as it ended: its start and end on the server.
+    own, row = flow_run_of(night_id), stored[str(night_id)]
+    assert row["state"] == "failed"
+    assert row["seconds"] == pytest.approx((own.end_time - own.start_time).total_seconds())
+    assert same_instant(row["started_at"], own.start_time)
+    assert same_instant(row["ended_at"], own.end_time)
+
+
+def same_instant(a: Any, b: Any) -> bool:
+    """Two timestamps within a millisecond (a row stores microseconds)."""
+    return abs(a.timestamp() - b.timestamp()) < 1e-3
+
+
+def test_a_standalone_run_stores_prefects_interval_and_a_failed_one_its_row(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    """A run's flow_runs row, which ``ingest status`` and the next run's "took" read, is
+    its start to end on the server, also for a run that failed before it counted."""
+    from flows.s3_ingest import s3_ingest
+
+    put_many(s3, bucket, {"in/a.txt": b"a"})
+    kwargs = {"prefix": "in/", "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    ok = s3_ingest(bucket=bucket, extract=False, return_state=True, **kwargs)
+    gone = s3_ingest(bucket=bucket + "-missing", return_state=True, **kwargs)
+    assert ok.is_completed() and gone.is_failed(), gone
+    stored = {r["flow_run_id"]: r for r in rows(data_dir, "SELECT * FROM flow_runs")}
+    for state, expected in ((ok, "completed"), (gone, "failed")):
+        run = flow_run_of(state.state_details.flow_run_id)
+        row = stored[str(run.id)]
+        assert row["state"] == expected, row
+        assert row["seconds"] == pytest.approx((run.end_time - run.start_time).total_seconds())
+        assert same_instant(row["started_at"], run.start_time)
+        assert same_instant(row["ended_at"], run.end_time)
+    assert stored[str(ok.state_details.flow_run_id)]["items"] == 1
+    failed_row = stored[str(gone.state_details.flow_run_id)]
+    assert failed_row["items"] is None and "NoSuchBucket" in (failed_row["message"] or "")
