@@ -172,12 +172,14 @@ def publish_nightly_summary(
     settings = ctx.settings
     data_dir = settings.location
     ids = current_ids(ctx)
-    for o in outcomes:  # the children's rows, without losing what a child recorded itself
-        history.record_child_run(
+    recorded = {  # the children's rows, without losing what a child recorded itself
+        o.flow_name: history.record_child_run(
             data_dir,
             nightly.observed_record(o, ids["flow_run_id"], ids["deployment_id"]),
             staged_by=ids["flow_run_id"],
         )
+        for o in outcomes
+    }
     tonight = freshness.record(
         data_dir,
         [
@@ -187,8 +189,13 @@ def publish_nightly_summary(
                 state=o.state,
                 seconds=o.seconds,
                 rows_changed=o.changed,
-                failed=o.failed_items,
-                bytes=int(getattr(o.summary, "bytes", 0) or 0),
+                # A failed child returned no summary: its counts are in its own row.
+                failed=o.failed_items if o.summary else int(recorded[o.flow_name].failed or 0),
+                bytes=int(
+                    getattr(o.summary, "bytes", 0)
+                    if o.summary
+                    else recorded[o.flow_name].bytes or 0
+                ),
                 flow_run_id=o.flow_run_id,
                 nightly_run_id=ids["flow_run_id"],
             )

@@ -99,7 +99,9 @@ def test_nightly_summary_freshness_history_and_status(
     fresh = [line for line in summary.splitlines() if line.startswith("| s3-ingest |")]
     # Tonight failed: the row keeps the first night's success and its 3 changed objects.
     assert len(fresh) == 1 and "| 3 |" in fresh[0] and fresh[0].endswith("| failed |")
-    assert "### s3-ingest: 2 nights" in arts["nightly-history"].data, arts["nightly-history"].data
+    history_md = arts["nightly-history"].data
+    assert f"### s3-ingest `s3://{bucket}/in/`: 2 nights" in history_md, history_md
+    assert "| **FAILED** |" in history_md  # the chart the UI draws marks the failed night
     chart = data_dir / "reports" / "nightly-durations.svg"
     bars = [r for r in ET.parse(chart).getroot().iter() if "bar" in (r.get("class") or "")]
     assert len(bars) == 2 and bars[0].get("x") != bars[1].get("x")  # same date, two bars
@@ -433,6 +435,11 @@ def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
         "OVERLAP",
         (first.end_time - second.start_time).total_seconds(),
     )
+
+    # The failed night carries its counts in the last nights (not "failures 0, 0 B").
+    history_md = artifacts(night_id)["nightly-history"].data
+    [night_row] = [r for r in history_md.splitlines() if f"{str(s3_run.id)[:8]}" in r]
+    assert "| failed |" in night_row and "| 2 |" in night_row, night_row
 
     # Its summary says what its state says.
     child_summary = artifacts(s3_run.id)["run-summary"].data
