@@ -177,6 +177,29 @@ def too_many_failures(summary: RunSummary, max_ratio: float) -> str:
     return ""
 
 
+# What S3 answers a GET of an object in an archive storage class (GLACIER, DEEP_ARCHIVE)
+# that has not been restored: no retry fetches it until someone restores it.
+ARCHIVED_ERRORS = ("InvalidObjectState",)
+RESTORE_ADVICE = (
+    "archived (S3 Glacier or Deep Archive): restore it (S3 console Initiate restore, or "
+    "aws s3api restore-object), then the next run fetches it"
+)
+
+
+def archived_object_error(error: str | None) -> bool:
+    """True when an ``s3_objects`` error row says the object is archived, not restored."""
+    return any(code in (error or "") for code in ARCHIVED_ERRORS)
+
+
+def object_error_advice(error: str | None) -> str:
+    """Whether a retry fixes a failed object, and what to do otherwise, in a few words."""
+    if permanent_object_error(error):
+        return "yes"
+    if archived_object_error(error):
+        return f"no, {RESTORE_ADVICE}"
+    return "no: the next run retries it"
+
+
 def failed_objects_message(summary: RunSummary) -> str:
     """The state message of a run that completed with failed objects or failed extractions
     (empty without): the counts, which of them a retry cannot fix, the first keys."""
@@ -190,11 +213,18 @@ def failed_objects_message(summary: RunSummary) -> str:
         return ""
     items = failed_items(summary)
     permanent = [i for i in items if i[2]]
-    retried = [k for k, e in summary.failures if not permanent_object_error(e)]
+    archived = [k for k, e in summary.failures if archived_object_error(e)]
+    retried = [
+        k
+        for k, e in summary.failures
+        if not permanent_object_error(e) and not archived_object_error(e)
+    ]
     timed_out = [k for k, status, _ in summary.extract_failures if status == "timeout"]
     said = []
     if permanent:
         said.append(f"{len(permanent)} permanent, no retry fixes them")
+    if archived:
+        said.append(f"{len(archived)} archived: restore them, then the next run fetches them")
     if retried:
         said.append(f"{len(retried)} retried by the next run")
     if timed_out:
@@ -221,6 +251,14 @@ def markdown(summary: RunSummary, title: str) -> str:
         lines += ["", f"**Failed: {summary.failing}.**"]
     elif summary.failed or summary.failed_extractions:
         lines += ["", f"**{failed_objects_message(summary)}**"]
+    known = summary.counts.get("failed before", 0)
+    if known:
+        lines += [
+            "",
+            f"**{known} unchanged objects failed for good on an earlier run** (an unsafe key): "
+            "not tried again and not counted as tonight's failures until they change. They "
+            "are `SELECT key, error FROM s3_objects WHERE status = 'failed'`.",
+        ]
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
         lines += ["", f"**Text extraction**: {extracted}."]
@@ -243,8 +281,7 @@ def failure_tables(summary: RunSummary) -> list[str]:
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {md.code(k)} | failed | {md.cell(e)} | "
-            f"{'yes' if permanent_object_error(e) else 'no: the next run retries it'} |"
+            f"| {md.code(k)} | failed | {md.cell(e)} | {object_error_advice(e)} |"
             for k, e in summary.failures
         ]
         if total > len(summary.failures):

@@ -95,7 +95,11 @@ def publish_summary(
         for key, error, permanent in report.failed_items(summary):  # one line per document
             logger.warning(
                 "failed%s: %s: %s",
-                " (permanent)" if permanent else "",
+                " (permanent)"
+                if permanent
+                else " (archived: restore it)"
+                if report.archived_object_error(error)
+                else "",
                 key,
                 report.short(error, 300),
             )
