@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 
 from prefect import Flow, get_run_logger, task
@@ -75,15 +76,19 @@ def run_children(
     one before it is Running (its ``on_running`` hook): a SQLite Prefect server answers
     503 ("database is locked") to two flow runs created at the same moment, and the
     client then waits 2 s, then 4 s before it asks again, which delayed the second child
-    by seconds. Creating a run takes a few requests, so the second starts within about
-    that of the first and both run together.
+    by seconds. A child's own work, as it starts, writes to the server too (its logs,
+    its task runs' states), so a Running child waits in that hook, before its work,
+    until the next child is Running too (at most CREATE_WAIT_SECONDS): the second starts
+    within the few requests of its creation after the first, and both run together.
     """
     futures: list[Future[ChildOutcome]] = []
+    marks = [_Started() for _ in children]
+    for mark, after in pairwise(marks):
+        mark.next = after
     with ThreadPoolExecutor(
         max_workers=max(1, len(children)), thread_name_prefix="nightly-child"
     ) as pool:
-        for child, parameters, target in children:
-            started = _Started()
+        for (child, parameters, target), started in zip(children, marks, strict=True):
             hooked = child.with_options(on_running=[*child.on_running_hooks, started])
             context = contextvars.copy_context()  # the nightly's run context, per thread
             future = pool.submit(context.run, run_child, hooked, parameters, target)
@@ -100,16 +105,19 @@ def run_children(
 
 class _Started:
     """Set when a child's flow run is Running (as its ``on_running`` hook) or its thread
-    ended without getting there."""
+    ended without getting there; as the hook, it then waits for the next child's mark."""
 
     __name__: str  # hooks are named in Prefect's logs
 
     def __init__(self) -> None:
         self.__name__ = "child-started"
         self.event = threading.Event()
+        self.next: _Started | None = None  # the child created after this one
 
     def __call__(self, flow: Any, flow_run: Any, state: Any) -> None:
         self.event.set()
+        if self.next is not None:  # hold this child's work until the next one exists
+            self.next.event.wait(CREATE_WAIT_SECONDS)
 
     def ended(self, _future: Any) -> None:
         self.event.set()
@@ -278,7 +286,7 @@ def publish_nightly_summary(
         "nightly-progress",
         len(outcomes),
         len(outcomes),
-        f"Finished in {seconds:.1f} s: "
+        f"Ingestions done, {seconds:.1f} s in Running up to this summary: "
         + ", ".join(f"{o.flow_name} {o.verdict} ({o.seconds:.1f} s)" for o in outcomes),
     )
     create_markdown_artifact(
