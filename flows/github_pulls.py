@@ -20,17 +20,19 @@ from typing import Annotated, Literal, cast
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, described, ingest_flow
 from flows.rest_ingest import ingest_source
 from ingest import security
 from ingest.rest.github import github_source
 from ingest.rest.records import GitHubSummary
 from ingest.settings import Settings
 from tasks import limits
+from tasks.history import FINAL_HOOKS
 
 
 @ingest_flow(
     name="github-pulls",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
@@ -39,7 +41,8 @@ from tasks import limits
 @described
 def github_pulls(
     repos: Annotated[
-        list[str], Field(description="Repositories as owner/name.", min_length=1, max_length=500)
+        list[RepoName],
+        Field(description="Repositories as owner/name.", min_length=1, max_length=500),
     ],
     state: Annotated[
         Literal["open", "closed", "all"] | None,

@@ -1,12 +1,12 @@
 """The ``nightly`` flow: the S3 and GitHub ingestions at the same time, then one summary.
 
 Each ingestion is a subflow (its own flow run, logs and artifacts, nested
-under this one in the UI) called from a task, and the two tasks run on a
-two-thread task runner, so both ingestions run concurrently in the worker's
-one process. A failed child does not stop the other; the nightly run fails
-afterwards with what failed and what to do in its state message. Each child opens its
-own run context; the nightly's own (its lake session for the summary, its progress
-bar, its ids) is opened first and closed last.
+under this one in the UI) called from this flow in a thread of its own, so both
+ingestions run concurrently in the worker's one process (``run_children`` in
+``tasks.nightly`` says why not from tasks). A failed child does not stop the other;
+the nightly run fails afterwards with what failed and what to do in its state message.
+Each child opens its own run context; the nightly's own (its lake session for the
+summary, its progress bar, its ids) is opened first and closed last.
 """
 
 from __future__ import annotations
@@ -14,22 +14,21 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import deployment_defaults, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest import context, security
 from ingest.errors import IngestError
 from ingest.nightly import ChildOutcome, completed_message, failed_message
 from ingest.settings import Settings
 from tasks import limits
-from tasks.nightly import child_state, outcome_of, publish_nightly_summary, run_child
+from tasks.history import FINAL_HOOKS
+from tasks.nightly import publish_nightly_summary, run_children
 from tasks.progress import publish_progress
 from tasks.report import add_tags, failure_tags
 from tasks.storage import run_staging
@@ -43,22 +42,9 @@ class NightlyFailedError(IngestError):
     reports_failures = True
 
 
-@task(name="run-s3-ingest", cache_policy=NO_CACHE)
-def run_s3_ingest(parameters: dict[str, Any]) -> Any:
-    """The ``s3-ingest`` flow as a child run: its outcome, in a Failed state when it failed."""
-    target = f"s3://{parameters['bucket']}/{parameters.get('prefix') or ''}"
-    return child_state(run_child(s3_ingest, parameters, target))
-
-
-@task(name="run-github-pulls", cache_policy=NO_CACHE)
-def run_github_pulls(parameters: dict[str, Any]) -> Any:
-    """The ``github-pulls`` flow as a child run: its outcome, in a Failed state when it
-    failed."""
-    return child_state(run_child(github_pulls, parameters, ", ".join(parameters["repos"])))
-
-
 @ingest_flow(
     name="nightly",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
@@ -69,7 +55,7 @@ def run_github_pulls(parameters: dict[str, Any]) -> Any:
 )
 def nightly(
     bucket: Annotated[str, Field(min_length=3, max_length=63)],
-    repos: Annotated[list[str], Field(max_length=500)],
+    repos: Annotated[list[RepoName], Field(max_length=500)],
     prefix: str = "",
     endpoint_url: str | None = None,
     s3_concurrency: Annotated[int | None, Field(ge=1, le=512)] = None,
@@ -135,20 +121,23 @@ def nightly(
     # (the children's flow_runs rows under this parent) and commits them as it ends.
     run_id = str(flow_run.id or "local")
     with context.opened(settings, run_id) as ctx, run_staging(ctx.settings, run_id):
-        running = [("s3-ingest", run_s3_ingest.submit(s3_parameters))]
+        children: list[tuple[Any, dict[str, Any], str]] = [
+            (s3_ingest, s3_parameters, f"s3://{bucket}/{prefix or ''}")
+        ]
         if repos:
-            running.append(("github-pulls", run_github_pulls.submit(github_parameters)))
-        outcomes: list[ChildOutcome] = []
-        for name, future in running:
-            outcomes.append(outcome_of(future, name))
+            children.append((github_pulls, github_parameters, ", ".join(repos)))
+
+        def finished(outcomes: list[ChildOutcome]) -> None:
             publish_progress(
                 ctx,
                 "nightly-progress",
                 len(outcomes),
-                len(running),
-                f"{len(outcomes)} of {len(running)} ingestions finished: "
+                len(children),
+                f"{len(outcomes)} of {len(children)} ingestions finished: "
                 + ", ".join(f"{o.flow_name} {o.verdict}" for o in outcomes),
             )
+
+        outcomes = run_children(children, finished)
         seconds = running_seconds(time.perf_counter() - started)
         publish_nightly_summary(ctx.settings, run_id, outcomes, seconds)
 

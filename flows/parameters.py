@@ -21,18 +21,23 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect.utilities.callables import ParameterSchema, parameter_schema
-from pydantic import GetJsonSchemaHandler
+from pydantic import GetJsonSchemaHandler, StringConstraints
 from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
 from pydantic_core import CoreSchema
 
+from ingest.rest.source import REPO_NAME
+
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
 R = TypeVar("R")
+# A GitHub repository as the flows take it (owner/name): the pattern is in the parameter
+# schema, so the run form and the server refuse ``octo`` before a run is created.
+RepoName = Annotated[str, StringConstraints(pattern=REPO_NAME.pattern)]
 # What goes to the API as it is: JSON's own types (str keys for objects).
 _JSON_SCALARS = (str, int, float, bool, type(None))
 

@@ -33,6 +33,7 @@ from ingest.rest.summary import too_many_failed_pages
 from ingest.settings import Settings
 from ingest.storage.location import LakeSession
 from tasks import limits
+from tasks.history import FINAL_HOOKS
 from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
 from tasks.runners import batch_runner, submit
 from tasks.storage import prepare_storage, publish_and_commit, run_staging, start_upkeep
@@ -47,6 +48,7 @@ class TooManyFailedPagesError(RestTerminalError):
 
 @ingest_flow(
     name="rest-ingest",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "

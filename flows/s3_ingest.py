@@ -37,7 +37,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import context, security
+from ingest import context, report, security
 from ingest.errors import IngestError
 from ingest.extract import provenance
 from ingest.listing import ListSpec
@@ -47,6 +47,7 @@ from ingest.schedule import Future, Steps, schedule
 from ingest.settings import Settings
 from tasks import limits
 from tasks.extraction import extract_batch, extract_stored
+from tasks.history import FINAL_HOOKS
 from tasks.progress import track_batch
 from tasks.report import finish, publish_summary
 from tasks.runners import batch_runner, submit
@@ -95,6 +96,7 @@ class TooManyFailuresError(IngestError):
 
 @ingest_flow(
     name="s3-ingest",
+    **FINAL_HOOKS,
     timeout_seconds=limits.flow_seconds,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
@@ -235,12 +237,13 @@ def s3_ingest(
         if upkeep is not None:  # none was due
             upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
+        summary.failing = report.too_many_failures(summary, settings.max_failed_ratio)
         summary = publish_and_commit(
             settings,
             run_id,
             lambda: publish_summary(settings, summary, f"s3-ingest {target}", target),
         )
-    check_failed_share(settings, summary)
+    check_failed_share(summary)
     return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
 
 
@@ -314,14 +317,13 @@ def list_spec(
     )
 
 
-def check_failed_share(settings: Settings, summary: RunSummary) -> None:
-    """A TooManyFailuresError when more than ``max_failed_ratio`` of the objects looked at
-    failed (deleted ones aside): the run is Failed, with the query that lists them."""
-    looked_at = summary.total - summary.counts.get("deleted", 0)
-    if looked_at and summary.failed / looked_at > settings.max_failed_ratio:
+def check_failed_share(summary: RunSummary) -> None:
+    """A TooManyFailuresError when the run fails for its failed objects (``failing``,
+    decided before its summary was written): the run is Failed, with the query that
+    lists them."""
+    if summary.failing:
         raise TooManyFailuresError(
-            f"{summary.failed} of {looked_at} objects failed (more than "
-            f"{settings.max_failed_ratio:.0%}); see the run-summary artifact or "
+            f"{summary.failing}; see the run-summary artifact or "
             f"SELECT key, error FROM s3_objects WHERE status = 'failed' "
             f"AND run_id = '{summary.run_id}'"
         )

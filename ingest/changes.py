@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from ingest import duck, keys, storage
+from ingest.records import permanent_object_error
 from ingest.storage.location import DataDir
 
 _STORED = ("downloaded", "skipped")
@@ -50,6 +51,9 @@ class ChunkChanges:
     unchanged: int
     # Why unchanged objects are extracted again: "pdf extractor changed": n, ...
     reasons: dict[str, int] = field(default_factory=dict)
+    # Unchanged objects whose stored row is a permanent failure (``PERMANENT_ERRORS``):
+    # not fetched again, nor counted as failing again, until they change.
+    known_failed: int = 0
 
 
 def release_numbers(version: str) -> list[int]:
@@ -127,15 +131,18 @@ def diff_chunk(
     with db.cursor() as con:
         con.register("listing", listing)
         con.execute(
-            f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path
+            f"""CREATE TEMP TABLE st AS SELECT key, etag, size, status, local_path, error
                 FROM {state_sql} WHERE {where}""",
             [bucket, prefix, *params],
         )
         joined = con.execute(
             """SELECT l.*, st.etag AS prev_etag, st.size AS prev_size,
-                      st.status AS prev_status, st.local_path AS prev_path
+                      st.status AS prev_status, st.local_path AS prev_path,
+                      st.error AS prev_error
                FROM listing l LEFT JOIN st USING (key)"""
         ).fetch_arrow_table()
+        known = _known_permanent(joined, full_refresh)
+        joined = joined.filter(pc.invert(known)).drop_columns(["prev_error"])
         deleted = con.execute(
             """SELECT st.key, st.etag, st.size, st.local_path FROM st
                WHERE st.status <> 'deleted' AND st.key NOT IN (SELECT key FROM listing)"""
@@ -196,7 +203,9 @@ def diff_chunk(
             for k in deleted.column("key").to_pylist()
         ]
         deleted = deleted.filter(pa.array(mask, pa.bool_()))
-    return ChunkChanges(fetch, extract, deleted, same.num_rows, reasons)
+    return ChunkChanges(
+        fetch, extract, deleted, same.num_rows, reasons, known_failed=pc.sum(known).as_py() or 0
+    )
 
 
 class ListingDatabase:
@@ -249,6 +258,25 @@ class ListingDatabase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _known_permanent(joined: pa.Table, full_refresh: bool) -> pa.Array:
+    """Unchanged since a run stored them as a permanent failure (an unsafe key): no retry
+    fixes them, so a run neither tries them again nor counts them against its failed
+    share; a changed object (or ``full_refresh``) is tried again."""
+    n = joined.num_rows
+    if full_refresh or n == 0:
+        return pa.array([False] * n, pa.bool_())
+    errors = joined.column("prev_error").to_pylist()
+    permanent = pa.array([permanent_object_error(e) if e else False for e in errors])
+    same = pc.and_(
+        pc.and_(
+            pc.equal(joined.column("etag"), joined.column("prev_etag")),
+            pc.equal(joined.column("size"), joined.column("prev_size")),
+        ),
+        pc.and_(pc.equal(joined.column("prev_status"), "failed"), permanent),
+    )
+    return pc.fill_null(same, False)
 
 
 def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -> pa.Array:

@@ -20,6 +20,8 @@ WIDTH, HEIGHT = 720, 300
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 48
 COLOURS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4")
 SLOW_COLOUR = "#c00000"
+# A failed night's bar: pale, with a dashed black outline.
+FAILED_STYLE = ' fill-opacity="0.3" stroke="#000" stroke-dasharray="3 2"'
 
 
 def slots(nights: Sequence[Night]) -> list[tuple[str, str]]:
@@ -27,8 +29,8 @@ def slots(nights: Sequence[Night]) -> list[tuple[str, str]]:
     get their own slot, labelled ``MM-DD #2`` and so on, instead of being drawn over one
     another."""
     order: dict[str, tuple[str, int]] = {}
-    for source in dict.fromkeys(n.source for n in nights):
-        mine = [n for n in nights if n.source == source]  # oldest first
+    for series in dict.fromkeys(n.series for n in nights):
+        mine = [n for n in nights if n.series == series]  # oldest first
         for i, n in enumerate(mine):
             key = n.nightly_run_id or n.flow_run_id
             rank = (n.night, i - len(mine))  # the newest of each source last
@@ -50,6 +52,7 @@ def table(nights: Sequence[Night]) -> list[dict[str, object]]:
         {
             "night": labels[n.nightly_run_id or n.flow_run_id],
             "source": n.source,
+            "target": n.target,
             "seconds in Running": round(n.seconds, 2),
             "state": n.state,
             "slow": "slow" if n.slow else "",
@@ -61,7 +64,7 @@ def table(nights: Sequence[Night]) -> list[dict[str, object]]:
 
 def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)") -> str:
     """The chart as SVG text."""
-    sources = list(dict.fromkeys(n.source for n in nights))
+    sources = list(dict.fromkeys(n.series for n in nights))
     columns = slots(nights)
     days = [key for key, _ in columns]
     top = max((n.seconds for n in nights), default=0.0) or 1.0
@@ -85,16 +88,18 @@ def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)")
             f'<text x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">{escape(label)}</text>'
         )
     for n in nights:
-        s = sources.index(n.source)
+        s = sources.index(n.series)
         h = plot_h * n.seconds / top
         x = LEFT + days.index(n.nightly_run_id or n.flow_run_id) * slot + slot * 0.1 + s * bar
+        failed = n.state != "completed"
         colour = SLOW_COLOUR if n.slow else COLOURS[s % len(COLOURS)]
-        tip = f"{n.source} {n.night}: {n.seconds:.2f} s, {n.state}"
+        tip = f"{n.series} {n.night}: {n.seconds:.2f} s, {n.state}"
         if n.slow and n.grown_stage:
             tip += f", slow ({n.grown_stage} grew)"
         parts.append(
-            f'<rect class="{"bar slow" if n.slow else "bar"}" x="{x:.1f}" '
-            f'y="{TOP + plot_h - h:.1f}" width="{bar:.1f}" height="{h:.1f}" fill="{colour}" '
+            f'<rect class="bar{" slow" if n.slow else ""}{" failed" if failed else ""}" '
+            f'x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+            f'fill="{colour}"{FAILED_STYLE if failed else ""} '
             f"data-source={quoteattr(n.source)} data-night={quoteattr(n.night)} "
             f'data-seconds="{n.seconds:.3f}"><title>{escape(tip)}</title></rect>'
         )
@@ -109,6 +114,11 @@ def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)")
         f'<rect x="{LEFT + 10 + len(sources) * 150}" y="{HEIGHT - 16}" width="10" height="10" '
         f'fill="{SLOW_COLOUR}"/><text x="{LEFT + 24 + len(sources) * 150}" '
         f'y="{HEIGHT - 7}">slow night</text>'
+    )
+    x = LEFT + 10 + len(sources) * 150 + 90
+    parts.append(
+        f'<rect x="{x}" y="{HEIGHT - 16}" width="10" height="10" fill="#ffffff"{FAILED_STYLE}/>'
+        f'<text x="{x + 14}" y="{HEIGHT - 7}">failed night</text>'
     )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

@@ -95,9 +95,16 @@ def record_child_run(
         record.deployment_id = record.deployment_id or observed.deployment_id
         if observed.seconds:  # the server's figure for the ended run, as the UI shows it
             record.seconds = observed.seconds
+        if observed.started_at is not None:  # the server's start, with that figure
+            record.started_at = observed.started_at
         if observed.state != "completed":  # the child ended failed after recording itself
             record.state = observed.state
             record.message = observed.message or record.message
+        stored = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        if observed.started_at is not None and observed.ended_at == stored.ended_at:
+            record.ended_at = stored.ended_at
+            if record == stored:  # the child recorded its end itself (``record_end``)
+                return record
         # Replaces the child's row only as a newer one: the child ended after it recorded.
         ended, seen = record.ended_at, observed.ended_at or datetime.now(UTC)
         if ended is None or seen > ended:
@@ -105,6 +112,37 @@ def record_child_run(
         else:
             record.ended_at = ended + timedelta(microseconds=1)
     record_flow_run(data_dir, record, staged_by=staged_by)
+    return record
+
+
+def record_end(
+    data_dir: DataDir,
+    ended: FlowRunRecord,
+    *,
+    staged_by: str,
+) -> FlowRunRecord | None:
+    """Commit an ended run's ``flow_runs`` row with the server's start and end (``ended``:
+    the run as the server recorded it, counts None). The row the run recorded itself before
+    its end keeps its counts and takes that start, end and duration, and the final state
+    when the run did not complete; a run that failed before recording anything gets
+    ``ended`` (unknown counts stay NULL). None when the stored row already says it all."""
+    own = flow_run(data_dir, ended.flow_run_id)
+    record = ended
+    if own is not None:
+        names = {f.name for f in fields(FlowRunRecord)}
+        record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        record.parent_flow_run_id = record.parent_flow_run_id or ended.parent_flow_run_id
+        record.deployment_id = record.deployment_id or ended.deployment_id
+        record.started_at, record.ended_at = ended.started_at, ended.ended_at
+        record.seconds = ended.seconds
+        if ended.state != "completed":
+            record.state = ended.state
+            record.message = record.message or ended.message
+        stored = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        if record == stored:
+            return None
+    record_flow_run(data_dir, record, staged_by=staged_by)
+    storage.finish_run(data_dir, staged_by)
     return record
 
 

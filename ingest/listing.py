@@ -190,6 +190,8 @@ def find_changes(
         result.counts["skipped"] = found.unchanged
         if spec.extract_version:
             result.extract_unchanged = found.unchanged - found.extract.num_rows
+    if found.known_failed:  # failed for good before, unchanged since: not tried again
+        result.counts["failed before"] = found.known_failed
     if found.reasons:
         log.info(
             "extracting %d unchanged objects again: %s",

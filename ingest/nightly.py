@@ -11,7 +11,7 @@ from typing import Any
 from ingest import markdown as md
 from ingest.errors import TerminalError
 from ingest.history import FlowRunRecord
-from ingest.report import failures_heading
+from ingest.report import failures_heading, short
 from ingest.rest.summary import requests_text
 from ingest.timing import human_bytes
 
@@ -77,7 +77,14 @@ class ChildOutcome:
         ]
         return f"{self.state} with {', '.join(said)}" if said and self.ok else self.state
 
-    started_at: datetime | None = None  # when the parent started it (wall clock, UTC)
+    started_at: datetime | None = None  # its flow run's start_time (Prefect's, UTC)
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """Its flow run's end_time: ``started_at`` plus ``seconds``."""
+        if self.started_at is None:
+            return None
+        return self.started_at + timedelta(seconds=self.seconds)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +92,33 @@ class ChildOutcome:
 
     def __repr__(self) -> str:  # short: Prefect logs it with the calling task's state
         return f"ChildOutcome({self.flow_name} {self.state}, run {self.flow_run_id})"
+
+
+def overlap_seconds(outcomes: Sequence[ChildOutcome]) -> float | None:
+    """How long the children's flow runs all ran at once by their recorded starts and
+    ends (0 when one ended before another started); None for fewer than two runs or a
+    run without a recorded interval."""
+    if len(outcomes) < 2 or any(o.started_at is None for o in outcomes):
+        return None
+    last_start = max(o.started_at for o in outcomes if o.started_at is not None)
+    first_end = min(o.ended_at for o in outcomes if o.ended_at is not None)
+    return max(0.0, (first_end - last_start).total_seconds())
+
+
+def together_text(outcomes: Sequence[ChildOutcome]) -> str:
+    """`` (they ran at the same time: ...)`` only when their recorded runs overlapped,
+    what happened otherwise, nothing for one child or runs without recorded times."""
+    overlap = overlap_seconds(outcomes)
+    if overlap is None:
+        return ""
+    starts = sorted(o.started_at for o in outcomes if o.started_at is not None)
+    gap = (starts[-1] - starts[0]).total_seconds()
+    if overlap > 0:
+        return (
+            f" (they ran at the same time: the last started {gap:.2f} s after the first, "
+            f"and they overlapped {overlap:.2f} s)"
+        )
+    return f" (they did not overlap: the last started {gap:.2f} s after the first)"
 
 
 def plural(n: int, noun: str) -> str:
@@ -96,46 +130,72 @@ def plural(n: int, noun: str) -> str:
 MESSAGE_CHARS = 300
 
 
+# What Prefect puts before a failed nightly's own words in its state message.
+FAILED_PREFIX = ENGINE_PREFIX + "NightlyFailedError: "
+
+
 def failed_message(outcomes: list[ChildOutcome]) -> str:
-    """The failed nightly's state message: which children failed, each cause cut short,
-    and what to do in a few words; the advice in full is in the nightly-summary artifact."""
+    """The failed nightly's state message, within MESSAGE_CHARS with Prefect's prefix:
+    every child that failed, each cause shortened on its own, and what to do in a few
+    words; the advice in full is in the nightly-summary artifact."""
     failed = [o for o in outcomes if not o.ok]
-    causes = "; ".join(f"{o.flow_name} failed: {short_cause(o.cause, 90)}" for o in failed)
-    first = failed[0]
-    if first.terminal:
-        todo = "fix what it names, then Run > Custom run"
-    elif first.error_type.startswith("TooMany"):
-        todo = "read the failures in its run-summary"
-    else:
-        todo = "read the failed subflow run's logs"
-    text = cut(causes, 110)  # with Prefect's prefix and the rest: under MESSAGE_CHARS
-    return f"{text}. What to do: {todo}; see the nightly-summary artifact."
+    todos: list[str] = []
+    for o in failed:
+        if o.terminal:
+            todo = "fix what it names, then Run > Custom run"
+        elif o.error_type.startswith("TooMany"):
+            todo = "read the failures in its run-summary"
+        else:
+            todo = "read the failed subflow run's logs"
+        if todo not in todos:
+            todos.append(todo)
+    tail = f". What to do: {'; '.join(todos)}; see the nightly-summary artifact."
+    budget = MESSAGE_CHARS - len(FAILED_PREFIX) - len(tail)
+    causes = fit(
+        [f"{o.flow_name} failed: {o.cause.removeprefix(ENGINE_PREFIX)}" for o in failed],
+        budget,
+    )
+    return causes + tail
 
 
 def completed_message(outcomes: list[ChildOutcome]) -> str:
     """The state message of a nightly whose children completed with failed items (empty
-    without): the counts and the first keys with their errors, permanent ones said so."""
+    without): the counts and the first keys with their errors, permanent ones said so,
+    each shortened on its own to fit MESSAGE_CHARS."""
     said = [f"{o.flow_name} {o.verdict}" for o in outcomes if o.verdict != o.state]
     if not said:
         return ""
     items = [(o.flow_name, k, e, p) for o in outcomes for k, e, p in o.failures]
     permanent = sum(p for *_, p in items)
-    keys = "; ".join(f"{cut(k, 50)}: {cut(e, 50)}" for _f, k, e, _p in items[:3])
     text = "Completed, " + ", ".join(said)
     if permanent:
         text += f" ({permanent} permanent, no retry fixes them)"
-    if keys:
-        text += f": {keys}"
-    return cut(text, MESSAGE_CHARS - 35) + ". See the nightly-summary artifact."
+    tail = ". See the nightly-summary artifact."
+    keys = [f"{cut(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
+    if not keys:
+        return cut(text, MESSAGE_CHARS - len(tail)) + tail
+    return f"{text}: {fit(keys, MESSAGE_CHARS - len(tail) - len(text) - 2)}{tail}"
+
+
+def fit(items: list[str], budget: int, sep: str = "; ") -> str:
+    """``items`` joined by ``sep`` in at most ``budget`` characters: each one shortened on
+    its own (``cut``), the room a short one leaves going to the longer ones, so none is
+    dropped for another's length."""
+    items = [" ".join(i.split()) for i in items]
+    room = budget - len(sep) * (len(items) - 1)
+    limits: dict[int, int] = {}
+    waiting = sorted(range(len(items)), key=lambda i: len(items[i]))
+    while waiting:
+        share = max(8, room // len(waiting))
+        i = waiting.pop(0)
+        limits[i] = min(len(items[i]), share)
+        room -= limits[i]
+    return sep.join(cut(item, limits[i]) for i, item in enumerate(items))
 
 
 def cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def short_cause(message: str, limit: int) -> str:
-    return cut(message.removeprefix(ENGINE_PREFIX), limit)
+    """``text`` on one line in at most ``limit`` characters, cut after a whole word."""
+    return short(text, limit)
 
 
 def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
@@ -170,8 +230,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
     message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
-    if len(message) > 400:
-        message = message[:399] + "…"
+    message = cut(message, 400)
     what = f"{outcome.flow_name} failed: {message}"
     if terminal:
         todo = (
@@ -215,7 +274,7 @@ def headline(outcome: ChildOutcome) -> str:
             text += f", stopped early: {s.stopped}"
     else:
         text = outcome.message or "no summary"
-    took = f"{outcome.seconds:.2f} s in Running"
+    took = f"{outcome.seconds:.2f} s"
     return f"**{outcome.flow_name}** ({outcome.verdict}, {took}): {text}"
 
 
@@ -242,9 +301,9 @@ def markdown(
     lines = [
         "# nightly ingestion",
         "",
-        f"{ok} of {len(outcomes)} ingestions completed (they ran at the same time); this "
+        f"{ok} of {len(outcomes)} ingestions completed{together_text(outcomes)}; this "
         f"nightly run had been {seconds:.2f} s in Running when this summary was written. "
-        "Each duration is the flow run's time in Running, the figure the Prefect UI shows.",
+        "Each ingestion's duration is its flow run's start to end as Prefect recorded them.",
         "",
     ]
     lines += [f"- {headline(o)}, run {link(o.flow_run_id)}" for o in outcomes]

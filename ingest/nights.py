@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import markdown as md
 from ingest import storage
 from ingest.storage.location import DataDir, locate
 from ingest.timing import human_bytes
@@ -23,7 +24,6 @@ from ingest.timing import human_bytes
 NIGHTS = 14
 SLOW_FACTOR = 2.0
 MIN_PREVIOUS = 3
-SPARK = "▁▂▃▄▅▆▇█"
 
 
 @dataclass(slots=True)
@@ -39,11 +39,17 @@ class Night:
     bytes: int
     flow_run_id: str
     nightly_run_id: str
+    target: str = ""  # what the source read that night: s3://bucket/prefix, repositories
     median_before: float | None = None
     slow: bool = False
     grown_stage: str = ""
     grown_by: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def series(self) -> str:
+        """The source and what it read: each target's nights are a series of their own."""
+        return f"{self.source} {self.target}" if self.target else self.source
 
     @property
     def ratio(self) -> float | None:
@@ -66,9 +72,10 @@ def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGH
         source = f"({source} UNION ALL BY NAME {staged})"
     sql = f"""
         SELECT * FROM (
-            SELECT *, row_number() OVER (PARTITION BY source ORDER BY checked_at DESC) AS n
+            SELECT *, row_number() OVER (
+                PARTITION BY source, target ORDER BY checked_at DESC) AS n
             FROM {source}
-        ) WHERE n <= ? ORDER BY source, checked_at
+        ) WHERE n <= ? ORDER BY source, target, checked_at
     """
     with locate(data_dir).connect() as con:
         cur = con.execute(sql, [nights])
@@ -86,6 +93,7 @@ def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGH
             bytes=int(r["bytes"] or 0),
             flow_run_id=r["flow_run_id"] or "",
             nightly_run_id=r["nightly_run_id"] or "",
+            target=r["target"] or "",
         )
         for r in rows
     ]
@@ -118,7 +126,7 @@ def flag_slow(nights: list[Night]) -> list[Night]:
     the same source, and name the stage that grew most."""
     by_source: dict[str, list[Night]] = {}
     for n in nights:
-        before = by_source.setdefault(n.source, [])
+        before = by_source.setdefault(n.series, [])
         if len(before) >= MIN_PREVIOUS:
             n.median_before = statistics.median(b.seconds for b in before)
             if n.median_before > 0 and n.seconds > SLOW_FACTOR * n.median_before:
@@ -138,10 +146,28 @@ def grown_stage(night: Night, before: Sequence[Night]) -> tuple[str, float]:
     return best, growth
 
 
-def sparkline(values: Sequence[float]) -> str:
-    """``▁▃█▂``: one character per value, scaled to the largest."""
-    top = max(values, default=0) or 1
-    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1)))] for v in values)
+BAR_CHARS = 30  # the longest night's bar
+
+
+def bars(nights: Sequence[Night]) -> list[str]:
+    """The nights' durations as a bar chart the Prefect UI draws (a markdown table, newest
+    last): a bar per night scaled to the longest, its figure, and failed nights marked."""
+    top = max((n.seconds for n in nights), default=0.0)
+    scale = top / BAR_CHARS if top else 0.0
+    lines = [
+        f"Each █ is {scale:.2f} s (the longest night, {top:.2f} s, is {BAR_CHARS}); "
+        "a failed night is drawn ░ and marked **FAILED**.",
+        "",
+        "| night | duration | s | state |",
+        "|---|---|---:|---|",
+    ]
+    for n in nights:
+        width = max(1, round(n.seconds / scale)) if scale and n.seconds else 0
+        ok = n.state == "completed"
+        bar = ("█" if ok else "░") * width
+        state = n.state if ok else f"**{n.state.upper()}**"
+        lines.append(f"| {n.night} | `{bar}` | {n.seconds:.2f} | {state} |")
+    return lines
 
 
 def trend(values: Sequence[float]) -> str:
@@ -171,6 +197,11 @@ def slow_note(n: Night) -> str:
     return text
 
 
+def heading(n: Night) -> str:
+    """``s3-ingest `s3://bucket/prefix/```: the source and what it read."""
+    return f"{n.source} {md.code(n.target)}" if n.target else n.source
+
+
 def markdown(nights: list[Night], chart: str = "", run_link: Any = None) -> str:
     """The "last nights" section: per source a table of its nights, newest last.
 
@@ -182,13 +213,13 @@ def markdown(nights: list[Night], chart: str = "", run_link: Any = None) -> str:
         return "\n".join([*lines, "No nights recorded yet."])
     if chart:
         lines += [chart, ""]
-    sources = list(dict.fromkeys(n.source for n in nights))
-    for source in sources:
-        mine = [n for n in nights if n.source == source]
+    for series in dict.fromkeys(n.series for n in nights):
+        mine = [n for n in nights if n.series == series]
         durations = [n.seconds for n in mine]
         lines += [
-            f"### {source}: {len(mine)} night{'' if len(mine) == 1 else 's'} "
-            f"{sparkline(durations)}",
+            f"### {heading(mine[0])}: {len(mine)} night{'' if len(mine) == 1 else 's'}",
+            "",
+            *bars(mine),
             "",
             f"Duration trend: {trend(durations)}. A night more than {SLOW_FACTOR:g}x the "
             f"median of the nights before it (at least {MIN_PREVIOUS}) is flagged.",

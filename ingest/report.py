@@ -42,6 +42,9 @@ class RunSummary:
     # Documents extracted with image-only pages left unread (ExtractSummary.needs_ocr).
     needs_ocr: int = 0
     needs_ocr_first: list[tuple[str, int]] = field(default_factory=list)
+    # Why the run ends Failed for its failed objects (``too_many_failures``), decided
+    # before its summary is written so that the summary says what the state will say.
+    failing: str = ""
 
     def add_counts(self, counts: dict[str, int]) -> None:
         for status, n in counts.items():
@@ -160,8 +163,48 @@ def failed_items(summary: RunSummary) -> list[tuple[str, str, bool]]:
 
 
 def short(text: str, limit: int = 60) -> str:
+    """``text`` on one line in at most ``limit`` characters, cut after a whole word (only a
+    first word longer than the limit is cut inside), ending in "…" when cut."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    if text[limit - 1] != " " and " " in head:  # the cut falls inside a word: drop it
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:") + "…"
+
+
+def too_many_failures(summary: RunSummary, max_ratio: float) -> str:
+    """Why the run fails for its failed objects (``2 of 12 objects failed (more than
+    10%)``): more than ``max_ratio`` of the objects looked at (deleted ones aside)
+    failed; empty when the run does not fail for them."""
+    looked_at = summary.total - summary.counts.get("deleted", 0)
+    if looked_at and summary.failed / looked_at > max_ratio:
+        return f"{summary.failed} of {looked_at} objects failed (more than {max_ratio:.0%})"
+    return ""
+
+
+# What S3 answers a GET of an object in an archive storage class (GLACIER, DEEP_ARCHIVE)
+# that has not been restored: no retry fetches it until someone restores it.
+ARCHIVED_ERRORS = ("InvalidObjectState",)
+RESTORE_ADVICE = (
+    "archived (S3 Glacier or Deep Archive): restore it (S3 console Initiate restore, or "
+    "aws s3api restore-object), then the next run fetches it"
+)
+
+
+def archived_object_error(error: str | None) -> bool:
+    """True when an ``s3_objects`` error row says the object is archived, not restored."""
+    return any(code in (error or "") for code in ARCHIVED_ERRORS)
+
+
+def object_error_advice(error: str | None) -> str:
+    """Whether a retry fixes a failed object, and what to do otherwise, in a few words."""
+    if permanent_object_error(error):
+        return "yes"
+    if archived_object_error(error):
+        return f"no, {RESTORE_ADVICE}"
+    return "no: the next run retries it"
 
 
 def failed_objects_message(summary: RunSummary) -> str:
@@ -177,11 +220,18 @@ def failed_objects_message(summary: RunSummary) -> str:
         return ""
     items = failed_items(summary)
     permanent = [i for i in items if i[2]]
-    retried = [k for k, e in summary.failures if not permanent_object_error(e)]
+    archived = [k for k, e in summary.failures if archived_object_error(e)]
+    retried = [
+        k
+        for k, e in summary.failures
+        if not permanent_object_error(e) and not archived_object_error(e)
+    ]
     timed_out = [k for k, status, _ in summary.extract_failures if status == "timeout"]
     said = []
     if permanent:
         said.append(f"{len(permanent)} permanent, no retry fixes them")
+    if archived:
+        said.append(f"{len(archived)} archived: restore them, then the next run fetches them")
     if retried:
         said.append(f"{len(retried)} retried by the next run")
     if timed_out:
@@ -204,8 +254,18 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "
         "counts; the finished run's figure there also counts the final commit).",
     ]
-    if summary.failed or summary.failed_extractions:
+    if summary.failing:  # the run ends Failed: said so, not "Completed with ..."
+        lines += ["", f"**Failed: {summary.failing}.**"]
+    elif summary.failed or summary.failed_extractions:
         lines += ["", f"**{failed_objects_message(summary)}**"]
+    known = summary.counts.get("failed before", 0)
+    if known:
+        lines += [
+            "",
+            f"**{known} unchanged objects failed for good on an earlier run** (an unsafe key): "
+            "not tried again and not counted as tonight's failures until they change. They "
+            "are `SELECT key, error FROM s3_objects WHERE status = 'failed'`.",
+        ]
     if summary.extracted:
         extracted = ", ".join(f"{k}: {v}" for k, v in sorted(summary.extracted.items()))
         lines += ["", f"**Text extraction**: {extracted}."]
@@ -230,8 +290,7 @@ def failure_tables(summary: RunSummary) -> list[str]:
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {md.code(k)} | failed | {md.cell(e)} | "
-            f"{'yes' if permanent_object_error(e) else 'no: the next run retries it'} |"
+            f"| {md.code(k)} | failed | {md.cell(e)} | {object_error_advice(e)} |"
             for k, e in summary.failures
         ]
         if total > len(summary.failures):

@@ -7,6 +7,7 @@ previous run is the same child of the previous nightly run.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,10 +16,12 @@ from prefect.context import FlowRunContext
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
-from ingest import freshness, history
+from ingest import freshness, history, report
 from ingest import markdown as md
 from ingest.context import RunContext
 from ingest.storage.location import DataDir
+
+_logger = logging.getLogger("ingest.history")
 
 
 def current_ids(ctx: RunContext) -> dict[str, str]:
@@ -170,3 +173,59 @@ def run_link(flow_run_id: str) -> str:
     if not ui or not flow_run_id or flow_run_id == "local":
         return short
     return f"[{flow_run_id[:8]}]({str(ui).rstrip('/')}/runs/flow-run/{flow_run_id})"
+
+
+def record_final_run(flow: Any, run: Any, state: Any) -> None:
+    """A flow's ``on_completion``/``on_failure``/``on_crashed`` hook, called once Prefect
+    has recorded the run's final state: the run's ``flow_runs`` row takes the server's
+    ``start_time`` and ``end_time`` (what ``ingest status`` and the next run's "took"
+    read), and a run that failed before recording itself gets a row. Never raises: a row
+    that cannot be written is one warning in the run's log."""
+    try:
+        _record_final_run(flow, run, state)
+    except Exception as exc:  # the run has ended: its state must not change for this
+        _logger.warning(
+            "flow_runs row of run %s not updated: %s", run.id, report.short(str(exc), 300)
+        )
+
+
+def _record_final_run(flow: Any, run: Any, state: Any) -> None:
+    from prefect.client.orchestration import get_client
+
+    from ingest.settings import Settings
+
+    with get_client(sync_client=True) as client:
+        stored = client.read_flow_run(run.id)
+        parent = ""
+        if stored.parent_task_run_id is not None:
+            parent = str(client.read_task_run(stored.parent_task_run_id).flow_run_id or "")
+    if stored.start_time is None or stored.end_time is None:  # it never ran
+        return
+    data_dir = (stored.parameters or {}).get("data_dir")
+    location = Settings().with_data_dir(data_dir).location
+    history.record_end(
+        location,
+        history.FlowRunRecord(
+            flow_run_id=str(run.id),
+            flow_name=str(flow.name),
+            deployment_id=str(stored.deployment_id or ""),
+            parent_flow_run_id=parent,
+            started_at=stored.start_time,
+            ended_at=stored.end_time,
+            seconds=(stored.end_time - stored.start_time).total_seconds(),
+            items=None,
+            bytes=None,
+            failed=None,
+            state=state.type.value.lower(),
+            message=report.short(state.message, 500) if state.message else None,
+        ),
+        staged_by=f"{run.id}-end",
+    )
+
+
+# The hooks every ingestion flow ends with (``@ingest_flow(**FINAL_HOOKS, ...)``).
+FINAL_HOOKS: dict[str, Any] = {
+    "on_completion": [record_final_run],
+    "on_failure": [record_final_run],
+    "on_crashed": [record_final_run],
+}

@@ -4,8 +4,12 @@ with the previous nightly run of the same deployment."""
 
 from __future__ import annotations
 
-import time
+import contextvars
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 
 from prefect import Flow, get_run_logger, task
@@ -13,17 +17,16 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
-from prefect.states import Failed
 
 from ingest import chart, freshness, history, nightly, nights, report
 from ingest import markdown as md
-from ingest.nightly import ChildOutcome, advice, is_terminal, short_cause
+from ingest.nightly import ChildOutcome, advice, is_terminal
 from ingest.report import RunSummary
 from ingest.settings import Settings
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
 from tasks.runners import run_context
-from tasks.timing import running_seconds
+from tasks.timing import prefect_interval
 
 # The tags that name a source; a child gets its own, never another source's.
 SOURCE_TAGS = {"s3-ingest": "s3", "github-pulls": "github", "rest-ingest": "rest"}
@@ -54,21 +57,89 @@ def tag_child(flow_run_id: Any, flow_name: str) -> None:
         get_run_logger().warning("tags not added to child run %s: %s", flow_run_id, exc)
 
 
+# How long the next child waits for the one before it to be Running before it is
+# created anyway (a server that slow answers later rather than refuses).
+CREATE_WAIT_SECONDS = 30.0
+
+
+def run_children(
+    children: Sequence[tuple[Flow[Any, Any], dict[str, Any], str]],
+    on_finished: Any = None,
+) -> list[ChildOutcome]:
+    """Run each ``(flow, parameters, target)`` as a subflow of the calling flow run, all
+    at the same time, each in its own thread; their outcomes in the order given, never
+    raising. ``on_finished(done)`` is called with the outcomes so far as each one ends.
+
+    Called from the flow itself, not from a task: a subflow called inside a task runs
+    inside that task's transaction, so a child that failed had its task runs drawn
+    RolledBack under the parent (its stored rows and all). Each child is created once the
+    one before it is Running (its ``on_running`` hook): a SQLite Prefect server answers
+    503 ("database is locked") to two flow runs created at the same moment, and the
+    client then waits 2 s, then 4 s before it asks again, which delayed the second child
+    by seconds. A child's own work, as it starts, writes to the server too (its logs,
+    its task runs' states), so a Running child waits in that hook, before its work,
+    until the next child is Running too (at most CREATE_WAIT_SECONDS): the second starts
+    within the few requests of its creation after the first, and both run together.
+    """
+    futures: list[Future[ChildOutcome]] = []
+    marks = [_Started() for _ in children]
+    for mark, after in pairwise(marks):
+        mark.next = after
+    with ThreadPoolExecutor(
+        max_workers=max(1, len(children)), thread_name_prefix="nightly-child"
+    ) as pool:
+        for (child, parameters, target), started in zip(children, marks, strict=True):
+            hooked = child.with_options(on_running=[*child.on_running_hooks, started])
+            context = contextvars.copy_context()  # the nightly's run context, per thread
+            future = pool.submit(context.run, run_child, hooked, parameters, target)
+            future.add_done_callback(started.ended)
+            futures.append(future)
+            started.event.wait(CREATE_WAIT_SECONDS)
+        outcomes: list[ChildOutcome] = []
+        for (child, _parameters, _target), future in zip(children, futures, strict=True):
+            outcomes.append(outcome_of(future, child.name))
+            if on_finished is not None:
+                on_finished(outcomes)
+    return outcomes
+
+
+class _Started:
+    """Set when a child's flow run is Running (as its ``on_running`` hook) or its thread
+    ended without getting there; as the hook, it then waits for the next child's mark."""
+
+    __name__: str  # hooks are named in Prefect's logs
+
+    def __init__(self) -> None:
+        self.__name__ = "child-started"
+        self.event = threading.Event()
+        self.next: _Started | None = None  # the child created after this one
+
+    def __call__(self, flow: Any, flow_run: Any, state: Any) -> None:
+        self.event.set()
+        if self.next is not None:  # hold this child's work until the next one exists
+            self.next.event.wait(CREATE_WAIT_SECONDS)
+
+    def ended(self, _future: Any) -> None:
+        self.event.set()
+
+
 def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
-    """Run ``child`` as a subflow of the calling run; what became of it, never raising."""
-    started_at = datetime.now(UTC)
-    started = time.perf_counter()
+    """Run ``child`` as a subflow of the calling run; what became of it, never raising.
+    Its start, end and duration are the server's (``start_time``, ``end_time``)."""
+    called_at = datetime.now(UTC)
     state: Any = child(**parameters, return_state=True)
     result = state.result(raise_on_failure=False)
     error = result if isinstance(result, BaseException) else None
     run_id = state.state_details.flow_run_id
     tag_child(run_id, child.name)
+    interval = prefect_interval(run_id)
+    started_at, ended_at = interval if interval else (called_at, datetime.now(UTC))
     outcome = ChildOutcome(
         flow_name=child.name,
         flow_run_id=str(run_id),
         state=state.type.value.lower(),
         message=state.message or "",
-        seconds=running_seconds(time.perf_counter() - started, run_id),
+        seconds=(ended_at - started_at).total_seconds(),
         error_type=type(error).__name__ if error else "",
         summary=None if error else result,
         target=target,
@@ -85,28 +156,16 @@ def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) ->
     return outcome
 
 
-def child_state(outcome: ChildOutcome) -> Any:
-    """What the calling task ends in: Failed when its child failed (so the task is not
-    drawn green under a red subflow), carrying the outcome for the nightly's summary."""
-    if outcome.ok:
-        return outcome
-    return Failed(
-        message=f"{outcome.flow_name} {outcome.state}: {short_cause(outcome.cause, 200)}",
-        data=outcome,
-    )
-
-
-def outcome_of(future: Any, flow_name: str) -> ChildOutcome:
-    """The outcome a ``run-*`` task returned, Failed or not; a task that itself broke
-    becomes a failed outcome naming its error."""
-    future.wait()
-    result = future.state.result(raise_on_failure=False)
-    if isinstance(result, ChildOutcome):
-        return result
-    cause = f"{type(result).__name__}: {result}" if result is not None else "no outcome"
-    return ChildOutcome(
-        flow_name=flow_name, flow_run_id="", state="failed", cause=cause, message=cause
-    )
+def outcome_of(future: Future[ChildOutcome], flow_name: str) -> ChildOutcome:
+    """The outcome of a child's thread; one that broke before its child ended becomes a
+    failed outcome naming its error."""
+    try:
+        return future.result()
+    except Exception as exc:
+        cause = f"{type(exc).__name__}: {exc}"
+        return ChildOutcome(
+            flow_name=flow_name, flow_run_id="", state="failed", cause=cause, message=cause
+        )
 
 
 @task(name="publish-nightly-summary", cache_policy=NO_CACHE)
@@ -121,12 +180,14 @@ def publish_nightly_summary(
     settings = ctx.settings
     data_dir = settings.location
     ids = current_ids(ctx)
-    for o in outcomes:  # the children's rows, without losing what a child recorded itself
-        history.record_child_run(
+    recorded = {  # the children's rows, without losing what a child recorded itself
+        o.flow_name: history.record_child_run(
             data_dir,
             nightly.observed_record(o, ids["flow_run_id"], ids["deployment_id"]),
             staged_by=ids["flow_run_id"],
         )
+        for o in outcomes
+    }
     tonight = freshness.record(
         data_dir,
         [
@@ -136,8 +197,13 @@ def publish_nightly_summary(
                 state=o.state,
                 seconds=o.seconds,
                 rows_changed=o.changed,
-                failed=o.failed_items,
-                bytes=int(getattr(o.summary, "bytes", 0) or 0),
+                # A failed child returned no summary: its counts are in its own row.
+                failed=o.failed_items if o.summary else int(recorded[o.flow_name].failed or 0),
+                bytes=int(
+                    getattr(o.summary, "bytes", 0)
+                    if o.summary
+                    else recorded[o.flow_name].bytes or 0
+                ),
                 flow_run_id=o.flow_run_id,
                 nightly_run_id=ids["flow_run_id"],
             )
@@ -220,7 +286,7 @@ def publish_nightly_summary(
         "nightly-progress",
         len(outcomes),
         len(outcomes),
-        f"Finished in {seconds:.1f} s: "
+        f"Ingestions done, {seconds:.1f} s in Running up to this summary: "
         + ", ".join(f"{o.flow_name} {o.verdict} ({o.seconds:.1f} s)" for o in outcomes),
     )
     create_markdown_artifact(

@@ -74,8 +74,7 @@ def publish_summary(
             description=f"{title}: per-stage timing",
         )
         _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
-        looked_at = summary.total - summary.counts.get("deleted", 0)
-        too_many = bool(looked_at) and summary.failed / looked_at > settings.max_failed_ratio
+        too_many = bool(summary.failing)
         record_current_run(
             settings.location,
             ids,
@@ -96,7 +95,11 @@ def publish_summary(
         for key, error, permanent in report.failed_items(summary):  # one line per document
             logger.warning(
                 "failed%s: %s: %s",
-                " (permanent)" if permanent else "",
+                " (permanent)"
+                if permanent
+                else " (archived: restore it)"
+                if report.archived_object_error(error)
+                else "",
                 key,
                 report.short(error, 300),
             )

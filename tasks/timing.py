@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -48,3 +49,16 @@ def running_seconds(fallback: float, flow_run_id: Any = None) -> float:
     except Exception:  # no API (a run without a server): the time measured here
         return fallback
     return recorded or fallback
+
+
+def prefect_interval(flow_run_id: Any) -> tuple[datetime, datetime] | None:
+    """An ended flow run's ``start_time`` and ``end_time`` as the server recorded them, the
+    interval its UI shows; None without a server or for a run that never started."""
+    try:
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(UUID(str(flow_run_id)))
+    except Exception:  # no API (a run without a server)
+        return None
+    if run.start_time is None or run.end_time is None:
+        return None
+    return run.start_time, run.end_time

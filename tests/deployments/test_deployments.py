@@ -522,8 +522,9 @@ def test_custom_run_from_the_ui_completes(client: Any, served: Served) -> None:
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (.ci/run)")
 def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -> None:
     """A nightly whose GitHub child fails (a repository the server does not have) while
-    its S3 child completes with a permanently failed key: in the browser, the calling task
-    shows Failed, the run's message is readable whole, and the summary names the key."""
+    its S3 child completes with a permanently failed key: in the browser, the child's
+    entry in the nightly's graph shows Failed, the run's message is readable whole, and
+    the summary names the key."""
     import boto3
     from playwright.sync_api import expect
     from prefect.client.schemas.filters import (
@@ -549,15 +550,15 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
     assert run.state.is_failed()
     message = run.state.message or ""
     assert len(message) <= 300 and "github-pulls failed" in message, message
-    tasks = final_task_runs(client, run.id, "run-github-pulls")
-    assert tasks["run-github-pulls"].state.is_failed()
+    tasks = final_task_runs(client, run.id, "github-pulls")
+    assert tasks["github-pulls"].state.is_failed()
     arts = client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
     )
     [summary] = [a for a in arts if a.key == "nightly-summary"]
     assert "ui-check/../escape.txt" in summary.data
     with browser_page(served.log_dir / "ui-failed-nightly.png") as page:
-        page.goto(f"{served.ui_url}/runs/task-run/{tasks['run-github-pulls'].id}")
+        page.goto(f"{served.ui_url}/runs/task-run/{tasks['github-pulls'].id}")
         expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
         page.goto(f"{served.ui_url}/runs/flow-run/{run.id}")
         expect(page.locator(".state-badge", has_text="Failed").first).to_be_visible()
@@ -565,6 +566,44 @@ def test_a_failed_nightlys_pages_tell_what_failed(client: Any, served: Served) -
         expect(page.get_by_text("See More")).to_have_count(0)
         page.goto(f"{served.ui_url}/artifacts/artifact/{summary.id}")
         expect(page.get_by_text("ui-check/../escape.txt").first).to_be_visible()
+
+
+@pytest.mark.ui
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package (.ci/run)")
+def test_a_nightlys_pages_after_a_good_and_a_failed_night(client: Any, served: Served) -> None:
+    """In the browser, after a good night and a failed one: the nightly's history artifact
+    draws both nights with a scale, the failed one marked; the failed child's page lists
+    its own task runs (read from the API: none RolledBack, none moved to the nightly)."""
+    from playwright.sync_api import expect
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    d = nightly_deployment(client)
+    good = client.create_flow_run_from_deployment(d.id, parameters=dict(d.parameters))
+    assert wait_final(client, good.id).state.is_completed()
+    params = {**d.parameters, "repos": ["octo/not-there"]}
+    bad = wait_final(client, client.create_flow_run_from_deployment(d.id, parameters=params).id)
+    assert bad.state.is_failed(), bad.state
+    child = children_of(client, bad.id)["github-pulls"]
+    assert child.state.is_failed()
+
+    def final_tasks() -> list[Any]:
+        found = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[child.id]))
+        )
+        return found if found and all(t.state and t.state.is_final() for t in found) else []
+
+    tasks = poll(final_tasks, deadline=60)
+    assert all(t.state.name != "RolledBack" for t in tasks), tasks
+    history = artifacts_of(client, bad.id)["nightly-history"]
+    assert "**FAILED**" in history.data and "Each █ is" in history.data
+    with browser_page(served.log_dir / "ui-nightly-history.png") as page:
+        page.goto(f"{served.ui_url}/artifacts/artifact/{history.id}")
+        expect(page.get_by_text("Each █ is", exact=False).first).to_be_visible()
+        expect(page.get_by_text("FAILED", exact=True).first).to_be_visible()
+        expect(page.get_by_text("github-pulls", exact=False).first).to_be_visible()
+        page.goto(f"{served.ui_url}/runs/flow-run/{child.id}?tab=Task+Runs")
+        expect(page.get_by_text(tasks[0].name).first).to_be_visible()
+        expect(page.get_by_text("did not generate any task or subflow runs")).to_have_count(0)
 
 
 @contextmanager

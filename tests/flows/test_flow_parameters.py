@@ -175,3 +175,19 @@ def test_the_time_limit_is_read_when_a_run_starts(monkeypatch: pytest.MonkeyPatc
     assert s3_ingest.with_options(timeout_seconds=3).timeout_seconds == 3.0
     monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "9.5")
     assert nightly.timeout_seconds == 9.5
+
+
+@pytest.mark.parametrize("flow", [github_pulls, nightly], ids=lambda f: f.name)
+def test_a_malformed_repository_is_refused_before_a_run_is_created(flow) -> None:
+    """The schema the server checks a run's parameters against (and the run form draws)
+    refuses a repository that is not owner/name, as the flow itself would at its start."""
+    from prefect.exceptions import ParameterTypeError
+    from prefect.utilities.schema_tools.validation import validate
+
+    schema = parameter_schema(flow).model_dump()
+    given = required_values(flow) | {"repos": ["octo/engine", "octo"]}
+    errors = validate(given, schema)
+    assert errors and "octo" in str(errors[0]), errors
+    assert validate(given | {"repos": ["octo/engine", "octo/re.po_2-x"]}, schema) == []
+    with pytest.raises(ParameterTypeError, match=r"repos\.1: String should match pattern"):
+        flow.validate_parameters(given)

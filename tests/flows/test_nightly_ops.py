@@ -99,7 +99,9 @@ def test_nightly_summary_freshness_history_and_status(
     fresh = [line for line in summary.splitlines() if line.startswith("| s3-ingest |")]
     # Tonight failed: the row keeps the first night's success and its 3 changed objects.
     assert len(fresh) == 1 and "| 3 |" in fresh[0] and fresh[0].endswith("| failed |")
-    assert "### s3-ingest: 2 nights" in arts["nightly-history"].data, arts["nightly-history"].data
+    history_md = arts["nightly-history"].data
+    assert f"### s3-ingest `s3://{bucket}/in/`: 2 nights" in history_md, history_md
+    assert "| **FAILED** |" in history_md  # the chart the UI draws marks the failed night
     chart = data_dir / "reports" / "nightly-durations.svg"
     bars = [r for r in ET.parse(chart).getroot().iter() if "bar" in (r.get("class") or "")]
     assert len(bars) == 2 and bars[0].get("x") != bars[1].get("x")  # same date, two bars
@@ -273,7 +275,8 @@ def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
     progress = artifacts(night_id)["nightly-progress"].description or ""
     assert "1 failed object" in progress, progress
 
-    # A child that fails: its calling task is Failed too, the nightly Failed, readable.
+    # A child that fails: its entry in the nightly's graph is Failed too, the nightly
+    # Failed, readable.
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "RejectedTokenValue0123456789abcdefAB")
     with DevGitHub(repos={"octo/engine": 3}, token="ghp_" + "x" * 36) as gh:
         failed = nightly(
@@ -286,10 +289,10 @@ def test_failed_items_and_a_failed_child_say_so_in_states_messages_and_tags(
         "s3-ingest failed" not in failed_message
         and "What to do: fix what it names" in failed_message
     )
-    tasks = task_runs(failed.state_details.flow_run_id)
-    assert tasks["run-github-pulls"].state.is_failed(), tasks["run-github-pulls"].state
-    assert "401" in (tasks["run-github-pulls"].state.message or "")
-    assert tasks["run-s3-ingest"].state.is_completed()
+    tasks = task_runs(failed.state_details.flow_run_id)  # a child's entry in the graph
+    assert tasks["github-pulls"].state.is_failed(), tasks["github-pulls"].state
+    assert "401" in (tasks["github-pulls"].state.message or "")
+    assert tasks["s3-ingest"].state.is_completed()
     assert len(children(failed.state_details.flow_run_id)) == 2
 
 
@@ -319,16 +322,16 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
     summary = artifacts(night.state_details.flow_run_id)["nightly-summary"].data
     stored = {r["flow_run_id"]: r["seconds"] for r in rows(data_dir, "SELECT * FROM flow_runs")}
     for child in children(night.state_details.flow_run_id):
-        api = child.total_run_time.total_seconds()
+        api = (child.end_time - child.start_time).total_seconds()
         assert api > 0
-        assert f"(completed, {api:.2f} s in Running)" in summary, (api, summary)
+        assert f"(completed, {api:.2f} s)" in summary, (api, summary)
         assert stored[str(child.id)] == pytest.approx(api, abs=1e-6)
     # A stage's figure is its task's log line's figure: one measurement for both.
     for child in children(night.state_details.flow_run_id):
         label = flow_name_of(child)
         lines = stage_lines(run_logs(child.id))
         single = {stage: figures for stage, figures in lines.items() if len(figures) == 1}
-        assert "list-objects" in single or label != "s3-ingest", lines
+        assert {"list-objects", "commit-run"} <= single.keys() or label != "s3-ingest", lines
         for stage, [figure] in single.items():
             [row] = [r for r in summary.splitlines() if r.startswith(f"| {label}: {stage} |")]
             assert row.split("|")[2:4] == [" 1 ", f" {figure} "], (row, figure)
@@ -393,3 +396,112 @@ def test_freshness_and_comparisons_are_per_target(
         staged_by="gone",
     )
     assert missing.last_success is None and missing.rows_changed == 0
+
+
+def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from Prefect's API: the two children's flow runs overlap; the child that failed
+    (too many failed objects, after its tasks stored its rows) keeps its own task runs in
+    their states, none RolledBack, none moved under the nightly; every duration the
+    nightly stores or prints for a child is that child's start to end on the server."""
+    from dev.servers.github import DevGitHub
+
+    token = "ghp_" + "TogetherTokenValue0123456789abcdefABCD"
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    monkeypatch.setenv("INGEST_MAX_FAILED_RATIO", "0.1")
+    unsafe = {f"in/../escape-{i}.txt": b"evil" for i in range(2)}  # error rows
+    put_many(s3, bucket, unsafe | {f"in/fine-{i}.txt": b"fine" for i in range(3)})
+    # Pages answered after 1 s: the GitHub child lasts long enough to meet the S3 one.
+    with DevGitHub(repos={"octo/engine": 3}, token=token, latency_base_ms=1000) as gh:
+        params = nightly_params(bucket, s3_server, data_dir)
+        night = nightly(
+            **params | {"repos": ["octo/engine"], "github_base_url": gh.url, "github_per_page": 1},
+            return_state=True,
+        )
+    assert night.is_failed(), night
+    night_id = night.state_details.flow_run_id
+    kids = {flow_name_of(c): c for c in children(night_id)}
+    s3_run, gh_run = kids["s3-ingest"], kids["github-pulls"]
+    assert s3_run.state.is_failed() and "TooManyFailuresError" in (s3_run.state.message or "")
+    assert gh_run.state.is_completed(), gh_run.state
+
+    # Prefect's own records: the two runs overlap.
+    first, second = sorted([s3_run, gh_run], key=lambda r: r.start_time)
+    assert second.start_time < first.end_time, (first.start_time, first.end_time, second)
+    print(
+        "GAP",
+        (second.start_time - first.start_time).total_seconds(),
+        "OVERLAP",
+        (first.end_time - second.start_time).total_seconds(),
+    )
+
+    # The failed night carries its counts in the last nights (not "failures 0, 0 B").
+    history_md = artifacts(night_id)["nightly-history"].data
+    [night_row] = [r for r in history_md.splitlines() if f"{str(s3_run.id)[:8]}" in r]
+    assert "| failed |" in night_row and "| 2 |" in night_row, night_row
+
+    # Its summary says what its state says.
+    child_summary = artifacts(s3_run.id)["run-summary"].data
+    assert "**Failed: 2 of 5 objects failed (more than 10%).**" in child_summary
+    assert "Completed with" not in child_summary, child_summary
+
+    # The failed child's task runs are its own, in the states they ended in.
+    own = task_runs_all(s3_run.id)
+    states = {name: t.state.name for name, t in own}
+    assert states.get("commit-run") == "Completed", states
+    assert "RolledBack" not in states.values(), states
+    parent = task_runs_all(night_id)
+    assert all(t.state.name != "RolledBack" for _n, t in parent), parent
+    assert not {name for name, _t in parent} & {name for name, _t in own}, parent
+    # The nightly's graph holds one entry per child, in the child's state.
+    tracking = {name: t for name, t in parent if name in kids}
+    assert tracking["s3-ingest"].state.is_failed() and tracking["github-pulls"].state.is_completed()
+
+    # Every figure stored or printed for a child is its start to end on the server.
+    summary = artifacts(night_id)["nightly-summary"].data
+    assert "they ran at the same time" in summary, summary
+    stored = {r["flow_run_id"]: r for r in rows(data_dir, "SELECT * FROM flow_runs")}
+    for name, run in kids.items():
+        interval = (run.end_time - run.start_time).total_seconds()
+        row = stored[str(run.id)]
+        assert row["seconds"] == pytest.approx(interval, abs=1e-6), (name, row, interval)
+        assert same_instant(row["started_at"], run.start_time), (row, run.start_time)
+        assert same_instant(row["ended_at"], run.end_time), (row, run.end_time)
+        assert f"**{name}** ({run.state.type.value.lower()}, {interval:.2f} s)" in summary
+    # The nightly's own row, written as it ended: its start and end on the server.
+    own, row = flow_run_of(night_id), stored[str(night_id)]
+    assert row["state"] == "failed"
+    assert row["seconds"] == pytest.approx((own.end_time - own.start_time).total_seconds())
+    assert same_instant(row["started_at"], own.start_time)
+    assert same_instant(row["ended_at"], own.end_time)
+
+
+def same_instant(a: Any, b: Any) -> bool:
+    """Two timestamps within a millisecond (a row stores microseconds)."""
+    return abs(a.timestamp() - b.timestamp()) < 1e-3
+
+
+def test_a_standalone_run_stores_prefects_interval_and_a_failed_one_its_row(
+    s3: Any, s3_server: Any, bucket: str, data_dir: Path
+) -> None:
+    """A run's flow_runs row, which ``ingest status`` and the next run's "took" read, is
+    its start to end on the server, also for a run that failed before it counted."""
+    from flows.s3_ingest import s3_ingest
+
+    put_many(s3, bucket, {"in/a.txt": b"a"})
+    kwargs = {"prefix": "in/", "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    ok = s3_ingest(bucket=bucket, extract=False, return_state=True, **kwargs)
+    gone = s3_ingest(bucket=bucket + "-missing", return_state=True, **kwargs)
+    assert ok.is_completed() and gone.is_failed(), gone
+    stored = {r["flow_run_id"]: r for r in rows(data_dir, "SELECT * FROM flow_runs")}
+    for state, expected in ((ok, "completed"), (gone, "failed")):
+        run = flow_run_of(state.state_details.flow_run_id)
+        row = stored[str(run.id)]
+        assert row["state"] == expected, row
+        assert row["seconds"] == pytest.approx((run.end_time - run.start_time).total_seconds())
+        assert same_instant(row["started_at"], run.start_time)
+        assert same_instant(row["ended_at"], run.end_time)
+    assert stored[str(ok.state_details.flow_run_id)]["items"] == 1
+    failed_row = stored[str(gone.state_details.flow_run_id)]
+    assert failed_row["items"] is None and "NoSuchBucket" in (failed_row["message"] or "")

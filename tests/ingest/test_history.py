@@ -191,8 +191,9 @@ def test_nightly_keeps_what_a_child_recorded_and_fills_in_what_it_did_not(
     rows = {r["flow_run_id"]: r for r in history.child_runs(tmp_path, "night-2")}
     s3_row, gh_row = rows["s3-child"], rows["gh-child"]
     assert (s3_row["items"], s3_row["bytes"], s3_row["failed"]) == (10, 1000, 4)
-    # the server's figure for the ended child (as the UI shows it) replaces its own
-    assert s3_row["started_at"] == t0 and s3_row["seconds"] == 52.0
+    # the server's start and end of the ended child (as the UI shows them) replace its own
+    assert s3_row["started_at"] == failed_s3.started_at and s3_row["seconds"] == 52.0
+    assert s3_row["ended_at"] == failed_s3.ended_at
     assert s3_row["state"] == "failed" and "4 of 10 objects failed" in s3_row["message"]
     assert (gh_row["items"], gh_row["bytes"], gh_row["failed"]) == (None, None, None)
     assert gh_row["started_at"] == t0 and gh_row["state"] == "failed"

@@ -85,7 +85,8 @@ def test_a_slow_night_is_flagged_with_the_stage_that_grew(tmp_path: Path) -> Non
     slow_lines = [line for line in text.splitlines() if "slow:" in line]
     assert len(slow_lines) == 1 and "**download-batch**" in slow_lines[0]
     assert slow_lines[0].startswith(f"| {n.night} |")
-    assert "### s3-ingest: 14 nights" in text and "### github-pulls: 14 nights" in text
+    assert "### s3-ingest `s3://b/p`: 14 nights" in text, text
+    assert "### github-pulls `octo/engine`: 14 nights" in text
 
 
 def test_the_chart_draws_one_bar_per_source_and_night(tmp_path: Path) -> None:
@@ -135,9 +136,58 @@ def test_one_night_and_a_near_zero_stage_read_right(tmp_path: Path) -> None:
 
     seed_nights(tmp_path, count=1, slow_night=-1, rng=random.Random(1))
     text = nights.markdown(nights.load(tmp_path))
-    assert "### s3-ingest: 1 night " in text and "1 nights" not in text
+    assert "### s3-ingest `s3://b/p`: 1 night\n" in text and "1 nights" not in text
     [row] = history.compare_stages(
         [{"stage": "commit-run", "wall_seconds": 0.21}],
         [{"stage": "commit-run", "wall_seconds": 0.001}],
     )
     assert row["change"] == "+0.21 s"  # no "+20900%" of a figure that rounds to 0.00
+
+
+def test_each_target_has_its_own_nights_and_a_failed_night_is_marked(tmp_path: Path) -> None:
+    """Two prefixes read by one source are two series (never compared with each other);
+    a failed night keeps its counts and is drawn apart, in the UI's chart and the SVG."""
+    rows = []
+    for i, (target, state, seconds) in enumerate(
+        [("s3://b/a/", "completed", 4.0), ("s3://b/big/", "completed", 40.0)] * 4
+        + [("s3://b/a/", "failed", 2.0)]
+    ):
+        when = T0 + timedelta(hours=i)
+        rows.append(
+            {
+                "source": "s3-ingest",
+                "target": target,
+                "state": state,
+                "seconds": seconds,
+                "rows_changed": 0,
+                "failed": 3 if state == "failed" else 0,
+                "bytes": 2048,
+                "flow_run_id": f"run-{i}",
+                "nightly_run_id": f"nightly-{i}",
+                "last_success": when,
+                "lag_seconds": 0.0,
+                "checked_at": when,
+            }
+        )
+    storage.stage(tmp_path, "seed", "source_nights", "nights", rows)
+    storage.commit_run(tmp_path, "seed")
+    last = nights.load(tmp_path)
+    a = [n for n in last if n.target == "s3://b/a/"]
+    assert len(a) == 5 and len(last) == 9
+    assert not any(n.slow for n in last)  # 40 s of big/ is not a slow night of a/
+    [failed] = [n for n in a if n.state == "failed"]
+    assert (failed.failed, failed.bytes) == (3, 2048)
+
+    text = nights.markdown(last)
+    section = text.split("### s3-ingest `s3://b/a/`: 5 nights", 1)[1].split("###", 1)[0]
+    chart_rows = [line for line in section.splitlines() if "█" in line or "░" in line][1:]
+    assert len(chart_rows) == 5
+    assert chart_rows[-1].endswith("| 2.00 | **FAILED** |") and "░" in chart_rows[-1]
+    assert "█" * nights.BAR_CHARS in chart_rows[0]  # the longest night of a/ is full width
+    assert f"| {failed.night} | `run-8` | failed | 2.00 | 0.50x | 0 | 3 | 2.0 KB |  |" in section
+
+    root = ET.fromstring(chart.svg(last))
+    marked = [r for r in root.iter(f"{SVG}rect") if "failed" in r.get("class", "").split()]
+    assert [(m.get("data-source"), m.get("data-night")) for m in marked] == [
+        ("s3-ingest", failed.night)
+    ]
