@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 from ingest import duck, keys, storage
 from ingest.storage.location import DataDir
 
-_STORED = ("downloaded", "skipped")
+_STORED = ("downloaded", "skipped", "copied")  # copied: ingest.renames
 T = TypeVar("T")
 
 
