@@ -4,6 +4,7 @@ pinned with If-Match; an object changed since starts over."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,18 @@ def test_a_changed_object_starts_over(
     assert isinstance(got, Fetched), got
     assert (root / "big.bin").read_bytes() == new
     assert asked(proxy, "big.bin") == [(0, MiB), (MiB, 2 * MiB)]  # from byte 0
+
+
+def test_leftovers_no_run_asked_for_again_are_swept_after_a_week(tmp_path: Path) -> None:
+    from ingest.s3 import sweep_temp
+    from ingest.s3.resume import KEEP_FOR
+
+    tmp = tmp_path / TMP_DIR_NAME
+    tmp.mkdir()
+    for name in ("old", "new"):
+        (tmp / f"resume-{name}.part").write_bytes(b"x")
+        (tmp / f"resume-{name}.part.done").write_text("etag 1\n")
+    week_ago = (tmp / "resume-new.part.done").stat().st_mtime - KEEP_FOR - 60
+    os.utime(tmp / "resume-old.part.done", (week_ago, week_ago))
+    assert sweep_temp(tmp_path) == 1
+    assert sorted(p.name for p in tmp.iterdir()) == ["resume-new.part", "resume-new.part.done"]
