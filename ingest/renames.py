@@ -225,12 +225,16 @@ def _copy_rows(
             [run_id, now, bucket],
         ).fetch_arrow_table()
         con.unregister("pairs")
-    rows = found.to_pylist()
-    if table == "document_chunks":
+    if table == "document_chunks" and found.num_rows:
         from ingest.extract.chunks import chunk_id
 
-        for r in rows:
-            r["chunk_id"] = chunk_id(
-                r["bucket"], r["key"], r["etag"], r["page_start"], r["start"], r["end"]
-            )
-    return pa.Table.from_pylist(rows, schema=schema)
+        # The id names the key: computed again for the new one (from five columns, not
+        # from whole rows: the text stays in Arrow).
+        columns = ("bucket", "key", "etag", "page_start", "start", "end")
+        ids = [
+            chunk_id(*values)
+            for values in zip(*(found.column(c).to_pylist() for c in columns), strict=True)
+        ]
+        at = found.schema.get_field_index("chunk_id")
+        found = found.set_column(at, "chunk_id", pa.array(ids, pa.string()))
+    return found.select(schema.names).cast(schema)

@@ -91,6 +91,22 @@ def test_a_moved_folder_is_taken_from_the_stored_files_and_rows(
     assert beta["projects/beta/0042.txt"]["text"].startswith("drawing register 42")
     assert {r["status"] for r in alpha.values()} == {"deleted"}
 
+    chunks = rows(
+        data_dir,
+        "SELECT split_part(key, '/', 2) AS folder, status, count(*) AS n, "
+        "count(DISTINCT chunk_id) AS ids FROM document_chunks "
+        "WHERE key LIKE 'projects/%/0%' GROUP BY ALL ORDER BY ALL",
+    )
+    by = {(r["folder"], r["status"]): (r["n"], r["ids"]) for r in chunks}
+    assert by[("beta", "ok")][0] == by[("alpha", "deleted")][0] >= MOVED  # the same chunks
+    assert by[("beta", "ok")][1] == by[("beta", "ok")][0]  # with ids of their own keys
+    ids = rows(
+        data_dir,
+        "SELECT count(*) AS n FROM document_chunks a JOIN document_chunks b USING (chunk_id) "
+        "WHERE a.key LIKE 'projects/alpha/%' AND b.key LIKE 'projects/beta/%'",
+    )
+    assert ids[0]["n"] == 0
+
     # The next night changes nothing: the copied objects are stored objects like others.
     s3_server.reset_stats()
     third = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
