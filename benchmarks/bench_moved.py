@@ -183,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "Written by `python -m benchmarks.bench_moved` (see its docstring for what is "
                 "measured).\n\n"
             )
-        with OUT.open("a") as f:
-            f.write("\n" + text)
+        with OUT.open("a") as out:
+            out.write("\n" + text)
     return 0
 
 
