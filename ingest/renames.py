@@ -237,4 +237,6 @@ def _copy_rows(
         ]
         at = found.schema.get_field_index("chunk_id")
         found = found.set_column(at, "chunk_id", pa.array(ids, pa.string()))
-    return found.select(schema.names).cast(schema)
+    if set(schema.names) <= set(found.column_names):
+        return found.select(schema.names).cast(schema)
+    return pa.Table.from_pylist(found.to_pylist(), schema=schema)  # a column added since
