@@ -18,7 +18,8 @@ runs ``ingest s3`` once (the first night, text extracted). Then, each round:
 
 The two commands alternate their order round by round and run one after the other on
 the same servers, so the ratio compares them under the same load. Each command is a
-child process: wall seconds, object GETs counted at the server, parses (the documents
+child process: wall seconds (with Prefect's start-up), the flow body (the seconds of
+its summary line), object GETs counted at the server, parses (the documents
 the run's ``extract-batch`` tasks extracted, from its log lines) and the objects
 copied (``s3_objects`` rows ``copied``). Results are printed and appended to
 benchmarks/moved.md with the machine, date and load.
@@ -48,6 +49,7 @@ OUT = Path(__file__).resolve().parent / "moved.md"
 WORK = Path(__file__).resolve().parent / ".work"
 BUCKET = "moved"
 _EXTRACTED = re.compile(r"extract-batch (\d+) documents")
+_BODY = re.compile(r"^run \S+: .* in ([\d.]+) s$", re.M)  # the flow's summary line
 
 
 def body(i: int) -> bytes:
@@ -86,6 +88,7 @@ def run_ingest(
         "wall": wall,
         "gets": int(s3.stats().get("GET object", 0)),
         "parsed": sum(int(n) for n in _EXTRACTED.findall(output)),
+        "body": float(found.group(1)) if (found := _BODY.search(output)) else float("nan"),
         "copied": copied(data_dir, folder),
         "log": [line for line in output.splitlines() if " in " in line and " s" in line],
     }
@@ -154,9 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print("\n".join(got[which]["log"]), flush=True)
             m, f = got["moved"], got["full"]
             rows.append(
-                f"| {r} ({' then '.join(order)}) | {m['wall']:.1f} s | {m['gets']} | {m['parsed']} "
-                f"| {m['copied']} | {f['wall']:.1f} s | {f['gets']} | {f['parsed']} "
-                f"| **{m['wall'] / f['wall']:.2f}x** |"
+                f"| {r} ({' then '.join(order)}) | {m['wall']:.1f} s | {m['body']:.1f} s "
+                f"| {m['gets']} | {m['parsed']} | {m['copied']} | {f['wall']:.1f} s "
+                f"| {f['body']:.1f} s | {f['gets']} | {f['parsed']} "
+                f"| **{m['wall'] / f['wall']:.2f}x** | **{m['body'] / f['body']:.2f}x** |"
             )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     text = "\n".join(
@@ -168,9 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{cpu_model()}, {os.cpu_count()} CPUs, load average at the end {load}; "
             f"first night {first['wall']:.1f} s ({first['gets']} GETs, {first['parsed']} parsed).",
             "",
-            "| round | moved night | GETs | parsed | copied "
-            "| full download | GETs | parsed | moved / full |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| round | moved night | its flow body | GETs | parsed | copied "
+            "| full download | its flow body | GETs | parsed | moved / full | bodies |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
         ]
