@@ -37,7 +37,7 @@ from ingest import duck, keys, storage
 from ingest.records import permanent_object_error
 from ingest.storage.location import DataDir
 
-_STORED = ("downloaded", "skipped")
+_STORED = ("downloaded", "skipped", "copied")  # copied: ingest.renames
 T = TypeVar("T")
 
 

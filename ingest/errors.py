@@ -8,7 +8,7 @@
     │   └── EndpointError        the endpoint cannot be reached at all
     └── ItemError                one item failed; becomes an error row
         ├── UnsafeKeyError       the key cannot be mapped inside the download folder
-        ├── IntegrityError       size or MD5 differs from the listing
+        ├── IntegrityError       size, MD5, multipart ETag or checksum differs
         ├── ObjectChangedError   the object changed while it was being read
         └── DownloadError        retries exhausted (``retryable`` says whether
             │                    a later run may succeed)

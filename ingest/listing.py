@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ingest import changes, keys, storage
+from ingest import changes, keys, renames, storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
 from ingest.s3 import S3Connection, chunks
 from ingest.settings import Settings
@@ -156,11 +156,16 @@ def listing_path(data_dir: DataDir, run_id: str, name: str) -> Path:
 
 
 def find_changes(
-    db: changes.ListingDatabase, settings: Settings, spec: ListSpec, listed: ListedChunk
+    db: changes.ListingDatabase,
+    settings: Settings,
+    spec: ListSpec,
+    listed: ListedChunk,
+    claims: keys.RunClaims | None = None,
 ) -> ChunkResult:
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
-    extract, deletions (staged here), and counts; compared in ``db``, the run's listing
-    database."""
+    extract, deletions (staged here), objects whose content is stored under another key
+    (copied here, ``ingest.renames``), and counts; compared in ``db``, the run's listing
+    database. ``claims``: the local paths the run gave out (its context's)."""
     shard = listed.shard
     objects = feather.read_table(listing_path(settings.location, spec.run_id, listed.name))
     found = changes.diff_chunk(
@@ -212,16 +217,68 @@ def find_changes(
         if gone.num_rows:
             storage.stage(settings.location, spec.run_id, "documents", f"deleted-{name}", gone)
             mark_structure(db, settings, spec, gone.column("key").to_pylist(), name)
+    fetch = found.fetch
+    if fetch.num_rows and not spec.full_refresh and not spec.inventory:
+        copied = copy_stored(db, settings, spec, fetch, name, claims)
+        if copied:
+            result.counts["copied"] = copied.count
+            fetch = copied.fetch
     size = settings.s3.batch_size
     result.fetch = [
-        ObjectBatch.from_table(f"{name}-b{i // size:04d}", found.fetch.slice(i, size))
-        for i in range(0, found.fetch.num_rows, size)
+        ObjectBatch.from_table(f"{name}-b{i // size:04d}", fetch.slice(i, size))
+        for i in range(0, fetch.num_rows, size)
     ]
     result.extract = [
         ObjectBatch.from_table(f"{name}-x{i // size:04d}", found.extract.slice(i, size))
         for i in range(0, found.extract.num_rows, size)
     ]
     return result
+
+
+def copy_stored(
+    db: changes.ListingDatabase,
+    settings: Settings,
+    spec: ListSpec,
+    fetch: pa.Table,
+    name: str,
+    claims: keys.RunClaims | None,
+) -> renames.Copied | None:
+    """Give the chunk's keys to fetch whose content is stored under another key that
+    object's file and rows (``ingest.renames``), staged here as parts ``copied-<name>``;
+    None when none was. Only where the files stay in this machine's folder (the thread
+    runner, files kept locally)."""
+    if settings.task_runner != "thread" or not settings.files_stay_local:
+        return None
+    from ingest.extract import structure
+
+    loc = settings.location
+    root = settings.download_root(spec.bucket)
+    extract = spec.extract_version is not None
+    present: set[str] = db.once(
+        (str(loc), "tables present"), lambda: set(storage.lake.tables_present(loc))
+    )
+    if "s3_objects" not in present or (extract and "documents" not in present):
+        return None  # nothing stored, or nothing extracted yet to copy without a parse
+    copied = renames.take_stored(
+        db,
+        fetch,
+        bucket=spec.bucket,
+        prefix=spec.prefix,
+        root=str(root),
+        run_id=spec.run_id,
+        state_sql=_scan(db, loc, "s3_objects"),
+        documents_sql=_scan(db, loc, "documents") if extract else None,
+        versions=changes._versions(spec.extract_version) if spec.extract_version else None,
+        claims=claims.for_root(root, settings.s3.refuse_folded_collisions) if claims else None,
+        table_sql={t: _scan(db, loc, t) for t in structure.TABLES if t in present and extract},
+    )
+    if not copied.count:
+        return None
+    storage.stage(loc, spec.run_id, "s3_objects", f"copied-{name}", copied.objects)
+    for table, rows in copied.tables.items():
+        storage.stage(loc, spec.run_id, table, f"copied-{name}", rows)
+    log.info("%d objects copied from stored objects of the same content", copied.count)
+    return copied
 
 
 def mark_structure(

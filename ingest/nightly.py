@@ -38,12 +38,13 @@ class ChildOutcome:
 
     @property
     def changed(self) -> int:
-        """Objects (downloaded or deleted) or pull requests this run changed."""
+        """Objects (downloaded, copied from a stored object, or deleted) or pull requests
+        this run changed."""
         s = self.summary
         if s is None:
             return 0
         if self.flow_name == "s3-ingest":
-            return int(s.counts.get("downloaded", 0) + s.counts.get("deleted", 0))
+            return int(sum(s.counts.get(k, 0) for k in ("downloaded", "copied", "deleted")))
         return int(getattr(s, "pulls", 0) or 0)
 
     @property

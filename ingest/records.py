@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-ObjectStatus = Literal["downloaded", "skipped", "deleted", "failed"]
+ObjectStatus = Literal["downloaded", "skipped", "copied", "deleted", "failed"]
 TaskState = Literal["completed", "failed"]
 
 

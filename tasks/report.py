@@ -84,7 +84,7 @@ def publish_summary(
             failed=summary.failed,
             state="failed" if too_many else "completed",
             target=target,
-            changed=summary.counts.get("downloaded", 0) + summary.counts.get("deleted", 0),
+            changed=sum(summary.counts.get(k, 0) for k in ("downloaded", "copied", "deleted")),
         )
         send(
             create_markdown_artifact,

@@ -131,7 +131,7 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     ctx = run_context(settings, spec.run_id)
     settings = ctx.settings
     with timed(settings.location, noun="keys") as t:
-        result = listing.find_changes(ctx.listing, settings, spec, listed)
+        result = listing.find_changes(ctx.listing, settings, spec, listed, ctx.claims)
         t.items = result.listed
     return result
 

@@ -28,7 +28,7 @@ class Answer:
 
 class ScriptedServer:
     """``server.script(path, Answer(...), ...)``: the next GETs of ``path`` get these
-    answers in turn; the last one repeats."""
+    answers in turn; the last one repeats. HEADs are scripted as ``"HEAD " + path``."""
 
     def __init__(self, context: ssl.SSLContext | None = None) -> None:
         self.answers: dict[str, deque[Answer]] = defaultdict(deque)
@@ -67,6 +67,19 @@ class ScriptedServer:
                     self.close_connection = True
                     return
                 self.wfile.write(body)
+
+            def do_HEAD(self) -> None:
+                """Scripted under ``"HEAD " + path``; answered with headers only."""
+                path = self.path.split("?", 1)[0]
+                outer.seen.append((f"HEAD {path}", dict(self.headers)))
+                outer.targets.append(f"HEAD {self.path}")
+                queue = outer.answers.get(f"HEAD {path}")
+                answer = (queue.popleft() if len(queue) > 1 else queue[0]) if queue else Answer(404)
+                self.send_response(answer.status)
+                self.send_header("Content-Length", str(len(answer.body)))
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -22,7 +22,9 @@ A plan is a list of rules (JSON), tried in order; the first that fires wins:
   ``delete`` (the object is overwritten / deleted on the upstream server just
   before the request is forwarded: changed or gone between listing and GET),
   ``delay`` (the request waits ``seconds`` before it is forwarded: a slow
-  endpoint, e.g. a listing that takes long);
+  endpoint, e.g. a listing that takes long), ``slow`` (the body is sent in
+  pieces of ``piece`` bytes, ``seconds`` apart: a slow link), ``corrupt`` (one
+  byte of the body flipped, the length kept);
 * ``p``: probability per matching request (seeded: a run of the same plan and
   seed over the same requests fires at the same requests), default 1;
 * ``match``: substring of the request path; ``on``: ``get`` (object GETs),
@@ -33,7 +35,8 @@ A plan is a list of rules (JSON), tried in order; the first that fires wins:
 
 Control endpoints (JSON, never forwarded): ``POST /_dev/plan``
 (``{"rules": [...], "seed": N}``, resets the counters), ``GET /_dev/stats``
-(requests proxied, faults fired by kind), ``POST /_dev/reset``.
+(requests proxied, faults fired by kind, and ``gets``: the path and ``Range``
+header of every object GET, in order), ``POST /_dev/reset``.
 
 Run ``python -m dev.servers.faultproxy --upstream http://127.0.0.1:5000`` or use
 ``FaultProxy`` as a context manager.
@@ -75,6 +78,7 @@ class Rule:
     times: int | None = None
     after: int = 0
     seconds: float = 30.0
+    piece: int = 65536
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Plan:
     requests: int = 0
     fired: Counter[str] = field(default_factory=Counter)
     hits: Counter[tuple[int, str]] = field(default_factory=Counter)
+    gets: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, spec: dict[str, Any]) -> Plan:
@@ -144,6 +149,9 @@ class Proxy:
             )
             return True
         rule = self.plan.pick(method, path, url.query)
+        if method == "GET" and path.lstrip("/").partition("/")[2]:
+            asked = next((v for k, v in headers if k.lower() == "range"), "")
+            self.plan.gets.append((path, asked))
         kind = rule.kind if rule else ""
         if kind == "throttle":
             kind = self.plan.rng.choice(["500", "503", "slowdown"])
@@ -178,6 +186,18 @@ class Proxy:
         if kind == "long" and method == "GET":
             await self._send(writer, answer.status_code, out, data, len(data) + 1000)
             return False
+        if kind == "slow" and method == "GET" and rule is not None:
+            await self._send(writer, answer.status_code, out, b"", len(data))
+            for at in range(0, len(data), rule.piece):
+                writer.write(data[at : at + rule.piece])
+                await writer.drain()
+                await asyncio.sleep(rule.seconds)
+            return True
+        if kind == "corrupt" and method == "GET" and data:
+            mangled = bytearray(data)
+            mangled[len(mangled) // 2] ^= 0xFF
+            await self._send(writer, answer.status_code, out, bytes(mangled))
+            return True
         if kind == "short" and method == "GET" and len(data) > 1:
             half = data[: len(data) // 2]
             await self._send(writer, answer.status_code, out, half, len(half))
@@ -209,9 +229,10 @@ class Proxy:
             self.plan = Plan.of(json.loads(body or b"{}"))
         elif path == "/_dev/reset":
             self.plan = Plan.of({"rules": [], "seed": 0})
-        stats = {
+        stats: dict[str, Any] = {
             "requests": self.plan.requests,
             **{f"fault {k}": v for k, v in self.plan.fired.items()},
+            "gets": self.plan.gets,
         }
         return json.dumps(stats).encode()
 

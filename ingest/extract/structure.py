@@ -155,4 +155,7 @@ def deleted_rows(
             [run_id, datetime.now(UTC), bucket],
         ).fetch_arrow_table()
         con.unregister("gone")
-    return pa.Table.from_pylist(found.to_pylist(), schema=storage.SCHEMAS[table])
+    schema = storage.SCHEMAS[table]
+    if set(schema.names) <= set(found.column_names):  # kept in Arrow: no dict per row
+        return found.select(schema.names).cast(schema)
+    return pa.Table.from_pylist(found.to_pylist(), schema=schema)

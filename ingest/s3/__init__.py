@@ -9,7 +9,10 @@ Modules, one per concern:
 - ``chunks``: listing in chunks over key ranges, as Arrow.
 - ``get``: the GET path, obstore with ``client.get_object`` as the fallback, its
   request retries and stream resumption (``_get``, ``_stream``).
-- ``files``: temporary files, their sweep, the integrity check and the atomic rename.
+- ``files``: temporary files, their sweep and the atomic rename.
+- ``verify``: the check of a downloaded file against the object (size, MD5, multipart
+  ETag, S3's additional checksums).
+- ``resume``: the journal that lets a large object's download resume after a kill.
 - ``download``: one object (``fetch_small``) or many on the shared lanes
   (``BatchDownloader``).
 
@@ -27,12 +30,14 @@ Retry layers, one per failure kind:
    read timeout) is resumed in ``get._stream`` with a ``Range`` request from the
    last byte written, up to ``Settings.s3.stream_retries`` times
    (``get.STREAM_ERRORS``).
-3. A batch's rows that cannot be written are written again alone
+3. A body that fails its check (``verify``) is downloaded again whole, as many times
+   as a request of layer 1 (``download.integrity_passes``), with the same backoff.
+4. A batch's rows that cannot be written are written again alone
    (``tasks.s3.stage_rows``); Prefect task retries never re-run S3 requests that
    botocore or layer 1 retried, and a batch is never downloaded again by them.
 
 So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
-requests in a run.
+requests per download, and ``s3_max_attempts + 1`` downloads in a run.
 """
 
 from ingest.s3.client import S3Client, S3Connection

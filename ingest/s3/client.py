@@ -52,6 +52,11 @@ def _new_client(settings: Settings) -> tuple[S3Client, boto3.session.Session]:
         connect_timeout=settings.s3.connect_timeout,
         read_timeout=settings.s3.read_timeout,
         tcp_keepalive=True,
+        # Checksums only where an operation requires them: botocore's 2025 defaults
+        # (when_supported) add CRC trailers to uploads and ChecksumMode to every GET, which
+        # several S3-compatible stores refuse. Downloads are checked by ingest.s3.verify.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
         s3={"addressing_style": "path"} if settings.s3.endpoint_url else None,
     )
     session = (

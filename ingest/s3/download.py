@@ -16,13 +16,20 @@ from typing import Any
 from ingest.errors import IntegrityError, ItemError, NotFetchedError
 from ingest.records import S3Object
 from ingest.s3.client import S3Connection
-from ingest.s3.files import _publish, _verify, remove, temp_path
-from ingest.s3.get import _stream, get_attempts
+from ingest.s3.files import _publish, remove, temp_path
+from ingest.s3.get import GET_BACKOFF, _stream, get_attempts
+from ingest.s3.resume import Journal
+from ingest.s3.verify import verify
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)
 
-INTEGRITY_RETRIES = 1  # a body failing its size/MD5/CRC check is fetched once more
+
+def integrity_passes(settings: Settings) -> int:
+    """Downloads of one object whose body fails its check (size, MD5, multipart ETag,
+    checksum) before it is a failed row: as many as the requests a 5xx answer gets, with
+    the same backoff between them."""
+    return get_attempts(settings)
 
 
 @dataclass(slots=True)
@@ -36,7 +43,7 @@ class Fetched:
 
 @dataclass(slots=True)
 class _Ranged:
-    """State of one object fetched as parallel byte ranges."""
+    """State of one object fetched as parallel byte ranges (one pass: all its ranges)."""
 
     obj: S3Object
     dest: str
@@ -44,6 +51,8 @@ class _Ranged:
     fd: int
     started: float
     pending: int
+    journal: Journal | None = None
+    passes: int = 1
     attempts: int = 0
     error: BaseException | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,13 +69,15 @@ def fetch_small(
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
 
     The bytes go to a temporary file that is renamed over ``dest`` only once
-    the size and (for single-part uploads) the MD5 have been checked; a body
-    that fails those checks is fetched once more before it becomes an error.
+    the body has been checked against the object (``ingest.s3.verify``); a body that
+    fails the check is fetched again, as a 5xx answer is (``integrity_passes``), before
+    it becomes an error. No file with wrong bytes is left anywhere.
     ``keep_head``: bytes of the body's start to return (``Fetched.head``), as written.
     """
     started = time.perf_counter()
     attempts = 0
-    for check in range(INTEGRITY_RETRIES + 1):
+    passes = integrity_passes(settings)
+    for check in range(passes):
         tmp = temp_path(root)
         md5 = hashlib.md5(usedforsecurity=False)
         made = 0  # requests of this pass
@@ -106,19 +117,27 @@ def fetch_small(
                     )
             finally:
                 os.close(fd)
-            _verify(obj, tmp, md5.hexdigest(), attempts + made, size=written[0])
+            verify(
+                conn.client,
+                obj,
+                tmp,
+                attempts=attempts + made,
+                md5_hex=md5.hexdigest(),
+                size=written[0],
+            )
             _publish(tmp, dest)
             return Fetched(
                 attempts + made, time.perf_counter() - started, b"".join(head)[:keep_head]
             )
         except IntegrityError as exc:
             remove(tmp)
-            # Raised by _stream (made == 0, exc counts this pass) or by _verify.
+            # Raised by _stream (made == 0, exc counts this pass) or by verify.
             attempts += made or exc.attempts
             exc.attempts = attempts
-            if check == INTEGRITY_RETRIES:
+            if check == passes - 1:
                 raise
             log.info("s3://%s/%s: %s; fetching again", obj.bucket, obj.key, exc)
+            time.sleep(GET_BACKOFF.delay(check + 1))
         except BaseException:
             remove(tmp)
             raise
@@ -226,21 +245,48 @@ class BatchDownloader:
         obj: S3Object,
         dest: str,
         finish: Callable[[S3Object, str, Fetched | BaseException], None],
+        state: _Ranged | None = None,
     ) -> list[Callable[[], None]]:
-        """The range jobs of one large object; the last to end verifies and publishes."""
+        """The range jobs of one large object; the last to end verifies and publishes.
+
+        The file is resumable (``ingest.s3.resume``): only the ranges a killed or failed
+        run left missing are requested. ``state``: the previous pass of an object whose
+        body failed its check (it starts over)."""
         size = self.settings.s3.range_size
         ranges = [(start, min(start + size, obj.size)) for start in range(0, obj.size, size)]
-        tmp = temp_path(self.root)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.ftruncate(fd, obj.size)
-        state = _Ranged(obj, dest, tmp, fd, time.perf_counter(), pending=len(ranges))
+        journal = Journal.open(self.root, obj)
+        if journal is not None:
+            tmp, fd = journal.tmp, journal.fd
+            if journal.resumed:
+                log.info(
+                    "s3://%s/%s: resuming, %d of %d bytes on disk",
+                    obj.bucket,
+                    obj.key,
+                    journal.resumed,
+                    obj.size,
+                )
+            ranges = [piece for start, end in ranges for piece in journal.missing(start, end)]
+        else:  # another run is fetching it: a private file, not resumable
+            tmp = temp_path(self.root)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.ftruncate(fd, obj.size)
+        if not ranges:  # every byte was on disk: only the check and the publication
+            ranges = [(0, 0)]
+        if state is None:
+            state = _Ranged(obj, dest, tmp, fd, time.perf_counter(), pending=len(ranges))
+        else:
+            state.tmp, state.fd, state.pending, state.error = tmp, fd, len(ranges), None
+            state.passes += 1
+        state.journal = journal
 
         def write(offset: int, chunk: bytes) -> None:
             os.pwrite(fd, chunk, offset)
+            if journal is not None:
+                journal.wrote(offset, offset + len(chunk))
 
         def one_range(start: int, end: int) -> None:
             outcome: int | BaseException
-            if state.error is not None:  # another range failed: do not spend requests
+            if state.error is not None or start == end:  # another range failed: no requests
                 outcome = 0
             elif self.lanes.stopped:
                 outcome = interrupted(obj)
@@ -268,20 +314,43 @@ class BatchDownloader:
                 last = state.pending == 0
             if last:
                 # Verification hashes the whole file: only once, when every range is in.
-                finish(obj, dest, self._finish_ranged(state))
+                ended = self._finish_ranged(state)
+                if ended is not None:
+                    finish(obj, dest, ended)
+                else:  # the body failed its check: the object again, from byte 0
+                    time.sleep(GET_BACKOFF.delay(state.passes))
+                    self.lanes.add(self._ranged(obj, dest, finish, state))
 
         return [functools.partial(one_range, start, end) for start, end in ranges]
 
-    def _finish_ranged(self, state: _Ranged) -> Fetched | BaseException:
+    def _finish_ranged(self, state: _Ranged) -> Fetched | BaseException | None:
+        """The outcome of the object once its ranges ended; None when its body failed the
+        check and another pass is due (``integrity_passes``)."""
+        journal = state.journal
         try:
             os.close(state.fd)
             if state.error is not None:
                 raise state.error
-            _verify(state.obj, state.tmp, None, state.attempts)
+            verify(self.conn.client, state.obj, state.tmp, attempts=state.attempts)
             _publish(state.tmp, state.dest)
+            if journal is not None:
+                journal.discard()
             return Fetched(state.attempts, time.perf_counter() - state.started)
-        except BaseException as exc:
+        except IntegrityError as exc:
+            # Wrong bytes: nothing of this file is kept, not even for resuming.
             remove(state.tmp)
+            if journal is not None:
+                journal.discard()
+            exc.attempts = exc.attempts or state.attempts
+            if state.passes < integrity_passes(self.settings):
+                log.info("s3://%s/%s: %s; fetching again", state.obj.bucket, state.obj.key, exc)
+                return None
+            return exc
+        except BaseException as exc:
+            if journal is not None:
+                journal.close()  # what was written stays for the next run to resume
+            else:
+                remove(state.tmp)
             if isinstance(exc, ItemError) and not exc.attempts:
                 exc.attempts = state.attempts
             return exc

@@ -1,23 +1,21 @@
 """Local files of a download: temporary names, the sweep of leftovers, the integrity
 check and the atomic publication.
 
-Integrity is checked here, not by the HTTP client: size against the listing, MD5
-against single-part ETags (``_verify``).
+Integrity is checked before publication, not by the HTTP client
+(``ingest.s3.verify``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import os
 import uuid
 from pathlib import Path
 
-from ingest.errors import IntegrityError, ItemError
+from ingest.errors import ItemError
 from ingest.keys import TMP_DIR_NAME
-from ingest.records import S3Object
-from ingest.s3.get import CHUNK
+from ingest.s3 import resume
 
 # Folders this process made or found (one mkdir per folder, not per object: at ~10 us a
 # call it was a fifth of the client's CPU per small object). A folder removed under a
@@ -52,11 +50,13 @@ def remove(path: str) -> None:
 
 
 def sweep_temp(root: Path) -> int:
-    """Remove temporary files left by runs whose process is gone."""
+    """Remove temporary files left by runs whose process is gone, and resumable files of
+    big objects no run asked for again within a week (``ingest.s3.resume``)."""
     removed = 0
     tmp_dir = Path(root, TMP_DIR_NAME)
     if not tmp_dir.is_dir():
         return 0
+    removed += resume.sweep(tmp_dir)
     for path in tmp_dir.iterdir():
         pid = path.name.split("-", 1)[0]
         if pid.isdigit() and not _pid_alive(int(pid)):
@@ -73,33 +73,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _verify(
-    obj: S3Object, tmp: str, md5_hex: str | None, attempts: int, size: int | None = None
-) -> None:
-    """Size (``size`` bytes written, else the file's) and MD5 against the listing."""
-    if size is None:
-        size = os.stat(tmp).st_size
-    if size != obj.size:
-        raise IntegrityError(
-            f"size {size} differs from the listed {obj.size}", key=obj.key, attempts=attempts
-        )
-    if obj.etag and not obj.is_multipart and obj.size:
-        if md5_hex is None:
-            md5_hex = _file_md5(tmp)
-        if md5_hex != obj.etag.lower():
-            raise IntegrityError(
-                f"MD5 {md5_hex} differs from the ETag {obj.etag}", key=obj.key, attempts=attempts
-            )
-
-
-def _file_md5(path: str) -> str:
-    md5 = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK * 4):
-            md5.update(chunk)
-    return md5.hexdigest()
 
 
 def _publish(tmp: str, dest: str) -> None:

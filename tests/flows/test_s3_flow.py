@@ -195,8 +195,13 @@ def test_injected_faults_are_retried_and_every_object_is_correct(faulty_server, 
     assert stats["fault 503"] == 10 and stats["fault cut"] == 5
 
 
-def test_corrupted_body_is_fetched_again_or_becomes_an_error_row(faulty_server, data_dir) -> None:
+def test_corrupted_body_is_fetched_again_or_becomes_an_error_row(
+    faulty_server, data_dir, monkeypatch
+) -> None:
     import boto3
+
+    # One retry after the first request: a body failing its check is fetched twice.
+    monkeypatch.setenv("INGEST_S3_MAX_ATTEMPTS", "1")
 
     client = boto3.client("s3", endpoint_url=faulty_server.url, region_name="us-east-1")
     client.create_bucket(Bucket="mangled")

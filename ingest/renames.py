@@ -1,0 +1,242 @@
+"""Renames and copies recognised from the listing: a key to fetch whose content a stored
+object already has takes that object's file and extracted rows, with no GET and no parse.
+
+The content key is the ETag with the size (an MD5 for single-part uploads; a multipart
+ETag with its part count): a key the comparison (``ingest.changes``) would fetch, new or
+changed, whose ``(etag, size)`` a stored object of the same bucket has, with its file
+still on this machine at its size, gets that file at its own local path (a hard link,
+else a copy) and an ``s3_objects`` row with status ``copied``. With extraction on, it
+is copied only when the stored object's ``documents`` row is of that ETag and of the
+current extractor version of its kind (``ingest.extract.provenance``); its ``documents``
+row and its structured tables' rows (``ingest.extract.structure``) are copied under the
+new key. Otherwise the key is fetched as before: the content key and the extractor
+version decide re-extraction, not the key.
+
+The old key of a rename is gone from the listing and becomes ``deleted`` as any deleted
+key does (its file is kept, so the order of the chunks does not matter).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import keys, storage
+from ingest.changes import ListingDatabase, _file_sizes
+from ingest.s3.files import _publish, remove, temp_path
+
+log = logging.getLogger(__name__)
+
+_SOURCES = ("downloaded", "skipped", "copied")
+
+
+@dataclass(slots=True)
+class Copied:
+    """What a chunk took from stored objects: the keys still to fetch, and the rows of
+    those copied (``s3_objects``; ``documents`` and structured tables by table name)."""
+
+    fetch: pa.Table
+    objects: pa.Table
+    tables: dict[str, pa.Table]
+
+    @property
+    def count(self) -> int:
+        return self.objects.num_rows
+
+
+def _candidates(
+    db: ListingDatabase,
+    fetch: pa.Table,
+    *,
+    bucket: str,
+    state_sql: str,
+    documents_sql: str | None,
+    versions: pa.Table | None,
+) -> list[dict[str, Any]]:
+    """For each key to fetch, stored objects of the same content (and, with
+    ``documents_sql``, a current extraction of it), nearest key first."""
+    wanted = fetch.select(["key", "etag", "size"])
+    docs_join, docs_cond, docs_cols = "", "", ""
+    if documents_sql is not None and versions is not None:
+        docs_join = f"""JOIN (SELECT key, etag, kind, extractor_version, extracted_at
+                             FROM {documents_sql} WHERE bucket = $bucket
+                               AND status <> 'deleted') d
+                          ON d.key = s.key AND d.etag = s.etag
+                        LEFT JOIN versions v ON v.kind = d.kind"""
+        docs_cond = """AND d.extractor_version IS NOT DISTINCT FROM coalesce(
+                          v.version, (SELECT version FROM versions WHERE kind = ''))"""
+        docs_cols = ", d.extracted_at AS src_extracted_at"
+    with db.cursor() as con:
+        con.register("wanted", wanted)
+        if versions is not None:
+            con.register("versions", versions)
+        found = con.execute(
+            f"""SELECT w.key, s.key AS src_key, s.local_path AS src_path {docs_cols}
+                FROM wanted w
+                JOIN (SELECT key, etag, size, local_path FROM {state_sql}
+                      WHERE bucket = $bucket AND status IN {_SOURCES}
+                        AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')
+                     ) s ON s.etag = w.etag AND s.size = w.size AND s.key <> w.key
+                {docs_join}
+                WHERE w.etag <> '' {docs_cond}
+                ORDER BY w.key, s.key""",
+            {"bucket": bucket},
+        ).fetch_arrow_table()
+    return found.to_pylist()
+
+
+def take_stored(
+    db: ListingDatabase,
+    fetch: pa.Table,
+    *,
+    bucket: str,
+    prefix: str,
+    root: str,
+    run_id: str,
+    state_sql: str,
+    documents_sql: str | None = None,
+    versions: pa.Table | None = None,
+    claims: keys.PathClaims | None = None,
+    table_sql: dict[str, str] | None = None,
+) -> Copied:
+    """Give the keys of ``fetch`` whose content is stored their file and rows; the rest
+    stay to fetch. ``documents_sql`` and ``versions`` (extraction on): only objects with a
+    current extraction are copied, with their ``documents`` rows and the structured
+    tables' rows (``table_sql``: table name -> scan expression of those present)."""
+    empty = Copied(fetch, storage.SCHEMAS["s3_objects"].empty_table(), {})
+    if fetch.num_rows == 0:
+        return empty
+    found = _candidates(
+        db,
+        fetch,
+        bucket=bucket,
+        state_sql=state_sql,
+        documents_sql=documents_sql,
+        versions=versions,
+    )
+    if not found:
+        return empty
+    listed = zip(fetch.column("key").to_pylist(), fetch.column("size").to_pylist(), strict=True)
+    sizes = dict(listed)
+    on_disk = _file_sizes([c["src_path"] for c in found])
+    chosen: dict[str, dict[str, Any]] = {}
+    for cand, size in zip(found, on_disk, strict=True):
+        if cand["key"] not in chosen and size == sizes[cand["key"]]:
+            chosen[cand["key"]] = cand
+    now = datetime.now(UTC)
+    done: dict[str, tuple[str, float]] = {}  # key -> (local path, seconds)
+    for key, cand in chosen.items():
+        started = time.perf_counter()
+        try:
+            dest = keys.local_path_for(key, prefix, root)
+        except Exception:  # a key without a local path: the download makes its error row
+            continue
+        if claims is not None and claims.claim(dest, key) is not None:
+            continue  # another key has the path: the download makes the failed row
+        try:
+            _place(cand["src_path"], dest, root)
+        except OSError as exc:
+            log.info("s3://%s/%s: not copied from %s (%s)", bucket, key, cand["src_key"], exc)
+            continue
+        done[key] = (dest, time.perf_counter() - started)
+    if not done:
+        return empty
+    mask = pc.is_in(fetch.column("key"), pa.array(list(done), pa.string()))
+    copied, rest = fetch.filter(mask), fetch.filter(pc.invert(mask))
+    n = copied.num_rows
+    names = copied.column("key").to_pylist()
+    objects = pa.table(
+        {
+            "bucket": pa.array([bucket] * n, pa.string()),
+            "key": copied.column("key"),
+            "etag": copied.column("etag"),
+            "size": copied.column("size"),
+            "last_modified": copied.column("last_modified"),
+            "local_path": pa.array([done[k][0] for k in names], pa.string()),
+            "status": pa.array(["copied"] * n, pa.string()),
+            "error": pa.nulls(n, pa.string()),
+            "attempts": pa.array([0] * n, pa.int32()),
+            "seconds": pa.array([round(done[k][1], 6) for k in names], pa.float64()),
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "ingested_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
+        },
+        schema=storage.SCHEMAS["s3_objects"],
+    )
+    tables: dict[str, pa.Table] = {}
+    if documents_sql is not None:
+        pairs = pa.table(
+            {
+                "key": pa.array(names, pa.string()),
+                "src_key": pa.array([chosen[k]["src_key"] for k in names], pa.string()),
+                "etag": copied.column("etag"),
+                "src_extracted_at": pa.array(
+                    [chosen[k]["src_extracted_at"] for k in names], pa.timestamp("us", tz="UTC")
+                ),
+            }
+        )
+        for table, sql in {"documents": documents_sql, **(table_sql or {})}.items():
+            rows = _copy_rows(db, table, sql, pairs, bucket, run_id, now)
+            if rows.num_rows:
+                tables[table] = rows
+    return Copied(rest, objects, tables)
+
+
+def _place(src: str, dest: str, root: str) -> None:
+    """The file at ``src`` also at ``dest``: a hard link, else a copy, published whole."""
+    tmp = temp_path(root)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        _publish(tmp, dest)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def _copy_rows(
+    db: ListingDatabase,
+    table: str,
+    sql: str,
+    pairs: pa.Table,
+    bucket: str,
+    run_id: str,
+    now: datetime,
+) -> pa.Table:
+    """The current rows of ``table`` of each source key, under its new key, this run and
+    this time (the same extraction time in every table, as ``structure.CURRENT`` joins)."""
+    schema = storage.SCHEMAS[table]
+    current = "t.status IS DISTINCT FROM 'deleted' AND t.extracted_at = p.src_extracted_at"
+    with db.cursor() as con:
+        con.register("pairs", pairs)
+        found = con.execute(
+            f"""SELECT t.* REPLACE (p.key AS key, ? AS run_id, ? AS extracted_at)
+                FROM {sql} t JOIN pairs p ON t.key = p.src_key AND t.etag = p.etag
+                WHERE t.bucket = ? AND {current}""",
+            [run_id, now, bucket],
+        ).fetch_arrow_table()
+        con.unregister("pairs")
+    if table == "document_chunks" and found.num_rows:
+        from ingest.extract.chunks import chunk_id
+
+        # The id names the key: computed again for the new one (from five columns, not
+        # from whole rows: the text stays in Arrow).
+        columns = ("bucket", "key", "etag", "page_start", "start", "end")
+        ids = [
+            chunk_id(*values)
+            for values in zip(*(found.column(c).to_pylist() for c in columns), strict=True)
+        ]
+        at = found.schema.get_field_index("chunk_id")
+        found = found.set_column(at, "chunk_id", pa.array(ids, pa.string()))
+    if set(schema.names) <= set(found.column_names):
+        return found.select(schema.names).cast(schema)
+    return pa.Table.from_pylist(found.to_pylist(), schema=schema)  # a column added since

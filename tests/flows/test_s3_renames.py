@@ -1,0 +1,114 @@
+"""A folder moved in the bucket: the moved objects take their stored files and extracted
+rows, with no GET (counted at the S3 server) and no parse (counted in the run's task
+timings); the old keys are deleted; a copy is recognised the same way; new content is
+fetched and extracted as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dev.servers.s3 import DevServer
+from flows.s3_ingest import s3_ingest
+from tests.helpers import body_for, files_under, put_many, rows
+
+pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
+
+MOVED = 300
+
+
+def text_for(i: int) -> bytes:
+    return f"drawing register {i}\n".encode() + body_for(f"t{i}", 200).hex().encode()
+
+
+def stage_items(summary: Any, stage: str) -> int:
+    return sum(s["items"] for s in summary.stages if s["stage"] == stage)
+
+
+def test_a_moved_folder_is_taken_from_the_stored_files_and_rows(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path
+) -> None:
+    objects = {f"projects/alpha/{i:04d}.txt": text_for(i) for i in range(MOVED)}
+    objects |= {f"projects/keep/{i}.txt": text_for(1000 + i) for i in range(10)}
+    put_many(s3, bucket, objects)
+    first = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
+    assert first.counts == {"downloaded": MOVED + 10}
+
+    # Rename the folder (server-side copies keep the ETags, as S3 does), copy one file
+    # elsewhere beside its original, and add one new file.
+    for i in range(MOVED):
+        old, new = f"projects/alpha/{i:04d}.txt", f"projects/beta/{i:04d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3.copy_object(
+        Bucket=bucket,
+        Key="archive/keep-0.txt",
+        CopySource={"Bucket": bucket, "Key": "projects/keep/0.txt"},
+    )
+    s3.put_object(Bucket=bucket, Key="projects/beta/new.txt", Body=b"a new drawing register")
+    s3_server.reset_stats()
+    second = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
+
+    assert second.counts == {
+        "copied": MOVED + 1,
+        "skipped": 10,
+        "deleted": MOVED,
+        "downloaded": 1,
+    }
+    assert s3_server.stats().get("GET object", 0) == 1  # the new file alone
+    assert stage_items(second, "download-batch") == 1
+    assert stage_items(second, "extract-batch") == 1  # one parse: the new file's
+    root = data_dir / "objects" / bucket
+    expected = {k: v for k, v in objects.items() if not k.startswith("projects/alpha/")}
+    expected |= {f"projects/beta/{i:04d}.txt": text_for(i) for i in range(MOVED)}
+    expected |= {"archive/keep-0.txt": objects["projects/keep/0.txt"]}
+    expected["projects/beta/new.txt"] = b"a new drawing register"
+    on_disk = files_under(root)
+    assert {k: v for k, v in on_disk.items() if not k.startswith("projects/alpha/")} == expected
+
+    states = rows(
+        data_dir,
+        "SELECT split_part(key, '/', 2) AS folder, status, count(*) AS n FROM s3_objects "
+        "GROUP BY ALL ORDER BY ALL",
+    )
+    assert {(r["folder"], r["status"]): r["n"] for r in states} == {
+        ("alpha", "deleted"): MOVED,
+        ("beta", "copied"): MOVED,
+        ("beta", "downloaded"): 1,
+        ("keep", "downloaded"): 10,  # unchanged: their first rows stand
+        ("keep-0.txt", "copied"): 1,
+    }
+    docs = rows(
+        data_dir,
+        "SELECT key, status, text FROM documents WHERE key LIKE 'projects/beta/0%' "
+        "OR key LIKE 'projects/alpha/0%' ORDER BY key",
+    )
+    beta = {r["key"]: r for r in docs if "/beta/" in r["key"]}
+    alpha = {r["key"]: r for r in docs if "/alpha/" in r["key"]}
+    assert len(beta) == MOVED and all(r["status"] == "ok" for r in beta.values())
+    assert beta["projects/beta/0042.txt"]["text"].startswith("drawing register 42")
+    assert {r["status"] for r in alpha.values()} == {"deleted"}
+
+    chunks = rows(
+        data_dir,
+        "SELECT split_part(key, '/', 2) AS folder, status, count(*) AS n, "
+        "count(DISTINCT chunk_id) AS ids FROM document_chunks "
+        "WHERE key LIKE 'projects/%/0%' GROUP BY ALL ORDER BY ALL",
+    )
+    by = {(r["folder"], r["status"]): (r["n"], r["ids"]) for r in chunks}
+    assert by[("beta", "ok")][0] == by[("alpha", "deleted")][0] >= MOVED  # the same chunks
+    assert by[("beta", "ok")][1] == by[("beta", "ok")][0]  # with ids of their own keys
+    ids = rows(
+        data_dir,
+        "SELECT count(*) AS n FROM document_chunks a JOIN document_chunks b USING (chunk_id) "
+        "WHERE a.key LIKE 'projects/alpha/%' AND b.key LIKE 'projects/beta/%'",
+    )
+    assert ids[0]["n"] == 0
+
+    # The next night changes nothing: the copied objects are stored objects like others.
+    s3_server.reset_stats()
+    third = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
+    assert third.counts == {"skipped": MOVED + 10 + 2}
+    assert s3_server.stats().get("GET object", 0) == 0
