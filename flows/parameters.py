@@ -38,15 +38,16 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def deployment_defaults() -> dict[str, Any] | None:
-    """The default parameters of the deployment this flow run belongs to, as the server
-    holds them (a child flow of the nightly: the nightly's); None for a flow called in a
-    process of its own (an ``ingest`` command, a test). What ``ingest.security`` checks a
-    run's parameters against."""
-    from uuid import UUID
-
-    from prefect.client.orchestration import get_client
+    """None for a flow called in a process of its own (an ``ingest`` command, a test); for a
+    run of a deployment, the default parameters this worker's own checkout declares
+    (``ingest.security.project_defaults`` of its ``prefect.yaml``), never the copy the
+    Prefect server holds: whoever reaches the API can change that copy, and what
+    ``ingest.security`` allows must not move with it."""
     from prefect.context import FlowRunContext
     from prefect.runtime import deployment
+
+    from ingest import security
+    from ingest.rest.source import PROJECT_ROOT
 
     ctx = FlowRunContext.get()
     run = ctx.flow_run if ctx is not None else None
@@ -58,8 +59,7 @@ def deployment_defaults() -> dict[str, Any] | None:
         deployment_id = deployment.id
     if not deployment_id:
         return None
-    with get_client(sync_client=True) as client:
-        return dict(client.read_deployment(UUID(str(deployment_id))).parameters or {})
+    return security.project_defaults(PROJECT_ROOT / "prefect.yaml")
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
