@@ -548,6 +548,15 @@ class Settings(BaseSettings):
         "add TICKETS_API_KEY ...).",
     )
 
+    source_functions: list[str] = Field(
+        default_factory=list,
+        description="Functions a source file's processing_steps and incremental.convert may "
+        "name besides the project's own (unix_seconds, unix_millis, iso_date, utc_iso): "
+        "import paths module:function, or module:* for the public functions defined in a "
+        "module (JSON list). Registering one deploys code: it runs with the worker's "
+        "credentials.",
+    )
+
     # --- The code a cluster worker clones (prefect.yaml's nightly-cluster) ----------
     git_repository: str | None = Field(
         None,

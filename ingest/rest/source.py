@@ -28,14 +28,13 @@ Differences, on purpose:
   the client finds what the host allows (``ingest.rest.window``);
 * ``page_size: auto`` lets the page size follow the budget the API announces;
 * dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
-  are named by import path, ``package.module:function``, imported when the file loads;
+  name a function the project ships or one the worker's settings register
+  (``ingest.rest.steps``), checked when the file loads;
 * errors name the file and line (``load_source``).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +51,7 @@ from pydantic import (
     model_validator,
 )
 
+from ingest.rest import steps
 from ingest.rest.errors import SourceError
 from ingest.rest.paging import (
     BodyCursorPaginator,
@@ -92,31 +92,12 @@ def json_path(value: str | None) -> str | None:
     return path.lstrip(".")
 
 
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-@functools.cache
 def resolve_function(path: str) -> Callable[..., Any]:
-    """The function an import path names, ``package.module:function`` (``:`` then a name,
-    or ``Class.method``), imported from the Python path of the run; raises ``ValueError``
-    saying what is wrong. dlt's ``processing_steps`` and ``incremental.convert`` are Python
-    callables; a source file names them this way."""
-    if not _IMPORT_PATH.match(path):
-        raise ValueError(
-            f"{path!r} is not an import path: write module:function (mypackage.steps:keep_open)"
-        )
-    module_name, _, attr = path.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{path!r}: module {module_name!r} cannot be imported ({exc})") from exc
-    for name in attr.split("."):
-        if not hasattr(target, name):
-            raise ValueError(f"{path!r}: module {module_name!r} has no {attr!r}")
-        target = getattr(target, name)
-    if not callable(target):
-        raise ValueError(f"{path!r}: {attr!r} is not a function")
-    return target  # type: ignore[no-any-return]
+    """The function a source file names (``processing_steps``, ``incremental.convert``):
+    one the project ships, by name, or an import path ``module:function`` the worker's
+    settings register (``ingest.rest.steps``); raises ``ValueError`` saying what is wrong.
+    A source file is data: it never chooses code to import."""
+    return steps.resolve(path)
 
 
 def _importable(path: str) -> str:
