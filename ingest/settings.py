@@ -69,6 +69,22 @@ class HttpSettings(BaseModel):
         description="Bytes of one API page read at most (as it streams in); a longer body is "
         "a failed page, so a hostile or broken API cannot fill the flow's memory.",
     )
+    body_deadline: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="Seconds one answer may take in all, from sending the request to its last "
+        "byte, redirects included (the per-read timeout alone lets a body dribbled a byte at "
+        "a time last for ever); past it the attempt is a timeout, retried as one.",
+    )
+    max_retry_after: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="Longest Retry-After obeyed, in seconds: an answer asking for longer "
+        "fails its page at once, saying what was asked, instead of pausing every request "
+        "of the source for that long.",
+    )
 
 
 class ServeSettings(BaseModel):

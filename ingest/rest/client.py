@@ -25,7 +25,9 @@ parameter (``auth_params``), so an ``X-API-Key`` never reaches a host the API
 redirects to.
 
 A page body is read as a stream and given up past ``max_page_bytes`` (a
-``PageError`` at once: a retry would read the same page); a body nested too deep
+``PageError`` at once: a retry would read the same page) or when the whole answer takes
+longer than ``body_deadline`` (a timeout, retried as one); a ``Retry-After`` longer than
+``max_retry_after`` fails its page at once instead of pausing the source; a body nested too deep
 for the parser (``RecursionError``) is a malformed page like any other, never a
 failed run.
 """
@@ -232,6 +234,8 @@ class RestClient:
     who: str = "these credentials"  # what a 404 may not be visible to
     auth_params: dict[str, str] = field(default_factory=dict)  # a credential in the query
     max_page_bytes: int = 64 * 1024 * 1024  # a body longer than this is a failed page
+    body_deadline: float = 120.0  # seconds for a whole answer, from request to last byte
+    max_retry_after: float = 300.0  # a longer Retry-After fails the page, pausing nothing
     requests: list[ApiRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -321,7 +325,23 @@ class RestClient:
                             url=target,
                             attempts=attempt,
                         )
-                    await self.governor.secondary_limit(_retry_after(headers))
+                    retry_after = _retry_after(headers)
+                    if retry_after is not None and retry_after > self.max_retry_after:
+                        log.warning(
+                            "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
+                            "the page is given up, no request pauses",
+                            target,
+                            retry_after,
+                            self.max_retry_after,
+                        )
+                        raise PageError(
+                            f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
+                            f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
+                            "the page is given up",
+                            url=target,
+                            attempts=attempt,
+                        )
+                    await self.governor.secondary_limit(retry_after)
                     continue
             if status == 401:
                 raise AuthError(
@@ -372,7 +392,7 @@ class RestClient:
             sent.sent_at = datetime.now(UTC)
             start = time.perf_counter()
             try:
-                response = await self._follow(
+                response = await self._answer(
                     httpx.URL(url), params, {"If-None-Match": etag} if etag else None
                 )
             except (httpx.TimeoutException, httpx.TransportError) as exc:
@@ -423,6 +443,20 @@ class RestClient:
             for value in auth.values():
                 values |= {value, value.partition(" ")[2]}  # "Bearer x": also x
         return values - {""}
+
+    async def _answer(
+        self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
+    ) -> httpx.Response:
+        """``_follow`` within ``body_deadline`` in all: httpx's timeout is per read, so a
+        body dribbled a byte at a time would never time out. Past the deadline the attempt
+        is a timeout (``httpx.ReadTimeout``), retried as one."""
+        try:
+            async with asyncio.timeout(self.body_deadline):
+                return await self._follow(target, params, headers)
+        except TimeoutError:
+            raise httpx.ReadTimeout(
+                f"no whole answer within {self.body_deadline:g} s (body_deadline)"
+            ) from None
 
     async def _follow(
         self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None

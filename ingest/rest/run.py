@@ -574,6 +574,8 @@ def make_client(
         who=who,
         auth_params=creds.params,
         max_page_bytes=settings.http.max_page_bytes,
+        body_deadline=settings.http.body_deadline,
+        max_retry_after=settings.http.max_retry_after,
     )
 
 

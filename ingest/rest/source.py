@@ -400,7 +400,11 @@ class Resource(_Strict):
         description="filter and map steps, each a module:function (dlt's callables).",
     )
     endpoint: Endpoint = Field(default_factory=Endpoint)
-    max_pages: int = Field(100_000, ge=1)
+    max_pages: int = Field(
+        10_000,  # ingest.rest.paging.MAX_PLANNED
+        ge=1,
+        description="Pages one listing fetches at most; a listing stopped there is incomplete.",
+    )
 
     @property
     def disposition(self) -> str:

@@ -6,6 +6,7 @@ end one listing with a clear reason, never the run, and never build 10^9 URLs.""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 from collections.abc import Iterator
@@ -271,3 +272,78 @@ def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: Scrip
         assert dict(origin.seen)["/first"].get("X-API-Key") == API_KEY  # its own origin
     assert recorder.targets == ["/next?page=2"]
     assert API_KEY not in everything_sent(recorder)
+
+
+# --- time bounds on what an API controls ---------------------------------------------
+
+
+def _page(n: int, cursor: str | None) -> bytes:
+    return json.dumps({"data": [{"id": n}], "next_cursor": cursor}).encode()
+
+
+def test_a_retry_after_of_a_day_fails_its_page_and_holds_nothing(data_dir: Path) -> None:
+    """A 429 asking for 86,400 s: the page is given up at once, saying what was asked;
+    the source's other listing, on the same client, is read without a pause."""
+    with ScriptedServer() as api:
+        api.script("/tickets", Answer(429, b"{}", headers={"Retry-After": "86400"}))
+        api.script("/projects", Answer(200, _page(1, None)))
+        summary = run(data_dir, source_for(api.url, resources=TICKETS_AND_PROJECTS))
+        tickets = [t for t in api.targets if t.startswith("/tickets")]
+    assert not summary.complete
+    reason = _stop_reason(data_dir)
+    assert "asked to wait 86400 s (Retry-After), beyond max_retry_after 300 s" in reason
+    assert len(tickets) == 1  # not asked again: nothing to wait for
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(1,)]
+
+
+def test_a_retry_after_within_the_cap_is_obeyed(data_dir: Path) -> None:
+    with ScriptedServer() as api:
+        api.script(
+            "/tickets",
+            Answer(429, b"{}", headers={"Retry-After": "0"}),
+            Answer(200, _page(1, None)),
+        )
+        summary = run(data_dir, source_for(api.url), http={"max_retry_after": 0})
+    assert summary.complete  # 0 s asked, 0 s allowed: paused, then read
+
+
+def test_a_body_dribbled_a_byte_at_a_time_is_cut_at_the_deadline(data_dir: Path) -> None:
+    """httpx's timeout is per read: a byte every 0.3 s never trips a 5 s read timeout.
+    The whole answer has a deadline: the attempt is a timeout, and after its retries the
+    listing is incomplete, naming the deadline."""
+    body = _page(1, None) + b" " * 200  # valid JSON, ~60 s at this pace
+    with ScriptedServer() as api:
+        api.script("/tickets", Answer(200, body, dribble=0.3))
+        summary = run(
+            data_dir,
+            source_for(api.url),
+            rest_timeout=5.0,
+            http={"body_deadline": 1.5},
+        )
+        asked = len(api.targets)
+    assert not summary.complete
+    assert "no whole answer within 1.5 s (body_deadline)" in _stop_reason(data_dir)
+    assert asked == 2  # rest_max_attempts=2: the cut attempt was retried once, then given up
+
+
+def test_a_listing_that_never_ends_stops_at_max_pages_incomplete(data_dir: Path) -> None:
+    """A cursor that names a new page for ever stops at the resource's ``max_pages``, and
+    the listing says so: it is not complete. The default bound is the engine's."""
+    from ingest.rest import engine, paging
+
+    with ScriptedServer() as api:
+        api.script("/tickets", *[Answer(200, _page(n, f"c{n}")) for n in range(1, 40)])
+        summary = run(data_dir, source_for(api.url, max_pages=25))
+        asked = len(api.targets)
+    assert not summary.complete
+    assert "stopped at max_pages=25" in _stop_reason(data_dir)
+    assert asked == 25
+    spec = {
+        "name": "plain",
+        "client": {"base_url": "http://127.0.0.1:9/"},
+        "resources": [{"name": "things", "endpoint": {"path": "things"}}],
+    }
+    default = parse_source(json.dumps(spec), "plain.yaml").resources[0].max_pages
+    walk_default = inspect.signature(engine.walk).parameters["max_pages"].default
+    assert default == walk_default == paging.MAX_PLANNED <= 10_000
