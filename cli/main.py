@@ -11,6 +11,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -89,8 +90,12 @@ def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
 
     started_up()
 
+    caught: dict[str, int] = {}  # the signal that stopped the run
     try:
-        with command_api(echo=lambda line: typer.echo(line, err=True)), first_interrupt():
+        with (
+            command_api(echo=lambda line: typer.echo(line, err=True)),
+            first_interrupt(caught),
+        ):
             quiet = None if debugging(ctx) else quiet_console()
             try:
                 return foreground(flow_fn, **parameters)
@@ -106,38 +111,45 @@ def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
+        terminated = caught.get("signal") == signal.SIGTERM
         typer.echo(
-            "interrupted: the run stopped; what it had fetched is kept, and the next run "
-            "goes on from there",
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: the run stopped; what "
+            "it had fetched is kept, and the next run goes on from there",
             err=True,
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if terminated else 130) from None
 
 
 @contextmanager
-def first_interrupt() -> Iterator[None]:
-    """The first Ctrl-C stops the run soon: the requests not yet sent end at once (those in
-    flight finish), then the run ends as Python's KeyboardInterrupt ends it. A second Ctrl-C
-    interrupts whatever is still cleaning up."""
-    import signal
+def first_interrupt(caught: dict[str, int] | None = None) -> Iterator[dict[str, int]]:
+    """The first Ctrl-C or SIGTERM stops the run soon: the requests not yet sent end at once
+    (those in flight finish), then the run ends as Python's KeyboardInterrupt ends it;
+    ``caught`` (yielded) says which signal came (exit code 130 for SIGINT, 143 for
+    SIGTERM, as a shell reports a process those signals ended). A second one interrupts
+    whatever is still cleaning up (a second SIGTERM ends the process at once)."""
     import threading
 
+    caught = {} if caught is None else caught
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield caught
         return
 
     from ingest import interrupt
 
     def on_interrupt(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        caught.setdefault("signal", signum)
         interrupt.request()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, on_interrupt)
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         interrupt.clear()
 
 

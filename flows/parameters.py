@@ -18,13 +18,16 @@ deployment's unset endpoint) still passes, and the flow's own default is None.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect.utilities.callables import ParameterSchema, parameter_schema
+from prefect.utilities.hashing import file_hash
 from pydantic import GetJsonSchemaHandler
 from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
@@ -175,6 +178,24 @@ def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
     )
 
 
+def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run inside ``ingest.interrupt.on_terminate``: a SIGTERM (Prefect cancelling
+    the run from the UI, systemd or Kubernetes stopping the worker) stops the run's threads
+    at once, as Ctrl-C does, before Prefect's own handler ends the run."""
+    from ingest import interrupt
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with interrupt.on_terminate():
+            return fn(*args, **kwargs)
+
+    # With the globals of ``fn``'s module (it uses only its closure): Prefect resolves the
+    # parameters' annotations in the namespace of the function it is given.
+    wrapped = types.FunctionType(
+        run.__code__, fn.__globals__, fn.__name__, run.__defaults__, run.__closure__
+    )
+    return cast(Callable[P, R], functools.update_wrapper(wrapped, fn))
+
+
 class IngestFlow(Flow[P, R]):
     """A Prefect flow whose plain JSON parameters reach the API as they are.
 
@@ -201,7 +222,11 @@ class IngestFlow(Flow[P, R]):
         # (tasks.limits.flow_seconds: the settings of the process running the flow), not
         # when the flow is decorated at import.
         self._limit = timeout_seconds
-        super().__init__(fn, timeout_seconds=None, **options)
+        if "version" not in options:  # Prefect's default, the hash of the flow's own file
+            source = inspect.getsourcefile(fn)
+            if source:
+                options["version"] = file_hash(source)
+        super().__init__(stops_on_sigterm(fn), timeout_seconds=None, **options)
         self._form_schema()
 
     def _form_schema(self) -> None:
