@@ -23,6 +23,7 @@ from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
+from ingest.security import endpoint_of
 from ingest.settings import Settings
 from tests.scripted_server import Answer, ScriptedServer
 
@@ -113,7 +114,8 @@ def test_a_cross_origin_redirect_gets_no_api_key(
         auth["name"] = "X-API-Key"
     faults = [{"kind": "redirect", "match": "/tickets", "to": recorder.url, "times": 99}]
     with DevRest(api_key=API_KEY, projects=1, faults=faults) as api:
-        summary = run(data_dir, source_for(api.url, auth=auth))
+        # the other origin is one the operator allows (else the hop is refused, below)
+        summary = run(data_dir, source_for(api.url, auth=auth), allowed_hosts=[recorder.url])
     assert recorder.targets, "the redirect was not followed"
     assert recorder.targets[0].startswith("/tickets")
     sent = everything_sent(recorder)
@@ -153,7 +155,12 @@ def test_a_bearer_token_stays_on_its_origin(recorder: ScriptedServer) -> None:
                 origin.url, headers={}, concurrency=2, timeout=5.0, credentials=bearer(TOKEN)
             )
             async with http:
-                gh = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                gh = RestClient(
+                    http,
+                    RateLimitGovernor(),
+                    RetryPolicy(max_attempts=1),
+                    allowed_hops=frozenset({endpoint_of(recorder.url)}),
+                )
                 return (await gh.get(path)).data
 
         assert asyncio.run(get("/repos/o/r/pulls")) == []
@@ -265,8 +272,10 @@ def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: Scrip
         async def get() -> Any:
             creds = {"X-API-Key": API_KEY}
             http = make_http(origin.url, headers={}, concurrency=1, timeout=5.0, credentials=creds)
+            allowed = frozenset({endpoint_of(recorder.url)})
             async with http:
-                return (await RestClient(http, RateLimitGovernor()).get("/first")).data
+                client = RestClient(http, RateLimitGovernor(), allowed_hops=allowed)
+                return (await client.get("/first")).data
 
         assert asyncio.run(get()) == []
         assert dict(origin.seen)["/first"].get("X-API-Key") == API_KEY  # its own origin
@@ -347,3 +356,63 @@ def test_a_listing_that_never_ends_stops_at_max_pages_incomplete(data_dir: Path)
     default = parse_source(json.dumps(spec), "plain.yaml").resources[0].max_pages
     walk_default = inspect.signature(engine.walk).parameters["max_pages"].default
     assert default == walk_default == paging.MAX_PLANNED <= 10_000
+
+
+# --- hops to other hosts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["redirect", "link", "next_url"])
+def test_a_hop_to_a_host_not_allowed_is_refused_before_any_request(
+    data_dir: Path, recorder: ScriptedServer, how: str
+) -> None:
+    """A 302, a ``Link: rel="next"`` or a body's next URL naming another host (here
+    another port of loopback, as a metadata address or a private service would be) is
+    refused: that host sees no request, nothing it says is stored, the listing is
+    incomplete naming the host, and the source's other listing is read."""
+    target = f"{recorder.url}/tickets?page=2"
+    first = {"data": [{"id": 1}], "next": target if how == "next_url" else None}
+    with ScriptedServer() as api:
+        if how == "redirect":
+            api.script("/tickets", Answer(302, headers={"Location": target}))
+        elif how == "link":
+            link = {"Link": f'<{target}>; rel="next"'}
+            api.script("/tickets", Answer(200, json.dumps(first).encode(), headers=link))
+        else:
+            api.script("/tickets", Answer(200, json.dumps(first).encode()))
+        api.script("/projects", Answer(200, _page(7, None)))
+        paginator = {
+            "redirect": {"type": "cursor", "cursor_path": "next_cursor"},
+            "link": {"type": "header_link"},
+            "next_url": {"type": "json_link", "next_url_path": "next"},
+        }[how]
+        summary = run(
+            data_dir, source_for(api.url, paginator=paginator, resources=TICKETS_AND_PROJECTS)
+        )
+    assert recorder.targets == []  # no request reached the other host
+    assert not summary.complete
+    port = recorder.url.rsplit(":", 1)[1]
+    assert f"sent the client to 127.0.0.1:{port}, which this source may not reach" in (
+        _stop_reason(data_dir)
+    )
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(1,)]
+    table = storage.open_table(data_dir, "tracker__tickets")
+    if how != "redirect":  # the first page was the API's own: kept
+        _, ids = storage.query(data_dir, "SELECT id FROM tracker__tickets")
+        assert ids == [(1,)]
+    else:
+        assert table is None
+
+
+def test_a_hop_to_an_allowed_host_is_followed(data_dir: Path, recorder: ScriptedServer) -> None:
+    """``INGEST_ALLOWED_HOSTS`` names the hosts an API may send the client to."""
+    with ScriptedServer() as api:
+        link = {"Link": f'<{recorder.url}/tickets?page=2>; rel="next"'}
+        api.script("/tickets", Answer(200, _page(1, None), headers=link))
+        summary = run(
+            data_dir,
+            source_for(api.url, paginator={"type": "header_link"}),
+            allowed_hosts=[recorder.url],
+        )
+    assert summary.complete, summary.errors
+    assert recorder.targets == ["/tickets?page=2"]
