@@ -11,10 +11,12 @@ import contextlib
 import hashlib
 import itertools
 import os
+import re
+import stat
 import uuid
 from pathlib import Path
 
-from ingest.errors import IntegrityError, ItemError
+from ingest.errors import IntegrityError, ItemError, TerminalError
 from ingest.keys import TMP_DIR_NAME
 from ingest.records import S3Object
 from ingest.s3.get import CHUNK
@@ -33,6 +35,36 @@ def ensure_dir(path: str) -> None:
         _made_dirs.add(path)
 
 
+# The names ``temp_path`` makes: ``<pid>-<process token>-<counter>.part``. The sweep
+# deletes nothing else, whatever else the folder holds.
+_TEMP_NAME = re.compile(r"^(\d+)-[0-9a-f]{8}-\d+\.part$")
+
+
+class UnsafeFolderError(TerminalError):
+    """The download folder's temporary folder is a symbolic link, or not a folder."""
+
+
+def tmp_folder(root: str | os.PathLike[str]) -> str:
+    """``<root>/.ingest-tmp``, made if missing; refused (``UnsafeFolderError``) when it is a
+    symbolic link or not a folder: in a shared download folder, whoever planted a link
+    there would have the run write its partial files, and the sweep delete files, in the
+    folder the link names."""
+    path = os.path.join(root, TMP_DIR_NAME)
+    if path in _made_dirs:
+        return path
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(path)
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+        raise UnsafeFolderError(
+            f"{path} is {what}: temporary files are written only in a folder of the download "
+            "folder itself; remove it and run again"
+        )
+    _made_dirs.add(path)
+    return path
+
+
 def temp_path(root: str | os.PathLike[str]) -> str:
     """A unique temporary name on the same filesystem as the destination.
 
@@ -40,8 +72,7 @@ def temp_path(root: str | os.PathLike[str]) -> str:
     be told from files a live run is still writing (``sweep_temp``). Paths on the
     per-object path are strings (a ``Path`` join costs microseconds).
     """
-    tmp_dir = os.path.join(root, TMP_DIR_NAME)
-    ensure_dir(tmp_dir)
+    tmp_dir = tmp_folder(root)
     return f"{tmp_dir}/{os.getpid()}-{_token}-{next(_names)}.part"
 
 
@@ -52,14 +83,17 @@ def remove(path: str) -> None:
 
 
 def sweep_temp(root: Path) -> int:
-    """Remove temporary files left by runs whose process is gone."""
+    """Remove temporary files left by runs whose process is gone: only regular files
+    named as ``temp_path`` names them, in a temporary folder that is no symbolic link."""
     removed = 0
     tmp_dir = Path(root, TMP_DIR_NAME)
-    if not tmp_dir.is_dir():
+    if not tmp_dir.is_dir() and not tmp_dir.is_symlink():
         return 0
-    for path in tmp_dir.iterdir():
-        pid = path.name.split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+    for path in Path(tmp_folder(root)).iterdir():
+        name = _TEMP_NAME.match(path.name)
+        if name is None or not stat.S_ISREG(path.lstat().st_mode):
+            continue
+        if not _pid_alive(int(name.group(1))):
             path.unlink(missing_ok=True)
             removed += 1
     return removed
