@@ -181,10 +181,14 @@ def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
 def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` run inside ``ingest.interrupt.on_terminate``: a SIGTERM (Prefect cancelling
     the run from the UI, systemd or Kubernetes stopping the worker) stops the run's threads
-    at once, as Ctrl-C does, before Prefect's own handler ends the run."""
-    from ingest import interrupt
+    at once, as Ctrl-C does, before Prefect's own handler ends the run. The process is
+    made non-dumpable first (``ingest.security.keep_memory_private``)."""
+    from ingest import interrupt, security
 
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        # The run's process holds its credentials while its parsers read documents that
+        # may be hostile: its memory and environment are kept from them (non-dumpable).
+        security.keep_memory_private()
         with interrupt.on_terminate():
             return fn(*args, **kwargs)
 

@@ -278,3 +278,33 @@ def check_rest_run(
     hosts = api_endpoints(worker.allowed_hosts, deployed, file_base_url)
     check_base_url(base_url, hosts, "base_url")
     check_data_dirs(worker, run, deployed)
+
+
+# --- the process that holds the secrets -----------------------------------------------
+
+PR_SET_DUMPABLE = 4
+PR_GET_DUMPABLE = 3
+
+
+def keep_memory_private() -> bool:
+    """Make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, Linux): its
+    ``/proc/<pid>/environ``, ``mem``, ``maps`` and ``fd`` become readable by root only
+    (``CAP_SYS_PTRACE``), and no core file is written. The flow's process holds the
+    credentials (its environment, the tokens it read) while a malicious document is
+    parsed by a worker it started; a worker of the same user could otherwise read them
+    there. Root is not held back (a worker running as root reads anything): run the
+    workers as a user of their own (the image's ``ingest``). Children started with
+    ``exec`` (the parsers' fork server) are dumpable again, and hold an allow-listed
+    environment only. Returns whether the process is now non-dumpable (False elsewhere
+    than on Linux)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return int(libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
