@@ -416,3 +416,28 @@ def test_a_hop_to_an_allowed_host_is_followed(data_dir: Path, recorder: Scripted
         )
     assert summary.complete, summary.errors
     assert recorder.targets == ["/tickets?page=2"]
+
+
+# --- smaller doors ---------------------------------------------------------------------
+
+
+def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: Path) -> None:
+    """A hostile or broken GitHub-like API answers items without ``number``: that
+    repository's listing is incomplete, naming the item; the other repository is read."""
+    from ingest.rest.run import fetch_pulls
+
+    good = [{"number": 1, "id": 11, "updated_at": "2025-01-01T00:00:00Z"}]
+    bad = [{"id": 12, "title": "no number", "updated_at": "2025-01-01T00:00:00Z"}]
+    with ScriptedServer() as api:
+        api.script("/repos/o/good/pulls", Answer(200, json.dumps(good).encode()))
+        api.script("/repos/o/bad/pulls", Answer(200, json.dumps(bad).encode()))
+        settings = Settings(
+            data_dir=data_dir, github_base_url=api.url, github_max_attempts=1, github_timeout=5.0
+        )
+        summary = fetch_pulls(settings, ["o/good", "o/bad"], run_id="r1", token=TOKEN)
+        storage.commit_run(data_dir, "r1")
+    assert not summary.complete
+    said = json.dumps(summary.repos, default=str)
+    assert "item 0 is not a pull request (no 'number')" in said, said
+    _, rows = storage.query(data_dir, "SELECT repo, number FROM pull_requests")
+    assert rows == [("o/good", 1)]
