@@ -698,10 +698,14 @@ def parse_source(text: str, name: str = "<source>") -> Source:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         raise SourceError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    except RecursionError:  # the YAML parser recurses per level: a 20,000-deep file
+        raise SourceError(f"{name}: nested too deep to read (a source file is shallow)") from None
     if not isinstance(data, dict):
         raise SourceError(f"{name}:1: a source file is a mapping (name, client, resources)")
     try:
         return Source.model_validate(data)
+    except RecursionError:
+        raise SourceError(f"{name}: nested too deep to read (a source file is shallow)") from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -119,3 +119,17 @@ def test_the_shipped_functions_convert_by_name(data_dir: Path) -> None:
     assert steps.iso_date("2025-05-01T23:30:00-02:00") == "2025-05-02"
     assert steps.utc_iso("2025-05-01T09:00:00+09:00") == "2025-05-01T00:00:00Z"
     assert steps.unix_millis("1970-01-01T00:00:01Z") == 1000
+
+
+@pytest.mark.parametrize("where", ["top", "params"])
+def test_a_source_nested_20000_deep_is_refused_in_one_line(tmp_path: Path, where: str) -> None:
+    deep = "[" * 20_000 + "]" * 20_000
+    text = deep if where == "top" else source_text("http://127.0.0.1:9/") + f"      x: {deep}\n"
+    path = tmp_path / "deep.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SourceError, match=r"deep\.yaml: nested too deep to read") as refused:
+        load_source(path)
+    assert "\n" not in str(refused.value)
+    result = CliRunner().invoke(app, ["rest", str(path), "--data-dir", str(tmp_path / "d")])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1, result.output[:2000]
