@@ -490,10 +490,18 @@ class Client(_Strict):
     @field_validator("headers")
     @classmethod
     def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        # Headers go to every host a listing reaches; a credential goes under auth, which
+        # sends it to the API's own origin only. Refused by what the name says it carries
+        # (X-Auth-Token, Private-Token, X-Session-Id, Proxy-Authorization ...).
         for name in v:
-            if name.lower() in ("authorization", "x-api-key", "api-key", "cookie"):
+            if _CREDENTIAL_HEADER.search(name):
                 raise ValueError(f"header {name!r} carries a credential; declare it under auth")
         return v
+
+
+_CREDENTIAL_HEADER = re.compile(
+    r"(?i)auth|token|secret|passw|api[-_]?key|cookie|session|signature|credential|^key$"
+)
 
 
 class Source(_Strict):

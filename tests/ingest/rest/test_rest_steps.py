@@ -133,3 +133,21 @@ def test_a_source_nested_20000_deep_is_refused_in_one_line(tmp_path: Path, where
     result = CliRunner().invoke(app, ["rest", str(path), "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1, result.output[:2000]
+
+
+@pytest.mark.parametrize(
+    "header", ["X-Auth-Token", "Private-Token", "Proxy-Authorization", "X-Session-Id", "Cookie"]
+)
+def test_a_literal_credential_header_is_refused_at_load(tmp_path: Path, header: str) -> None:
+    """A header is sent to every host a listing reaches; a credential belongs under auth
+    (its own origin only, from a secret or a variable, never written in the file)."""
+    text = source_text("http://127.0.0.1:9/").replace(
+        "  base_url:", f"  headers: {{{header}: literal-secret-value}}\n  base_url:"
+    )
+    with pytest.raises(SourceError, match=f"header '{header}' carries a credential"):
+        parse_source(text, "headers.yaml")
+    plain = source_text("http://127.0.0.1:9/").replace(
+        "  base_url:",
+        "  headers: {Accept: application/json, X-GitHub-Api-Version: '2022'}\n  base_url:",
+    )
+    assert parse_source(plain, "headers.yaml").client.headers["Accept"] == "application/json"
