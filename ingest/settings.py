@@ -538,14 +538,15 @@ class Settings(BaseSettings):
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="API hosts (host, host:port or a URL) a deployment's run may send "
-        "credentials to, besides those of the deployment's defaults, github_base_url and "
-        "the source file's client.base_url (JSON list: INGEST_ALLOWED_HOSTS='[\"ghe.corp\"]').",
+        "credentials to, and a redirect or next-page link may lead to, besides the defaults of "
+        "this worker's own prefect.yaml, github_base_url and the source file's "
+        "client.base_url (JSON list: INGEST_ALLOWED_HOSTS='[\"ghe.corp\"]').",
     )
     allowed_roots: list[str] = Field(
         default_factory=list,
         description="Folders or s3://bucket/prefix a deployment's run may write its data_dir "
         "and download_dir under, besides this worker's data_dir, s3_download_dir and the "
-        "deployment's defaults.",
+        "defaults of its own prefect.yaml.",
     )
     source_roots: list[str] = Field(
         default_factory=list,
