@@ -11,6 +11,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -656,9 +657,7 @@ def schema_command(
         "ORDER BY changed_at, table_name, column_name",
     )
     if format == "csv":
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        w.writerows(rows)
+        write_csv(columns, rows)
     elif format == "json":
         records = [dict(zip(columns, r, strict=True)) for r in rows]
         typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
@@ -689,14 +688,31 @@ def query_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     if format == "csv":
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        w.writerows(rows)
+        write_csv(columns, rows)
     elif format == "json":
         records = [dict(zip(columns, r, strict=True)) for r in rows]
         typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
     else:
         print_table(columns, rows)
+
+
+# Control characters but tab and line ends (which CSV quotes): an S3 key or an API's text
+# holding ESC sequences would otherwise drive the terminal the CSV is printed on.
+_CSV_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def write_csv(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """Rows as CSV on stdout, control characters shown as ``\\xNN`` (``-f json`` keeps
+    them exactly, escaped as JSON escapes them)."""
+
+    def safe(value: Any) -> Any:
+        if isinstance(value, str):
+            return _CSV_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+        return value
+
+    w = csv.writer(sys.stdout)
+    w.writerow([safe(c) for c in columns])
+    w.writerows([safe(v) for v in row] for row in rows)
 
 
 def _json_default(value: Any) -> Any:
