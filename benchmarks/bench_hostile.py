@@ -158,9 +158,10 @@ def probe_redirects(base: Path, rows: list[Row]) -> None:
     from dev.servers.rest import DevRest
     from ingest.rest.client import RestClient, make_http
     from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+    from ingest.security import endpoint_of
 
     for name, auth in (("API key header", HEADER), ("API key in the query", QUERY)):
-        row = Row(f"redirect to another origin, {name} (301/302/303/307/308)")
+        row = Row(f"redirect to an allowed other origin, {name} (301/302/303/307/308)")
         for code in (301, 302, 303, 307, 308):
             recorder = Recorder({})
             fault = {"kind": "redirect", "match": "/tickets", "to": recorder.url, "times": 99}
@@ -175,8 +176,11 @@ def probe_redirects(base: Path, rows: list[Row]) -> None:
                         )
                     }
                 )
-                summary = fetch(fresh(base), source(front.url, auth))
-                summary2 = fetch(fresh(base), source(api.url, auth))
+                # the other origin is one the operator allows (INGEST_ALLOWED_HOSTS): any
+                # other is refused before a request (probe_hops_refused)
+                allowed = {"allowed_hosts": [recorder.url]}
+                summary = fetch(fresh(base), source(front.url, auth), **allowed)
+                summary2 = fetch(fresh(base), source(api.url, auth), **allowed)
             row.trial(
                 bool(recorder.seen) and summary.complete and summary2.complete,
                 secrets=recorder.leaks(API_KEY),
@@ -185,18 +189,23 @@ def probe_redirects(base: Path, rows: list[Row]) -> None:
             recorder.close()
         rows.append(row)
 
-    row = Row("redirect to another origin, GitHub bearer token (301/302/303/307/308)")
+    row = Row("redirect to an allowed other origin, GitHub bearer token (301/302/303/307/308)")
     for code in (301, 302, 303, 307, 308):
         recorder = Recorder({"/elsewhere": (200, {}, b"[]")})
         origin = Recorder(
             {"/repos/o/r/pulls": (code, {"Location": f"{recorder.url}/elsewhere"}, b"")}
         )
 
-        async def get(url: str = origin.url) -> Any:
+        async def get(url: str = origin.url, other: str = recorder.url) -> Any:
             async with make_http(
                 url, headers={}, concurrency=2, timeout=5.0, credentials=bearer(TOKEN)
             ) as http:
-                gh = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                gh = RestClient(
+                    http,
+                    RateLimitGovernor(),
+                    RetryPolicy(max_attempts=1),
+                    allowed_hops=frozenset({endpoint_of(other)}),
+                )
                 return (await gh.get("/repos/o/r/pulls")).data
 
         data = asyncio.run(get())

@@ -11,6 +11,8 @@ import gc
 import json
 import logging
 import os
+import re
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -111,8 +113,12 @@ def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
 
     started_up()
 
+    caught: dict[str, int] = {}  # the signal that stopped the run
     try:
-        with command_api(echo=lambda line: typer.echo(line, err=True)), first_interrupt():
+        with (
+            command_api(echo=lambda line: typer.echo(line, err=True)),
+            first_interrupt(caught),
+        ):
             quiet = None if debugging(ctx) else quiet_console()
             try:
                 return foreground(flow_fn, **parameters)
@@ -128,38 +134,45 @@ def run_flow(ctx: typer.Context, flow_fn: Any, **parameters: Any) -> Any:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
+        terminated = caught.get("signal") == signal.SIGTERM
         typer.echo(
-            "interrupted: the run stopped; what it had fetched is kept, and the next run "
-            "goes on from there",
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: the run stopped; what "
+            "it had fetched is kept, and the next run goes on from there",
             err=True,
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if terminated else 130) from None
 
 
 @contextmanager
-def first_interrupt() -> Iterator[None]:
-    """The first Ctrl-C stops the run soon: the requests not yet sent end at once (those in
-    flight finish), then the run ends as Python's KeyboardInterrupt ends it. A second Ctrl-C
-    interrupts whatever is still cleaning up."""
-    import signal
+def first_interrupt(caught: dict[str, int] | None = None) -> Iterator[dict[str, int]]:
+    """The first Ctrl-C or SIGTERM stops the run soon: the requests not yet sent end at once
+    (those in flight finish), then the run ends as Python's KeyboardInterrupt ends it;
+    ``caught`` (yielded) says which signal came (exit code 130 for SIGINT, 143 for
+    SIGTERM, as a shell reports a process those signals ended). A second one interrupts
+    whatever is still cleaning up (a second SIGTERM ends the process at once)."""
     import threading
 
+    caught = {} if caught is None else caught
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield caught
         return
 
     from ingest import interrupt
 
     def on_interrupt(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        caught.setdefault("signal", signum)
         interrupt.request()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, on_interrupt)
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         interrupt.clear()
 
 
@@ -693,9 +706,7 @@ def schema_command(
         "ORDER BY changed_at, table_name, column_name",
     )
     if format == "csv":
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        w.writerows(rows)
+        write_csv(columns, rows)
     elif format == "json":
         records = [dict(zip(columns, r, strict=True)) for r in rows]
         typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
@@ -729,14 +740,31 @@ def query_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if format == "csv":
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        w.writerows(rows)
+        write_csv(columns, rows)
     elif format == "json":
         records = [dict(zip(columns, r, strict=True)) for r in rows]
         typer.echo(json.dumps(records, default=_json_default, ensure_ascii=False, indent=1))
     else:
         print_table(columns, rows)
+
+
+# Control characters but tab and line ends (which CSV quotes): an S3 key or an API's text
+# holding ESC sequences would otherwise drive the terminal the CSV is printed on.
+_CSV_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def write_csv(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """Rows as CSV on stdout, control characters shown as ``\\xNN`` (``-f json`` keeps
+    them exactly, escaped as JSON escapes them)."""
+
+    def safe(value: Any) -> Any:
+        if isinstance(value, str):
+            return _CSV_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+        return value
+
+    w = csv.writer(sys.stdout)
+    w.writerow([safe(c) for c in columns])
+    w.writerows([safe(v) for v in row] for row in rows)
 
 
 def _json_default(value: Any) -> Any:

@@ -11,6 +11,7 @@ into the server's environment only, and is shown with the password masked.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
@@ -40,6 +41,12 @@ def configured_url(settings: Settings) -> str | None:
     if path is None:
         return None
     try:
+        mode = Path(path).stat().st_mode
+        if mode & 0o027:  # written by the group, or open to every local user
+            raise DatabaseUrlError(
+                f"the database URL file {path} has mode {stat.S_IMODE(mode):04o}: other users "
+                "may read or change it; chmod 600 it (a Kubernetes secret: defaultMode 0400)"
+            )
         text = Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise DatabaseUrlError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -56,6 +57,14 @@ def credentials() -> dict[str, str]:
         "TICKETS_API_KEY": DEMO_KEY,
         "INGEST_SOURCE_ENV_NAMES": '["GITHUB_TOKEN", "TICKETS_API_KEY"]',
     }
+
+
+def allowed_hosts(endpoints: dict[str, Any]) -> dict[str, str]:
+    """The worker's ``INGEST_ALLOWED_HOSTS`` for the demo's API servers: a worker trusts its
+    own configuration, not the defaults the Prefect server stores (ingest.security), and
+    the demo's loopback APIs are in neither ``prefect.yaml`` nor the worker's settings."""
+    urls = [endpoints[k] for k in ("github_url", "rest_url") if endpoints.get(k)]
+    return {"INGEST_ALLOWED_HOSTS": json.dumps(urls)}
 
 
 def demo_endpoints(config: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +225,7 @@ def serving_demo(
     os.environ.update(credentials())
     with servers or DemoServers() as servers:
         e = servers.endpoints
+        os.environ.update(allowed_hosts(e))  # before serve.serving starts the workers
         echo(f"Demo S3 server on {e['s3_url']} (s3://{e['bucket']}/{e['prefix']}, seeded)")
         echo(f"Demo GitHub server on {e['github_url']} ({', '.join(e['repos'])})")
         if e["rest_url"]:

@@ -18,13 +18,16 @@ deployment's unset endpoint) still passes, and the flow's own default is None.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect.utilities.callables import ParameterSchema, parameter_schema
+from prefect.utilities.hashing import file_hash
 from pydantic import GetJsonSchemaHandler, StringConstraints
 from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
@@ -43,15 +46,16 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
 def deployment_defaults() -> dict[str, Any] | None:
-    """The default parameters of the deployment this flow run belongs to, as the server
-    holds them (a child flow of the nightly: the nightly's); None for a flow called in a
-    process of its own (an ``ingest`` command, a test). What ``ingest.security`` checks a
-    run's parameters against."""
-    from uuid import UUID
-
-    from prefect.client.orchestration import get_client
+    """None for a flow called in a process of its own (an ``ingest`` command, a test); for a
+    run of a deployment, the default parameters this worker's own checkout declares
+    (``ingest.security.project_defaults`` of its ``prefect.yaml``), never the copy the
+    Prefect server holds: whoever reaches the API can change that copy, and what
+    ``ingest.security`` allows must not move with it."""
     from prefect.context import FlowRunContext
     from prefect.runtime import deployment
+
+    from ingest import security
+    from ingest.rest.source import PROJECT_ROOT
 
     ctx = FlowRunContext.get()
     run = ctx.flow_run if ctx is not None else None
@@ -63,8 +67,7 @@ def deployment_defaults() -> dict[str, Any] | None:
         deployment_id = deployment.id
     if not deployment_id:
         return None
-    with get_client(sync_client=True) as client:
-        return dict(client.read_deployment(UUID(str(deployment_id))).parameters or {})
+    return security.project_defaults(PROJECT_ROOT / "prefect.yaml")
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
@@ -180,6 +183,28 @@ def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
     )
 
 
+def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run inside ``ingest.interrupt.on_terminate``: a SIGTERM (Prefect cancelling
+    the run from the UI, systemd or Kubernetes stopping the worker) stops the run's threads
+    at once, as Ctrl-C does, before Prefect's own handler ends the run. The process is
+    made non-dumpable first (``ingest.security.keep_memory_private``)."""
+    from ingest import interrupt, security
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        # The run's process holds its credentials while its parsers read documents that
+        # may be hostile: its memory and environment are kept from them (non-dumpable).
+        security.keep_memory_private()
+        with interrupt.on_terminate():
+            return fn(*args, **kwargs)
+
+    # With the globals of ``fn``'s module (it uses only its closure): Prefect resolves the
+    # parameters' annotations in the namespace of the function it is given.
+    wrapped = types.FunctionType(
+        run.__code__, fn.__globals__, fn.__name__, run.__defaults__, run.__closure__
+    )
+    return cast(Callable[P, R], functools.update_wrapper(wrapped, fn))
+
+
 class IngestFlow(Flow[P, R]):
     """A Prefect flow whose plain JSON parameters reach the API as they are.
 
@@ -206,7 +231,11 @@ class IngestFlow(Flow[P, R]):
         # (tasks.limits.flow_seconds: the settings of the process running the flow), not
         # when the flow is decorated at import.
         self._limit = timeout_seconds
-        super().__init__(fn, timeout_seconds=None, **options)
+        if "version" not in options:  # Prefect's default, the hash of the flow's own file
+            source = inspect.getsourcefile(fn)
+            if source:
+                options["version"] = file_hash(source)
+        super().__init__(stops_on_sigterm(fn), timeout_seconds=None, **options)
         self._form_schema()
 
     def _form_schema(self) -> None:

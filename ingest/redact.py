@@ -21,12 +21,17 @@ PROSE_WORDS = (
     "without", "either", "neither", "its", "their", "this", "that", "which", "when", "if",
 )  # fmt: skip
 _NAMED_SECRET = re.compile(
-    r"(?i)((?:^|(?<=[?&;\s,{(\[\"']))(?:[a-z0-9]+[-_])*"
-    r"(?:token|secret|password|passwd|api[-_]?key|apikey|(?:private|secret|signing)[-_]?key|credentials?)"
+    r"(?i)((?:^|(?<=[?&;\s,{(\[\"']))(?:[a-z0-9]+[-_])*[a-z0-9]*?"
+    r"(?:token|secret|password|passwd|api[-_]?key|apikey|(?:private|secret|signing)[-_]?key"
+    r"|(?:access|auth)[-_]?key|auth[-_]?string|credentials?)"
     r"['\"]?\s*[:=]\s*['\"]?)(?!\*\*\*)"
     rf"(?!(?:{'|'.join(PROSE_WORDS)})(?:\s|$))"
     r"[^&#\s'\",;}]+"
 )
+# A bearer token standing alone ("Bearer eyJ..." in a message, not an Authorization header).
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/-]{8,}=*")
+# A token as the whole user part of a URL (https://TOKEN@host), as git remotes carry them.
+_USER_TOKEN = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/@\s:]+@")
 _AUTH_HEADER = re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(\w+\s+)?[^\s'\",}]+")
 _TOKENS = re.compile(
     r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16})\b"
@@ -75,5 +80,7 @@ def redact(text: str) -> str:
     text = _QUERY_SECRET.sub(r"\1***", text)
     text = _NAMED_SECRET.sub(r"\1***", text)
     text = _AUTH_HEADER.sub(r"\1\2***", text)
+    text = _BEARER.sub(r"\1***", text)
     text = _TOKENS.sub("***", text)
-    return _USERINFO.sub(r"\1***@", text)
+    text = _USERINFO.sub(r"\1***@", text)
+    return _USER_TOKEN.sub(r"\1***@", text)

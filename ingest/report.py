@@ -248,7 +248,7 @@ def failed_objects_message(summary: RunSummary) -> str:
 def markdown(summary: RunSummary, title: str) -> str:
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(summary.counts.items())) or "nothing"
     lines = [
-        f"# {title}",
+        f"# {md.cell(title)}",
         "",
         f"**{summary.total} objects** ({counts}), {human_bytes(summary.bytes)} downloaded, "
         f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "

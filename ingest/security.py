@@ -7,15 +7,17 @@ elsewhere or writing where they should not:
 
 * ``check_base_url``: an API root (GitHub's ``base_url``, a REST source's
   ``base_url`` or its file's ``client.base_url``) names an allowed host:port, the
-  one place a token or API key goes. Allowed: the hosts of the deployment's own
-  defaults as deployed, the API roots the worker's settings name
+  one place a token or API key goes. Allowed: the hosts of the deployments' defaults
+  as this worker's own ``prefect.yaml`` declares them (``project_defaults``; never the
+  copy the Prefect server holds, which anyone with the API's auth string can change),
+  the API roots the worker's settings name
   (``INGEST_GITHUB_BASE_URL``, GitHub's own by default), the host of the source
   file, and ``INGEST_ALLOWED_HOSTS``.
 * ``check_under_roots``: ``data_dir`` and ``download_dir`` (a folder, or
   ``s3://bucket/prefix``) lie under a root: the worker's own data folder and
-  download folder, the deployed defaults, and ``INGEST_ALLOWED_ROOTS``; a REST
-  ``source`` lies under the project's ``sources/`` or ``INGEST_SOURCE_ROOTS``. Not
-  the working folder: the project's code lives there.
+  download folder, the defaults of the worker's own ``prefect.yaml``, and
+  ``INGEST_ALLOWED_ROOTS``; a REST ``source`` lies under the project's ``sources/`` or
+  ``INGEST_SOURCE_ROOTS``. Not the working folder: the project's code lives there.
 * ``check_env_names``: a source file's ``env:`` names a variable starting with one of
   ``INGEST_SOURCE_ENV_PREFIXES`` (``INGEST_SOURCE_``) or listed in
   ``INGEST_SOURCE_ENV_NAMES``. ``AWS_*``, ``PREFECT_*`` and the project's own
@@ -95,7 +97,7 @@ def check_base_url(url: str | None, allowed: set[str], parameter: str) -> None:
         return
     raise ParameterRefusedError(
         f"{parameter} {url!r} names {endpoint}, which this worker sends no credentials to; "
-        f"allowed: {', '.join(sorted(allowed)) or 'none'} (the deployment's defaults, the "
+        f"allowed: {', '.join(sorted(allowed)) or 'none'} (the project's prefect.yaml, the "
         "worker's settings, INGEST_ALLOWED_HOSTS)"
     )
 
@@ -137,7 +139,7 @@ def check_under_roots(
     shown = ", ".join(sorted({str(r) for r in kept})) or "none"
     raise ParameterRefusedError(
         f"{parameter} {str(path)!r} is outside the folders this worker writes or reads "
-        f"from: {shown} (the worker's own, the deployment's defaults, INGEST_ALLOWED_ROOTS "
+        f"from: {shown} (the worker's own, the project's prefect.yaml, INGEST_ALLOWED_ROOTS "
         "or INGEST_SOURCE_ROOTS)"
     )
 
@@ -177,10 +179,27 @@ def check_env_names(
 # --- what a flow calls ----------------------------------------------------------------
 
 
+def project_defaults(prefect_yaml: Path) -> dict[str, Any]:
+    """The default parameters of every deployment the project's own ``prefect.yaml``
+    declares (this worker's checkout), keyed ``<deployment>.<parameter>``: what the checks
+    allow besides the worker's settings. A missing file declares nothing."""
+    import yaml
+
+    try:
+        text = prefect_yaml.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    config = yaml.safe_load(text) or {}
+    found: dict[str, Any] = {}
+    for entry in config.get("deployments") or []:
+        for key, value in (entry.get("parameters") or {}).items():
+            found[f"{entry.get('name')}.{key}"] = value
+    return found
+
+
 def deployed_values(deployed: Mapping[str, Any] | None, suffix: str) -> list[str]:
-    """The deployment's default parameters whose names end with ``suffix`` (``base_url``,
-    ``_dir``), as strings: what the operator deployed, one place for every flow (a child
-    flow of the nightly sees the nightly's defaults)."""
+    """The default parameters (``project_defaults``) whose names end with ``suffix``
+    (``base_url``, ``_dir``), as strings: what the operator declared in the project."""
     if not deployed:
         return []
     return [str(v) for k, v in deployed.items() if k.endswith(suffix) and v]
@@ -190,7 +209,7 @@ def api_endpoints(
     configured: Iterable[str], deployed: Mapping[str, Any] | None, *urls: str | None
 ) -> set[str]:
     """Where a run may send credentials: ``configured`` (``INGEST_ALLOWED_HOSTS``), the
-    deployment's default ``*base_url`` parameters and ``urls`` (the worker's settings,
+    project's default ``*base_url`` parameters and ``urls`` (the worker's settings,
     the source file's own root)."""
     return allowed_endpoints(configured, *deployed_values(deployed, "base_url"), *urls)
 
@@ -259,3 +278,33 @@ def check_rest_run(
     hosts = api_endpoints(worker.allowed_hosts, deployed, file_base_url)
     check_base_url(base_url, hosts, "base_url")
     check_data_dirs(worker, run, deployed)
+
+
+# --- the process that holds the secrets -----------------------------------------------
+
+PR_SET_DUMPABLE = 4
+PR_GET_DUMPABLE = 3
+
+
+def keep_memory_private() -> bool:
+    """Make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, Linux): its
+    ``/proc/<pid>/environ``, ``mem``, ``maps`` and ``fd`` become readable by root only
+    (``CAP_SYS_PTRACE``), and no core file is written. The flow's process holds the
+    credentials (its environment, the tokens it read) while a malicious document is
+    parsed by a worker it started; a worker of the same user could otherwise read them
+    there. Root is not held back (a worker running as root reads anything): run the
+    workers as a user of their own (the image's ``ingest``). Children started with
+    ``exec`` (the parsers' fork server) are dumpable again, and hold an allow-listed
+    environment only. Returns whether the process is now non-dumpable (False elsewhere
+    than on Linux)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        return int(libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False

@@ -103,6 +103,22 @@ class HttpSettings(BaseModel):
         description="Bytes of one API page read at most (as it streams in); a longer body is "
         "a failed page, so a hostile or broken API cannot fill the flow's memory.",
     )
+    body_deadline: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="Seconds one answer may take in all, from sending the request to its last "
+        "byte, redirects included (the per-read timeout alone lets a body dribbled a byte at "
+        "a time last for ever); past it the attempt is a timeout, retried as one.",
+    )
+    max_retry_after: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="Longest Retry-After obeyed, in seconds: an answer asking for longer "
+        "fails its page at once, saying what was asked, instead of pausing every request "
+        "of the source for that long.",
+    )
 
 
 class ServeSettings(BaseModel):
@@ -564,14 +580,15 @@ class Settings(BaseSettings):
     allowed_hosts: StrList = Field(
         default_factory=list,
         description="API hosts (host, host:port or a URL) a deployment's run may send "
-        "credentials to, besides those of the deployment's defaults, github_base_url and "
-        "the source file's client.base_url (INGEST_ALLOWED_HOSTS=ghe.corp,api.corp).",
+        "credentials to, and a redirect or next-page link may lead to, besides the defaults of "
+        "this worker's own prefect.yaml, github_base_url and the source file's "
+        "client.base_url (INGEST_ALLOWED_HOSTS=ghe.corp,api.corp).",
     )
     allowed_roots: StrList = Field(
         default_factory=list,
         description="Folders or s3://bucket/prefix a deployment's run may write its data_dir "
         "and download_dir under, besides this worker's data_dir, s3_download_dir and the "
-        "deployment's defaults.",
+        "defaults of its own prefect.yaml.",
     )
     source_roots: StrList = Field(
         default_factory=list,
@@ -588,6 +605,15 @@ class Settings(BaseSettings):
         description="Further variables a source file's env: may name in a deployment's run "
         "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "
         "add TICKETS_API_KEY ...).",
+    )
+
+    source_functions: list[str] = Field(
+        default_factory=list,
+        description="Functions a source file's processing_steps and incremental.convert may "
+        "name besides the project's own (unix_seconds, unix_millis, iso_date, utc_iso): "
+        "import paths module:function, or module:* for the public functions defined in a "
+        "module (JSON list). Registering one deploys code: it runs with the worker's "
+        "credentials.",
     )
 
     # --- The code a cluster worker clones (prefect.yaml's nightly-cluster) ----------

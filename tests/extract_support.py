@@ -207,3 +207,13 @@ def modules_loaded(*names: str) -> list[str]:
     import sys
 
     return [name for name in names if name in sys.modules]
+
+
+def read_process_environ(pid: int) -> str:
+    """A parser gone bad: what it can read of process ``pid``'s environment (the process
+    that started the pool), or the error that stopped it."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"refused: {type(exc).__name__}"

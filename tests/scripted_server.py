@@ -24,6 +24,7 @@ class Answer:
     stall: float = 0.0  # seconds of silence after half the body
     delay: float = 0.0  # seconds of silence before the answer
     headers: dict[str, str] = field(default_factory=dict)  # more headers (a Location ...)
+    dribble: float = 0.0  # seconds of silence before each byte of the body
 
 
 class ScriptedServer:
@@ -60,6 +61,16 @@ class ScriptedServer:
                 for name, value in answer.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
+                if answer.dribble:
+                    for i in range(len(body)):
+                        if outer.stop.wait(answer.dribble):
+                            return
+                        try:
+                            self.wfile.write(body[i : i + 1])
+                            self.wfile.flush()
+                        except OSError:  # the client gave up
+                            return
+                    return
                 if answer.stall:
                     self.wfile.write(body[: len(body) // 2])
                     self.wfile.flush()

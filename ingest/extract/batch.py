@@ -128,7 +128,7 @@ def extract_batch(
             continue
         if pool is None:
             raise ValueError("extract_batch needs the run's extraction pool (pool=)")
-        fut = submit_parse(settings, pool, path, key, extractor)
+        fut = submit_parse(settings, pool, path, key, extractor, start_by=deadline)
         futures.append(fut)
         waiting.append(fut)
     now = datetime.now(UTC)
@@ -136,7 +136,7 @@ def extract_batch(
         to_document(bucket, key, etag, path, Outcome("ok", done), run_id=run_id, now=now, size=size)
         if done is not None
         else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now, size=size)
-        if fut is not None
+        if fut is not None and not _past_budget(fut)
         else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
         for (key, etag, path), done, fut, size in zip(
             stored,
@@ -152,18 +152,27 @@ def extract_batch(
     return docs
 
 
+def _past_budget(fut: Future[Outcome]) -> bool:
+    """A parse no worker took before the run's extraction deadline (waits for it)."""
+    return fut.result().status == "budget"
+
+
 def submit_parse(
     settings: Settings,
     pool: WorkerPool,
     path: str,
     key: str,
     extractor: str = DEFAULT_EXTRACTOR,
+    *,
+    start_by: float | None = None,
 ) -> Future[Outcome]:
     """The parse of one file on ``pool``, with the run's limits (pages, bytes read into
-    memory, characters kept, chunks)."""
+    memory, characters kept, chunks); not started once ``start_by`` (the run's extraction
+    deadline, monotonic) has passed when a worker would take it: a ``budget`` outcome."""
     default = extractor == DEFAULT_EXTRACTOR
     extra: dict[str, Any] = {"max_chars": settings.extract.max_chars} if default else {}
-    return pool.submit(
+    return pool.submit_by(
+        start_by,
         extractor,
         path,
         key,
@@ -186,7 +195,7 @@ def parse_as_landed(
         deadline = run_deadline(started(), settings.extract.run_budget)
         if deadline is not None and time.monotonic() >= deadline:
             return None
-        return submit_parse(settings, pool(), path, key)
+        return submit_parse(settings, pool(), path, key, start_by=deadline)
 
     return parse
 

@@ -68,7 +68,9 @@ from ingest.extract.forkserver import FORK, PID, READY, STATUS
 
 log = logging.getLogger(__name__)
 
-OutcomeStatus = Literal["ok", "error", "timeout", "crashed", "interrupted"]
+# "budget": the job was still queued when its ``start_by`` passed (the run's extraction
+# budget), so no worker took it.
+OutcomeStatus = Literal["ok", "error", "timeout", "crashed", "interrupted", "budget"]
 # A worker's exit status is relayed by the fork server; when the fork server itself was
 # killed, the status is lost and the worker is reported with this code.
 STATUS_LOST = 255
@@ -111,6 +113,7 @@ class _Job:
     future: Future[Outcome] = field(default_factory=Future)
     id: int = 0
     retried: bool = False  # sent again after its worker was killed from outside
+    start_by: float | None = None  # monotonic time after which no worker takes it
 
 
 class _Process:
@@ -305,7 +308,16 @@ class WorkerPool:
 
     def submit(self, ref: str, *args: Any, **kwargs: Any) -> Future[Outcome]:
         """Run ``ref`` (``"module:function"``) with the arguments in a worker."""
-        job = _Job(ref, args, kwargs)
+        return self.submit_by(None, ref, *args, **kwargs)
+
+    def submit_by(
+        self, start_by: float | None, ref: str, *args: Any, **kwargs: Any
+    ) -> Future[Outcome]:
+        """``submit``, unless no worker has taken the job by ``start_by`` (monotonic): then
+        its outcome is ``budget`` and it never runs. Checked when a worker takes the job,
+        not when it is queued: files queued as they land would otherwise all run, however
+        late."""
+        job = _Job(ref, args, kwargs, start_by=start_by)
         with self._lock:
             if self._closing:
                 raise RuntimeError("the pool is closed")
@@ -448,10 +460,17 @@ class WorkerPool:
                 if (self._queue or self._warm) and not self._workers:  # the first job: start
                     self._workers = [_Worker() for _ in range(self.config.size)]
             self._start_pending()
+            expired: list[_Job] = []
             with self._lock:
                 for w in self._workers:
-                    if w.ready and w.job is None and self._queue:
-                        self._send(w, self._queue.popleft())
+                    if w.ready and w.job is None:
+                        job = self._take(expired)
+                        if job is not None:
+                            self._send(w, job)
+            for job in expired:  # outside the lock: a future's callbacks run here
+                job.future.set_result(
+                    Outcome("budget", error="not started: its start-by time had passed")
+                )
             server = self._server
             now = time.monotonic()
             deadlines = [w.deadline for w in self._workers if w.job is not None or not w.ready]
@@ -505,6 +524,17 @@ class WorkerPool:
             return
         self._start_failed("an extraction worker failed to start")
         self._replace(w, kill=True)
+
+    def _take(self, expired: list[_Job]) -> _Job | None:
+        """The next queued job whose start-by time has not passed (under the lock); the
+        ones whose time has passed go to ``expired``."""
+        now = time.monotonic()
+        while self._queue:
+            job = self._queue.popleft()
+            if job.start_by is None or now < job.start_by or job.retried:
+                return job
+            expired.append(job)
+        return None
 
     def _send(self, w: _Worker, job: _Job) -> None:
         assert w.conn is not None

@@ -22,10 +22,14 @@ before it is logged or stored. Redirects are followed here, not by httpx
 (``_MAX_REDIRECTS`` hops): a hop to another origin (scheme, host, port) goes out
 without any credential the client added, header (``OriginAuth``) or query
 parameter (``auth_params``), so an ``X-API-Key`` never reaches a host the API
-redirects to.
+redirects to; and a hop (a redirect, a ``Link`` header, a body's next URL) to a host:port
+other than the base URL's or one of ``allowed_hops`` (``INGEST_ALLOWED_HOSTS``) is
+refused before any request (``HopRefusedError``: the listing is incomplete).
 
 A page body is read as a stream and given up past ``max_page_bytes`` (a
-``PageError`` at once: a retry would read the same page); a body nested too deep
+``PageError`` at once: a retry would read the same page) or when the whole answer takes
+longer than ``body_deadline`` (a timeout, retried as one); a ``Retry-After`` longer than
+``max_retry_after`` fails its page at once instead of pausing the source; a body nested too deep
 for the parser (``RecursionError``) is a malformed page like any other, never a
 failed run.
 """
@@ -50,6 +54,7 @@ from ingest.errors import EndpointError
 from ingest.redact import redact
 from ingest.rest.errors import (
     AuthError,
+    HopRefusedError,
     MalformedPageError,
     NotFoundError,
     PageError,
@@ -59,6 +64,7 @@ from ingest.rest.errors import (
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
 from ingest.rest.records import ApiRequest
 from ingest.rest.window import AdaptiveWindow, Outcome
+from ingest.security import endpoint_of
 
 if TYPE_CHECKING:
     from ingest.rest.shared import SharedSlots
@@ -232,6 +238,11 @@ class RestClient:
     who: str = "these credentials"  # what a 404 may not be visible to
     auth_params: dict[str, str] = field(default_factory=dict)  # a credential in the query
     max_page_bytes: int = 64 * 1024 * 1024  # a body longer than this is a failed page
+    body_deadline: float = 120.0  # seconds for a whole answer, from request to last byte
+    # endpoints (host:port, or a bare host) a redirect or next-page URL may go to besides
+    # the base URL's own: INGEST_ALLOWED_HOSTS; any other host is refused before a request
+    allowed_hops: frozenset[str] = frozenset()
+    max_retry_after: float = 300.0  # a longer Retry-After fails the page, pausing nothing
     requests: list[ApiRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -272,7 +283,7 @@ class RestClient:
             target = safe_url(response.request.url if response is not None else url)
             error = sent.bad_json or sent.error
             self._log_request(label, target, sent, attempt, error)
-            if isinstance(sent.error, (PageTooLargeError, RequestError)):
+            if isinstance(sent.error, (PageTooLargeError, HopRefusedError, RequestError)):
                 raise sent.error
             if response is None or sent.bad_json is not None:
                 failures += 1
@@ -321,7 +332,23 @@ class RestClient:
                             url=target,
                             attempts=attempt,
                         )
-                    await self.governor.secondary_limit(_retry_after(headers))
+                    retry_after = _retry_after(headers)
+                    if retry_after is not None and retry_after > self.max_retry_after:
+                        log.warning(
+                            "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
+                            "the page is given up, no request pauses",
+                            target,
+                            retry_after,
+                            self.max_retry_after,
+                        )
+                        raise PageError(
+                            f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
+                            f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
+                            "the page is given up",
+                            url=target,
+                            attempts=attempt,
+                        )
+                    await self.governor.secondary_limit(retry_after)
                     continue
             if status == 401:
                 raise AuthError(
@@ -372,14 +399,14 @@ class RestClient:
             sent.sent_at = datetime.now(UTC)
             start = time.perf_counter()
             try:
-                response = await self._follow(
+                response = await self._answer(
                     httpx.URL(url), params, {"If-None-Match": etag} if etag else None
                 )
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 sent.error = exc
                 sent.outcome = "timeout" if isinstance(exc, httpx.TimeoutException) else "error"
                 return sent
-            except (PageTooLargeError, RequestError) as exc:  # not retried: logged, then raised
+            except (PageTooLargeError, HopRefusedError, RequestError) as exc:  # not retried
                 sent.error = exc
                 return sent
             finally:
@@ -424,6 +451,20 @@ class RestClient:
                 values |= {value, value.partition(" ")[2]}  # "Bearer x": also x
         return values - {""}
 
+    async def _answer(
+        self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
+    ) -> httpx.Response:
+        """``_follow`` within ``body_deadline`` in all: httpx's timeout is per read, so a
+        body dribbled a byte at a time would never time out. Past the deadline the attempt
+        is a timeout (``httpx.ReadTimeout``), retried as one."""
+        try:
+            async with asyncio.timeout(self.body_deadline):
+                return await self._follow(target, params, headers)
+        except TimeoutError:
+            raise httpx.ReadTimeout(
+                f"no whole answer within {self.body_deadline:g} s (body_deadline)"
+            ) from None
+
     async def _follow(
         self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None
     ) -> httpx.Response:
@@ -431,6 +472,7 @@ class RestClient:
         origin (``_credentialed``, ``OriginAuth``), never copied from the hop before."""
         hops = 0
         while True:
+            self._check_hop(target)
             response = await self._read(self._credentialed(target), params, headers)
             location = response.headers.get("location")
             if response.status_code not in _REDIRECTS or not location:
@@ -449,6 +491,30 @@ class RestClient:
             if origin(nxt) != origin(response.request.url):
                 log.info("redirected to another origin: %s", safe_url(nxt))
             target, params = nxt, None  # the Location is the whole next URL
+
+    def _check_hop(self, target: httpx.URL) -> None:
+        """Refuse a URL (a redirect's ``Location``, a ``Link`` header's or a body's next
+        page) on a host:port other than the base URL's and the allowed ones: an API must
+        not turn the worker into a client of loopback, link-local (cloud metadata) or
+        private addresses, nor of any host the operator did not allow."""
+        if target.is_relative_url:
+            return
+        try:
+            endpoint = endpoint_of(str(target))
+        except ValueError:
+            return  # not http(s): the redirect check names the scheme
+        if endpoint == endpoint_of(str(self.http.base_url)):
+            return
+        host = endpoint.rsplit(":", 1)[0].strip("[]")
+        if endpoint in self.allowed_hops or host in self.allowed_hops:
+            return
+        shown = safe_url(target)
+        raise HopRefusedError(
+            f"{shown}: the API sent the client to {endpoint}, which this source may not "
+            "reach (its base_url's host, or INGEST_ALLOWED_HOSTS); nothing was sent there",
+            url=shown,
+            attempts=1,
+        )
 
     async def _read(
         self, target: httpx.URL, params: Mapping[str, Any] | None, headers: dict[str, str] | None

@@ -120,7 +120,7 @@ async def walk(
     *,
     incremental: bool = False,
     max_wave: int = 64,
-    max_pages: int = 100_000,
+    max_pages: int = MAX_PLANNED,
     label: str = "",
     known: Sequence[str] = (),
 ) -> Walk:

@@ -11,7 +11,8 @@
         └── PageError                   one page failed after its retries; becomes a row
             ├── MalformedPageError      a page the API answered but that cannot be read:
             │                           not JSON, records missing, a cursor that repeats
-            └── PageTooLargeError       a body past max_page_bytes (not retried)
+            ├── PageTooLargeError       a body past max_page_bytes (not retried)
+            └── HopRefusedError         a redirect or next-page URL to a host not allowed
     RateLimitStop (IngestError)         the primary budget is spent and resets later than
                                         max_wait: stop cleanly, keep what was fetched
 
@@ -82,6 +83,14 @@ class StepError(MalformedPageError):
 class PageTooLargeError(PageError):
     """The answer's body grew past the client's ``max_page_bytes`` while it was read: the
     page is a failed page (the same page would be as large again, so it is not retried)."""
+
+    retryable = False
+
+
+class HopRefusedError(PageError):
+    """A redirect, ``Link`` header or next-page URL named a host the source may not reach
+    (not its ``base_url``'s, not in ``INGEST_ALLOWED_HOSTS``): no request went there, and
+    the listing is incomplete."""
 
     retryable = False
 

@@ -75,7 +75,14 @@ from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
 from ingest.rest.engine import Listing, Page
-from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
+from ingest.rest.errors import (
+    AuthError,
+    MalformedPageError,
+    PageError,
+    RateLimitStop,
+    RestTerminalError,
+    SourceError,
+)
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import (
     GitHubSummary,
@@ -208,8 +215,16 @@ class GitHubDialect:
         items = paginator.items(answer.data)
         now = datetime.now(UTC)
         stamps: list[datetime] = []
-        for item in items:
-            pr = PullRequest.from_api(own.repo, item, run_id=own.opts.run_id, fetched_at=now)
+        for n, item in enumerate(items):
+            try:
+                pr = PullRequest.from_api(own.repo, item, run_id=own.opts.run_id, fetched_at=now)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # an answer that is not GitHub's pull request: this listing stops, the run
+                # goes on (errors are data)
+                what = f"no {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}"
+                raise MalformedPageError(
+                    f"{answer.url}: item {n} is not a pull request ({what})", url=answer.url
+                ) from None
             if pr.updated_at is not None:
                 stamps.append(pr.updated_at)
             old = own.pulls.get(pr.number)

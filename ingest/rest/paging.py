@@ -25,9 +25,11 @@ from typing import Any
 
 import httpx
 
-# Pages one listing plans at most unless told (``walk``'s ``max_pages``): a ``rel="last"``
-# or a total announcing 10^9 pages builds this many URLs, not 10^9.
-MAX_PLANNED = 100_000
+# Pages one listing fetches at most unless told (a resource's ``max_pages``, ``walk``'s):
+# a ``rel="last"`` or a total announcing 10^9 pages builds this many URLs, not 10^9, and a
+# cursor that never ends stops here. 10,000 pages of 100 records is a million records a
+# listing; a listing stopped by the bound is reported incomplete, never complete.
+MAX_PLANNED = 10_000
 
 _LINK = re.compile(r'<([^>]*)>\s*;\s*rel="([^"]+)"')
 

@@ -560,6 +560,8 @@ def make_client(
         ramp=settings.http.ramp,
     )
     limits = source.client.rate_limit
+    from ingest.security import allowed_endpoints
+
     return RestClient(
         http,
         RateLimitGovernor(
@@ -574,6 +576,9 @@ def make_client(
         who=who,
         auth_params=creds.params,
         max_page_bytes=settings.http.max_page_bytes,
+        body_deadline=settings.http.body_deadline,
+        allowed_hops=frozenset(allowed_endpoints(settings.allowed_hosts)),
+        max_retry_after=settings.http.max_retry_after,
     )
 
 

@@ -28,14 +28,13 @@ Differences, on purpose:
   the client finds what the host allows (``ingest.rest.window``);
 * ``page_size: auto`` lets the page size follow the budget the API announces;
 * dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
-  are named by import path, ``package.module:function``, imported when the file loads;
+  name a function the project ships or one the worker's settings register
+  (``ingest.rest.steps``), checked when the file loads;
 * errors name the file and line (``load_source``).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +51,7 @@ from pydantic import (
     model_validator,
 )
 
+from ingest.rest import steps
 from ingest.rest.errors import SourceError
 from ingest.rest.paging import (
     BodyCursorPaginator,
@@ -92,31 +92,12 @@ def json_path(value: str | None) -> str | None:
     return path.lstrip(".")
 
 
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-@functools.cache
 def resolve_function(path: str) -> Callable[..., Any]:
-    """The function an import path names, ``package.module:function`` (``:`` then a name,
-    or ``Class.method``), imported from the Python path of the run; raises ``ValueError``
-    saying what is wrong. dlt's ``processing_steps`` and ``incremental.convert`` are Python
-    callables; a source file names them this way."""
-    if not _IMPORT_PATH.match(path):
-        raise ValueError(
-            f"{path!r} is not an import path: write module:function (mypackage.steps:keep_open)"
-        )
-    module_name, _, attr = path.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{path!r}: module {module_name!r} cannot be imported ({exc})") from exc
-    for name in attr.split("."):
-        if not hasattr(target, name):
-            raise ValueError(f"{path!r}: module {module_name!r} has no {attr!r}")
-        target = getattr(target, name)
-    if not callable(target):
-        raise ValueError(f"{path!r}: {attr!r} is not a function")
-    return target  # type: ignore[no-any-return]
+    """The function a source file names (``processing_steps``, ``incremental.convert``):
+    one the project ships, by name, or an import path ``module:function`` the worker's
+    settings register (``ingest.rest.steps``); raises ``ValueError`` saying what is wrong.
+    A source file is data: it never chooses code to import."""
+    return steps.resolve(path)
 
 
 def _importable(path: str) -> str:
@@ -419,7 +400,11 @@ class Resource(_Strict):
         description="filter and map steps, each a module:function (dlt's callables).",
     )
     endpoint: Endpoint = Field(default_factory=Endpoint)
-    max_pages: int = Field(100_000, ge=1)
+    max_pages: int = Field(
+        10_000,  # ingest.rest.paging.MAX_PLANNED
+        ge=1,
+        description="Pages one listing fetches at most; a listing stopped there is incomplete.",
+    )
 
     @property
     def disposition(self) -> str:
@@ -505,10 +490,18 @@ class Client(_Strict):
     @field_validator("headers")
     @classmethod
     def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        # Headers go to every host a listing reaches; a credential goes under auth, which
+        # sends it to the API's own origin only. Refused by what the name says it carries
+        # (X-Auth-Token, Private-Token, X-Session-Id, Proxy-Authorization ...).
         for name in v:
-            if name.lower() in ("authorization", "x-api-key", "api-key", "cookie"):
+            if _CREDENTIAL_HEADER.search(name):
                 raise ValueError(f"header {name!r} carries a credential; declare it under auth")
         return v
+
+
+_CREDENTIAL_HEADER = re.compile(
+    r"(?i)auth|token|secret|passw|api[-_]?key|cookie|session|signature|credential|^key$"
+)
 
 
 class Source(_Strict):
@@ -713,10 +706,14 @@ def parse_source(text: str, name: str = "<source>") -> Source:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         raise SourceError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    except RecursionError:  # the YAML parser recurses per level: a 20,000-deep file
+        raise SourceError(f"{name}: nested too deep to read (a source file is shallow)") from None
     if not isinstance(data, dict):
         raise SourceError(f"{name}:1: a source file is a mapping (name, client, resources)")
     try:
         return Source.model_validate(data)
+    except RecursionError:
+        raise SourceError(f"{name}: nested too deep to read (a source file is shallow)") from None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

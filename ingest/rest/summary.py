@@ -38,7 +38,7 @@ def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None
     text = headline(summary).replace("\n", "  \n")
     if link is not None:
         text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
-    lines = [f"# {title}", "", text, ""]
+    lines = [f"# {md.cell(title)}", "", text, ""]
     lines += [
         "| resource | table | listings | complete | records | pages | requests | failed pages "
         "| page size | note |",
@@ -124,7 +124,7 @@ def github_markdown(
     text = github_headline(summary).replace("\n", "  \n")
     if link is not None:
         text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
-    lines = [f"# {title}", "", text, "", TERMS, ""]
+    lines = [f"# {md.cell(title)}", "", text, "", TERMS, ""]
     lines += [
         "| repo | complete | pull requests | requests | not modified | failed pages | note |",
         "|---|---|---|---|---|---|---|",

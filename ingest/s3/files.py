@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
+import stat
 import uuid
 from pathlib import Path
 
-from ingest.errors import ItemError
+from ingest.errors import ItemError, TerminalError
 from ingest.keys import TMP_DIR_NAME
 from ingest.s3 import resume
 
@@ -31,6 +33,36 @@ def ensure_dir(path: str) -> None:
         _made_dirs.add(path)
 
 
+# The names ``temp_path`` makes: ``<pid>-<process token>-<counter>.part``. The sweep
+# deletes nothing else, whatever else the folder holds.
+_TEMP_NAME = re.compile(r"^(\d+)-[0-9a-f]{8}-\d+\.part$")
+
+
+class UnsafeFolderError(TerminalError):
+    """The download folder's temporary folder is a symbolic link, or not a folder."""
+
+
+def tmp_folder(root: str | os.PathLike[str]) -> str:
+    """``<root>/.ingest-tmp``, made if missing; refused (``UnsafeFolderError``) when it is a
+    symbolic link or not a folder: in a shared download folder, whoever planted a link
+    there would have the run write its partial files, and the sweep delete files, in the
+    folder the link names."""
+    path = os.path.join(root, TMP_DIR_NAME)
+    if path in _made_dirs:
+        return path
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(path)
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+        raise UnsafeFolderError(
+            f"{path} is {what}: temporary files are written only in a folder of the download "
+            "folder itself; remove it and run again"
+        )
+    _made_dirs.add(path)
+    return path
+
+
 def temp_path(root: str | os.PathLike[str]) -> str:
     """A unique temporary name on the same filesystem as the destination.
 
@@ -38,8 +70,7 @@ def temp_path(root: str | os.PathLike[str]) -> str:
     be told from files a live run is still writing (``sweep_temp``). Paths on the
     per-object path are strings (a ``Path`` join costs microseconds).
     """
-    tmp_dir = os.path.join(root, TMP_DIR_NAME)
-    ensure_dir(tmp_dir)
+    tmp_dir = tmp_folder(root)
     return f"{tmp_dir}/{os.getpid()}-{_token}-{next(_names)}.part"
 
 
@@ -54,12 +85,15 @@ def sweep_temp(root: Path) -> int:
     big objects no run asked for again within a week (``ingest.s3.resume``)."""
     removed = 0
     tmp_dir = Path(root, TMP_DIR_NAME)
-    if not tmp_dir.is_dir():
+    if not tmp_dir.is_dir() and not tmp_dir.is_symlink():
         return 0
-    removed += resume.sweep(tmp_dir)
-    for path in tmp_dir.iterdir():
-        pid = path.name.split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+    tmp = Path(tmp_folder(root))
+    removed += resume.sweep(tmp)
+    for path in tmp.iterdir():
+        name = _TEMP_NAME.match(path.name)
+        if name is None or not stat.S_ISREG(path.lstat().st_mode):
+            continue
+        if not _pid_alive(int(name.group(1))):
             path.unlink(missing_ok=True)
             removed += 1
     return removed

@@ -4,6 +4,7 @@ next schedule)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -203,6 +204,9 @@ def test_two_nightly_runs_overlapping(tmp_path: Path) -> None:
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "GITHUB_TOKEN": TOKEN,
             "INGEST_S3_BATCH_SIZE": "5",
+            # The defaults the test sets on the server reach only what the worker allows.
+            "INGEST_ALLOWED_HOSTS": json.dumps([gh.url]),
+            "INGEST_ALLOWED_ROOTS": json.dumps([str(tmp_path)]),
         }
         serve.ensure_work_pools(server.api_url, project.work_pools(project.load()))
         serve.deploy_all(env, log=deploy_log)

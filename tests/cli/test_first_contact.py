@@ -142,7 +142,17 @@ def slow_s3(tmp_path: Path) -> Iterator[DevServer]:
 
 
 @pytest.mark.server  # its command starts a server of its own, which Ctrl-C must outlive
-def test_ctrl_c_stops_the_run_and_keeps_its_work(slow_s3: DevServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted:"), (signal.SIGTERM, 143, "terminated (SIGTERM):")],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_ctrl_c_stops_the_run_and_keeps_its_work(
+    slow_s3: DevServer, tmp_path: Path, signum: int, code: int, said: str
+) -> None:
+    """Ctrl-C (to the terminal's process group) and SIGTERM (to the command's process
+    alone, as ``kill``, systemd's main process or Kubernetes send it) both stop the run
+    within a request's time, keep what it stored, and say which in the exit code."""
     client = boto3.client("s3", endpoint_url=slow_s3.url, region_name="us-east-1")
     client.create_bucket(Bucket="slow-docs")
     objects = {f"docs/{i:04}.txt": body_for(f"slow/{i}") for i in range(600)}
@@ -161,10 +171,13 @@ def test_ctrl_c_stops_the_run_and_keeps_its_work(slow_s3: DevServer, tmp_path: P
         seen.append(line)
         if "download-batch" in line and "objects" in line:
             break
-    os.killpg(proc.pid, signal.SIGINT)
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     out = "".join(seen) + finish(proc, timeout=120)
-    assert proc.returncode == 130, out
-    assert out.strip().splitlines()[-1].startswith("interrupted:")
+    assert proc.returncode == code, out
+    assert out.strip().splitlines()[-1].startswith(said)
     assert "Error logging to API" not in out and "Connection refused" not in out
     # The next run takes up where it stopped: the objects done before are not fetched again.
     rerun = finish(run_cli(args, env=env))

@@ -90,6 +90,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, _clean_environment: None) -
         production = deployed_parameters(server.api_url)
         with serve_demo.DemoServers(any_port=True) as demo:
             config = project.with_parameters(project.load(), demo.overrides)
+            env.update(serve_demo.allowed_hosts(demo.endpoints))  # as serving_demo does
             serve.deploy_all(env, log=deploy_log, config=config)  # then as the demo does
             workers = [serve.Worker(p, env, log=worker_log) for p in project.work_pools(config)]
             for w in workers:

@@ -56,6 +56,20 @@ def test_the_database_url_can_come_from_a_file(tmp_path: Path) -> None:
         database.configured_url(Settings(serve={"database_url_file": tmp_path / "missing"}))
 
 
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o620])
+def test_a_database_url_file_others_can_read_or_change_is_refused(
+    tmp_path: Path, mode: int
+) -> None:
+    path = tmp_path / "db-url"
+    path.write_text(f"postgresql://ingest:{PASSWORD}@127.0.0.1:5432/prefect\n")
+    path.chmod(mode)
+    with pytest.raises(database.DatabaseUrlError, match=f"has mode {mode:04o}") as refused:
+        database.configured_url(Settings(serve={"database_url_file": path}))
+    assert PASSWORD not in str(refused.value) and "chmod 600" in str(refused.value)
+    path.chmod(0o640)  # read by the group (a secrets mount's fsGroup): allowed
+    assert database.configured_url(Settings(serve={"database_url_file": path}))
+
+
 def test_a_refused_url_from_a_file_never_shows_its_password(tmp_path: Path) -> None:
     path = tmp_path / "db-url"
     path.write_text(f"mysql://admin:{PASSWORD}@db.internal/prefect")

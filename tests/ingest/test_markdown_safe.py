@@ -97,3 +97,15 @@ def test_a_rest_note_from_the_api_is_text() -> None:
 def test_a_code_span_shows_its_text(text: str) -> None:
     page = render(f"| k |\n|---|\n| {md.code(text)} |\n")
     assert cells(page)[-1] == [text]
+
+
+def test_a_run_summary_title_is_text() -> None:
+    """The title names the bucket and prefix (or the source) a run was given: a prefix of
+    ``<img src=x onerror=...>`` is shown, not rendered."""
+    title = "s3-ingest (s3://b/<img src=x onerror=alert(1)>)"
+    for text in (
+        report.markdown(report.RunSummary(run_id="r"), title),
+        rest_markdown(RestSummary(run_id="r", source="s"), title),
+    ):
+        page = render(text)
+        assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

@@ -213,3 +213,58 @@ def test_runs_cannot_redirect_the_token_or_write_elsewhere(
 
     assert listener.seen == []  # no request, so no credential, reached the other server
     assert not elsewhere.exists()  # and nothing was written outside the roots
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_defaults_changed_on_the_server_do_not_widen_what_a_run_may_reach(
+    listener: Listener, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PATCH of a deployment's default ``base_url`` or ``data_dir`` on the Prefect server
+    (anyone with the auth string can send one) is not what the worker trusts: the next
+    run with the server's defaults is refused in one line, before any request."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import DeploymentUpdate
+    from prefect.flow_engine import run_flow
+
+    from flows.github_pulls import github_pulls
+    from flows.rest_ingest import rest_ingest
+
+    token = "ghp_" + "PatchedDefaultsToken0123456789abcdefAB"  # fake
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    monkeypatch.setenv("INGEST_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("INGEST_SOURCE_ENV_NAMES", '["TICKETS_API_KEY"]')
+    elsewhere = tmp_path / "elsewhere"
+
+    def patched_run(flow: Any, declared: dict[str, Any], patch: dict[str, Any]) -> Any:
+        with get_client(sync_client=True) as client:
+            flow_id = client.create_flow_from_name(flow.name)
+            deployment_id = client.create_deployment(
+                flow_id=flow_id, name=f"patched-{os.urandom(4).hex()}", parameters=declared
+            )
+            client.update_deployment(
+                deployment_id, DeploymentUpdate(parameters={**declared, **patch})
+            )
+            stored = client.read_deployment(deployment_id).parameters
+            assert stored == {**declared, **patch}  # the server took the new defaults
+            created = client.create_flow_run_from_deployment(deployment_id)
+        return run_flow(flow, flow_run=created, parameters=stored, return_type="state")
+
+    state = patched_run(
+        github_pulls, {"repos": ["octo/engine"]}, {"base_url": f"{listener.url}/api/v3"}
+    )
+    assert state.is_failed()
+    with pytest.raises(ParameterRefusedError, match="sends no credentials to") as refused:
+        state.result()
+    assert "\n" not in str(refused.value)
+    state = patched_run(
+        rest_ingest, {"source": "sources/tickets.yaml"}, {"base_url": f"{listener.url}/"}
+    )
+    with pytest.raises(ParameterRefusedError, match="base_url"):
+        state.result()
+    state = patched_run(github_pulls, {"repos": ["octo/engine"]}, {"data_dir": str(elsewhere)})
+    with pytest.raises(ParameterRefusedError, match="data_dir"):
+        state.result()
+
+    assert listener.seen == []  # the token never left
+    assert not elsewhere.exists()

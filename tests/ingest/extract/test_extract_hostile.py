@@ -115,20 +115,58 @@ def test_a_spent_run_budget_leaves_the_rest_to_the_next_run(tmp_path: Path) -> N
     for name in names:
         (tmp_path / name).write_text(f"text of {name}")
         stored.append((name, "e", str(tmp_path / name)))
-    # one worker, two files handed over at a time: the third waits for the first, which
-    # hangs until the 2 s time limit, past the run's 1 s budget
+    # one worker, two files handed over at a time: the second waits in the pool's queue
+    # for the first, which hangs until the 2 s time limit, past the run's 1 s budget; the
+    # third and fourth are not handed over once the budget is spent. The budget binds
+    # where work starts: the second, queued in time, is not started when the worker is
+    # free at 2 s either.
     settings = Settings(extract_workers=1, extract_run_budget=1.0)
     with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
         docs = extract_batch(settings, "b", stored, run_id="budget", pool=pool, extractor=HOOK)
     by_key = {d.key: d for d in docs}
     assert [d.key for d in docs] == names
     assert "time limit" in (by_key["a-hang.txt"].error or "")
-    assert by_key["b.txt"].status == "ok"
-    for name in ("c.txt", "d.txt"):
+    for name in ("b.txt", "c.txt", "d.txt"):
         doc = by_key[name]
         assert doc.status == "timeout" and "extract_run_budget=1 s" in (doc.error or "")
         assert doc.extractor_version == INTERRUPTED  # the next run's find-changes picks it up
         assert doc.kind == "txt" and doc.bytes > 0
+
+
+def test_files_queued_as_they_land_are_not_started_past_the_budget(tmp_path: Path) -> None:
+    """Files go to the workers as they land, within seconds of the run's start, long before
+    they are parsed: eleven 20 s parses ran under a 60 s budget. The budget is checked
+    when a worker takes a job: a file still queued then becomes a ``budget`` row that the
+    next run extracts."""
+    from ingest.extract.batch import run_deadline, submit_parse
+    from ingest.extract.landed import Landed
+
+    names = ["a-hang.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
+    settings = Settings(extract_workers=1, extract_run_budget=1.0)
+    warm = tmp_path / "warm.txt"
+    warm.write_text("the worker is up")
+    with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
+        assert pool.submit(HOOK, str(warm), warm.name, 1, 1 << 20).result().status == "ok"
+        deadline = run_deadline(None, settings.extract.run_budget)  # the run starts now
+        landed = Landed(
+            lambda path, key: submit_parse(settings, pool, path, key, HOOK, start_by=deadline)
+        )
+        stored = []
+        for name in names:  # all land (and are queued) at once, well within the budget
+            path = tmp_path / name
+            path.write_text(f"text of {name}")
+            data = path.read_bytes()
+            landed.land(str(path), name, len(data), data)
+            stored.append((name, "e", str(path)))
+        assert pool.pending == len(names)
+        # the batch takes the parses its files' landings started
+        docs = extract_batch(settings, "b", stored, run_id="r", pool=pool, landed=landed)
+    by_key = {d.key: d for d in docs}
+    assert "time limit" in (by_key["a-hang.txt"].error or "")
+    for name in names[1:]:
+        doc = by_key[name]
+        assert doc.extractor == "budget" and doc.status == "timeout", doc
+        assert doc.extractor_version == INTERRUPTED  # the next run extracts it
 
 
 @pytest.fixture

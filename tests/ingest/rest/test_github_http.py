@@ -68,8 +68,8 @@ def servers() -> Iterator[list[Server]]:
         s.close()
 
 
-async def get_all(base_url: str, urls: list[str]) -> list[int]:
-    settings = Settings()
+async def get_all(base_url: str, urls: list[str], **settings_kw: object) -> list[int]:
+    settings = Settings(**settings_kw)
     source = github_source(settings, ["octo/hello"], base_url=base_url, concurrency=2)
     gh = make_client(
         settings, source, run_id="t", base_url=None, load_block=None, remembered=None, token=TOKEN
@@ -79,13 +79,19 @@ async def get_all(base_url: str, urls: list[str]) -> list[int]:
 
 
 def test_token_goes_to_the_api_host_only(servers: list[Server]) -> None:
-    """A Link header naming another host (here another loopback address) is fetched
-    without the Authorization header; the API host still gets it."""
+    """A Link header naming another host (here another loopback address) is refused unless
+    INGEST_ALLOWED_HOSTS lists it; then it is fetched without the Authorization header;
+    the API host still gets it."""
+    from ingest.rest.errors import HopRefusedError
+
     api, other = Server("127.0.0.1"), Server("127.0.0.2")
     servers += [api, other]
-    statuses = asyncio.run(
-        get_all(api.url, ["/repos/o/r/pulls?page=1", f"{other.url}/repos/o/r/pulls?page=2"])
-    )
+    urls = ["/repos/o/r/pulls?page=1", f"{other.url}/repos/o/r/pulls?page=2"]
+    with pytest.raises(HopRefusedError, match=r"127\.0\.0\.2"):
+        asyncio.run(get_all(api.url, urls))
+    assert other.seen == []
+    api.seen.clear()
+    statuses = asyncio.run(get_all(api.url, urls, allowed_hosts=[other.url]))
     assert statuses == [200, 200]
     [(_, _, api_headers)] = api.seen
     [(_, path, other_headers)] = other.seen

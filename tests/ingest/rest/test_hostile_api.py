@@ -6,6 +6,7 @@ end one listing with a clear reason, never the run, and never build 10^9 URLs.""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
+from ingest.security import endpoint_of
 from ingest.settings import Settings
 from tests.scripted_server import Answer, ScriptedServer
 
@@ -112,7 +114,8 @@ def test_a_cross_origin_redirect_gets_no_api_key(
         auth["name"] = "X-API-Key"
     faults = [{"kind": "redirect", "match": "/tickets", "to": recorder.url, "times": 99}]
     with DevRest(api_key=API_KEY, projects=1, faults=faults) as api:
-        summary = run(data_dir, source_for(api.url, auth=auth))
+        # the other origin is one the operator allows (else the hop is refused, below)
+        summary = run(data_dir, source_for(api.url, auth=auth), allowed_hosts=[recorder.url])
     assert recorder.targets, "the redirect was not followed"
     assert recorder.targets[0].startswith("/tickets")
     sent = everything_sent(recorder)
@@ -152,7 +155,12 @@ def test_a_bearer_token_stays_on_its_origin(recorder: ScriptedServer) -> None:
                 origin.url, headers={}, concurrency=2, timeout=5.0, credentials=bearer(TOKEN)
             )
             async with http:
-                gh = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                gh = RestClient(
+                    http,
+                    RateLimitGovernor(),
+                    RetryPolicy(max_attempts=1),
+                    allowed_hops=frozenset({endpoint_of(recorder.url)}),
+                )
                 return (await gh.get(path)).data
 
         assert asyncio.run(get("/repos/o/r/pulls")) == []
@@ -264,10 +272,172 @@ def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: Scrip
         async def get() -> Any:
             creds = {"X-API-Key": API_KEY}
             http = make_http(origin.url, headers={}, concurrency=1, timeout=5.0, credentials=creds)
+            allowed = frozenset({endpoint_of(recorder.url)})
             async with http:
-                return (await RestClient(http, RateLimitGovernor()).get("/first")).data
+                client = RestClient(http, RateLimitGovernor(), allowed_hops=allowed)
+                return (await client.get("/first")).data
 
         assert asyncio.run(get()) == []
         assert dict(origin.seen)["/first"].get("X-API-Key") == API_KEY  # its own origin
     assert recorder.targets == ["/next?page=2"]
     assert API_KEY not in everything_sent(recorder)
+
+
+# --- time bounds on what an API controls ---------------------------------------------
+
+
+def _page(n: int, cursor: str | None) -> bytes:
+    return json.dumps({"data": [{"id": n}], "next_cursor": cursor}).encode()
+
+
+def test_a_retry_after_of_a_day_fails_its_page_and_holds_nothing(data_dir: Path) -> None:
+    """A 429 asking for 86,400 s: the page is given up at once, saying what was asked;
+    the source's other listing, on the same client, is read without a pause."""
+    with ScriptedServer() as api:
+        api.script("/tickets", Answer(429, b"{}", headers={"Retry-After": "86400"}))
+        api.script("/projects", Answer(200, _page(1, None)))
+        summary = run(data_dir, source_for(api.url, resources=TICKETS_AND_PROJECTS))
+        tickets = [t for t in api.targets if t.startswith("/tickets")]
+    assert not summary.complete
+    reason = _stop_reason(data_dir)
+    assert "asked to wait 86400 s (Retry-After), beyond max_retry_after 300 s" in reason
+    assert len(tickets) == 1  # not asked again: nothing to wait for
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(1,)]
+
+
+def test_a_retry_after_within_the_cap_is_obeyed(data_dir: Path) -> None:
+    with ScriptedServer() as api:
+        api.script(
+            "/tickets",
+            Answer(429, b"{}", headers={"Retry-After": "0"}),
+            Answer(200, _page(1, None)),
+        )
+        summary = run(data_dir, source_for(api.url), http={"max_retry_after": 0})
+    assert summary.complete  # 0 s asked, 0 s allowed: paused, then read
+
+
+def test_a_body_dribbled_a_byte_at_a_time_is_cut_at_the_deadline(data_dir: Path) -> None:
+    """httpx's timeout is per read: a byte every 0.3 s never trips a 5 s read timeout.
+    The whole answer has a deadline: the attempt is a timeout, and after its retries the
+    listing is incomplete, naming the deadline."""
+    body = _page(1, None) + b" " * 200  # valid JSON, ~60 s at this pace
+    with ScriptedServer() as api:
+        api.script("/tickets", Answer(200, body, dribble=0.3))
+        summary = run(
+            data_dir,
+            source_for(api.url),
+            rest_timeout=5.0,
+            http={"body_deadline": 1.5},
+        )
+        asked = len(api.targets)
+    assert not summary.complete
+    assert "no whole answer within 1.5 s (body_deadline)" in _stop_reason(data_dir)
+    assert asked == 2  # rest_max_attempts=2: the cut attempt was retried once, then given up
+
+
+def test_a_listing_that_never_ends_stops_at_max_pages_incomplete(data_dir: Path) -> None:
+    """A cursor that names a new page for ever stops at the resource's ``max_pages``, and
+    the listing says so: it is not complete. The default bound is the engine's."""
+    from ingest.rest import engine, paging
+
+    with ScriptedServer() as api:
+        api.script("/tickets", *[Answer(200, _page(n, f"c{n}")) for n in range(1, 40)])
+        summary = run(data_dir, source_for(api.url, max_pages=25))
+        asked = len(api.targets)
+    assert not summary.complete
+    assert "stopped at max_pages=25" in _stop_reason(data_dir)
+    assert asked == 25
+    spec = {
+        "name": "plain",
+        "client": {"base_url": "http://127.0.0.1:9/"},
+        "resources": [{"name": "things", "endpoint": {"path": "things"}}],
+    }
+    default = parse_source(json.dumps(spec), "plain.yaml").resources[0].max_pages
+    walk_default = inspect.signature(engine.walk).parameters["max_pages"].default
+    assert default == walk_default == paging.MAX_PLANNED <= 10_000
+
+
+# --- hops to other hosts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["redirect", "link", "next_url"])
+def test_a_hop_to_a_host_not_allowed_is_refused_before_any_request(
+    data_dir: Path, recorder: ScriptedServer, how: str
+) -> None:
+    """A 302, a ``Link: rel="next"`` or a body's next URL naming another host (here
+    another port of loopback, as a metadata address or a private service would be) is
+    refused: that host sees no request, nothing it says is stored, the listing is
+    incomplete naming the host, and the source's other listing is read."""
+    target = f"{recorder.url}/tickets?page=2"
+    first = {"data": [{"id": 1}], "next": target if how == "next_url" else None}
+    with ScriptedServer() as api:
+        if how == "redirect":
+            api.script("/tickets", Answer(302, headers={"Location": target}))
+        elif how == "link":
+            link = {"Link": f'<{target}>; rel="next"'}
+            api.script("/tickets", Answer(200, json.dumps(first).encode(), headers=link))
+        else:
+            api.script("/tickets", Answer(200, json.dumps(first).encode()))
+        api.script("/projects", Answer(200, _page(7, None)))
+        paginator = {
+            "redirect": {"type": "cursor", "cursor_path": "next_cursor"},
+            "link": {"type": "header_link"},
+            "next_url": {"type": "json_link", "next_url_path": "next"},
+        }[how]
+        summary = run(
+            data_dir, source_for(api.url, paginator=paginator, resources=TICKETS_AND_PROJECTS)
+        )
+    assert recorder.targets == []  # no request reached the other host
+    assert not summary.complete
+    port = recorder.url.rsplit(":", 1)[1]
+    assert f"sent the client to 127.0.0.1:{port}, which this source may not reach" in (
+        _stop_reason(data_dir)
+    )
+    _, rows = storage.query(data_dir, "SELECT count(*) FROM tracker__projects")
+    assert rows == [(1,)]
+    table = storage.open_table(data_dir, "tracker__tickets")
+    if how != "redirect":  # the first page was the API's own: kept
+        _, ids = storage.query(data_dir, "SELECT id FROM tracker__tickets")
+        assert ids == [(1,)]
+    else:
+        assert table is None
+
+
+def test_a_hop_to_an_allowed_host_is_followed(data_dir: Path, recorder: ScriptedServer) -> None:
+    """``INGEST_ALLOWED_HOSTS`` names the hosts an API may send the client to."""
+    with ScriptedServer() as api:
+        link = {"Link": f'<{recorder.url}/tickets?page=2>; rel="next"'}
+        api.script("/tickets", Answer(200, _page(1, None), headers=link))
+        summary = run(
+            data_dir,
+            source_for(api.url, paginator={"type": "header_link"}),
+            allowed_hosts=[recorder.url],
+        )
+    assert summary.complete, summary.errors
+    assert recorder.targets == ["/tickets?page=2"]
+
+
+# --- smaller doors ---------------------------------------------------------------------
+
+
+def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: Path) -> None:
+    """A hostile or broken GitHub-like API answers items without ``number``: that
+    repository's listing is incomplete, naming the item; the other repository is read."""
+    from ingest.rest.run import fetch_pulls
+
+    good = [{"number": 1, "id": 11, "updated_at": "2025-01-01T00:00:00Z"}]
+    bad = [{"id": 12, "title": "no number", "updated_at": "2025-01-01T00:00:00Z"}]
+    with ScriptedServer() as api:
+        api.script("/repos/o/good/pulls", Answer(200, json.dumps(good).encode()))
+        api.script("/repos/o/bad/pulls", Answer(200, json.dumps(bad).encode()))
+        settings = Settings(
+            data_dir=data_dir, github_base_url=api.url, github_max_attempts=1, github_timeout=5.0
+        )
+        summary = fetch_pulls(settings, ["o/good", "o/bad"], run_id="r1", token=TOKEN)
+        storage.commit_run(data_dir, "r1")
+    assert not summary.complete
+    said = json.dumps(summary.repos, default=str)
+    assert "item 0 is not a pull request (no 'number')" in said, said
+    _, rows = storage.query(data_dir, "SELECT repo, number FROM pull_requests")
+    assert rows == [("o/good", 1)]

@@ -606,6 +606,13 @@ def test_dlt_documented_github_example_loads_unchanged(
     assert any("since=2024-01-25T11%3A21%3A28Z" in r for r in api.requests)
 
 
+@pytest.fixture(autouse=True)
+def _registered_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker registers the test's functions (ingest.rest.steps): a source file names
+    only those and the project's own."""
+    monkeypatch.setenv("INGEST_SOURCE_FUNCTIONS", '["tests.rest_steps:*"]')
+
+
 STEPS = """    processing_steps:
       - filter: tests.rest_steps:paid_only
       - map: tests.rest_steps:with_band
@@ -661,9 +668,9 @@ def test_incremental_convert_by_import_path(data_dir: Path) -> None:
     ("step", "message"),
     [
         ("map: tests.rest_steps:nope", "module 'tests.rest_steps' has no 'nope'"),
-        ("filter: no_such_pkg.steps:keep", "module 'no_such_pkg.steps' cannot be imported"),
+        ("filter: no_such_pkg.steps:keep", "'no_such_pkg.steps:keep' is not a registered"),
         ("map: tests.rest_steps:NOT_A_FUNCTION", "'NOT_A_FUNCTION' is not a function"),
-        ("map: keep open", "is not an import path"),
+        ("map: keep open", "is neither a function the project ships"),
         ("{filter: tests.rest_steps:paid_only, map: tests.rest_steps:with_band}", "or {map"),
     ],
 )

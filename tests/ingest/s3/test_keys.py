@@ -86,10 +86,20 @@ def test_redact_masks_tokens_signatures_and_registered_secrets() -> None:
         ('{"refresh_token": "rt-271828", "scope": "read"}', "rt-271828"),
         ("private_key=pk-161803;next", "pk-161803"),
         ("password: pw-112358, next", "pw-112358"),
+        # never registered with this process: a child's environment in an error message
+        ("env: AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG AWS_REGION=x", "wJalrXUtnFEMI/K7MDENG"),
+        ("PREFECT_API_AUTH_STRING=admin:s3cret-pass ok", "admin:s3cret-pass"),
+        ("PGPASSWORD=pg-pass-4411 psql -h db", "pg-pass-4411"),
+        (
+            "upstream said: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOjF9.c2ln end",
+            "eyJhbGciOiJIUzI1NiJ9",
+        ),
+        ("cloning https://ghs_T0kenInUrl0123@git.example.com/o/r.git", "ghs_T0kenInUrl0123"),
     ],
 )
 def test_redact_masks_credentials_by_their_name(text: str, secret: str) -> None:
     out = redact(text)
+    assert redact("max_tokens=5 broken=1 tokens: 3") == "max_tokens=5 broken=1 tokens: 3"
     assert secret not in out and "***" in out
     assert out.split("***")[0] == text.split(secret)[0]  # what came before is kept
 

@@ -122,3 +122,20 @@ def test_a_data_folder_without_tables_is_named_not_read_as_empty(
     assert not typo.exists()  # nothing created by the look
     right = CliRunner().invoke(app, [*command, "--data-dir", str(lake)])
     assert right.exit_code == 0, right.output
+
+
+def test_csv_shows_control_characters_of_keys_as_text(data_dir: Path) -> None:
+    """A key holding an ESC sequence (a hostile object name) would recolour or rewrite the
+    terminal the CSV is printed on: it is shown as ``\\x1b``; tabs and line ends are CSV's to
+    quote; ``-f json`` keeps the exact text."""
+    key = "docs/\x1b[2J\x1b]0;pwned\x07evil\x9b.txt"
+    write_rows(data_dir, "s3_objects", "r1", "batch-0", [obj_row(key), obj_row("plain\tkey")])
+    code, out = ingest_query(data_dir, "SELECT key FROM s3_objects ORDER BY key")
+    assert code == 0, out
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "docs/\\x1b[2J\\x1b]0;pwned\\x07evil\\x9b.txt" in out.splitlines()
+    assert "plain\tkey" in out.splitlines()
+    exact = CliRunner().invoke(
+        app, ["query", "SELECT key FROM s3_objects", "--data-dir", str(data_dir), "-f", "json"]
+    )
+    assert "\\u001b[2J" in exact.output
