@@ -1,0 +1,497 @@
+"""dlt's ``rest_api`` files as dlt means them, each against a stand-in API on loopback
+(``dev.servers.shapes``, a real HTTP server) that counts its own records: the stored
+rows are compared with the server's totals, never with a literal. A listing is complete
+only where its paginator's own stop rule held; a form that is not taken is refused, in
+one line naming its key, before any request."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from typer.testing import CliRunner
+
+from dev.servers.shapes import DevShapes
+from ingest import storage
+from ingest.rest.errors import SourceError
+from ingest.rest.records import RestSummary
+from ingest.rest.run import fetch_source
+from ingest.rest.source import Source, load_source
+from ingest.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[DevShapes]:
+    with DevShapes() as server:
+        yield server
+
+
+@pytest.fixture
+def shapes(api: DevShapes) -> Iterator[DevShapes]:
+    """The module's server with its default behaviour and no request seen."""
+    api.configure(
+        max_page_size=25, default_page_size=20, base_page=0, totals=True, total_key="total"
+    )
+    api.reset_stats()
+    yield api
+
+
+def write(tmp_path: Path, text: str, server: DevShapes, file: str = "source.yaml") -> Path:
+    path = tmp_path / file
+    path.write_text(text.replace("BASE", server.url + "/"), encoding="utf-8")
+    return path
+
+
+def run(data_dir: Path, source: Source, run_id: str = "r1") -> RestSummary:
+    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    summary = fetch_source(settings, source, run_id=run_id)
+    storage.commit_run(data_dir, run_id)  # as the flow's commit-run task does
+    return summary
+
+
+def rows(data_dir: Path, table: str) -> int:
+    _, found = storage.query(data_dir, f"SELECT count(*) FROM {table}")
+    return int(found[0][0])
+
+
+def queries(server: DevShapes, path: str) -> list[dict[str, list[str]]]:
+    """The query of every request of ``path`` the server answered, in order."""
+    seen = server.stats()["seen"]
+    return [parse_qs(urlsplit(s).query) for s in seen if urlsplit(s).path == path]
+
+
+# ------------------------------------------------------------------ the issue's six forms
+
+CURSOR = """\
+client: {base_url: BASE}
+resources:
+  - name: cursored
+    endpoint: {path: cursored, paginator: {type: cursor}}
+"""
+PAGE_NUMBER_TOTAL = """\
+client: {base_url: BASE}
+resources:
+  - name: numbered
+    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+"""
+PAGE_NUMBER_CAPPED = """\
+client: {base_url: BASE}
+resources:
+  - name: numbered
+    endpoint:
+      path: numbered
+      params: {per_page: 100}
+      paginator: {type: page_number, total_path: null}
+"""
+POKEMON_TEMPLATE = """\
+client:
+  base_url: BASE
+  # If you leave out the paginator, it will be inferred from the API:
+  # paginator: json_link
+resource_defaults:
+  endpoint:
+    params:
+      limit: 1000
+resources:
+  - pokemon
+  - berry
+  - location
+"""
+POKEMON_DLT_YML = """\
+sources:
+  pokemon:
+    type: rest_api
+    client:
+      base_url: BASE
+    resources:
+      - pokemon
+      - berry
+      - location
+"""
+HEADER_CURSOR = """\
+client: {base_url: BASE}
+resources:
+  - name: header_cursored
+    endpoint: {path: header_cursored, paginator: {type: header_cursor}}
+"""
+
+ISSUE_FORMS = {
+    "cursor without cursor_path": (CURSOR, "source.yaml", {}),
+    "page_number with total_path, no base_page": (PAGE_NUMBER_TOTAL, "source.yaml", {}),
+    "page_number without a total, pages capped at 25": (
+        PAGE_NUMBER_CAPPED,
+        "source.yaml",
+        {"totals": False},
+    ),
+    "the Pokemon template, no paginator": (
+        POKEMON_TEMPLATE,
+        "pokemon.yaml",
+        {"max_page_size": 1000},
+    ),
+    "dlt.yml's Pokemon": (POKEMON_DLT_YML, "dlt.yml", {"max_page_size": 1000}),
+    "header_cursor with its default header": (HEADER_CURSOR, "source.yaml", {}),
+}
+
+
+@pytest.mark.parametrize("form", list(ISSUE_FORMS))
+def test_the_issues_forms_store_every_row(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path, form: str
+) -> None:
+    text, file, behaviour = ISSUE_FORMS[form]
+    shapes.configure(**behaviour)
+    source = load_source(write(tmp_path, text, shapes, file))
+    summary = run(data_dir, source)
+    totals = shapes.totals()
+    assert summary.complete and not summary.stopped, summary.resources
+    for r in summary.resources:
+        table = r["table"]
+        assert table == f"{source.name}__{r['resource']}"
+        assert r["records"] == totals[r["resource"]], r
+        assert rows(data_dir, table) == totals[r["resource"]]
+    if form == "page_number without a total, pages capped at 25":
+        # the declared size goes out as written on every page, though 25 come back
+        asked = queries(shapes, "/numbered")
+        assert asked and all(q["per_page"] == ["100"] for q in asked)
+        assert [q["page"] for q in asked] == [[str(n)] for n in range(len(asked))]
+    if form == "the Pokemon template, no paginator":
+        assert source.name == "pokemon"  # from the file's name
+        assert queries(shapes, "/pokemon")[0] == {"limit": ["1000"]}
+
+
+# ------------------------------------------------------------------ the forms that run
+
+FORMS: dict[str, tuple[str, list[str]]] = {
+    # each: a file, and the server listings whose records it stores (one table each)
+    "header_link": (
+        """\
+client: {base_url: BASE, paginator: header_link}
+resources:
+  - name: linked
+    endpoint: {path: linked, params: {per_page: 10}}
+""",
+        ["linked"],
+    ),
+    "offset with a limit": (
+        """\
+client: {base_url: BASE}
+resources:
+  - name: offsets
+    endpoint: {path: offsets, data_selector: data, paginator: {type: offset, limit: 10}}
+""",
+        ["offsets"],
+    ),
+    "offset without a total, pages capped below the limit": (
+        """\
+client: {base_url: BASE}
+resources:
+  - name: offsets
+    endpoint:
+      path: offsets
+      data_selector: $.data
+      paginator: {type: offset, limit: 100, total_path: null}
+""",
+        ["offsets"],
+    ),
+    "json_link named as a string": (
+        """\
+client: {base_url: BASE, paginator: json_link}
+resources:
+  - name: pokemon
+    endpoint:
+      path: pokemon
+      data_selector: results
+      paginator: {type: json_link, next_url_path: $.next}
+""",
+        ["pokemon"],
+    ),
+    "paginator auto and a path string": (
+        """\
+client: {base_url: BASE, paginator: auto}
+resources:
+  - name: cursored
+    endpoint: cursored
+  - name: linked
+    endpoint: linked
+""",
+        ["cursored", "linked"],
+    ),
+    "single object, one row": (
+        """\
+name: shapes
+client: {base_url: BASE}
+resources:
+  - record
+""",
+        ["record"],
+    ),
+    "a child per parent record, one object each (resolve, include_from_parent)": (
+        """\
+client: {base_url: BASE}
+resources:
+  - name: numbered
+    selected: false
+    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+  - name: things
+    primary_key: id
+    include_from_parent: [name]
+    endpoint:
+      path: "things/{id}"
+      params:
+        id: {type: resolve, resource: numbered, field: id}
+""",
+        ["things"],
+    ),
+    "single_page declared": (
+        """\
+client: {base_url: BASE}
+resources:
+  - name: record
+    endpoint: {path: record, paginator: single_page}
+""",
+        ["record"],
+    ),
+}
+
+
+@pytest.mark.parametrize("form", [f for f, (_, tables) in FORMS.items() if tables])
+def test_each_documented_form_stores_what_dlt_stores(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path, form: str
+) -> None:
+    text, listings = FORMS[form]
+    source = load_source(write(tmp_path, text, shapes))
+    summary = run(data_dir, source)
+    totals = shapes.totals()
+    assert summary.complete and not summary.stopped, summary.resources
+    for listing in listings:
+        assert rows(data_dir, f"{source.name}__{listing}") == totals[listing], listing
+    if form == "a child per parent record, one object each (resolve, include_from_parent)":
+        _, found = storage.query(data_dir, f"SELECT data FROM {source.name}__things")
+        records = [json.loads(d) for (d,) in found]
+        assert all(r["_numbered_name"] == f"item-{r['id']}" for r in records)
+        assert storage.open_table(data_dir, f"{source.name}__numbered") is None
+
+
+def test_a_detected_page_number_counts_from_0_as_dlts_detector_does(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    """A first page with ``total_pages`` and no next link: dlt's detector takes page
+    numbers from 0, the first page asked for without one."""
+    shapes.configure(total_key="total_pages")
+    text = "client: {base_url: BASE}\nresources: [numbered]\n"
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    assert summary.complete, summary.resources
+    assert rows(data_dir, "source__numbered") == shapes.totals()["numbered"]
+    pages = [q.get("page") for q in queries(shapes, "/numbered")]
+    assert pages == [None, *([str(n)] for n in range(1, len(pages)))]
+
+
+# ------------------------------------------------------------------ declared values
+
+
+def test_declared_values_reach_the_server_as_written(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    shapes.configure(max_page_size=100)
+    text = """\
+client: {base_url: BASE}
+resources:
+  - name: linked
+    endpoint: {path: linked, params: {per_page: 50, state: all}, paginator: header_link}
+  - name: offsets
+    endpoint: {path: offsets, data_selector: data, paginator: {type: offset, limit: 30}}
+  - name: cursored
+    endpoint:
+      path: cursored
+      params: {limit: 40}
+      paginator: {type: cursor, cursor_path: cursors.next}
+  - name: numbered
+    endpoint:
+      path: numbered
+      params: {per_page: 35}
+      paginator: {type: page_number, total_path: total, page_size_param: per_page}
+"""
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    totals = shapes.totals()
+    assert summary.complete, summary.resources
+    assert {r["resource"]: r["records"] for r in summary.resources} == {
+        name: totals[name] for name in ("linked", "offsets", "cursored", "numbered")
+    }
+    first = queries(shapes, "/linked")[0]
+    assert first == {"per_page": ["50"], "state": ["all"]}
+    assert {q["limit"][0] for q in queries(shapes, "/offsets")} == {"30"}
+    assert {q["limit"][0] for q in queries(shapes, "/cursored")} == {"40"}
+    assert {q["per_page"][0] for q in queries(shapes, "/numbered")} == {"35"}
+
+
+def test_an_auth_with_a_token_and_no_type_is_bearer(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dlt's ``auth: {token: ...}``, with the token named instead of written."""
+    monkeypatch.setenv("SHAPES_TOKEN", "shapes-token-0123456789")  # fake
+    text = "client:\n  base_url: BASE\n  auth: {env: SHAPES_TOKEN}\nresources: [record]\n"
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    assert summary.complete and rows(data_dir, "source__record") == 1
+    assert shapes.stats()["schemes"] == ["Bearer"]
+
+
+# ------------------------------------------------------------------ dispositions
+
+
+def test_without_a_primary_key_rows_are_appended_with_one_they_are_merged(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    text = """\
+client: {base_url: BASE}
+resources:
+  - name: cursored
+    endpoint: {path: cursored, paginator: {type: cursor}}
+  - name: linked
+    primary_key: id
+    endpoint: {path: linked, paginator: header_link}
+"""
+    source = load_source(write(tmp_path, text, shapes))
+    run(data_dir, source, "night1")
+    run(data_dir, source, "night2")
+    totals = shapes.totals()
+    assert rows(data_dir, "source__cursored") == 2 * totals["cursored"]  # dlt's append
+    assert rows(data_dir, "source__linked") == totals["linked"]  # upserted by key
+
+
+# ------------------------------------------------------------------ completeness
+
+
+def sync_rows(data_dir: Path) -> list[tuple[Any, ...]]:
+    _, found = storage.query(
+        data_dir, "SELECT resource, complete, stop_reason FROM rest_syncs ORDER BY resource"
+    )
+    return found
+
+
+def test_a_listing_stopped_short_is_incomplete_and_says_why(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    text = """\
+client: {base_url: BASE}
+resources:
+  - name: linked
+    max_pages: 2
+    endpoint: {path: linked, paginator: header_link}
+  - name: numbered
+    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+"""
+    shapes.configure(totals=False)
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    totals = shapes.totals()
+    assert not summary.complete
+    got = {r["resource"]: r for r in summary.resources}
+    assert got["linked"]["records"] < totals["linked"] and not got["linked"]["complete"]
+    stored = {name: (complete, why) for name, complete, why in sync_rows(data_dir)}
+    assert stored["linked"][0] is False and "max_pages=2" in stored["linked"][1]
+    # a declared total the pages do not carry: where the listing ends cannot be told
+    assert stored["numbered"][0] is False
+    assert "total of pages at total is missing" in stored["numbered"][1]
+    assert summary.stopped and "max_pages=2" in summary.stopped
+
+
+def test_a_detected_single_page_that_announces_more_is_incomplete(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    text = """\
+client: {base_url: BASE}
+resources:
+  - offsets
+"""
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    totals = shapes.totals()
+    (r,) = summary.resources
+    assert not r["complete"] and r["records"] < totals["offsets"]
+    assert f"holds {r['records']} of the {totals['offsets']} records it announces" in r["note"]
+    ((_, complete, why),) = sync_rows(data_dir)
+    assert complete is False and "declare endpoint.paginator" in why
+
+
+@pytest.mark.flow
+def test_the_rest_command_exits_3_when_a_listing_is_incomplete(
+    prefect_harness: None, shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    text = """\
+client: {base_url: BASE}
+resources:
+  - name: linked
+    max_pages: 2
+    endpoint: {path: linked, paginator: header_link}
+"""
+    path = write(tmp_path, text, shapes)
+    result = CliRunner().invoke(app(), ["rest", str(path), "--data-dir", str(data_dir)])
+    assert result.exit_code == 3, result.output
+    assert "stopped at max_pages=2" in result.output
+    assert "incomplete: linked (exit 3)" in result.output
+    assert rows(data_dir, "source__linked") < shapes.totals()["linked"]
+
+
+# ------------------------------------------------------------------ refusals
+
+REFUSED = {
+    "literal bearer token": ("  auth: {token: abc123def}\n", "client.auth: 'token'"),
+    "literal oauth2 client_secret": (
+        "  auth: {type: oauth2_client_credentials, access_token_url: BASEtoken, "
+        "client_id: me, client_secret: s3cr3t-value}\n",
+        "client.auth: 'client_secret'",
+    ),
+    "literal basic password": (
+        "  auth: {type: http_basic, username: me, password: pw-value}\n",
+        "client.auth: 'password'",
+    ),
+    "auth named by its type alone": ("  auth: bearer\n", "client.auth: 'bearer'"),
+    "a request body": ("ENDPOINT json: {q: 1}\n", "json: a request body"),
+    "POST": ("ENDPOINT method: POST\n", "method: POST"),
+    "a page number in the body": (
+        "  paginator: {type: page_number, page_body_path: page}\n",
+        "page_body_path: ",
+    ),
+    "a paginator without an end": (
+        "  paginator: {type: page_number, total_path: null, stop_after_empty_page: false}\n",
+        "stop_after_empty_page: false leaves the listing no end",
+    ),
+    "max_table_nesting": (
+        "RESOURCE_KEY max_table_nesting: 1\n",
+        "max_table_nesting: Extra inputs are not permitted: nested lists",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_form_not_taken_is_refused_in_one_line_before_any_request(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path, case: str
+) -> None:
+    add, named = REFUSED[case]
+    client = "client:\n  base_url: BASE\n"
+    resource = "resources:\n  - name: linked\n    endpoint:\n      path: linked\n"
+    if add.startswith("RESOURCE_KEY "):  # a key of the resource
+        resource += "    " + add.removeprefix("RESOURCE_KEY ")
+    elif add.startswith("ENDPOINT "):  # a key of its endpoint
+        resource += "      " + add.removeprefix("ENDPOINT ")
+    else:
+        client += add
+    path = write(tmp_path, client + resource, shapes)
+    with pytest.raises(SourceError) as info:
+        load_source(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}:"), message
+    assert named in message, message
+    assert "s3cr3t-value" not in message and "pw-value" not in message
+    # the command says the same and stops: exit 2, one line, nothing sent
+    result = CliRunner().invoke(app(), ["rest", str(path), "--data-dir", str(data_dir)])
+    assert result.exit_code == 2, result.output
+    assert [ln for ln in result.output.splitlines() if ln.strip()] == [f"error: {message}"]
+    assert shapes.stats()["requests"] == 0
+
+
+def app() -> Any:
+    from cli.main import app as command
+
+    return command
