@@ -240,4 +240,5 @@ DEFAULTS: dict[str, Any] = {
     "base_page": 0,
     "totals": True,
     "total_key": "total",
+    "linked_pages": None,
 }

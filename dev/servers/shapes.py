@@ -17,7 +17,8 @@ told; the pokeapi routes hold ``pokeapi`` records each. Pages are capped at
 * ``GET /header_cursored``: the body is the list, the next cursor in a ``next`` header
   (dlt's default ``cursor_key``);
 * ``GET /linked``: the body is the list, ``Link: <...>; rel="next"``, ``page`` from 1
-  and ``per_page``;
+  and ``per_page``; ``linked_pages: N`` answers 503 for every page after the Nth (a
+  server that stops answering pages);
 * ``GET /record``: one object (no list in it); ``GET /things/{id}``: one object.
 
 ``GET /_dev/stats``: the requests answered, each request's path and query, in order, and
@@ -54,6 +55,7 @@ class Config:
     base_page: int = 0
     totals: bool = True
     total_key: str = "total"  # /numbered's key of its total of pages
+    linked_pages: int | None = None  # /linked answers 503 for pages after this one
 
 
 def _encode(offset: int) -> str:
@@ -158,6 +160,8 @@ def build_app(config: Config) -> Any:
         log(request)
         items, per = records(config.records), size(request, "per_page")
         page = max(1, number(request, "page", 1))
+        if config.linked_pages is not None and page > config.linked_pages:
+            return JSONResponse({"error": "unavailable"}, status_code=503)
         chunk = items[(page - 1) * per : page * per]
         headers = {}
         if page * per < len(items):

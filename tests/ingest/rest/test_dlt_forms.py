@@ -237,6 +237,20 @@ resources:
     assert summary.stopped and "max_pages=2" in summary.stopped
 
 
+def test_a_server_that_stops_answering_pages_leaves_the_listing_incomplete(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    shapes.configure(linked_pages=2)  # 503 for page 3 on, through every retry
+    text = "client: {base_url: BASE}\nresources: [linked]\n"
+    summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
+    (r,) = summary.resources
+    held = 2 * DEFAULTS["default_page_size"]  # the two pages answered
+    assert not r["complete"] and r["records"] == held < shapes.totals()["linked"]
+    assert r["failed_pages"] == 1 and "page failed" in (summary.stopped or "")
+    ((_, complete, why),) = sync_rows(data_dir)
+    assert complete is False and "503" in why
+
+
 def test_a_detected_single_page_that_announces_more_is_incomplete(
     shapes: DevShapes, data_dir: Path, tmp_path: Path
 ) -> None:
