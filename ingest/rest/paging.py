@@ -14,6 +14,14 @@ numbers, offsets, cursors in the body or in a header, and a next URL in the
 body are others. A new API style is a new class here, not a fork of the
 loop: there is one paging loop, ``ingest.rest.engine.walk``, which every
 source uses (the GitHub sync adds ETags and a watermark through its fetch).
+
+Each strategy ends a listing by dlt's rules for its type (``stops_on_empty`` is dlt's
+``stop_after_empty_page``): a next link, a cursor, a total, ``has_more_path``, an empty
+page; never a page shorter than the size asked for, which an API that caps its pages
+sends long before the end. A field a stop rule reads that a page lacks
+(``MissingFieldError``) stops the listing incomplete. ``detect_paginator`` and
+``find_records_path`` are dlt's detector, for a paginator or ``data_selector`` a source
+leaves out (``AutoPaginator``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,15 @@ Differences, on purpose:
 * ``page_size: auto`` lets the page size follow the budget the API announces;
 * dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
   are named by import path, ``package.module:function``, imported when the file loads;
-* errors name the file and line (``load_source``).
+* errors name the file and line (``load_source``), one line a problem, with what to
+  write instead for a dlt form this engine does not take;
+* a resource with a ``primary_key`` and no ``write_disposition`` is merged (dlt appends):
+  a nightly rerun never adds a second row for a record.
+
+Where a file says nothing, dlt's defaults apply (``PaginatorSpec``, ``Resource``): a
+paginator or ``data_selector`` left out is detected from the first response, ``name``
+defaults to the file's name, ``auth: {env: ...}`` without a type is bearer, an
+``endpoint`` may be its path.
 """
 
 from __future__ import annotations
