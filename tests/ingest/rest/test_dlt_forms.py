@@ -22,6 +22,7 @@ from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, Form
 from dev.servers.shapes import DevShapes
 from ingest import storage
 from ingest.rest.errors import SourceError
+from ingest.rest.paging import detect_paginator, find_records_path
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, load_source
@@ -64,6 +65,49 @@ def queries(server: DevShapes, path: str) -> list[dict[str, list[str]]]:
     """The query of every request of ``path`` the server answered, in order."""
     seen = server.stats()["seen"]
     return [parse_qs(urlsplit(s).query) for s in seen if urlsplit(s).path == path]
+
+
+# ------------------------------------------------------------------ dlt's detector, unit
+# (each expectation is what dlt 1.31's own detector answers for the same response)
+
+DETECTED = [
+    ({"link": '<https://api.test/x?page=2>; rel="next"'}, [1, 2], "header_link", None),
+    ({}, {"results": [1], "next": "https://api.test/x?offset=20"}, "json_link", "next"),
+    ({}, {"data": [1], "links": {"next": {"href": "/x?page=2"}}}, "json_link", "links.next.href"),
+    ({}, {"data": [1], "meta": {"totalPages": 4}}, "page_number", "meta.totalPages"),
+    ({}, {"items": [1], "nextPageToken": "abc"}, "cursor", "nextPageToken"),
+    ({}, {"items": [1], "next": None, "total": 9}, "single_page", None),
+    ({}, {"id": 1, "name": "one"}, "single_page", None),
+]
+
+
+@pytest.mark.parametrize(("headers", "body", "kind", "path"), DETECTED)
+def test_a_paginator_left_out_is_detected_as_dlts_detector_detects_it(
+    headers: dict[str, str], body: Any, kind: str, path: str | None
+) -> None:
+    paginator, said = detect_paginator(headers, body, None)
+    assert said.startswith(kind)
+    found = {
+        "json_link": getattr(paginator, "next_url_path", None),
+        "page_number": getattr(paginator, "total_pages_path", None),
+        "cursor": getattr(paginator, "cursor_path", None),
+    }.get(kind)
+    assert found == path
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ([{"id": 1}], ""),  # a list: the page itself
+        ({"id": 1, "name": "one"}, ""),  # no list: the object is the record
+        ({"count": 2, "results": [{"id": 1}], "tags": ["a"]}, "results"),  # a records key
+        ({"tags": ["a"], "page": {"rows": [1]}}, "page.rows"),  # a records key, deeper
+        ({"things": [{"id": 1}], "other": [2]}, "things"),  # else the first list
+        ({"a": {"b": {"c": {"data": [1]}}}, "x": [1]}, "x"),  # at most three keys deep
+    ],
+)
+def test_a_data_selector_left_out_is_found_as_dlt_finds_it(body: Any, path: str) -> None:
+    assert find_records_path(body) == path
 
 
 # ------------------------------------------------------------------ the forms that run
