@@ -194,6 +194,24 @@ resources:
         ("things",),
     ),
     Form(
+        "a child whose 404s are ignored (response_actions)",
+        """\
+client: {base_url: BASE}
+resources:
+  - name: numbered
+    selected: false
+    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+  - name: things
+    primary_key: id
+    endpoint:
+      path: "things/{resources.numbered.id}"
+      response_actions:
+        - {status_code: 404, action: ignore}
+""",
+        ("things",),
+        behaviour={"missing_every": 10},
+    ),
+    Form(
         "single_page declared",
         """\
 client: {base_url: BASE}
@@ -241,4 +259,5 @@ DEFAULTS: dict[str, Any] = {
     "totals": True,
     "total_key": "total",
     "linked_pages": None,
+    "missing_every": None,
 }

@@ -19,7 +19,8 @@ told; the pokeapi routes hold ``pokeapi`` records each. Pages are capped at
 * ``GET /linked``: the body is the list, ``Link: <...>; rel="next"``, ``page`` from 1
   and ``per_page``; ``linked_pages: N`` answers 503 for every page after the Nth (a
   server that stops answering pages);
-* ``GET /record``: one object (no list in it); ``GET /things/{id}``: one object.
+* ``GET /record``: one object (no list in it); ``GET /things/{id}``: one object, 404 for
+  an id beyond ``records`` or divisible by ``missing_every``.
 
 ``GET /_dev/stats``: the requests answered, each request's path and query, in order, and
 its ``Authorization`` scheme (``Bearer``; never the credential);
@@ -56,6 +57,7 @@ class Config:
     totals: bool = True
     total_key: str = "total"  # /numbered's key of its total of pages
     linked_pages: int | None = None  # /linked answers 503 for pages after this one
+    missing_every: int | None = None  # /things/{id} answers 404 for every id divisible by it
 
 
 def _encode(offset: int) -> str:
@@ -176,7 +178,8 @@ def build_app(config: Config) -> Any:
     async def thing(request: Request) -> Response:
         log(request)
         i = int(request.path_params["tid"])
-        if not 1 <= i <= config.records:
+        gone = config.missing_every is not None and i % config.missing_every == 0
+        if not 1 <= i <= config.records or gone:
             return JSONResponse({"error": "not found"}, status_code=404)
         return JSONResponse({"id": i, "name": f"item-{i}", "size": i * 10})
 
@@ -188,9 +191,11 @@ def build_app(config: Config) -> Any:
             {
                 **config.pokeapi,
                 **dict.fromkeys(
-                    ("numbered", "offsets", "cursored", "header_cursored", "linked", "things"),
+                    ("numbered", "offsets", "cursored", "header_cursored", "linked"),
                     config.records,
                 ),
+                "things": config.records
+                - (config.records // config.missing_every if config.missing_every else 0),
                 "record": 1,
             }
         )
