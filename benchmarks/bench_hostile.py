@@ -261,7 +261,12 @@ print(json.dumps({{"failed": s.failed_pages, "records": s.records, "complete": s
         for kind in ("header_link", "page_number", "offset"):
             paginator = {
                 "header_link": {"type": "header_link"},
-                "page_number": {"type": "page_number", "page_size": 5, "total_path": "total_pages"},
+                "page_number": {
+                    "type": "page_number",
+                    "base_page": 1,  # the dev server numbers pages from 1
+                    "page_size": 5,
+                    "total_path": "total_pages",
+                },
                 "offset": {"type": "offset", "limit": 5, "total_path": "total"},
             }[kind]
             fault = {"kind": "huge_total", "match": "/tickets", "pages": pages, "times": 1}

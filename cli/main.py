@@ -604,6 +604,11 @@ def github_command(
         )
 
 
+# ``ingest rest``'s exit when the run finished but a listing is incomplete (2: refused
+# before it ran; 1: failed)
+INCOMPLETE = 3
+
+
 @app.command("rest", cls=PlainUsage)
 def rest_command(
     ctx: typer.Context,
@@ -621,7 +626,8 @@ def rest_command(
     full_refresh: Annotated[bool, typer.Option(help="Ignore stored watermarks.")] = False,
     task_runner: TaskRunnerOption = None,
 ) -> None:
-    """Run the rest-ingest flow once for a declared source and print its summary."""
+    """Run the rest-ingest flow once for a declared source and print its summary; exit 3
+    when a listing stopped before its paginator's own end (the run is incomplete)."""
     runner = runner_choice(task_runner)
     from ingest.rest.source import SourceError, load_source, source_path
 
@@ -659,6 +665,14 @@ def rest_command(
 
     for change in getattr(summary, "schema_changes", []):
         typer.echo(f"  schema: {schema_line(change)}")
+    if not summary.complete:
+        # a listing that did not reach its paginator's own end: the run is not a whole
+        # copy, which a scheduler or script must be able to tell from a success
+        short = [r["resource"] for r in summary.resources if not r["complete"]] or [
+            r["repo"] for r in getattr(summary, "repos", []) if not r.get("complete")
+        ]
+        typer.echo(f"incomplete: {', '.join(map(str, short))} (exit 3)", err=True)
+        raise typer.Exit(INCOMPLETE)
 
 
 @app.command("schema", cls=PlainUsage)

@@ -179,7 +179,10 @@ def ingest_source(
         )
 
     if summary.stopped:
-        get_run_logger().warning("stopped early, the next run resumes: %s", summary.stopped)
+        get_run_logger().warning(
+            "incomplete (a listing that stopped keeps its watermark for the next run): %s",
+            summary.stopped,
+        )
     if summary.errors:
         where, error = summary.errors[0]
         raise RestTerminalError(

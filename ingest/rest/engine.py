@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.errors import TerminalError
 from ingest.redact import redact
 from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
-from ingest.rest.paging import MAX_PLANNED, Paginator
+from ingest.rest.paging import MAX_PLANNED, MissingFieldError, Paginator
 
 if TYPE_CHECKING:
     from ingest.rest.source import Resource
@@ -110,6 +110,7 @@ class Listing:
     label: str = ""  # what its requests are for (a dialect's repository; else source/resource)
     error_kind: str | None = None  # the terminal error's class
     paginator: Paginator | None = None
+    selector: str | None = None  # data_selector found on the first page, when left out
     own: Any = None  # a dialect's state of the listing (github.RepoListing)
 
 
@@ -141,10 +142,14 @@ async def walk(
         result.stop_reason = f"page failed: {exc}"
         return result
     result.pages = 1
-    if first.stop or (not first.not_modified and not first.items):
+    if first.stop or (_empty(first) and paginator.stops_on_empty):
         return result
     # one more than may be fetched, to tell a listing that goes on past max_pages
-    planned = paginator.planned_urls(first.url, first.headers, first.data, limit=max_pages)
+    try:
+        planned = paginator.planned_urls(first.url, first.headers, first.data, limit=max_pages)
+    except MissingFieldError as exc:
+        _unreadable(result, first, label, exc)
+        return result
     if planned:
         await _planned(fetch, planned[: max_pages - 1], result, incremental, max_wave, label)
         if len(planned) >= max_pages and result.stop_reason is None:
@@ -212,7 +217,14 @@ async def _follow(
 ) -> None:
     """One page after another, as each names the next."""
     seen = {page.url}
-    while (nxt := paginator.next_url(page.url, page.headers, page.data)) is not None:
+    while True:
+        try:
+            nxt = paginator.next_url(page.url, page.headers, page.data)
+        except MissingFieldError as exc:
+            _unreadable(result, page, label, exc)
+            return
+        if nxt is None:
+            return
         if nxt in seen:
             result.failed += 1
             result.malformed = True
@@ -232,9 +244,23 @@ async def _follow(
         if not isinstance(last, Page):  # failed after its retries: the rest is unknown
             result.stop_reason = result.stop_reason or f"page failed: {last}"
             return
-        if not last.not_modified and not last.items:
+        if last.stop or (_empty(last) and paginator.stops_on_empty):
             return
         page = last
+
+
+def _empty(page: Page) -> bool:
+    return not page.not_modified and not page.items
+
+
+def _unreadable(result: Walk, page: Page, label: str, exc: Exception) -> None:
+    """A page without the field its paginator's stop rule reads: where the listing ends
+    cannot be told, so it stops there, incomplete (dlt fails the listing too)."""
+    result.failed += 1
+    result.malformed = True
+    result.stop_reason = redact(
+        f"page {page.page_no} of {label or 'the listing'} ({page.url}): {exc}"
+    )
 
 
 def _settle(outcomes: Sequence[Any], result: Walk, label: str) -> bool:

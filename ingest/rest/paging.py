@@ -14,6 +14,14 @@ numbers, offsets, cursors in the body or in a header, and a next URL in the
 body are others. A new API style is a new class here, not a fork of the
 loop: there is one paging loop, ``ingest.rest.engine.walk``, which every
 source uses (the GitHub sync adds ETags and a watermark through its fetch).
+
+Each strategy ends a listing by dlt's rules for its type (``stops_on_empty`` is dlt's
+``stop_after_empty_page``): a next link, a cursor, a total, ``has_more_path``, an empty
+page; never a page shorter than the size asked for, which an API that caps its pages
+sends long before the end. A field a stop rule reads that a page lacks
+(``MissingFieldError``) stops the listing incomplete. ``detect_paginator`` and
+``find_records_path`` are dlt's detector, for a paginator or ``data_selector`` a source
+leaves out (``AutoPaginator``).
 """
 
 from __future__ import annotations
@@ -87,18 +95,46 @@ def _count(value: Any) -> int | None:
     return None
 
 
+class MissingFieldError(ValueError):
+    """A field the paginator's stop rule reads is not in the page (dlt fails the
+    listing there too): the listing cannot tell where it ends."""
+
+
+def has_more(data: Any, path: str) -> bool:
+    """dlt's ``has_more_path``: a boolean, or a string of one ("true", "0" ...)."""
+    value = dig(data, path)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUTHS:
+        return _TRUTHS[value.strip().lower()]
+    raise MissingFieldError(f"has_more_path {path!r} holds {value!r}, not a boolean")
+
+
+_TRUTHS = {
+    **dict.fromkeys(("true", "1", "yes", "y", "on", "t"), True),
+    **dict.fromkeys(("false", "0", "no", "n", "off", "f"), False),
+}
+
+
 class Paginator(ABC):
     """One API's paging convention. Subclasses are small and stateless."""
 
     items_path: str | None = None  # where the list of items sits in the body (None: the body)
+    # dlt's stop_after_empty_page: an empty page ends the listing (dlt's default for every
+    # paginator but the body cursor, which follows its cursor past an empty page)
+    stops_on_empty: bool = True
 
     def first_url(self, url: str) -> str:
         """The URL of the first page (adds the paging parameters the strategy needs)."""
         return url
 
     def items(self, data: Any) -> list[Any]:
+        """The page's records: the list at ``items_path``; an object there is one record
+        (as dlt reads it); nothing there, none."""
         found = dig(data, self.items_path)
-        return list(found) if isinstance(found, list) else []
+        if isinstance(found, list):
+            return list(found)
+        return [found] if isinstance(found, Mapping) else []
 
     @abstractmethod
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
@@ -134,11 +170,15 @@ class LinkHeaderPaginator(Paginator):
     follows ``rel="next"``.
     """
 
-    def __init__(self, page_param: str = "page", size_param: str = "per_page") -> None:
-        self.page_param, self.size_param = page_param, size_param
+    stops_on_empty = False  # the listing ends where no next link is (dlt's header_link)
+
+    def __init__(
+        self, page_param: str = "page", size_param: str = "per_page", next_rel: str = "next"
+    ) -> None:
+        self.page_param, self.size_param, self.next_rel = page_param, size_param, next_rel
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        return parse_link_header(headers.get("link")).get("next")
+        return parse_link_header(headers.get("link")).get(self.next_rel)
 
     def last_page(self, headers: Mapping[str, str]) -> int | None:
         last = parse_link_header(headers.get("link")).get("last")
@@ -185,9 +225,14 @@ class LinkHeaderPaginator(Paginator):
 
 
 class PageNumberPaginator(Paginator):
-    """``?page=N``; the total number of pages, when the body gives it, allows planning.
+    """``?page=N``, with dlt's stop rules: an empty page ends the listing
+    (``stop_after_empty_page``), and so do the total number of pages (``total_pages_path``
+    or ``total_pages_header``; pages ``first_page .. first_page + total - 1``), a
+    ``has_more_path`` that is false, or ``maximum_page``. A page shorter than the page size
+    does not: an API that caps its pages below the size asked for still gives every row.
 
-    Without a total, the next page is requested while the current one is full.
+    A total allows planning the pages after the first. ``page_size`` is sent as
+    ``size_param`` only when it is given (dlt's page_number sends no size).
     """
 
     def __init__(
@@ -195,54 +240,77 @@ class PageNumberPaginator(Paginator):
         *,
         page_param: str = "page",
         size_param: str = "per_page",
-        page_size: int = 100,
+        page_size: int | None = 100,
         first_page: int = 1,
+        start_page: int | None = None,
         total_pages_path: str | None = None,
         total_pages_header: str | None = None,
         items_path: str | None = None,
+        stop_after_empty_page: bool = True,
+        has_more_path: str | None = None,
+        maximum_page: int | None = None,
     ) -> None:
         self.page_param, self.size_param = page_param, size_param
         self.page_size, self.first_page = page_size, first_page
+        self.start_page = first_page if start_page is None else start_page
         self.total_pages_path, self.items_path = total_pages_path, items_path
         self.total_pages_header = total_pages_header
+        self.stops_on_empty = stop_after_empty_page
+        self.has_more_path, self.maximum_page = has_more_path, maximum_page
 
     def first_url(self, url: str) -> str:
-        url = set_param(url, self.size_param, self.page_size)
-        return set_param(url, self.page_param, self.first_page)
+        if self.page_size is not None and get_param(url, self.size_param) is None:
+            url = set_param(url, self.size_param, self.page_size)
+        return set_param(url, self.page_param, self.start_page)
 
     def _page(self, url: str) -> int:
         value = get_param(url, self.page_param)
-        return int(value) if value and value.isdigit() else self.first_page
+        return int(value) if value and value.lstrip("-").isdigit() else self.start_page
 
     def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
         total = dig(data, self.total_pages_path) if self.total_pages_path else None
         if total is None and self.total_pages_header:
             total = headers.get(self.total_pages_header)
-        return _count(total)
+        found = _count(total)
+        if found is None and (self.total_pages_path or self.total_pages_header):
+            where = self.total_pages_path or f"header {self.total_pages_header}"
+            raise MissingFieldError(f"the total of pages at {where} is missing or not a number")
+        return found
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        if self.stops_on_empty and not self.items(data):
+            return None
         page, total = self._page(url), self._total(data, headers)
-        if total is not None:
-            last = total + self.first_page - 1
-            return set_param(url, self.page_param, page + 1) if page < last else None
-        return (
-            set_param(url, self.page_param, page + 1)
-            if len(self.items(data)) >= self.page_size
-            else None
-        )
+        nxt = page + 1
+        if total is not None and nxt >= total + self.first_page:
+            return None
+        if self.maximum_page is not None and nxt >= self.maximum_page:
+            return None
+        if self.has_more_path and not has_more(data, self.has_more_path):
+            return None
+        return set_param(url, self.page_param, nxt)
 
     def planned_urls(
         self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
     ) -> list[str]:
+        if self.has_more_path or (self.stops_on_empty and not self.items(data)):
+            return []
         total = self._total(data, headers)
         if total is None:
             return []
         last = total + self.first_page - 1
+        if self.maximum_page is not None:
+            last = min(last, self.maximum_page - 1)
         return numbered(url, self.page_param, range(self._page(url) + 1, last + 1)[:limit])
 
 
 class OffsetPaginator(Paginator):
-    """``?offset=N&limit=M``; a total item count in the body allows planning."""
+    """``?offset=N&limit=M``, with dlt's stop rules: an empty page, the total of items
+    (``total_path``/``total_header``), a false ``has_more_path`` or ``maximum_offset`` end
+    the listing; a short page does not. The next offset is the current one plus the
+    records this page held (dlt adds ``limit``; the two agree unless a server caps its
+    pages below the limit, where adding ``limit`` would skip rows). A total allows
+    planning."""
 
     def __init__(
         self,
@@ -253,41 +321,62 @@ class OffsetPaginator(Paginator):
         total_path: str | None = "total",
         total_header: str | None = None,
         items_path: str | None = None,
+        start: int = 0,
+        stop_after_empty_page: bool = True,
+        has_more_path: str | None = None,
+        maximum_offset: int | None = None,
     ) -> None:
         self.offset_param, self.limit_param, self.limit = offset_param, limit_param, limit
         self.total_path, self.items_path = total_path, items_path
-        self.total_header = total_header
+        self.total_header, self.start = total_header, start
+        self.stops_on_empty = stop_after_empty_page
+        self.has_more_path, self.maximum_offset = has_more_path, maximum_offset
 
     def first_url(self, url: str) -> str:
-        return set_param(set_param(url, self.limit_param, self.limit), self.offset_param, 0)
+        if get_param(url, self.limit_param) is None:
+            url = set_param(url, self.limit_param, self.limit)
+        return set_param(url, self.offset_param, self.start)
 
     def _offset(self, url: str) -> int:
         value = get_param(url, self.offset_param)
-        return int(value) if value and value.isdigit() else 0
+        return int(value) if value and value.isdigit() else self.start
 
     def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
         total = dig(data, self.total_path) if self.total_path else None
         if total is None and self.total_header:
             total = headers.get(self.total_header)
-        return _count(total)
+        found = _count(total)
+        if found is None and (self.total_path or self.total_header):
+            where = self.total_path or f"header {self.total_header}"
+            raise MissingFieldError(f"the total of items at {where} is missing or not a number")
+        return found
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        offset, total = self._offset(url), self._total(data, headers)
         n = len(self.items(data))
-        if (
-            n == 0
-            or (total is not None and offset + n >= total)
-            or (total is None and n < self.limit)
-        ):
+        if self.stops_on_empty and n == 0:
             return None
-        return set_param(url, self.offset_param, offset + n)
+        offset, total = self._offset(url), self._total(data, headers)
+        nxt = offset + (n or self.limit)
+        if total is not None and nxt >= total:
+            return None
+        if self.maximum_offset is not None and nxt >= self.maximum_offset:
+            return None
+        if self.has_more_path and not has_more(data, self.has_more_path):
+            return None
+        return set_param(url, self.offset_param, nxt)
 
     def planned_urls(
         self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
     ) -> list[str]:
+        n = len(self.items(data))
+        # planned offsets step by the limit: only when the first page was a full one
+        if self.has_more_path or n != self.limit:
+            return []
         total = self._total(data, headers)
         if total is None:
             return []
+        if self.maximum_offset is not None:
+            total = min(total, self.maximum_offset)
         start = self._offset(url) + self.limit
         return numbered(url, self.offset_param, range(start, total, self.limit)[:limit])
 
@@ -306,22 +395,33 @@ class BodyCursorPaginator(Paginator):
         cursor_path: str = "next_cursor",
         cursor_param: str = "cursor",
         items_path: str | None = "items",
+        stop_after_empty_page: bool = False,
+        has_more_path: str | None = None,
     ) -> None:
         self.cursor_path, self.cursor_param, self.items_path = cursor_path, cursor_param, items_path
+        self.stops_on_empty, self.has_more_path = stop_after_empty_page, has_more_path
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        """dlt's rules: no cursor (absent, null, empty) ends the listing; so does an empty
+        page when ``stop_after_empty_page``, or a false ``has_more_path``."""
         cursor = dig(data, self.cursor_path)
-        return set_param(url, self.cursor_param, cursor) if cursor else None
+        if not cursor or (self.stops_on_empty and not self.items(data)):
+            return None
+        if self.has_more_path and not has_more(data, self.has_more_path):
+            return None
+        return set_param(url, self.cursor_param, cursor)
 
 
 class HeaderCursorPaginator(Paginator):
     """An opaque cursor in a response header (``X-Next-Cursor: abc``), sent back as a
     query parameter. Sequential, like every cursor."""
 
+    stops_on_empty = False  # dlt's header cursor follows its header whatever the page held
+
     def __init__(
         self,
         *,
-        cursor_header: str = "x-next-cursor",
+        cursor_header: str = "next",
         cursor_param: str = "cursor",
         items_path: str | None = None,
     ) -> None:
@@ -334,7 +434,10 @@ class HeaderCursorPaginator(Paginator):
 
 
 class JsonLinkPaginator(Paginator):
-    """The next page's URL in the body (``{"next": "https://..."}``)."""
+    """The next page's URL in the body (``{"next": "https://..."}``); as in dlt, the
+    listing ends where there is none, not at an empty page."""
+
+    stops_on_empty = False
 
     def __init__(self, *, next_url_path: str = "next", items_path: str | None = None) -> None:
         self.next_url_path, self.items_path = next_url_path, items_path
@@ -342,3 +445,186 @@ class JsonLinkPaginator(Paginator):
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
         nxt = dig(data, self.next_url_path)
         return str(httpx.URL(url).join(nxt)) if isinstance(nxt, str) and nxt else None
+
+
+class SinglePagePaginator(Paginator):
+    """One page, no paging (dlt's ``single_page``)."""
+
+    def __init__(self, items_path: str | None = None) -> None:
+        self.items_path = items_path
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        return None
+
+
+# --------------------------------------------------------------------------- detection
+# dlt's detector (``dlt.sources.helpers.rest_client.detector``), for a paginator or a
+# data_selector a source leaves out: the same keys, the same order, the same depth.
+
+RECORD_KEYS = frozenset(
+    (
+        "data",
+        "items",
+        "results",
+        "entries",
+        "records",
+        "rows",
+        "entities",
+        "payload",
+        "content",
+        "objects",
+        "values",
+    )
+)
+_NON_RECORD_KEYS = frozenset(("meta", "metadata", "pagination", "links", "extras", "headers"))
+_TOTAL_PAGES_KEYS = (re.compile("^total_pages$"), re.compile("^pages$"), re.compile("^totalpages$"))
+
+
+def _lists(data: Mapping[str, Any], path: tuple[str, ...], out: list[tuple[str, ...]]) -> None:
+    """Paths of the lists in ``data``, at most three keys deep, shallowest first per branch."""
+    if len(path) > 2:
+        return
+    for key, value in data.items():
+        if isinstance(value, list):
+            out.append((*path, str(key)))
+        elif isinstance(value, Mapping):
+            _lists(value, (*path, str(key)), out)
+
+
+def find_records_path(data: Any) -> str:
+    """Where a page's records are, as dlt finds them when ``data_selector`` is left out:
+    the first list under a records-like key (``data``, ``items``, ``results`` ...), else
+    the first list, else the page itself (``""``; an object is then one record)."""
+    if not isinstance(data, Mapping):
+        return ""
+    found: list[tuple[str, ...]] = []
+    _lists(data, (), found)
+    if not found:
+        return ""
+    for path in found:
+        if path[-1] in RECORD_KEYS and path[-1] not in _NON_RECORD_KEYS:
+            return ".".join(path)
+    return ".".join(found[0])
+
+
+def _next_path(data: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], Any] | None:
+    """dlt's ``find_next_page_path``: the first key starting with ``next`` (any case) that
+    holds a scalar, or a mapping with an ``href``/``url``, searched depth first."""
+    if not isinstance(data, Mapping):
+        return None
+    for key, value in data.items():
+        if str(key).lower().startswith("next"):
+            if isinstance(value, Mapping):
+                for k, v in value.items():
+                    if str(k).lower().startswith(("href", "url")) and _scalar(v):
+                        return (*path, str(key), str(k)), v
+            elif _scalar(value):
+                return (*path, str(key)), value
+        if isinstance(value, Mapping):
+            found = _next_path(value, (*path, str(key)))
+            if found is not None:
+                return found
+    return None
+
+
+def _total_pages_path(data: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], Any] | None:
+    if not isinstance(data, Mapping):
+        return None
+    for key, value in data.items():
+        if any(p.match(str(key).lower()) for p in _TOTAL_PAGES_KEYS) and _scalar(value):
+            return (*path, str(key)), value
+        if isinstance(value, Mapping):
+            found = _total_pages_path(value, (*path, str(key)))
+            if found is not None:
+                return found
+    return None
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def detect_paginator(
+    headers: Mapping[str, str], data: Any, items_path: str | None
+) -> tuple[Paginator, str]:
+    """The paginator dlt's detector picks from a first response, and what it is: a
+    ``Link`` header with ``next``; a next URL in the body (``next``, ``next.href`` ...,
+    absolute or starting with ``/``); a total of pages (``total_pages``, ``pages``,
+    ``totalPages``: page numbers from 0, as dlt's detected paginator counts); a next
+    cursor in the body (any other ``next...`` value); else a single page."""
+    if parse_link_header(headers.get("link")).get("next"):
+        return LinkHeaderPaginator(), "header_link (a Link header with rel=next)"
+    nxt = _next_path(data)
+    if nxt is not None and isinstance(nxt[1], str) and nxt[1].startswith(("http", "/")):
+        path = ".".join(nxt[0])
+        return JsonLinkPaginator(next_url_path=path, items_path=items_path), f"json_link ({path})"
+    total = _total_pages_path(data)
+    if total is not None and _count(total[1]) is not None:
+        path = ".".join(total[0])
+        return (
+            PageNumberPaginator(
+                page_size=None, first_page=0, total_pages_path=path, items_path=items_path
+            ),
+            f"page_number (total pages at {path}, pages from 0)",
+        )
+    if nxt is not None:
+        path = ".".join(nxt[0])
+        return (
+            BodyCursorPaginator(cursor_path=path, items_path=items_path),
+            f"cursor (at {path}, sent as cursor)",
+        )
+    return SinglePagePaginator(items_path=items_path), "single_page"
+
+
+_ANNOUNCED = ("count", "total", "total_count", "totalcount", "total_results", "totalresults")
+
+
+def announced_total(data: Any) -> int | None:
+    """A count of the whole listing that a page announces at its top level (``count``,
+    ``total``, ``total_count`` ...), or None."""
+    if not isinstance(data, Mapping):
+        return None
+    for key, value in data.items():
+        if str(key).lower() in _ANNOUNCED:
+            found = _count(value)
+            if found is not None:
+                return found
+    return None
+
+
+class AutoPaginator(Paginator):
+    """A paginator left out (or ``paginator: auto``): the one ``detect_paginator`` picks
+    from the first page, used for every page after it."""
+
+    def __init__(self, items_path: str | None = None) -> None:
+        self.items_path = items_path
+        self.chosen: Paginator | None = None
+        self.detected = ""
+        self.shortfall: str | None = None  # why a detected single page is not the listing
+
+    def detect(self, headers: Mapping[str, str], data: Any, items_path: str | None) -> Paginator:
+        if self.chosen is None:
+            self.items_path = items_path
+            self.chosen, self.detected = detect_paginator(headers, data, items_path)
+            held, announced = len(self.chosen.items(data)), announced_total(data)
+            if isinstance(self.chosen, SinglePagePaginator) and (announced or 0) > held:
+                self.shortfall = (
+                    f"no paginator was detected on the first page, which holds {held} of the "
+                    f"{announced} records it announces; declare endpoint.paginator"
+                )
+        return self.chosen
+
+    @property
+    def stops_on_empty(self) -> bool:  # type: ignore[override]
+        return self.chosen.stops_on_empty if self.chosen is not None else True
+
+    def items(self, data: Any) -> list[Any]:
+        return self.chosen.items(data) if self.chosen is not None else super().items(data)
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        return self.detect(headers, data, self.items_path).next_url(url, headers, data)
+
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
+        return self.detect(headers, data, self.items_path).planned_urls(url, headers, data, limit)

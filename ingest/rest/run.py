@@ -71,7 +71,7 @@ from ingest.rest.errors import (
     RequestError,
     StepError,
 )
-from ingest.rest.paging import dig
+from ingest.rest.paging import AutoPaginator, dig, find_records_path
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
@@ -218,7 +218,8 @@ class SourceRun:
         # page_number and offset carry the size themselves; the others through a parameter
         sized = spec is not None and spec.type not in ("page_number", "offset")
         if sized and spec is not None and spec.page_size_param and listing.page_size:
-            params[spec.page_size_param] = listing.page_size
+            # a size the file declares in params goes out as declared
+            params.setdefault(spec.page_size_param, listing.page_size)
         query = urlencode({k: _param(v) for k, v in params.items()})
         return f"{path}?{query}" if query else path
 
@@ -247,7 +248,7 @@ class SourceRun:
             )
             return
         listing.paginator = paginator = make_paginator(
-            ep.paginator, ep.data_selector, listing.page_size
+            ep.paginator, ep.data_selector, listing.page_size or None, detect=dialect is None
         )
         # a dialect's listing is sorted newest first whenever it has a watermark
         desc = listing.watermark is not None and (
@@ -295,6 +296,9 @@ class SourceRun:
                 )
                 listing.failed += done.failed
                 listing.complete, listing.stop_reason = done.complete, done.stop_reason
+                shortfall = paginator.shortfall if isinstance(paginator, AutoPaginator) else None
+                if shortfall and listing.complete:
+                    listing.complete, listing.stop_reason = False, f"{label}: {shortfall}"
                 if done.malformed and dialect is None:
                     listing.error = done.stop_reason
                 if dialect is not None:
@@ -317,8 +321,21 @@ class SourceRun:
     ) -> Page:
         """A page's records as rows; raises ``MalformedPageError`` for a page that lies."""
         resource = listing.resource
-        selector = resource.endpoint.data_selector
+        selector = listing.selector
+        if selector is None:
+            selector = resource.endpoint.data_selector
+        if selector is None:  # left out: found on the first page, as dlt finds it
+            selector = find_records_path(data)
+        if listing.selector is None:
+            listing.selector = selector
+            paginator = listing.paginator
+            if isinstance(paginator, AutoPaginator):
+                paginator.detect(headers, data, selector)
+            elif paginator is not None:
+                paginator.items_path = selector
         found = dig(data, selector) if selector else data
+        if isinstance(found, dict):
+            found = [found]  # a response that is one object is one record (dlt's)
         if not isinstance(found, list):
             what = (
                 f"no list at data_selector {selector!r}"
@@ -401,8 +418,11 @@ class SourceRun:
         declared = spec.page_size if spec else None
         if spec is not None and spec.type == "offset" and spec.limit:
             declared = spec.limit
+        if spec is not None and spec.type == "offset" and declared is None:
+            declared = _int(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
         if declared != "auto":
-            return int(declared or DEFAULT_PAGE_SIZE)
+            # 0: the file leaves the size unsent (what its params say goes out as written)
+            return int(declared or (DEFAULT_PAGE_SIZE if spec and spec.type == "offset" else 0))
         governor = self.client.governor
         budget = None
         if governor.budget is not None and not governor.unlimited:
@@ -499,6 +519,12 @@ async def _together(jobs: Sequence[Coroutine[Any, Any, None]]) -> None:
 def _auto_sized(resource: Resource) -> bool:
     spec = resource.endpoint.paginator
     return spec is not None and spec.page_size == "auto"
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _param(value: Any) -> str:

@@ -30,7 +30,15 @@ Differences, on purpose:
 * dlt's Python callables (``processing_steps`` filter and map, ``incremental.convert``)
   name a function the project ships or one the worker's settings register
   (``ingest.rest.steps``), checked when the file loads;
-* errors name the file and line (``load_source``).
+* errors name the file and line (``load_source``), one line a problem, with what to
+  write instead for a dlt form this engine does not take;
+* a resource with a ``primary_key`` and no ``write_disposition`` is merged (dlt appends):
+  a nightly rerun never adds a second row for a record.
+
+Where a file says nothing, dlt's defaults apply (``PaginatorSpec``, ``Resource``): a
+paginator or ``data_selector`` left out is detected from the first response, ``name``
+defaults to the file's name, ``auth: {env: ...}`` without a type is bearer, an
+``endpoint`` may be its path.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from pydantic import (
 from ingest.rest import steps
 from ingest.rest.errors import SourceError
 from ingest.rest.paging import (
+    AutoPaginator,
     BodyCursorPaginator,
     HeaderCursorPaginator,
     JsonLinkPaginator,
@@ -61,6 +70,7 @@ from ingest.rest.paging import (
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
+    SinglePagePaginator,
 )
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -112,6 +122,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# keys that would hold a credential in the file (dlt's auth fields among them)
+LITERAL_CREDENTIALS = (
+    "token",
+    "password",
+    "api_key",
+    "client_secret",
+    "access_token",
+    "key",
+    "value",
+)
+
+
+def literal_refused(literal: str, kind: str) -> str:
+    """One line: the key that would hold a credential, and what to write instead (worded
+    so that redaction, which hides any ``secret: X``, leaves it readable)."""
+    return (
+        f"'{literal}' puts a credential in the file; write env with the name of an "
+        "environment variable that holds it, or secret with the name of a Prefect Secret "
+        f"block (auth: {{type: {kind}, env: API_{literal.upper()}}})"
+    )
+
+
 class SecretRef(_Strict):
     """Where a credential comes from: a Prefect Secret block, else an environment variable."""
 
@@ -122,12 +154,9 @@ class SecretRef(_Strict):
     @classmethod
     def _no_literals(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for literal in ("token", "password", "api_key", "key", "value"):
+            for literal in LITERAL_CREDENTIALS:
                 if literal in data:
-                    raise ValueError(
-                        f"'{literal}' would put a credential in the file; name a Prefect Secret "
-                        "block with 'secret:' or an environment variable with 'env:'"
-                    )
+                    raise ValueError(literal_refused(literal, str(data.get("type", "bearer"))))
         return data
 
     @model_validator(mode="after")
@@ -175,7 +204,13 @@ Auth = Annotated[
 
 
 class PaginatorSpec(_Strict):
-    """dlt's paginator types and options (those that apply to each type)."""
+    """dlt's paginator types and options (those that apply to each type), with dlt's
+    defaults: ``page_number`` counts from ``base_page`` 0 and reads the total of pages at
+    ``total`` (``total_path: null``: no total), ``offset`` the total of items at
+    ``total``; both stop at an empty page unless ``stop_after_empty_page: false``; the
+    ``cursor`` is read at ``cursors.next``, the ``header_cursor`` from the ``next``
+    header. ``page_size`` (with ``page_size_param``) is this engine's: left out, no size
+    is sent but what the file's ``params`` or ``limit`` say; ``auto``, the engine picks."""
 
     type: Literal[
         "header_link",
@@ -188,9 +223,13 @@ class PaginatorSpec(_Strict):
     ]
     # page_number
     page_param: str = "page"
-    base_page: int = 1
-    total_path: str | None = None  # page_number: total pages; offset: total items
+    base_page: int = 0
+    page: int | None = Field(None, description="The first page asked for (base_page).")
+    maximum_page: int | None = None
+    total_path: str | None = "total"  # page_number: total pages; offset: total items
     total_header: str | None = None  # the same in a response header
+    stop_after_empty_page: bool | None = None  # None: dlt's default of the type
+    has_more_path: str | None = None
     # page_number and offset: the page size, and the parameter that carries it
     page_size: int | Literal["auto"] | None = None
     page_size_param: str | None = None
@@ -198,13 +237,16 @@ class PaginatorSpec(_Strict):
     offset_param: str = "offset"
     limit_param: str = "limit"
     limit: int | None = None
-    # cursor / header_cursor / json_link
-    cursor_path: str = "next_cursor"
+    offset: int = Field(0, ge=0, description="The first offset asked for.")
+    maximum_offset: int | None = None
+    # cursor / header_cursor / json_link / header_link
+    cursor_path: str = "cursors.next"
     cursor_param: str = "cursor"
-    cursor_key: str = "x-next-cursor"
+    cursor_key: str = "next"
     next_url_path: str = "next"
+    links_next_key: str = "next"
 
-    @field_validator("cursor_path", "next_url_path", "total_path")
+    @field_validator("cursor_path", "next_url_path", "total_path", "has_more_path")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return json_path(v)
@@ -215,6 +257,70 @@ class PaginatorSpec(_Strict):
         if isinstance(v, int) and not 1 <= v <= 10_000:
             raise ValueError("must be between 1 and 10000")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, instead in PAGINATOR_REFUSED.items():
+                if key in data:
+                    raise ValueError(f"{key}: {instead}")
+        return data
+
+    @model_validator(mode="after")
+    def _stops(self) -> PaginatorSpec:
+        """dlt refuses a page_number or offset paginator that has no way to end."""
+        if self.type in ("page_number", "offset"):
+            maximum = self.maximum_page if self.type == "page_number" else self.maximum_offset
+            bound = "maximum_page" if self.type == "page_number" else "maximum_offset"
+            if (
+                self.total is None
+                and self.total_header is None
+                and maximum is None
+                and self.has_more_path is None
+                and self.stop_after_empty_page is False
+            ):
+                raise ValueError(
+                    "stop_after_empty_page: false leaves the listing no end; give "
+                    f"total_path, has_more_path or {bound}"
+                )
+        return self
+
+    @property
+    def stops_on_empty(self) -> bool:
+        if self.stop_after_empty_page is not None:
+            return self.stop_after_empty_page
+        return self.type != "cursor"
+
+    @property
+    def total(self) -> str | None:
+        """The total's path as the file means it: declared, else dlt's ``total`` unless a
+        header carries the total instead."""
+        if "total_path" in self.model_fields_set or self.total_header is None:
+            return self.total_path
+        return None
+
+
+# dlt forms this engine does not take, and what to write instead (refused at load)
+PAGINATOR_REFUSED = {
+    "page_body_path": "pages are asked for by a query parameter here; write page_param",
+    "offset_body_path": "offsets are sent as a query parameter here; write offset_param",
+    "limit_body_path": "the limit is sent as a query parameter here; write limit_param",
+    "cursor_body_path": "the cursor is sent as a query parameter here; write cursor_param",
+}
+
+
+def _paginator(value: Any) -> Any:
+    """dlt's short forms: a paginator named by its type (``paginator: json_link``), and
+    ``auto`` (or ``{type: auto}``), which leaves the paginator to be detected from the first
+    response, as does a paginator left out."""
+    if value == "auto" or (isinstance(value, dict) and value.get("type", "auto") == "auto"):
+        if isinstance(value, dict) and set(value) - {"type"}:
+            raise ValueError("a detected paginator (auto) takes no options; name its type")
+        return None
+    if isinstance(value, str):
+        return {"type": value}
+    return value
 
 
 class Incremental(_Strict):
@@ -323,6 +429,26 @@ class Endpoint(_Strict):
     incremental: Incremental | None = None
     response_actions: list[ResponseAction] = Field(default_factory=list)
 
+    @field_validator("paginator", mode="before")
+    @classmethod
+    def _short_paginator(cls, v: Any) -> Any:
+        return _paginator(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, instead in ENDPOINT_REFUSED.items():
+                if key in data:
+                    raise ValueError(f"{key}: {instead}")
+            if data.get("method", "GET").upper() != "GET":
+                raise ValueError(
+                    f"method: {data['method']}: listings are read with GET here; leave "
+                    "method out (or write GET)"
+                )
+            data = {k: v for k, v in data.items() if k != "method"}
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _dlt_incremental(cls, data: Any) -> Any:
@@ -379,6 +505,19 @@ class Endpoint(_Strict):
         return json_path(v)
 
 
+ENDPOINT_REFUSED = {
+    "json": "a request body is not sent here (listings are GET requests); put the values in params",
+    "data": "a request body is not sent here (listings are GET requests); put the values in params",
+    "auth": "one auth per source here; declare it under client.auth",
+    "headers": "headers are declared once per source here; write them under client.headers",
+}
+
+
+def _endpoint(value: Any) -> Any:
+    """dlt's short form: an endpoint given as its path."""
+    return {"path": value} if isinstance(value, str) else value
+
+
 class Resource(_Strict):
     name: str
     table_name: str | None = None
@@ -406,12 +545,29 @@ class Resource(_Strict):
         description="Pages one listing fetches at most; a listing stopped there is incomplete.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dlt_forms(cls, data: Any) -> Any:
+        """dlt's endpoint as a path string, and its path left out (the resource's name)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        endpoint = _endpoint(data.get("endpoint"))
+        if endpoint is None:
+            endpoint = {}
+        if isinstance(endpoint, dict) and not endpoint.get("path") and data.get("name"):
+            endpoint = {**endpoint, "path": data["name"]}
+        data["endpoint"] = endpoint
+        return data
+
     @property
     def disposition(self) -> str:
-        """append, replace or merge (dlt's default for a resource with a key: merge here,
-        as the rows of a key are replaced by their newest version)."""
+        """append, replace or merge as declared; left out: merge for a resource with a
+        ``primary_key`` (a rerun replaces a key's row by its newest version, never adds a
+        second), append for one without (dlt's default: every run's rows are kept)."""
         wd = self.write_disposition
-        return (wd.disposition if isinstance(wd, WriteDisposition) else wd) or "merge"
+        declared = wd.disposition if isinstance(wd, WriteDisposition) else wd
+        return declared or ("merge" if self.key_fields else "append")
 
     @property
     def contract(self) -> SchemaContract:
@@ -462,6 +618,11 @@ class ResourceDefaults(_Strict):
     schema_contract: ContractMode | SchemaContract | None = None
     endpoint: Endpoint = Field(default_factory=Endpoint)
 
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> Any:
+        return _endpoint(v)
+
 
 class RateLimit(_Strict):
     reserve: int = Field(0, ge=0, description="Requests of an announced budget never spent.")
@@ -487,6 +648,35 @@ class Client(_Strict):
     concurrency: int = Field(32, ge=1, le=256, description="Most requests in flight.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
 
+    @field_validator("paginator", mode="before")
+    @classmethod
+    def _short_paginator(cls, v: Any) -> Any:
+        return _paginator(v)
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth_forms(cls, v: Any) -> Any:
+        """dlt's forms: ``auth: {token: ...}`` is bearer (the type implied), and a literal
+        credential is refused in one line naming its key and what to write instead."""
+        if isinstance(v, str):
+            raise ValueError(
+                f"{v!r}: an auth named by its type alone has nowhere to read its credential "
+                f"from; write {{type: {v}, env: VARIABLE}} (or a Prefect Secret block's name "
+                "as secret)"
+            )
+        if isinstance(v, dict):
+            if "type" not in v:
+                v = {"type": "bearer", **v}
+            if v["type"] not in _AUTH_TYPES:
+                raise ValueError(
+                    f"type: {v['type']!r} is not an auth type here; write one of "
+                    + ", ".join(_AUTH_TYPES)
+                )
+            for literal in LITERAL_CREDENTIALS:
+                if literal in v:
+                    raise ValueError(literal_refused(literal, str(v["type"])))
+        return v
+
     @field_validator("headers")
     @classmethod
     def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
@@ -507,7 +697,11 @@ _CREDENTIAL_HEADER = re.compile(
 class Source(_Strict):
     """A whole source file."""
 
-    name: str
+    name: str = Field(
+        "rest_api",
+        description="Table prefix. Left out: the file's name (tickets.yaml: tickets), else "
+        "dlt's default source name, rest_api.",
+    )
     client: Client
     repos: list[str] = Field(
         default_factory=list,
@@ -583,11 +777,17 @@ class Source(_Strict):
         """The resource with the defaults filled in (the resource's own values win)."""
         d = self.resource_defaults
         ep, dep = r.endpoint, d.endpoint
+        path = ep.path or dep.path
+        selector = ep.data_selector if ep.data_selector is not None else dep.data_selector
+        paginator = ep.paginator or dep.paginator
+        if path and single_entity_path(path):  # dlt: one object, one page
+            selector = "" if selector is None else selector
+            paginator = paginator or PaginatorSpec(type="single_page")
         endpoint = Endpoint(
-            path=ep.path or dep.path,
+            path=path,
             params={**dep.params, **ep.params},
-            data_selector=ep.data_selector if ep.data_selector is not None else dep.data_selector,
-            paginator=ep.paginator or dep.paginator or self.client.paginator,
+            data_selector=selector,
+            paginator=paginator or self.client.paginator,
             incremental=ep.incremental or dep.incremental,
             response_actions=ep.response_actions or dep.response_actions,
         )
@@ -611,6 +811,13 @@ class Source(_Strict):
 GITHUB_PULLS = "repos/{repo}/pulls"
 
 
+def single_entity_path(path: str) -> bool:
+    """dlt's guess that an endpoint answers one object: its path's last segment holds a
+    placeholder (``users/{resources.users.id}``); its page is then the record, one page."""
+    last = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+    return re.search(r"\{[A-Za-z0-9.\-_]+\}", last) is not None
+
+
 def check_repo(repo: str) -> str:
     if not REPO_NAME.match(repo):
         raise ValueError(f"repository must look like owner/name, got {repo!r}")
@@ -618,34 +825,54 @@ def check_repo(repo: str) -> str:
 
 
 def make_paginator(
-    spec: PaginatorSpec | None, data_selector: str | None, page_size: int
+    spec: PaginatorSpec | None,
+    data_selector: str | None,
+    page_size: int | None,
+    *,
+    detect: bool = False,
 ) -> Paginator:
-    """The paging strategy a spec names (``header_link`` when none is declared)."""
-    kind = spec.type if spec else "header_link"
-    if spec is None or kind == "header_link":
-        return LinkHeaderPaginator(page_param=spec.page_param if spec else "page")
+    """The paging strategy a spec names, with dlt's defaults. None: detected from the
+    first response (``detect``, a declared source's), else ``header_link``. ``page_size``
+    is the size the engine sends, None when the file leaves it unsent."""
+    if spec is None:
+        return AutoPaginator(data_selector) if detect else LinkHeaderPaginator()
+    kind = spec.type
+    if kind == "header_link":
+        return LinkHeaderPaginator(page_param=spec.page_param, next_rel=spec.links_next_key)
     if kind == "page_number":
         return PageNumberPaginator(
             page_param=spec.page_param,
             size_param=spec.page_size_param or "per_page",
             page_size=page_size,
             first_page=spec.base_page,
-            total_pages_path=spec.total_path,
+            start_page=spec.page,
+            total_pages_path=spec.total,
             total_pages_header=spec.total_header,
             items_path=data_selector,
+            stop_after_empty_page=spec.stops_on_empty,
+            has_more_path=spec.has_more_path,
+            maximum_page=spec.maximum_page,
         )
     if kind == "offset":
         return OffsetPaginator(
             offset_param=spec.offset_param,
             limit_param=spec.page_size_param or spec.limit_param,
-            limit=page_size,
-            total_path=spec.total_path,
+            limit=page_size or DEFAULT_LIMIT,
+            total_path=spec.total,
             total_header=spec.total_header,
             items_path=data_selector,
+            start=spec.offset,
+            stop_after_empty_page=spec.stops_on_empty,
+            has_more_path=spec.has_more_path,
+            maximum_offset=spec.maximum_offset,
         )
     if kind == "cursor":
         return BodyCursorPaginator(
-            cursor_path=spec.cursor_path, cursor_param=spec.cursor_param, items_path=data_selector
+            cursor_path=spec.cursor_path,
+            cursor_param=spec.cursor_param,
+            items_path=data_selector,
+            stop_after_empty_page=spec.stops_on_empty,
+            has_more_path=spec.has_more_path,
         )
     if kind == "header_cursor":
         return HeaderCursorPaginator(
@@ -653,17 +880,11 @@ def make_paginator(
         )
     if kind == "json_link":
         return JsonLinkPaginator(next_url_path=spec.next_url_path, items_path=data_selector)
-    return SinglePage(items_path=data_selector)
+    return SinglePagePaginator(items_path=data_selector)
 
 
-class SinglePage(Paginator):
-    """One page, no paging."""
-
-    def __init__(self, items_path: str | None = None) -> None:
-        self.items_path = items_path
-
-    def next_url(self, url: str, headers: Any, data: Any) -> str | None:
-        return None
+# an offset paginator's limit when the file gives none (dlt requires one)
+DEFAULT_LIMIT = 100
 
 
 # --------------------------------------------------------------------------- loading
@@ -699,6 +920,12 @@ def load_source(path: str | Path) -> Source:
 
 
 def parse_source(text: str, name: str = "<source>") -> Source:
+    """A source file's text as a ``Source``; ``name`` is the file's (its messages name it,
+    and its stem is the table prefix of a file that leaves ``name`` out).
+
+    dlt's ``dlt.yml`` form, ``sources: {NAME: {type: rest_api, client: ..., resources: ...}}``,
+    is read too: its one ``rest_api`` source, named by its key. One problem is told in one
+    line, ``FILE:LINE: FIELD: what is wrong and what to write``; several, one line each."""
     try:
         node = yaml.compose(text, Loader=_LineLoader)
         data = yaml.load(text, Loader=_LineLoader)
@@ -710,6 +937,11 @@ def parse_source(text: str, name: str = "<source>") -> Source:
         raise SourceError(f"{name}: nested too deep to read (a source file is shallow)") from None
     if not isinstance(data, dict):
         raise SourceError(f"{name}:1: a source file is a mapping (name, client, resources)")
+    prefix: list[Any] = []
+    if "client" not in data and isinstance(data.get("sources"), dict):
+        data, prefix = _dlt_yml(data["sources"], name, node)
+    if "name" not in data:
+        data = {"name": default_name(name), **data}
     try:
         return Source.model_validate(data)
     except RecursionError:
@@ -726,10 +958,61 @@ def parse_source(text: str, name: str = "<source>") -> Source:
             if not loc and msg.startswith("resources."):  # a whole-source check naming its place
                 head, _, msg = msg.partition(": ")
                 loc = [int(p) if p.isdigit() else p for p in head.split(".")]
-            line = _line_of(node, loc)
+            if err["type"] == "extra_forbidden" and loc:
+                msg += f": {NOT_TAKEN.get(str(loc[-1]), 'not a key of this section (a typo?)')}"
+            line = _line_of(node, [*prefix, *loc])
             field = ".".join(str(p) for p in loc) or "(file)"
             lines.append(f"{name}:{line}: {field}: {msg}")
+        if len(lines) == 1:
+            raise SourceError(lines[0]) from exc
         raise SourceError("invalid source file:\n  " + "\n  ".join(lines)) from exc
+
+
+# dlt keys this engine does not take (refused at load), and what to write instead
+NOT_TAKEN = {
+    "max_table_nesting": "nested lists become child tables at any depth here; leave it out",
+    "parallelized": "listings run concurrently here already; leave it out",
+    "table_format": "tables are Delta tables here; leave it out",
+    "file_format": "tables are Delta tables here; leave it out",
+    "session": "the HTTP client is this engine's own; leave it out",
+    "yield_map": "write a map step (one record in, one out)",
+    "lag": "leave it out: the watermark is the largest cursor of a complete listing",
+    "last_value_func": "leave it out: the watermark is the largest cursor value",
+    "on_cursor_value_missing": "leave it out: a record without its cursor is stored, "
+    "and moves no watermark",
+    "range_start": "leave it out: a record at the watermark is fetched again, stored once",
+    "range_end": "leave it out: end_value is exclusive",
+    "allow_external_schedulers": "leave it out",
+    "content": "match on status_code only here",
+}
+
+
+def default_name(path: str) -> str:
+    """A file's table prefix when it names none: its stem as a table name
+    (``Pokemon-API.yaml``: ``pokemon_api``), else dlt's default source name, ``rest_api``."""
+    stem = Path(path).stem if not path.startswith("<") else ""
+    cleaned = re.sub(r"_+", "_", re.sub(r"[^a-z0-9_]", "_", stem.lower())).strip("_")
+    cleaned = cleaned.lstrip("0123456789_")
+    return cleaned if cleaned and NAME.match(cleaned) else "rest_api"
+
+
+def _dlt_yml(
+    sources: dict[str, Any], name: str, node: yaml.Node | None
+) -> tuple[dict[str, Any], list[Any]]:
+    found = {
+        k: v for k, v in sources.items() if isinstance(v, dict) and v.get("type") == "rest_api"
+    }
+    if len(found) != 1:
+        line = _line_of(node, ["sources"])
+        names = ", ".join(map(str, found)) or "none"
+        raise SourceError(
+            f"{name}:{line}: sources: a dlt.yml is read for one rest_api source, it holds "
+            f"{len(found)} ({names}); write each in a file of its own"
+        )
+    key, body = next(iter(found.items()))
+    data = {k: v for k, v in body.items() if k != "type"}
+    data.setdefault("name", str(key))
+    return data, ["sources", key]
 
 
 def _line_of(node: yaml.Node | None, loc: list[Any]) -> int:

@@ -49,7 +49,7 @@ def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None
         lines.append(
             f"| {r['resource']} | {r['table']} | {r['listings']} | {r['complete']} | "
             f"{r['records']} | {r['pages']} | {r['requests']} | {r['failed_pages']} | "
-            f"{r['page_size']} | {note} |"
+            f"{r['page_size'] or 'not sent'} | {note} |"  # 0: the file's params decide
         )
     lines += schema_markdown(summary.schema_changes)
     return "\n".join(lines)

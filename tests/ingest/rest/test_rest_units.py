@@ -182,7 +182,7 @@ def test_a_valid_source_resolves_defaults_and_parents() -> None:
     [
         (
             ("env: TRACKER_TOKEN", "token: abc123"),
-            ":4: client.auth: 'token' would put a credential",
+            ":4: client.auth: 'token' puts a credential in the file; write env",
         ),
         (("type: offset", "type: offst"), ":7: client.paginator.type: Input should be"),
         (("  - name: projects", "  - name: Projects"), ":11: resources.0.name: use lower-case"),
