@@ -86,7 +86,7 @@ from ingest.rest.records import (
     SyncRecord,
 )
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
-from ingest.rest.sizing import PROBE_SIZE, LatencyModel, SizePlanner
+from ingest.rest.sizing import PROBE_SIZES, HostLimits, LatencyModel, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
 from ingest.rest.source import Source
@@ -103,6 +103,10 @@ HEADERS = {
 }
 AUTH_HINT = "the token may be wrong or expired: check the GITHUB_TOKEN variable or the Secret block"
 WHO = "this token (private repositories need a token with access)"
+# GitHub's documented secondary limits: at most 100 requests in flight, and 900 points a
+# minute for the REST API (a GET costs one point).
+IN_FLIGHT = 100
+PER_MINUTE = 900
 # The tables a run of the dialect writes, which its runs keep trimmed and compacted.
 TABLES = ("pull_requests", "pull_request_log", "api_requests", "github_pages", "github_syncs")
 
@@ -252,13 +256,20 @@ class GitHubDialect:
         assert paginator is not None
         reported = False
         try:
-            answer = await gh.get(
-                pulls_url(own.repo, own.opts.state, PROBE_SIZE), label=own.repo, paced=False
+            # page 1 at two sizes at once: the one-item answer's rel="last" is the
+            # listing's exact size; the two latencies tell a page's fixed time from its
+            # time per item
+            answers = await asyncio.gather(
+                *(
+                    gh.get(pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False)
+                    for size in PROBE_SIZES
+                )
             )
+            answer = answers[0]
             total = paginator.total_items(answer.url, answer.headers, answer.data)
             reported = True
             listing.page_size = await planner.size_for(
-                total, len(paginator.items(answer.data)), answer.seconds
+                total, [(len(paginator.items(a.data)), a.seconds) for a in answers]
             )
         except RateLimitStop as exc:
             listing.stop_reason = str(exc)
@@ -373,6 +384,7 @@ class GitHubDialect:
         summary.per_page = max((r.sync.per_page for r in results), default=self.per_page)
         if self.planner is not None and self.planner.plan is not None:
             summary.size_plan = self.planner.plan.describe()
+            summary.size_plan_figures = self.planner.plan.figures()
         summary.failed_pages = sum(r.sync.failed_pages for r in results)
         stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
         summary.stopped = "; ".join(sorted(stops)) or None
@@ -548,23 +560,30 @@ def unstored(client: RestClient) -> list[Any]:
 def planner_for(
     settings: Settings, listings: int, window: AdaptiveWindow, governor: RateLimitGovernor
 ) -> SizePlanner:
-    """The page-size planner of the repositories whose size is automatic: the configured
-    latency model (scaled by the probes), the window's model, and the share of the
-    budget above the reserve (``github_budget_share``) as it stands once they answered."""
+    """The planner of the repositories whose size is automatic: the latency fitted to
+    their probes (the configured model the prior), GitHub's documented limits (at most
+    ``IN_FLIGHT`` in flight, ``PER_MINUTE`` requests a minute; a lower ceiling the window
+    knows, and the configured cap, bound them) and the share of the budget above the
+    reserve (``github_budget_share``) as it stands once they answered; the window is
+    opened to the planned in-flight count."""
 
-    def budget() -> int | None:
-        if governor.unlimited or governor.budget is None:
-            return None
-        above = max(0, governor.budget.remaining - governor.pending - governor.effective_reserve)
-        return max(1, int(above * settings.github.budget_share))
+    def limits() -> HostLimits:
+        budget = None
+        if not governor.unlimited and governor.budget is not None:
+            above = max(
+                0, governor.budget.remaining - governor.pending - governor.effective_reserve
+            )
+            budget = max(1, int(above * settings.github.budget_share))
+        in_flight = min(IN_FLIGHT, window.ceiling or window.maximum, window.maximum)
+        return HostLimits(in_flight=in_flight, per_minute=PER_MINUTE, budget=budget)
 
     return SizePlanner(
         listings,
         latency=LatencyModel(settings.github.latency_base, settings.github.latency_per_item),
-        finish=window.finish_seconds,
-        budget=budget,
+        limits=limits,
         expected=settings.github.expected_pulls,
         recheck=True,
+        admit=window.admit,
     )
 
 
@@ -656,6 +675,7 @@ def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummar
         out.shared_round_trips += s.shared_round_trips
         out.per_page = max(out.per_page, s.per_page)
         out.size_plan = "; ".join(p for p in (out.size_plan, s.size_plan) if p) or None
+        out.size_plan_figures = out.size_plan_figures or s.size_plan_figures
         out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
         out.shared_limit = out.shared_limit or s.shared_limit
         for change in s.schema_changes:  # a part sees the parts staged before it: once each
