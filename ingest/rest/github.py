@@ -74,10 +74,12 @@ from ingest.redact import redact, register_secret
 from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
+from ingest.rest.dialect import ApiLimits, ClientSetup, Dialect, Run
 from ingest.rest.engine import Listing, Page
 from ingest.rest.errors import AuthError, PageError, RateLimitStop, RestTerminalError, SourceError
-from ingest.rest.ratelimit import RateLimitGovernor
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import (
+    ApiRequest,
     GitHubSummary,
     PageRecord,
     PullRequest,
@@ -85,11 +87,13 @@ from ingest.rest.records import (
     RepoState,
     SyncRecord,
 )
+from ingest.rest.run import fetch_source
+from ingest.rest.shared import SharedLimits
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
 from ingest.rest.sizing import PROBE_SIZES, HostLimits, LatencyModel, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
-from ingest.rest.source import Source
+from ingest.rest.source import Resource, Source
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -156,11 +160,12 @@ class RepoListing:
     result: RepoResult | None = None
 
 
-class GitHubDialect:
-    """The hooks ``ingest.rest.run.SourceRun`` calls for each repository's listing: the
-    options and stored state it starts from (``open``), the one-item probe (``probe``),
-    the first page's URL, the page ``fetch`` with ETags and the watermark, the final look
-    at page 1 (``close``) and the result it stores (``done``)."""
+class GitHubDialect(Run):
+    """The hooks ``ingest.rest.run.SourceRun`` calls for each repository's listing: one
+    listing per repository (``listings``), the options and stored state it starts from
+    (``open``), the probes (``probe``), the first page's URL, the page ``fetch`` with
+    ETags and the watermark, the final look at page 1 (``close``), the result it stores
+    (``done``) and the run's summary."""
 
     def __init__(
         self,
@@ -168,10 +173,23 @@ class GitHubDialect:
         opts_for: Callable[[str], SyncOptions],
         priors: dict[str, RepoState],
         on_result: Callable[[RepoResult], Awaitable[None]] | None = None,
+        location: Any = None,
     ) -> None:
         self.repos, self.opts_for, self.priors, self.on_result = repos, opts_for, priors, on_result
+        self.location = location  # where the run stages (its schema changes for the summary)
         self.planner: SizePlanner | None = None  # the run's, for its summary
         self.per_page = PER_PAGE_MAX  # the page size of the summary when no sync ran
+
+    def listings(self, resource: Resource, table: str) -> list[Listing]:
+        return [Listing(resource, table, label=r) for r in self.repos]
+
+    def newest_first(self, listing: Listing) -> bool:
+        return listing.watermark is not None  # sorted by updated, newest first
+
+    def unstored(self, client: RestClient) -> list[ApiRequest]:
+        """Requests that belong to no repository (the ``/rate_limit`` probe); each
+        repository's own are staged with its result."""
+        return [r for r in client.requests if not r.repo]
 
     def open(self, listing: Listing) -> None:
         repo = listing.label
@@ -368,7 +386,9 @@ class GitHubDialect:
             rows_staged=own.rows_staged,
         )
 
-    def summary(self, gh: RestClient, listings: Sequence[Listing]) -> GitHubSummary:
+    def summary(
+        self, gh: RestClient, listings: Sequence[Listing], shared: SharedLimits | None = None
+    ) -> GitHubSummary:
         """The run's summary: per repository, and what is GitHub's own."""
         window = gh.window
         assert window is not None
@@ -392,6 +412,13 @@ class GitHubDialect:
         summary.max_in_flight = gh.max_in_flight
         summary.window, summary.ceiling = window.remembered()
         summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
+        if shared is not None:
+            summary.shared_limit = shared.slots.name
+            summary.shared_round_trips = shared.round_trips
+        if self.location is not None:
+            summary.schema_changes = store.staged_schema_changes(
+                self.location, gh.run_id, store.is_pull_table
+            )
         return summary
 
 
@@ -548,10 +575,87 @@ def credentials(
     return Credentials(headers=headers, hint=AUTH_HINT)
 
 
-def unstored(client: RestClient) -> list[Any]:
-    """Requests that belong to no repository (the ``/rate_limit`` probe); each
-    repository's own are staged with its result."""
-    return [r for r in client.requests if not r.repo]
+class GitHub(Dialect):
+    """GitHub's own ways, handed to the engine (``ingest.rest.dialect``): its headers and
+    token, its retries, its documented limits, the repositories' stored page ETags and
+    watermarks, and the run's hooks (``plan``: probes, ETags, pull-request rows)."""
+
+    name = "github"
+    limits = ApiLimits(in_flight=IN_FLIGHT, per_minute=PER_MINUTE)
+    engine_state = False  # its state is the repositories' (github_pages, github_syncs)
+
+    def client_setup(
+        self,
+        settings: Settings,
+        source: Source,
+        load_block: SecretLoader | None,
+        token: str | None,
+    ) -> ClientSetup:
+        return ClientSetup(
+            credentials=credentials(source, settings, load_block, token),
+            headers={**HEADERS, **source.client.headers},
+            timeout=settings.github.timeout,
+            retry=RetryPolicy(
+                max_attempts=settings.github.max_attempts,
+                base=settings.github.retry_base,
+                cap=settings.github.retry_cap,
+            ),
+            limit_retries=settings.github.secondary_retries,
+            who=WHO,
+        )
+
+    def load_state(
+        self, settings: Settings, source: Source, full_refresh: bool
+    ) -> dict[str, RepoState]:
+        """The repositories' stored ETags and watermarks (none on a full refresh)."""
+        if full_refresh:
+            return {r: RepoState() for r in source.repos}
+        return store.load_repo_states(settings.location, source.repos, state_of(source))
+
+    async def start(
+        self,
+        settings: Settings,
+        source: Source,
+        client: RestClient,
+        *,
+        run_id: str,
+        state: Any,
+        full_refresh: bool,
+    ) -> GitHubDialect:
+        return await plan(
+            settings, source, client, run_id=run_id, priors=state, full_refresh=full_refresh
+        )
+
+
+GITHUB = GitHub()
+
+
+def fetch_pulls(
+    settings: Settings,
+    repos: Sequence[str],
+    *,
+    run_id: str,
+    token: str | None = None,
+    priors: dict[str, RepoState] | None = None,
+    full_refresh: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+    part: str = "",
+) -> GitHubSummary:
+    """The pull requests of ``repos``: ``ingest.rest.run.fetch_source`` of the GitHub
+    source the ``github_*`` settings declare (``github_source``), with this dialect."""
+    summary = fetch_source(
+        settings,
+        github_source(settings, repos),
+        run_id=run_id,
+        token=token,
+        priors=priors,
+        full_refresh=full_refresh,
+        transport=transport,
+        part=part,
+        dialect=GITHUB,
+    )
+    assert isinstance(summary, GitHubSummary)
+    return summary
 
 
 # --------------------------------------------------------------------------- one run
@@ -611,6 +715,7 @@ async def plan(
     # size is chosen up front, for the budget GET /rate_limit (free) shows.
     if auto_for and len(auto_for) < window.size:
         planner = planner_for(settings, len(auto_for), window, governor)
+        governor.learning = len(PROBE_SIZES)  # a repository's probes go out together
     budget = None
     if auto_for and planner is None:
         remaining = await probe_rate_limit(gh)
@@ -650,7 +755,7 @@ async def plan(
     async def on_result(result: RepoResult) -> None:
         await asyncio.to_thread(store.write_repo_result, settings.location, run_id, result)
 
-    dialect = GitHubDialect(repos, opts_for, priors, on_result)
+    dialect = GitHubDialect(repos, opts_for, priors, on_result, location=settings.location)
     dialect.planner, dialect.per_page = planner, fixed or auto
     return dialect
 

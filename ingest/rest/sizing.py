@@ -36,13 +36,14 @@ from typing import Any
 PER_PAGE_MAX = 100  # GitHub caps per_page at 100, as most APIs do
 PER_PAGE_MIN = 10  # below this the request count grows faster than latency shrinks
 PROBE_SIZE = 1  # items asked for by a probe: its answer is fast and its page count exact
-# The probes of a listing: two sizes, so that a page's fixed time and its time per item
-# can be told apart; the second small, so that waiting for it costs little (at 260 ms +
-# 44 ms an item: 392 ms against the first's 304 ms).
-PROBE_SIZES = (PROBE_SIZE, 3)
+# The probes of a listing, sent together: two sizes, so that a page's fixed time and its
+# time per item can be told apart, the larger small so that waiting for it costs little
+# (at 260 ms + 44 ms an item: 392 ms against 304 ms); one size twice, so that the host's
+# noise shows (``fit_latency``). Three requests of the budget.
+PROBE_SIZES = (PROBE_SIZE, PROBE_SIZE, 3)
 # Of plans within this share of the fastest, the one of fewest requests: closer than the
 # model can tell (the probes' noise), not a trade of seconds for budget.
-PLAN_TOLERANCE = 0.03
+PLAN_TOLERANCE = 0.05
 # A larger size is taken when its modelled time is within this share of the fastest: the
 # price of a request in seconds (at 480 items: 12 requests of 40 in 0.54 s rather than 24
 # of 20 in 0.50 s).
@@ -55,6 +56,7 @@ class LatencyModel:
 
     base_s: float
     per_item_s: float
+    noise_s: float = 0.0  # per item: what the answers it was fitted to could not resolve
 
     def seconds(self, items: int) -> float:
         return self.base_s + self.per_item_s * items
@@ -168,9 +170,14 @@ def choose_per_page(
 def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> LatencyModel:
     """A page's fixed time and its time per item, fitted (least squares) to answers seen,
     ``(items, seconds)`` each. Answers of one size cannot tell the two parts apart: then
-    the ``prior``'s shape, scaled to them (``LatencyModel.calibrated``). A fit that says
-    an item costs less than nothing (noise over sizes too close) keeps the fixed part
-    only; a negative fixed part keeps the per-item part only."""
+    the ``prior``'s shape, scaled to them (``LatencyModel.calibrated``).
+
+    Answers of the same size that differ show the host's noise: a time per item smaller
+    than that noise over the sizes' gap (``noise_s``) cannot be told from none, so the
+    fit keeps only what stands above it (a host whose pages cost the same whatever
+    their size gets large pages, not small ones drawn by noise), the line still through
+    the answers' mean. A fit that says an item costs less than nothing keeps the fixed
+    part only; a negative fixed part keeps the per-item part only."""
     usable = [(n, s) for n, s in samples if s > 0]
     sizes = {n for n, _ in usable}
     if len(sizes) < 2:
@@ -179,12 +186,18 @@ def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> La
     mean_s = statistics.fmean(s for _, s in usable)
     spread = sum((n - mean_n) ** 2 for n, _ in usable)
     slope = sum((n - mean_n) * (s - mean_s) for n, s in usable) / spread
-    if slope <= 0:
-        return LatencyModel(mean_s, 0.0)
+    by_size: dict[int, list[float]] = {}
+    for n, s in usable:
+        by_size.setdefault(n, []).append(s)
+    jitter = max(max(v) - min(v) for v in by_size.values())
+    noise = jitter / (max(sizes) - min(sizes))
+    slope = max(0.0, slope - noise)
+    if slope == 0:
+        return LatencyModel(mean_s, 0.0, noise)
     base = mean_s - slope * mean_n
     if base < 0:
-        return LatencyModel(0.0, mean_s / mean_n)
-    return LatencyModel(base, slope)
+        return LatencyModel(0.0, mean_s / mean_n, noise)
+    return LatencyModel(base, slope, noise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +240,8 @@ class PagePlan:
             f"per_page {self.per_page}, {self.in_flight} in flight for {self.items} items: "
             f"{self.requests} requests, ~{self.seconds:.2f} s by the model "
             f"(a page {self.latency.base_s:.3f} s + {self.latency.per_item_s:.4f} s an item, "
-            f"from {self.samples} answers; host: {self.limits.describe()})"
+            f"from {self.samples} answers, noise {self.latency.noise_s:.4f} s an item; "
+            f"host: {self.limits.describe()})"
         )
 
     def figures(self) -> dict[str, Any]:
@@ -240,6 +254,7 @@ class PagePlan:
             "items": self.items,
             "page_seconds": round(self.latency.base_s, 4),
             "item_seconds": round(self.latency.per_item_s, 5),
+            "item_noise_seconds": round(self.latency.noise_s, 5),
             "samples": self.samples,
             "host_in_flight": self.limits.in_flight,
             "host_per_minute": self.limits.per_minute,

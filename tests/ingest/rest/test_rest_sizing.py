@@ -75,12 +75,21 @@ def test_two_sizes_tell_the_fixed_time_from_the_time_per_item() -> None:
     # several answers of each size: the least-squares line through their noise
     noisy = fit_latency([(1, 0.30), (1, 0.31), (3, 0.39), (3, 0.40), (10, 0.70)], MODEL)
     assert noisy.base_s == pytest.approx(0.26, abs=0.01)
-    assert noisy.per_item_s == pytest.approx(0.044, abs=0.002)
+    assert noisy.per_item_s == pytest.approx(0.044 - 0.01 / 9, abs=0.002)
     # one size cannot separate them: the prior's shape, scaled to what was seen
     assert fit_latency([(1, 0.176), (1, 0.176)], MODEL) == MODEL.calibrated([(1, 0.176)])
     # noise that makes a larger page answer sooner: no time per item, the mean as fixed
     flat = fit_latency([(1, 0.102), (3, 0.098)], MODEL)
     assert flat.per_item_s == 0 and flat.base_s == pytest.approx(0.1)
+    # the same size answered 20 ms apart: a time per item of 10 ms over sizes 2 apart
+    # cannot be told from none, so none is kept (the host's pages cost the same)
+    unresolved = fit_latency([(1, 0.30), (1, 0.32), (3, 0.33)], MODEL)
+    assert unresolved.per_item_s == 0 and unresolved.noise_s == pytest.approx(0.01)
+    # a steeper host through the same noise: 35 of the 45 ms an item the answers show
+    # stand out, the line still through their mean (5/3 items, 0.34 s)
+    steep_noisy = fit_latency([(1, 0.30), (1, 0.32), (3, 0.40)], MODEL)
+    assert steep_noisy.per_item_s == pytest.approx(0.045 - 0.01)
+    assert steep_noisy.seconds(5 / 3) == pytest.approx(0.34)
     # a line through zero items below zero: the time is all per item
     steep = fit_latency([(1, 0.01), (3, 0.05)], MODEL)
     assert steep.base_s == 0 and steep.per_item_s == pytest.approx(0.015)
@@ -252,7 +261,7 @@ async def sync_repos(
         store.SourceState(),
         run_id="r1",
         full_refresh=False,
-        dialect=GitHubDialect(repos, opts_for, priors),
+        hooks=GitHubDialect(repos, opts_for, priors),
     )
     await run.run()
     return [x.own.result for x in run.listings["pulls"]]
@@ -289,11 +298,11 @@ def test_github_sync_probes_then_reads_every_page_at_the_planned_size() -> None:
         range(1, 481)
     )
     pages = math.ceil(480 / size)
-    # the probes first: page 1 with one item and with three
-    assert sorted(u.params["per_page"] for u in seen[:2]) == ["1", "3"]
-    assert {u.params["per_page"] for u in seen[2:]} == {str(size)}
+    # the probes first: page 1 with one item (twice) and with three
+    assert sorted(u.params["per_page"] for u in seen[:3]) == ["1", "1", "3"]
+    assert {u.params["per_page"] for u in seen[3:]} == {str(size)}
     # the probes, every page once, and page 1 again at the end (a 304: nothing moved)
-    assert len(seen) == 2 + pages + 1 and result.sync.requests == len(seen)
+    assert len(seen) == 3 + pages + 1 and result.sync.requests == len(seen)
     assert result.sync.pages == pages
     assert [p.page for p in sorted(result.pages, key=lambda p: p.page)] == list(range(1, pages + 1))
     # page records name the URLs later runs ask for: page 1's own, then the Link form
