@@ -287,7 +287,7 @@ class GitHubDialect(Run):
             total = paginator.total_items(answer.url, answer.headers, answer.data)
             reported = True
             listing.page_size = await planner.size_for(
-                total, [(len(paginator.items(a.data)), a.seconds) for a in answers]
+                total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers]
             )
         except RateLimitStop as exc:
             listing.stop_reason = str(exc)

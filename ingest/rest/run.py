@@ -145,10 +145,12 @@ class SourceRun:
             table = self.source.table(resource)
             parent = resource.parent
             listings = self.hooks.listings(resource, table)
-            if listings is None and parent is None:
-                listings = [Listing(resource, table)]
-            elif listings is None:
-                listings = self._children(resource, table, parent[0])
+            if listings is None:
+                listings = (
+                    [Listing(resource, table)]
+                    if parent is None
+                    else self._children(resource, table, parent[0])
+                )
             self.listings[resource.name] = listings
             await _together([self._list(x) for x in listings])
             await self.hooks.resource_done(resource, table, listings)
