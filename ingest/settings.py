@@ -544,7 +544,7 @@ class Settings(BaseSettings):
     source_env_names: list[str] = Field(
         default_factory=lambda: ["GITHUB_TOKEN"],
         description="Further variables a source file's env: may name in a deployment's run "
-        "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "
+        "(GITHUB_TOKEN, which sources/github.yaml reads, sent only to an allowed host; "
         "add TICKETS_API_KEY ...).",
     )
 
