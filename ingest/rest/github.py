@@ -90,7 +90,7 @@ from ingest.rest.records import (
 from ingest.rest.run import fetch_source
 from ingest.rest.shared import SharedLimits
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
-from ingest.rest.sizing import PROBE_SIZES, HostLimits, LatencyModel, SizePlanner
+from ingest.rest.sizing import PRIOR, PROBE_SIZES, HostLimits, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
 from ingest.rest.source import Resource, Source
@@ -683,7 +683,7 @@ def planner_for(
 
     return SizePlanner(
         listings,
-        latency=LatencyModel(settings.github.latency_base, settings.github.latency_per_item),
+        latency=PRIOR,
         limits=limits,
         expected=settings.github.expected_pulls,
         recheck=True,
@@ -730,8 +730,8 @@ async def plan(
             [priors[r].stored_items or settings.github.expected_pulls for r in auto_for],
             concurrency=window.plan_size(settings.http.initial_window),
             budget=budget,
-            base_s=settings.github.latency_base,
-            per_item_s=settings.github.latency_per_item,
+            base_s=PRIOR.base_s,
+            per_item_s=PRIOR.per_item_s,
         )
         if auto_for
         else PER_PAGE_MAX

@@ -76,7 +76,7 @@ from ingest.rest.paging import dig
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import HostWindow, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
-from ingest.rest.sizing import choose_per_page
+from ingest.rest.sizing import PRIOR, choose_per_page
 from ingest.rest.source import (
     PLACEHOLDER,
     ProcessingStep,
@@ -381,8 +381,8 @@ class SourceRun:
                 else self.client.concurrency
             ),
             budget=budget,
-            base_s=self.settings.github.latency_base,
-            per_item_s=self.settings.github.latency_per_item,
+            base_s=PRIOR.base_s,
+            per_item_s=PRIOR.per_item_s,
         )
 
     # ------------------------------------------------------------------ results

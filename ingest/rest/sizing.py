@@ -72,6 +72,11 @@ class LatencyModel:
         return LatencyModel(self.base_s * scale, self.per_item_s * scale)
 
 
+# The latency assumed before any answer (a plan made up front, ``choose_per_page``) and
+# the shape scaled to answers of one size (``fit_latency``): 80 ms a page + 8 ms an item.
+PRIOR = LatencyModel(0.08, 0.008)
+
+
 @dataclass(frozen=True, slots=True)
 class SizePlan:
     """A chosen page size, its requests and modelled seconds, beside the fastest one."""

@@ -222,3 +222,18 @@ def test_the_github_token_never_goes_with_a_tasks_settings(
     assert own is not None and own.get_secret_value() == token
     monkeypatch.delenv("INGEST_GITHUB_TOKEN")
     assert sent.own_secret("github.token") is None  # a process without it has none
+
+
+@pytest.mark.parametrize("name", ["latency_base", "latency_per_item"])
+def test_a_retired_github_setting_says_where_its_job_went(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The latency model's settings are gone (the page plan measures latency): setting
+    one is an error naming that, by its variable or its keyword, never a value ignored."""
+    with pytest.raises(ValueError, match=f"INGEST_GITHUB_{name.upper()}: gone: the page plan"):
+        monkeypatch.setenv(f"INGEST_GITHUB_{name.upper()}", "0.1")
+        Settings()
+    monkeypatch.delenv(f"INGEST_GITHUB_{name.upper()}")
+    with pytest.raises(ValueError, match=f"github_{name}: gone: the page plan measures"):
+        Settings(**{f"github_{name}": 0.1})
+    assert Settings().github.budget_share == 0.5  # the group's other settings stay
