@@ -17,7 +17,11 @@ Two ways to choose:
   and of those within ``PLAN_TOLERANCE`` the one of fewest requests. The plan names the
   in-flight count too, to which the window is opened at once (``AdaptiveWindow.admit``).
   ``SizePlanner`` gathers the probes of a run's listings and plans for all of them;
-  the plan and the figures behind it go into the run's summary (``PagePlan``).
+  the plan and the figures behind it go into the run's summary (``PagePlan``). The
+  model counts no CPU per request, neither the client's nor the host's: where cores
+  are busy (a loaded 2-core machine running both ends), ~100 requests at once answer
+  later than it says, and fewer, larger pages can finish sooner
+  (``benchmarks/github.md``).
 * ``choose_per_page``, before anything is known: the same trade by a simpler model
   (every listing's first page in parallel, then waves of ``concurrency``) over the
   expected sizes (stored counts, or an assumption) and the configured latency model,
