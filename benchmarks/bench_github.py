@@ -50,9 +50,11 @@ Every contender but ``seq-100`` runs once per round (``--rounds``, 5), in an ord
 that rotates between rounds; the figures are medians with their spread, and the
 ratios are medians of per-round ratios.
 
-First contact (``--only first-contact``, a section of ``benchmarks/github.md``; about
-4 minutes): one repository of 480 pull requests on a server allowing 20 requests in
-flight, which the client is not told, side by side in one run:
+First contact (``--only first-contact``, a section of ``benchmarks/github.md`` per
+server model; about 4 minutes at the default one, 10-15 at the field report's): one
+repository of 480 pull requests on a server allowing 20 requests in flight (or
+``--in-flight``), which the client is not told (it plans within GitHub's documented
+100), at 80 ms + 8 ms an item (or ``--base-ms``, ``--item-ms``), side by side in one run:
 
 * ``flow``           the ``github-pulls`` flow, a real flow run against a ``prefect
                      server`` the benchmark starts, in a warm child process, a fresh data
@@ -62,7 +64,16 @@ flight, which the client is not told, side by side in one run:
                      from a temporary worktree of REV;
 * ``fixed-PxC``      the best plain client of fixed concurrency for that server
                      (per_page P, C in flight), found by a search over both first;
-* ``seq-100``        the sequential client.
+* ``seq-100``        the sequential client;
+* ``command``        ``ingest github`` as a user runs it (a new process) on a fresh data
+                     folder, then again on it with nothing changed (no work: the
+                     command's fixed cost, and a rerun that must spend no budget).
+
+The field report's model (the targets: at most 1.0x the best fixed client, at least 12x
+faster than ``seq-100``)::
+
+    make bench-github ARGS="--only first-contact --base-ms 260 --item-ms 44 \
+        --in-flight 100 --target-fixed 1.0 --target-seq 12"
 
 Rounds rotate the order (``--rounds``, 5); ratios are medians of per-round ratios.
 The section adds each flow run's stages and the commit path alone per checkout
@@ -1167,23 +1178,20 @@ def main(argv: list[str] | None = None) -> None:
         "budget; once there are more pages than requests in flight they queue in waves and "
         "larger pages win again (the `ingest-pN` rows). When `per_page` is not given and the "
         "repositories to size are fewer than the in-flight window admits at once (one-repo), "
-        'each is probed first: page 1 with one pull request, whose `rel="last"` is the '
-        "listing's exact size and whose latency scales the latency model "
-        "(`github_latency_base`, `github_latency_per_item`); "
-        "`ingest.rest.sizing.plan_per_page` then times every size from 10 to 100 with the "
-        "in-flight window's own model (`AdaptiveWindow.finish_seconds`: the levels open now, "
-        "the paced ramp while the host's limit is unknown, a known ceiling's waves), keeps "
-        "the sizes whose request count fits the budget share (`github_budget_share` of what "
-        "is left above the reserve, as the probes' answers announce it), and takes the "
-        "largest size within 10 % of the fastest: fewer requests for about the same time "
-        "(the run summary says what it chose and what the fastest would have cost). Every "
-        "page, page 1 included, then goes out at once. More repositories than that fill the "
-        "window with their first pages anyway: their size is chosen before any answer "
-        "(`choose_per_page`: every repository's first page in parallel, then waves of the "
-        "window planned for, the budget read from the free `GET /rate_limit`), over the "
-        "pull requests earlier runs stored, else `github_expected_pulls` (500). A repository "
-        "keeps the page size of its previous sync, so its stored ETags stay valid and an "
-        "unchanged re-run costs nothing.",
+        "page 1 of each is probed three times at once (one pull request twice, three once): "
+        'the one-item `rel="last"` is the listing\'s exact size, and the latencies on the wire, '
+        "fitted by least squares, are a page's fixed time and its time per item (less the "
+        "noise the two same-size answers show: `ingest.rest.sizing.fit_latency`). "
+        "`ingest.rest.sizing.plan_pages` then times every size from 1 to 100 with all its "
+        "pages at once, in waves of GitHub's documented 100 in flight (or the configured "
+        "cap), requests past 900 a minute waiting for the next minute, plus the last look at "
+        "page 1; the soonest within the budget share wins (of plans within 5 %, the fewest "
+        "requests), and the window opens to the planned in-flight count. More repositories "
+        "than the window admits fill it with their first pages anyway: their size is chosen "
+        "before any answer (`choose_per_page`, a fixed latency prior, the budget read from "
+        "the free `GET /rate_limit`), over the pull requests earlier runs stored, else "
+        "`github_expected_pulls` (500). A repository keeps the page size of its previous "
+        "sync, so its stored ETags stay valid and an unchanged re-run costs nothing.",
     ]
     _, kept = split_first_contact(args.out.read_text() if args.out.exists() else "")
     args.out.write_text("\n".join(text) + "\n" + (f"\n{kept}\n" if kept else ""))
