@@ -20,16 +20,18 @@ For each resource, in the order declared:
 
 The window the host allowed is remembered (``api_windows``) for the next run.
 
-One class pages every source: ``SourceRun``. A source of ``client.dialect: github``
-is one listing per repository, paged by the same ``SourceRun._list`` (its state on the
-same ``Listing``: page size, page and failure counts, watermark, newest stamp, outcome;
-the same terminal-error handling; the same walk) with the dialect's hooks
-(``ingest.rest.github.GitHubDialect``) where GitHub differs:
+One class pages every source: ``SourceRun``, through the hooks of its run
+(``ingest.rest.dialect.Run``): the engine's own (``_Plain``), or those of the
+dialect object the caller handed in (``fetch_source``'s ``dialect``; this module never
+imports a dialect's). GitHub's (``client.dialect: github``) is one listing per
+repository, paged by the same ``SourceRun._list`` (its state on the same ``Listing``:
+page size, page and failure counts, watermark, newest stamp, outcome; the same
+terminal-error handling; the same walk) with its hooks where GitHub differs:
 
 * ``open``: the listing's start from the stored state (watermark, stored page ETags,
   the page size planned for the run by ``github.plan``);
-* ``probe`` before the walk: page 1 with one item, then ``SizePlanner`` sizing, which
-  gives the walk its known pages;
+* ``probe`` before the walk: page 1 at two sizes at once, then ``SizePlanner``'s plan
+  from the measured latency, which gives the walk its known pages;
 * ``fetch``: the page with its stored ETag as ``If-None-Match`` (a 304 stands in for
   the stored page; page 1 unchanged after a complete sync stops the listing), its
   items as ``PullRequest`` rows and a ``github_pages`` record;
