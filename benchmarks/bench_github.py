@@ -50,9 +50,11 @@ Every contender but ``seq-100`` runs once per round (``--rounds``, 5), in an ord
 that rotates between rounds; the figures are medians with their spread, and the
 ratios are medians of per-round ratios.
 
-First contact (``--only first-contact``, a section of ``benchmarks/github.md``; about
-4 minutes): one repository of 480 pull requests on a server allowing 20 requests in
-flight, which the client is not told, side by side in one run:
+First contact (``--only first-contact``, a section of ``benchmarks/github.md`` per
+server model; about 4 minutes at the default one, 10-15 at the field report's): one
+repository of 480 pull requests on a server allowing 20 requests in flight (or
+``--in-flight``), which the client is not told (it plans within GitHub's documented
+100), at 80 ms + 8 ms an item (or ``--base-ms``, ``--item-ms``), side by side in one run:
 
 * ``flow``           the ``github-pulls`` flow, a real flow run against a ``prefect
                      server`` the benchmark starts, in a warm child process, a fresh data
@@ -62,7 +64,16 @@ flight, which the client is not told, side by side in one run:
                      from a temporary worktree of REV;
 * ``fixed-PxC``      the best plain client of fixed concurrency for that server
                      (per_page P, C in flight), found by a search over both first;
-* ``seq-100``        the sequential client.
+* ``seq-100``        the sequential client;
+* ``command``        ``ingest github`` as a user runs it (a new process) on a fresh data
+                     folder, then again on it with nothing changed (no work: the
+                     command's fixed cost, and a rerun that must spend no budget).
+
+The field report's model (the targets: at most 1.0x the best fixed client, at least 12x
+faster than ``seq-100``)::
+
+    make bench-github ARGS="--only first-contact --base-ms 260 --item-ms 44 \
+        --in-flight 100 --target-fixed 1.0 --target-seq 12"
 
 Rounds rotate the order (``--rounds``, 5); ratios are medians of per-round ratios.
 The section adds each flow run's stages and the commit path alone per checkout
@@ -76,6 +87,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -93,7 +105,7 @@ import httpx
 from benchmarks.measure import cpu_model
 from dev.servers.github import DevGitHub
 from ingest import storage
-from ingest.rest.run import fetch_pulls
+from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "github.md"
@@ -289,8 +301,17 @@ def machine() -> str:
 # fixed concurrency for that server, found by a search, and the sequential client.
 
 FIRST_REPO = "octo/first"
-SEARCH_PER_PAGE = (10, 16, 20, 24, 30, 40, 48, 60, 100)
-SEARCH_IN_FLIGHT = (4, 8, 12, 16, 20, 24)
+SEARCH_PER_PAGE = (5, 10, 16, 20, 24, 30, 40, 48, 60, 100)
+# requests in flight searched, as shares of the server's ceiling (one above it, to show
+# what a limit answer costs)
+SEARCH_SHARES = (0.2, 0.4, 0.6, 0.8, 0.96, 1.0, 1.2)
+
+
+def search_in_flight(ceiling: int) -> tuple[int, ...]:
+    """The in-flight counts the fixed client is tried at, for a server allowing
+    ``ceiling``: 4, 8, 12, 16, 19, 20, 24 for 20; 20, 40 ... 96, 100, 120 for 100."""
+    return tuple(sorted({max(1, round(ceiling * f)) for f in SEARCH_SHARES}))
+
 
 # The flow in a child process of its own checkout (this tree, or --before's): one flow
 # run per line read, a fresh data folder each (a first run); it answers one JSON line.
@@ -307,9 +328,12 @@ def commit_cost(job):
     # the warehouse views, then a full refresh of the same folder (a MERGE into them).
     import os
     try:
-        from ingest.rest.run import fetch_pulls
-    except ImportError:  # a revision from before the GitHub dialect joined ingest.rest
-        from ingest.github.run import fetch_pulls
+        from ingest.rest.github import fetch_pulls
+    except ImportError:  # a revision from before the dialect object
+        try:
+            from ingest.rest.run import fetch_pulls
+        except ImportError:  # a revision from before the GitHub dialect joined ingest.rest
+            from ingest.github.run import fetch_pulls
     from ingest.settings import Settings
 
     settings = Settings(data_dir=job["data_dir"], github_base_url=job["base_url"])
@@ -477,6 +501,45 @@ def timed_client(server: DevGitHub, per_page: int, in_flight: int, pulls: int) -
     return sample(server, go)
 
 
+def ingest_command(base_url: str, env: dict[str, str], data_dir: Path) -> float:
+    """Wall seconds of ``ingest github`` as a user runs it (a new process: imports, the
+    flow run on the benchmark's Prefect server, the summary printed)."""
+    argv = [str(Path(sys.executable).parent / "ingest"), "github", "--repo", FIRST_REPO]
+    argv += ["--base-url", base_url, "--data-dir", str(data_dir)]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0 or f"{FIRST_REPO}:" not in done.stdout:
+        raise RuntimeError(f"ingest github failed ({done.returncode}): {done.stderr[-2000:]}")
+    return seconds
+
+
+def commands(
+    server: DevGitHub, env: dict[str, str], scratch: Path, counter: Any, pulls: int
+) -> Sample:
+    """``ingest github`` on a fresh data folder (a first run), then again on the same
+    folder with nothing changed: the no-work command, whose time is the command's fixed
+    cost (process, imports, flow run, one 304 round trip) and whose budget must be 0."""
+    data = scratch / f"command-{next(counter)}"
+
+    def first() -> tuple[float, int, None]:
+        return ingest_command(server.url, env, data), 0, None
+
+    def again() -> tuple[float, int, None]:
+        return ingest_command(server.url, env, data), 0, None
+
+    out = sample(server, first)
+    noop = sample(server, again)
+    _, stored = storage.query(str(data), "SELECT count(DISTINCT number) FROM pull_requests")
+    assert stored[0][0] == pulls, stored
+    out.flow = {
+        "noop_seconds": noop.seconds,
+        "noop_budget": noop.budget,
+        "noop_requests": noop.requests,
+    }
+    return out
+
+
 def med(values: list[float]) -> float:
     return float(statistics.median(values))
 
@@ -490,7 +553,7 @@ def run_first_contact(args: argparse.Namespace) -> str:
 
     pulls = args.pulls
     per_pages = (10, 24, 48) if args.quick else SEARCH_PER_PAGE
-    in_flights = (8, 20) if args.quick else SEARCH_IN_FLIGHT
+    in_flights = (8, 20) if args.quick else search_in_flight(args.in_flight)
     load_start = "{:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="first-contact-", dir=WORK))
@@ -561,6 +624,8 @@ def run_first_contact(args: argparse.Namespace) -> str:
                 return sample(server, go)
 
             contenders["seq-100"] = seq
+            if not args.no_command:
+                contenders["command"] = lambda: commands(server, env, scratch, counter, pulls)
             names = list(contenders)
             for i in range(args.rounds):
                 order = names[i % len(names) :] + names[: i % len(names)]
@@ -617,8 +682,9 @@ def first_contact_report(
         f"process on loopback): latency {args.base_ms:.0f} ms + {args.item_ms:.0f} ms per item "
         f"of a page, at most {args.in_flight} requests in flight (beyond: 403 secondary rate "
         "limit, `Retry-After: 1`), 5,000 requests of budget reset before every contender. "
-        "The client is not told the ceiling. Contenders, in an order that rotates from round "
-        f"to round, {args.rounds} rounds:",
+        "The flow is not told this server's ceiling: it plans within GitHub's documented 100 "
+        "in flight and 900 requests a minute, from the latency its two probes measure. "
+        f"Contenders, in an order that rotates from round to round, {args.rounds} rounds:",
         "",
         "* `flow`: the `github-pulls` flow of this tree, a real flow run against a running "
         "`prefect server` (started by the benchmark, SQLite), in a warm process of its own "
@@ -639,6 +705,11 @@ def first_contact_report(
         "nothing.",
         '* `seq-100`: one page after another, `per_page=100`, following `rel="next"` (what '
         "octokit's `paginate`, PyGithub and dlt do).",
+        "* `command`: `ingest github --repo ... --base-url ... --data-dir ...` as a user runs "
+        "it, a new process (imports, the flow run on the same Prefect server, the summary "
+        "printed), a fresh data folder: a first run; then the same command again on that "
+        "folder, nothing changed (*no work*: its time is the command's fixed cost, and it "
+        "must spend no budget).",
         "",
         "Wall seconds: median of the rounds (lowest-highest); requests, budget, peak in "
         "flight and limit answers counted by the server, in the median round.",
@@ -653,14 +724,37 @@ def first_contact_report(
             f"| {name} | {t.per_page} | {spread(col(name, 'seconds'))} | {t.requests} | "
             f"{t.budget} | {t.max_in_flight} | {t.limit_answers} |"
         )
+    if "command" in names:
+        noop = [float((r["command"].flow or {})["noop_seconds"]) for r in rounds]
+        t = typical("command")
+        lines.append(
+            f"| command, no work (again, nothing changed) | auto | {spread(noop)} | "
+            f"{(t.flow or {}).get('noop_requests')} | {(t.flow or {}).get('noop_budget')} | "
+            "| |"
+        )
     lines += ["", "### Ratios", ""]
     for name in flows:
         to_fixed = [r[name].seconds / r[fixed].seconds for r in rounds]
         from_seq = [r["seq-100"].seconds / r[name].seconds for r in rounds]
         lines.append(
             f"* `{name}`: **{spread(to_fixed)}x** the time of `{fixed}` (median of the "
-            f"per-round ratios; target <= 1.3x); **{spread(from_seq)}x** faster than "
-            "`seq-100` (target >= 5x)."
+            f"per-round ratios; target <= {args.target_fixed}x); **{spread(from_seq)}x** "
+            f"faster than `seq-100` (target >= {args.target_seq}x)."
+        )
+    if "command" in names:
+        over = [
+            r["command"].seconds
+            - r[fixed].seconds
+            - float((r["command"].flow or {})["noop_seconds"])
+            for r in rounds
+        ]
+        budgets = sorted({int((r["command"].flow or {})["noop_budget"]) for r in rounds})
+        lines.append(
+            f"* `command` (`ingest github`, a first run, the whole process) less `{fixed}` "
+            f"less the no-work command, per round: **{spread(over)} s** (target <= 0: the "
+            "whole command within the best fixed client's time plus the command's fixed "
+            "cost). The no-work command spent "
+            f"**{' / '.join(str(b) for b in budgets)}** requests of budget."
         )
     if len(flows) == 2:
         after, before = flows
@@ -752,24 +846,45 @@ def first_contact_report(
     return "\n".join(lines)
 
 
-FIRST_BEGIN = "<!-- first-contact: written by `--only first-contact`, kept by the other runs -->"
-FIRST_END = "<!-- /first-contact -->"
+FIRST_BEGIN = (
+    "<!-- first-contact{tag}: written by `--only first-contact`, kept by the other runs -->"
+)
+FIRST_END = "<!-- /first-contact{tag} -->"
+FIRST_BLOCK = re.compile(
+    r"<!-- first-contact(?P<tag>[^:]*): written.*?<!-- /first-contact(?P=tag) -->", re.S
+)
 
 
-def split_first_contact(text: str) -> tuple[str, str]:
-    """(the file without the first-contact block, the block with its markers, or "")."""
-    start, end = text.find(FIRST_BEGIN), text.find(FIRST_END)
-    if start < 0 or end < start:
+def first_tag(args: argparse.Namespace) -> str:
+    """The first-contact section's tag: its server's latency and ceiling (`` 260+44/100``);
+    none for the default server (80 ms + 8 ms, 20 in flight)."""
+    if (args.base_ms, args.item_ms, args.in_flight) == (80.0, 8.0, 20):
+        return ""
+    return f" {args.base_ms:g}+{args.item_ms:g}/{args.in_flight}"
+
+
+def split_first_contact(text: str, tag: str | None = None) -> tuple[str, str]:
+    """(the file without the first-contact blocks of ``tag`` (None: every one), those
+    blocks with their markers, or "")."""
+    found = [m for m in FIRST_BLOCK.finditer(text) if tag is None or m.group("tag") == tag]
+    if not found:
         return text, ""
-    end += len(FIRST_END)
-    return text[:start].rstrip("\n") + "\n" + text[end:].lstrip("\n"), text[start:end]
+    kept, rest, at = [], [], 0
+    for m in found:
+        rest.append(text[at : m.start()].rstrip("\n"))
+        kept.append(m.group(0))
+        at = m.end()
+    rest.append(text[at:].lstrip("\n"))
+    return "\n".join(rest), "\n\n".join(kept)
 
 
-def write_first_contact(path: Path, section: str) -> None:
-    """Put the first-contact section at the end of ``path``, in place of the last one."""
-    rest, _ = split_first_contact(path.read_text() if path.exists() else "")
+def write_first_contact(path: Path, section: str, tag: str = "") -> None:
+    """Put the first-contact section of ``tag`` at the end of ``path``, in place of the
+    last one of that tag; the other tags' sections are kept."""
+    rest, _ = split_first_contact(path.read_text() if path.exists() else "", tag)
     rest = rest.strip("\n") or "# GitHub pull-request paging benchmark"
-    path.write_text(f"{rest}\n\n{FIRST_BEGIN}\n{section.strip()}\n{FIRST_END}\n")
+    begin, end = FIRST_BEGIN.format(tag=tag), FIRST_END.format(tag=tag)
+    path.write_text(f"{rest}\n\n{begin}\n{section.strip()}\n{end}\n")
 
 
 CEILINGS_OUT = Path(__file__).resolve().parent / "github_ceilings.md"
@@ -967,6 +1082,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pulls", type=int, default=480, help="First contact: pull requests.")
     p.add_argument("--in-flight", type=int, default=20, help="First contact: the server's ceiling.")
     p.add_argument(
+        "--target-fixed",
+        type=float,
+        default=1.3,
+        help="First contact: the flow's target, at most this many times the best fixed client.",
+    )
+    p.add_argument(
+        "--target-seq",
+        type=float,
+        default=5.0,
+        help="First contact: the flow's target, at least this many times faster than seq-100.",
+    )
+    p.add_argument(
+        "--no-command",
+        action="store_true",
+        help="First contact: leave out the whole `ingest github` command (and its no-work rerun).",
+    )
+    p.add_argument(
         "--search-repeats",
         type=int,
         default=2,
@@ -985,7 +1117,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only in ("all", "first-contact"):
         section = run_first_contact(args)
         print("\n" + section)
-        write_first_contact(args.out, section)
+        write_first_contact(args.out, section, first_tag(args))
         print(f"\nwritten to {args.out.name}")
         if args.only == "first-contact":
             return
@@ -1046,23 +1178,20 @@ def main(argv: list[str] | None = None) -> None:
         "budget; once there are more pages than requests in flight they queue in waves and "
         "larger pages win again (the `ingest-pN` rows). When `per_page` is not given and the "
         "repositories to size are fewer than the in-flight window admits at once (one-repo), "
-        'each is probed first: page 1 with one pull request, whose `rel="last"` is the '
-        "listing's exact size and whose latency scales the latency model "
-        "(`github_latency_base`, `github_latency_per_item`); "
-        "`ingest.rest.sizing.plan_per_page` then times every size from 10 to 100 with the "
-        "in-flight window's own model (`AdaptiveWindow.finish_seconds`: the levels open now, "
-        "the paced ramp while the host's limit is unknown, a known ceiling's waves), keeps "
-        "the sizes whose request count fits the budget share (`github_budget_share` of what "
-        "is left above the reserve, as the probes' answers announce it), and takes the "
-        "largest size within 10 % of the fastest: fewer requests for about the same time "
-        "(the run summary says what it chose and what the fastest would have cost). Every "
-        "page, page 1 included, then goes out at once. More repositories than that fill the "
-        "window with their first pages anyway: their size is chosen before any answer "
-        "(`choose_per_page`: every repository's first page in parallel, then waves of the "
-        "window planned for, the budget read from the free `GET /rate_limit`), over the "
-        "pull requests earlier runs stored, else `github_expected_pulls` (500). A repository "
-        "keeps the page size of its previous sync, so its stored ETags stay valid and an "
-        "unchanged re-run costs nothing.",
+        "page 1 of each is probed three times at once (one pull request twice, three once): "
+        'the one-item `rel="last"` is the listing\'s exact size, and the latencies on the wire, '
+        "fitted by least squares, are a page's fixed time and its time per item (less the "
+        "noise the two same-size answers show: `ingest.rest.sizing.fit_latency`). "
+        "`ingest.rest.sizing.plan_pages` then times every size from 1 to 100 with all its "
+        "pages at once, in waves of GitHub's documented 100 in flight (or the configured "
+        "cap), requests past 900 a minute waiting for the next minute, plus the last look at "
+        "page 1; the soonest within the budget share wins (of plans within 5 %, the fewest "
+        "requests), and the window opens to the planned in-flight count. More repositories "
+        "than the window admits fill it with their first pages anyway: their size is chosen "
+        "before any answer (`choose_per_page`, a fixed latency prior, the budget read from "
+        "the free `GET /rate_limit`), over the pull requests earlier runs stored, else "
+        "`github_expected_pulls` (500). A repository keeps the page size of its previous "
+        "sync, so its stored ETags stay valid and an unchanged re-run costs nothing.",
     ]
     _, kept = split_first_contact(args.out.read_text() if args.out.exists() else "")
     args.out.write_text("\n".join(text) + "\n" + (f"\n{kept}\n" if kept else ""))

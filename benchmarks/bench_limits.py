@@ -52,7 +52,7 @@ REPOS = {f"octo/r{i:02d}": 200 for i in range(20)}
 
 CHILD = """
 import json, sys
-from ingest.rest.run import fetch_pulls
+from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
 s = fetch_pulls(Settings(), sys.argv[1].split(","), run_id="bench", token=sys.argv[2])
 print(json.dumps({"seconds": s.seconds, "requests": s.requests}))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
 import typer
+from pydantic import ValidationError
 
 from ingest.settings import Settings
 
@@ -1093,6 +1094,14 @@ def main() -> None:
     gc.disable()
     try:
         app()
+    except ValidationError as exc:  # a setting's value (INGEST_*, .env): one line each
+        if exc.title != Settings.__name__:
+            raise
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            what = str(error["msg"]).removeprefix("Value error, ")
+            typer.echo(f"error: setting {where}: {what}" if where else f"error: {what}", err=True)
+        raise SystemExit(2) from None
     finally:
         # The work is done: spare the interpreter's final full collection over the
         # heap of Prefect, pydantic and pyarrow objects (~0.7 s at exit, measured).

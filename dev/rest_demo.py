@@ -5,9 +5,9 @@ example source files of ``sources/`` against local servers, no account needed.
   cursor in the body, an API key, and a hidden ceiling of 8 requests in flight
   that the client has to find; a first run, then a run after three tickets
   changed (only they come back, through ``since``).
-* ``sources/github_pulls.yaml``: the GitHub-compatible server
-  (``dev.servers.github``): an owner's repositories, then each one's pull
-  requests, sorted newest first, incremental.
+* ``sources/github.yaml``: the GitHub-compatible server (``dev.servers.github``):
+  the pull requests of three repositories through the GitHub dialect (page ETags
+  sent back, the watermark), into ``pull_requests``.
 """
 
 from __future__ import annotations
@@ -88,16 +88,17 @@ def run_rest_demo(data_dir: Path) -> None:
         for label in ("first run", "second run (2 updated)"):
             if label.startswith("second"):
                 gh.touch("octo/engine", [7, 300])
-            typer.echo(f"\n== ingest rest sources/github_pulls.yaml, {label}")
+            typer.echo(f"\n== ingest rest sources/github.yaml, {label}")
             summary = rest_ingest(
-                source="sources/github_pulls.yaml", base_url=gh.url, data_dir=str(data_dir)
+                source="sources/github.yaml", base_url=gh.url, data_dir=str(data_dir)
             )
             typer.echo(headline(summary))
     sql = (
         "SELECT resource, count(*) AS records, count(DISTINCT parent_key) AS parents, "
         "max(cursor) AS newest FROM tickets__tickets GROUP BY ALL UNION ALL "
         "SELECT resource, count(*), count(DISTINCT parent_key), max(cursor) "
-        "FROM github__pulls GROUP BY ALL"
+        "FROM (SELECT 'pulls' AS resource, repo AS parent_key, "
+        "CAST(updated_at AS VARCHAR) AS cursor FROM pull_requests) GROUP BY ALL"
     )
     typer.echo(f'\n== ingest query --data-dir {data_dir} "{sql}"')
     typer.echo(console.table(*storage.query(data_dir, sql)))

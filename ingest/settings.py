@@ -427,20 +427,24 @@ class GitHubSettings(BaseModel):
         description="Pull requests assumed per repository when no earlier run stored a count "
         "(automatic per_page only).",
     )
-    # The shape of the automatic per_page model (how a page's latency grows per item); a
-    # first run scales it to what its one-item probes took (ingest.rest.sizing).
-    latency_base: float = Field(
-        0.08,
-        ge=0,
-        description="Assumed seconds per page, fixed part (automatic per_page model; scaled "
-        "to the latency a repository's one-item probe shows).",
-    )
-    latency_per_item: float = Field(
-        0.008,
-        ge=0,
-        description="Assumed seconds per item of a page (automatic per_page model; scaled "
-        "with the fixed part).",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        """A retired setting is an error naming where its job went, not a value ignored."""
+        if isinstance(data, dict):
+            for key in data:
+                if key in RETIRED_GITHUB:
+                    raise ValueError(f"INGEST_GITHUB_{key.upper()}: {RETIRED_GITHUB[key]}")
+        return data
+
+
+# GitHub settings that are gone, and where what they set went.
+_MEASURED = (
+    "gone: the page plan measures the host's latency (page 1 probed at two sizes, "
+    "ingest.rest.sizing.fit_latency); remove the variable"
+)
+RETIRED_GITHUB = {"latency_base": _MEASURED, "latency_per_item": _MEASURED}
 
 
 class SharedSettings(BaseModel):
@@ -603,7 +607,7 @@ class Settings(BaseSettings):
     source_env_names: StrList = Field(
         default_factory=lambda: ["GITHUB_TOKEN"],
         description="Further variables a source file's env: may name in a deployment's run "
-        "(GITHUB_TOKEN, which sources/github_pulls.yaml reads, sent only to an allowed host; "
+        "(GITHUB_TOKEN, which sources/github.yaml reads, sent only to an allowed host; "
         "add TICKETS_API_KEY ...).",
     )
 
@@ -704,6 +708,9 @@ class Settings(BaseSettings):
         fields stay as the environment and the defaults have them."""
         if not isinstance(data, dict):
             return data
+        for key in data:
+            if key.startswith("github_") and key.removeprefix("github_") in RETIRED_GITHUB:
+                raise ValueError(f"{key}: {RETIRED_GITHUB[key.removeprefix('github_')]}")
         flat = cls.flat_names()
         if not any(key in flat for key in data):
             return data

@@ -26,6 +26,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ingest import report
 from ingest.rest import github, store
+from ingest.rest.dialects import dialect_of
 from ingest.rest.records import GitHubSummary, RepoState, RestSummary
 from ingest.rest.run import fetch_source as fetch_source_plain
 from ingest.rest.source import Source
@@ -92,6 +93,7 @@ def fetch_source(
             full_refresh=full_refresh,
             priors=priors,
             part=part,
+            dialect=dialect_of(source),
         )
         t.items = summary.items
     logger = get_run_logger()

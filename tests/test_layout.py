@@ -236,3 +236,49 @@ def test_the_tests_mirror_the_packages() -> None:
         assert (ROOT / rel / "__init__.py").is_file(), f"tests/{rel.as_posix()} mirrors no package"
         assert list(folder.glob("test_*.py")) or any(folder.iterdir()), rel
     assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_docs.py", "test_layout.py"]
+
+
+# The REST engine is handed a dialect object (ingest.rest.dialect); GitHub's module is
+# reached only through the callers that know the source (ingest.rest.dialects, tasks).
+DIALECT_MODULES = {"ingest.rest.github", "ingest.rest.dialects"}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def engine_modules(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(m for m in graph if m.startswith("ingest.rest.") and m not in DIALECT_MODULES)
+
+
+def test_the_rest_engine_never_imports_the_github_dialect() -> None:
+    graph = import_graph(ROOT, SHIPPED)
+    engine = engine_modules(graph)
+    assert {"ingest.rest.run", "ingest.rest.engine", "ingest.rest.client"} <= set(engine)
+    found = {m: "ingest.rest.github" in reachable(graph, m) for m in engine}
+    assert [m for m, bad in found.items() if bad] == []
+
+
+def test_the_engine_check_sees_an_import_through_another_module(tmp_path: Path) -> None:
+    rest = tmp_path / "ingest" / "rest"
+    rest.mkdir(parents=True)
+    for name, text in {
+        "__init__": "",
+        "github": "",
+        "run": "from ingest.rest import helper\n",
+        "helper": "def f():\n    from ingest.rest.github import GITHUB\n",
+        "client": "",
+    }.items():
+        (rest / f"{name}.py").write_text(text)
+    (tmp_path / "ingest" / "__init__.py").write_text("")
+    graph = import_graph(tmp_path, ("ingest",))
+    bad = [m for m in engine_modules(graph) if "ingest.rest.github" in reachable(graph, m)]
+    assert bad == ["ingest.rest.helper", "ingest.rest.run"]

@@ -11,9 +11,12 @@ Modules, one concern each:
 * ``window``     the adaptive in-flight window (AIMD, like TCP congestion control)
 * ``ratelimit``  rate-limit headers, the budget governor, the retry policy
 * ``client``     the one HTTP boundary (window, governor, retries, request rows)
-* ``sizing``     budget-aware page sizes
+* ``sizing``     page sizes and requests in flight from measured latency, within the
+                 host's limits and the budget
+* ``dialect``    what an API does its own way, as one object handed to the engine (the
+                 plain default); ``dialects`` finds a source's (``github``: GitHub's)
 * ``run``        one run of a declared source (parents, children, incremental state),
-                 a dialect's (``github``) through its hooks
+                 a dialect's through its run hooks
 * ``store``      state in, rows out (Delta tables via ``ingest.storage``)
 * ``summary``, ``records``, ``errors``, ``aio``
 """

@@ -188,6 +188,10 @@ def _untrusted_certificate(error: BaseException | None) -> bool:
     return False
 
 
+# the response extension ``_read`` puts the request's time on the wire in
+WIRE_SECONDS = "ingest.wire_seconds"
+
+
 @dataclass(slots=True)
 class Answer:
     """A successful answer: 200 with its decoded body, or 304 (``data`` is None)."""
@@ -198,6 +202,10 @@ class Answer:
     data: Any
     attempts: int
     seconds: float = 0.0  # the answering attempt's, from send to answer
+    # the same on the wire only: from the request's first byte sent to the body's last
+    # read, without the connection's set-up or a wait for the event loop to send it (what
+    # the host took; the page plans are fitted to it)
+    wire_seconds: float = 0.0
 
     @property
     def not_modified(self) -> bool:
@@ -220,6 +228,7 @@ class _Sent:
     data: Any = None
     outcome: Outcome = "error"
     seconds: float = 0.0
+    wire_seconds: float = 0.0
     sent_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -313,7 +322,9 @@ class RestClient:
             headers, status = response.headers, response.status_code
             if status in (200, 304):
                 self.governor.succeeded()
-                return Answer(target, status, headers, sent.data, attempt, sent.seconds)
+                return Answer(
+                    target, status, headers, sent.data, attempt, sent.seconds, sent.wire_seconds
+                )
             message = _message(response)
             if status in (403, 429):
                 if _budget_spent(headers):
@@ -413,6 +424,7 @@ class RestClient:
                 self.in_flight -= 1
                 sent.seconds = time.perf_counter() - start
             sent.response = response
+            sent.wire_seconds = float(response.extensions.get(WIRE_SECONDS, sent.seconds))
             if response.status_code == 200 and response.content:
                 try:
                     sent.data = response.json()
@@ -521,6 +533,13 @@ class RestClient:
     ) -> httpx.Response:
         """One GET, its body read as a stream and given up past ``max_page_bytes``."""
         request = self.http.build_request("GET", target, params=params, headers=headers)
+        sent_at: list[float] = []
+
+        async def trace(event: str, info: Any) -> None:  # httpcore's request trace
+            if event.endswith("send_request_headers.started"):
+                sent_at.append(time.perf_counter())
+
+        request.extensions["trace"] = trace
         response = await self.http.send(request, stream=True)
         try:
             chunks: list[bytes] = []
@@ -539,9 +558,12 @@ class RestClient:
             await response.aclose()
         headers_read = response.headers.copy()
         headers_read.pop("content-encoding", None)  # the body below is already decoded
-        return httpx.Response(
+        read = httpx.Response(
             response.status_code, headers=headers_read, content=b"".join(chunks), request=request
         )
+        if sent_at:  # on the wire: from the request's first byte to the body's last
+            read.extensions = {WIRE_SECONDS: time.perf_counter() - sent_at[-1]}
+        return read
 
     def _log_request(
         self, label: str, url: str, sent: _Sent, attempt: int, error: BaseException | None

@@ -74,6 +74,7 @@ from ingest.redact import redact, register_secret
 from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
+from ingest.rest.dialect import ApiLimits, ClientSetup, Dialect, Run
 from ingest.rest.engine import Listing, Page
 from ingest.rest.errors import (
     AuthError,
@@ -83,8 +84,9 @@ from ingest.rest.errors import (
     RestTerminalError,
     SourceError,
 )
-from ingest.rest.ratelimit import RateLimitGovernor
+from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import (
+    ApiRequest,
     GitHubSummary,
     PageRecord,
     PullRequest,
@@ -92,11 +94,13 @@ from ingest.rest.records import (
     RepoState,
     SyncRecord,
 )
+from ingest.rest.run import fetch_source
+from ingest.rest.shared import SharedLimits
 from ingest.rest.sizing import PER_PAGE_MAX as PER_PAGE_MAX
-from ingest.rest.sizing import PROBE_SIZE, LatencyModel, SizePlanner
+from ingest.rest.sizing import PRIOR, PROBE_SIZES, HostLimits, SizePlanner
 from ingest.rest.sizing import choose_per_page as choose_per_page
 from ingest.rest.sizing import estimate_seconds as estimate_seconds
-from ingest.rest.source import Source
+from ingest.rest.source import Resource, Source
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -110,6 +114,10 @@ HEADERS = {
 }
 AUTH_HINT = "the token may be wrong or expired: check the GITHUB_TOKEN variable or the Secret block"
 WHO = "this token (private repositories need a token with access)"
+# GitHub's documented secondary limits: at most 100 requests in flight, and 900 points a
+# minute for the REST API (a GET costs one point).
+IN_FLIGHT = 100
+PER_MINUTE = 900
 # The tables a run of the dialect writes, which its runs keep trimmed and compacted.
 TABLES = ("pull_requests", "pull_request_log", "api_requests", "github_pages", "github_syncs")
 
@@ -159,11 +167,12 @@ class RepoListing:
     result: RepoResult | None = None
 
 
-class GitHubDialect:
-    """The hooks ``ingest.rest.run.SourceRun`` calls for each repository's listing: the
-    options and stored state it starts from (``open``), the one-item probe (``probe``),
-    the first page's URL, the page ``fetch`` with ETags and the watermark, the final look
-    at page 1 (``close``) and the result it stores (``done``)."""
+class GitHubDialect(Run):
+    """The hooks ``ingest.rest.run.SourceRun`` calls for each repository's listing: one
+    listing per repository (``listings``), the options and stored state it starts from
+    (``open``), the probes (``probe``), the first page's URL, the page ``fetch`` with
+    ETags and the watermark, the final look at page 1 (``close``), the result it stores
+    (``done``) and the run's summary."""
 
     def __init__(
         self,
@@ -171,10 +180,23 @@ class GitHubDialect:
         opts_for: Callable[[str], SyncOptions],
         priors: dict[str, RepoState],
         on_result: Callable[[RepoResult], Awaitable[None]] | None = None,
+        location: Any = None,
     ) -> None:
         self.repos, self.opts_for, self.priors, self.on_result = repos, opts_for, priors, on_result
+        self.location = location  # where the run stages (its schema changes for the summary)
         self.planner: SizePlanner | None = None  # the run's, for its summary
         self.per_page = PER_PAGE_MAX  # the page size of the summary when no sync ran
+
+    def listings(self, resource: Resource, table: str) -> list[Listing]:
+        return [Listing(resource, table, label=r) for r in self.repos]
+
+    def newest_first(self, listing: Listing) -> bool:
+        return listing.watermark is not None  # sorted by updated, newest first
+
+    def unstored(self, client: RestClient) -> list[ApiRequest]:
+        """Requests that belong to no repository (the ``/rate_limit`` probe); each
+        repository's own are staged with its result."""
+        return [r for r in client.requests if not r.repo]
 
     def open(self, listing: Listing) -> None:
         repo = listing.label
@@ -267,13 +289,20 @@ class GitHubDialect:
         assert paginator is not None
         reported = False
         try:
-            answer = await gh.get(
-                pulls_url(own.repo, own.opts.state, PROBE_SIZE), label=own.repo, paced=False
+            # page 1 at two sizes at once: the one-item answer's rel="last" is the
+            # listing's exact size; the two latencies tell a page's fixed time from its
+            # time per item
+            answers = await asyncio.gather(
+                *(
+                    gh.get(pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False)
+                    for size in PROBE_SIZES
+                )
             )
+            answer = answers[0]
             total = paginator.total_items(answer.url, answer.headers, answer.data)
             reported = True
             listing.page_size = await planner.size_for(
-                total, len(paginator.items(answer.data)), answer.seconds
+                total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers]
             )
         except RateLimitStop as exc:
             listing.stop_reason = str(exc)
@@ -372,7 +401,9 @@ class GitHubDialect:
             rows_staged=own.rows_staged,
         )
 
-    def summary(self, gh: RestClient, listings: Sequence[Listing]) -> GitHubSummary:
+    def summary(
+        self, gh: RestClient, listings: Sequence[Listing], shared: SharedLimits | None = None
+    ) -> GitHubSummary:
         """The run's summary: per repository, and what is GitHub's own."""
         window = gh.window
         assert window is not None
@@ -388,6 +419,7 @@ class GitHubDialect:
         summary.per_page = max((r.sync.per_page for r in results), default=self.per_page)
         if self.planner is not None and self.planner.plan is not None:
             summary.size_plan = self.planner.plan.describe()
+            summary.size_plan_figures = self.planner.plan.figures()
         summary.failed_pages = sum(r.sync.failed_pages for r in results)
         stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
         summary.stopped = "; ".join(sorted(stops)) or None
@@ -395,6 +427,13 @@ class GitHubDialect:
         summary.max_in_flight = gh.max_in_flight
         summary.window, summary.ceiling = window.remembered()
         summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
+        if shared is not None:
+            summary.shared_limit = shared.slots.name
+            summary.shared_round_trips = shared.round_trips
+        if self.location is not None:
+            summary.schema_changes = store.staged_schema_changes(
+                self.location, gh.run_id, store.is_pull_table
+            )
         return summary
 
 
@@ -551,10 +590,87 @@ def credentials(
     return Credentials(headers=headers, hint=AUTH_HINT)
 
 
-def unstored(client: RestClient) -> list[Any]:
-    """Requests that belong to no repository (the ``/rate_limit`` probe); each
-    repository's own are staged with its result."""
-    return [r for r in client.requests if not r.repo]
+class GitHub(Dialect):
+    """GitHub's own ways, handed to the engine (``ingest.rest.dialect``): its headers and
+    token, its retries, its documented limits, the repositories' stored page ETags and
+    watermarks, and the run's hooks (``plan``: probes, ETags, pull-request rows)."""
+
+    name = "github"
+    limits = ApiLimits(in_flight=IN_FLIGHT, per_minute=PER_MINUTE)
+    engine_state = False  # its state is the repositories' (github_pages, github_syncs)
+
+    def client_setup(
+        self,
+        settings: Settings,
+        source: Source,
+        load_block: SecretLoader | None,
+        token: str | None,
+    ) -> ClientSetup:
+        return ClientSetup(
+            credentials=credentials(source, settings, load_block, token),
+            headers={**HEADERS, **source.client.headers},
+            timeout=settings.github.timeout,
+            retry=RetryPolicy(
+                max_attempts=settings.github.max_attempts,
+                base=settings.github.retry_base,
+                cap=settings.github.retry_cap,
+            ),
+            limit_retries=settings.github.secondary_retries,
+            who=WHO,
+        )
+
+    def load_state(
+        self, settings: Settings, source: Source, full_refresh: bool
+    ) -> dict[str, RepoState]:
+        """The repositories' stored ETags and watermarks (none on a full refresh)."""
+        if full_refresh:
+            return {r: RepoState() for r in source.repos}
+        return store.load_repo_states(settings.location, source.repos, state_of(source))
+
+    async def start(
+        self,
+        settings: Settings,
+        source: Source,
+        client: RestClient,
+        *,
+        run_id: str,
+        state: Any,
+        full_refresh: bool,
+    ) -> GitHubDialect:
+        return await plan(
+            settings, source, client, run_id=run_id, priors=state, full_refresh=full_refresh
+        )
+
+
+GITHUB = GitHub()
+
+
+def fetch_pulls(
+    settings: Settings,
+    repos: Sequence[str],
+    *,
+    run_id: str,
+    token: str | None = None,
+    priors: dict[str, RepoState] | None = None,
+    full_refresh: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+    part: str = "",
+) -> GitHubSummary:
+    """The pull requests of ``repos``: ``ingest.rest.run.fetch_source`` of the GitHub
+    source the ``github_*`` settings declare (``github_source``), with this dialect."""
+    summary = fetch_source(
+        settings,
+        github_source(settings, repos),
+        run_id=run_id,
+        token=token,
+        priors=priors,
+        full_refresh=full_refresh,
+        transport=transport,
+        part=part,
+        dialect=GITHUB,
+    )
+    assert isinstance(summary, GitHubSummary)
+    return summary
 
 
 # --------------------------------------------------------------------------- one run
@@ -563,23 +679,30 @@ def unstored(client: RestClient) -> list[Any]:
 def planner_for(
     settings: Settings, listings: int, window: AdaptiveWindow, governor: RateLimitGovernor
 ) -> SizePlanner:
-    """The page-size planner of the repositories whose size is automatic: the configured
-    latency model (scaled by the probes), the window's model, and the share of the
-    budget above the reserve (``github_budget_share``) as it stands once they answered."""
+    """The planner of the repositories whose size is automatic: the latency fitted to
+    their probes (the configured model the prior), GitHub's documented limits (at most
+    ``IN_FLIGHT`` in flight, ``PER_MINUTE`` requests a minute; a lower ceiling the window
+    knows, and the configured cap, bound them) and the share of the budget above the
+    reserve (``github_budget_share``) as it stands once they answered; the window is
+    opened to the planned in-flight count."""
 
-    def budget() -> int | None:
-        if governor.unlimited or governor.budget is None:
-            return None
-        above = max(0, governor.budget.remaining - governor.pending - governor.effective_reserve)
-        return max(1, int(above * settings.github.budget_share))
+    def limits() -> HostLimits:
+        budget = None
+        if not governor.unlimited and governor.budget is not None:
+            above = max(
+                0, governor.budget.remaining - governor.pending - governor.effective_reserve
+            )
+            budget = max(1, int(above * settings.github.budget_share))
+        in_flight = min(IN_FLIGHT, window.ceiling or window.maximum, window.maximum)
+        return HostLimits(in_flight=in_flight, per_minute=PER_MINUTE, budget=budget)
 
     return SizePlanner(
         listings,
-        latency=LatencyModel(settings.github.latency_base, settings.github.latency_per_item),
-        finish=window.finish_seconds,
-        budget=budget,
+        latency=PRIOR,
+        limits=limits,
         expected=settings.github.expected_pulls,
         recheck=True,
+        admit=window.admit,
     )
 
 
@@ -607,6 +730,7 @@ async def plan(
     # size is chosen up front, for the budget GET /rate_limit (free) shows.
     if auto_for and len(auto_for) < window.size:
         planner = planner_for(settings, len(auto_for), window, governor)
+        governor.learning = len(PROBE_SIZES)  # a repository's probes go out together
     budget = None
     if auto_for and planner is None:
         remaining = await probe_rate_limit(gh)
@@ -621,8 +745,8 @@ async def plan(
             [priors[r].stored_items or settings.github.expected_pulls for r in auto_for],
             concurrency=window.plan_size(settings.http.initial_window),
             budget=budget,
-            base_s=settings.github.latency_base,
-            per_item_s=settings.github.latency_per_item,
+            base_s=PRIOR.base_s,
+            per_item_s=PRIOR.per_item_s,
         )
         if auto_for
         else PER_PAGE_MAX
@@ -646,7 +770,7 @@ async def plan(
     async def on_result(result: RepoResult) -> None:
         await asyncio.to_thread(store.write_repo_result, settings.location, run_id, result)
 
-    dialect = GitHubDialect(repos, opts_for, priors, on_result)
+    dialect = GitHubDialect(repos, opts_for, priors, on_result, location=settings.location)
     dialect.planner, dialect.per_page = planner, fixed or auto
     return dialect
 
@@ -671,6 +795,7 @@ def merge_summaries(run_id: str, parts: Sequence[GitHubSummary]) -> GitHubSummar
         out.shared_round_trips += s.shared_round_trips
         out.per_page = max(out.per_page, s.per_page)
         out.size_plan = "; ".join(p for p in (out.size_plan, s.size_plan) if p) or None
+        out.size_plan_figures = out.size_plan_figures or s.size_plan_figures
         out.max_in_flight = max(out.max_in_flight, s.max_in_flight)
         out.shared_limit = out.shared_limit or s.shared_limit
         for change in s.schema_changes:  # a part sees the parts staged before it: once each

@@ -123,6 +123,9 @@ class RateLimitGovernor:
         self.budget: Budget | None = None
         self.unlimited = False  # rate limiting disabled (some GitHub Enterprise servers)
         self.pending = 0
+        # requests admitted together while the budget is unknown: 1, or the probes a
+        # dialect sends at once (each at most one request spent past an unknown budget)
+        self.learning = 1
         self.paused_until = 0.0  # time.monotonic()
         self.secondary_hits = 0
         self._strikes = 0
@@ -152,7 +155,8 @@ class RateLimitGovernor:
                     break
                 budget = self.budget
                 if budget is None:  # not known yet: one request at a time learns it
-                    if self.pending == 0:
+                    # (``learning`` at a time without a shared budget: probes sent together)
+                    if self.pending < (self.learning if self.shared is None else 1):
                         spent_reset = None
                         if self.shared is not None:
                             spent_reset = await self.shared.before_learning(self.clock())

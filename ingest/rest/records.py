@@ -252,7 +252,9 @@ class GitHubSummary(RestSummary):
     not_modified: int = 0
     budget_spent: int = 0
     per_page: int = 0
-    size_plan: str | None = None  # how the automatic page size was chosen (SizePlan)
+    size_plan: str | None = None  # how the automatic page size was chosen (PagePlan)
+    # the plan's figures (sizing.PagePlan.figures): per_page, in_flight, the fitted latency
+    size_plan_figures: dict[str, Any] | None = None
     shared_limit: str | None = None  # the cluster's in-flight limit this run leased from
     shared_round_trips: int = 0  # calls to the Prefect server for the shared limits
 

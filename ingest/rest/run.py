@@ -20,16 +20,18 @@ For each resource, in the order declared:
 
 The window the host allowed is remembered (``api_windows``) for the next run.
 
-One class pages every source: ``SourceRun``. A source of ``client.dialect: github``
-is one listing per repository, paged by the same ``SourceRun._list`` (its state on the
-same ``Listing``: page size, page and failure counts, watermark, newest stamp, outcome;
-the same terminal-error handling; the same walk) with the dialect's hooks
-(``ingest.rest.github.GitHubDialect``) where GitHub differs:
+One class pages every source: ``SourceRun``, through the hooks of its run
+(``ingest.rest.dialect.Run``): the engine's own (``_Plain``), or those of the
+dialect object the caller handed in (``fetch_source``'s ``dialect``; this module never
+imports a dialect's). GitHub's (``client.dialect: github``) is one listing per
+repository, paged by the same ``SourceRun._list`` (its state on the same ``Listing``:
+page size, page and failure counts, watermark, newest stamp, outcome; the same
+terminal-error handling; the same walk) with its hooks where GitHub differs:
 
 * ``open``: the listing's start from the stored state (watermark, stored page ETags,
   the page size planned for the run by ``github.plan``);
-* ``probe`` before the walk: page 1 with one item, then ``SizePlanner`` sizing, which
-  gives the walk its known pages;
+* ``probe`` before the walk: page 1 at two sizes at once, then ``SizePlanner``'s plan
+  from the measured latency, which gives the walk its known pages;
 * ``fetch``: the page with its stored ETag as ``If-None-Match`` (a 304 stands in for
   the stored page; page 1 unchanged after a complete sync stops the listing), its
   items as ``PullRequest`` rows and a ``github_pages`` record;
@@ -59,10 +61,11 @@ import httpx
 
 from ingest.errors import TerminalError
 from ingest.redact import redact
-from ingest.rest import github, store
+from ingest.rest import store
 from ingest.rest.aio import run_async
-from ingest.rest.auth import SecretLoader, credentials
+from ingest.rest.auth import SecretLoader
 from ingest.rest.client import RestClient, make_http, warm_up
+from ingest.rest.dialect import PLAIN, Dialect, Run
 from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import (
     AuthError,
@@ -72,10 +75,10 @@ from ingest.rest.errors import (
     StepError,
 )
 from ingest.rest.paging import AutoPaginator, dig, find_records_path
-from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
-from ingest.rest.records import GitHubSummary, HostWindow, RepoState, RestSummary
+from ingest.rest.ratelimit import RateLimitGovernor
+from ingest.rest.records import HostWindow, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
-from ingest.rest.sizing import choose_per_page
+from ingest.rest.sizing import PRIOR, choose_per_page
 from ingest.rest.source import (
     PLACEHOLDER,
     ProcessingStep,
@@ -128,11 +131,12 @@ class SourceRun:
         *,
         run_id: str,
         full_refresh: bool,
-        dialect: github.GitHubDialect | None = None,
+        hooks: Run | None = None,
     ) -> None:
         self.settings, self.source, self.client = settings, source, client
         self.state, self.run_id, self.full_refresh = state, run_id, full_refresh
-        self.dialect = dialect
+        # a dialect's hooks, else the engine's own paging (the plain dialect's)
+        self.hooks: Run = hooks if hooks is not None else _Plain(self)
         self.listings: dict[str, list[Listing]] = {}
 
     # ------------------------------------------------------------------ resources
@@ -142,23 +146,16 @@ class SourceRun:
             resource = self.source.resolved(declared)
             table = self.source.table(resource)
             parent = resource.parent
-            if self.dialect is not None:  # one listing per repository
-                listings = [Listing(resource, table, label=r) for r in self.dialect.repos]
-            elif parent is None:
-                listings = [Listing(resource, table)]
-            else:
-                listings = self._children(resource, table, parent[0])
+            listings = self.hooks.listings(resource, table)
+            if listings is None:
+                listings = (
+                    [Listing(resource, table)]
+                    if parent is None
+                    else self._children(resource, table, parent[0])
+                )
             self.listings[resource.name] = listings
             await _together([self._list(x) for x in listings])
-            # replace and a merge_key keep the run's rows whole (the others go); append
-            # keys them by run
-            if (
-                self.dialect is None
-                and not self.full_refresh
-                and resource.disposition == "merge"
-                and not (resource.merge_key)
-            ):
-                await asyncio.to_thread(self._drop_unchanged, table, listings)
+            await self.hooks.resource_done(resource, table, listings)
 
     def _drop_unchanged(self, table: str, listings: list[Listing]) -> None:
         """Records fetched again exactly as stored (the boundary record an inclusive
@@ -227,68 +224,40 @@ class SourceRun:
 
     async def _list(self, listing: Listing) -> None:
         """Page one listing with the one paging loop: its start (watermark, page size),
-        its first URL and fetch (the dialect's, when the source has one), the walk, and
-        the walk's outcome on the listing; a terminal error (404, other 4xx) ends the
-        listing with it, a rejected credential (401) is raised."""
-        resource, dialect, client = listing.resource, self.dialect, self.client
-        ep = resource.endpoint
+        its probes, first URL and fetch (the run's hooks: a dialect's, or the engine's
+        own), the walk, and the walk's outcome on the listing; a terminal error (404,
+        other 4xx) ends the listing with it, a rejected credential (401) is raised."""
+        resource, hooks, client = listing.resource, self.hooks, self.client
         listing.label = label = listing.label or f"{self.source.name}/{resource.name}"
-        inc = ep.incremental
-        if dialect is not None:
-            dialect.open(listing)
-        else:
-            if inc is not None and not self.full_refresh:
-                stored = self.state.watermarks.get((resource.name, listing.parent_key))
-                listing.watermark = json.loads(stored) if stored is not None else None
-            listing.page_size = self._page_size(resource)
+        hooks.open(listing)
         if listing.path.startswith("!missing:"):
             listing.error = (
                 f"{label}: parent {listing.parent_key} has no field "
                 f"{listing.path.removeprefix('!missing:')!r} for the path"
             )
             return
+        ep = resource.endpoint
         listing.paginator = paginator = make_paginator(
-            ep.paginator, ep.data_selector, listing.page_size or None, detect=dialect is None
+            ep.paginator,
+            ep.data_selector,
+            listing.page_size or None,
+            detect=hooks.detects_paginator,
         )
-        # a dialect's listing is sorted newest first whenever it has a watermark
-        desc = listing.watermark is not None and (
-            dialect is not None or (inc is not None and inc.row_order == "desc")
-        )
-        ignored = {a.status_code for a in ep.response_actions if a.action == "ignore"}
-
-        async def read(url: str, page_no: int) -> Page:
-            try:
-                answer = await client.get(url, label=label)
-            except (NotFoundError, RequestError) as exc:
-                if exc.status not in ignored:
-                    raise
-                listing.requests += 1
-                return Page(url, httpx.Headers(), None, page_no, [])  # an empty last page
-            listing.requests += answer.attempts
-            return self._read(listing, answer.url, answer.headers, answer.data, page_no, desc)
 
         async def fetch(url: str, page_no: int) -> Page:
-            if dialect is not None:
-                page = await dialect.fetch(client, listing, url, page_no)
-            else:
-                page = await read(url, page_no)
+            page = await hooks.fetch(client, listing, url, page_no)
             listing.pages += 1
             return page
 
         try:
-            # None: the dialect's probe failed as a first page would (the outcome is set)
-            known = await dialect.probe(client, listing) if dialect is not None else []
+            # None: the probe failed as a first page would (the outcome is set)
+            known = await hooks.probe(client, listing)
             if known is not None:
-                first = (
-                    dialect.first_url(listing)  # at the size the probe planned
-                    if dialect is not None
-                    else paginator.first_url(self._first_url(listing))
-                )
                 done = await walk(
                     fetch,
-                    first,
+                    hooks.first_url(listing),
                     paginator,
-                    incremental=desc,
+                    incremental=hooks.newest_first(listing),
                     max_wave=client.concurrency,
                     max_pages=resource.max_pages,
                     label=label,
@@ -299,16 +268,14 @@ class SourceRun:
                 shortfall = paginator.shortfall if isinstance(paginator, AutoPaginator) else None
                 if shortfall and listing.complete:
                     listing.complete, listing.stop_reason = False, f"{label}: {shortfall}"
-                if done.malformed and dialect is None:
+                if done.malformed and hooks.malformed_is_error:
                     listing.error = done.stop_reason
-                if dialect is not None:
-                    await dialect.close(client, listing)
+                await hooks.close(client, listing)
         except AuthError:
             raise
         except TerminalError as exc:
             listing.error, listing.error_kind = str(exc), type(exc).__name__
-        if dialect is not None:
-            await dialect.done(client, listing)
+        await hooks.done(client, listing)
 
     def _read(
         self,
@@ -439,8 +406,8 @@ class SourceRun:
                 else self.client.concurrency
             ),
             budget=budget,
-            base_s=self.settings.github.latency_base,
-            per_item_s=self.settings.github.latency_per_item,
+            base_s=PRIOR.base_s,
+            per_item_s=PRIOR.per_item_s,
         )
 
     # ------------------------------------------------------------------ results
@@ -471,6 +438,77 @@ class SourceRun:
             "started_at": listing.started,
             "ended_at": datetime.now(UTC),
         }
+
+
+class _Plain(Run):
+    """The engine's own paging of a declared source (the plain dialect's run): the
+    watermark of each listing's last complete sync, the declared or automatic page
+    size, records read at ``data_selector`` (``SourceRun._read``), unchanged records
+    left unstaged, every listing staged at the end of the run."""
+
+    malformed_is_error = True
+    detects_paginator = True
+
+    def __init__(self, run: SourceRun) -> None:
+        self.run = run
+
+    def open(self, listing: Listing) -> None:
+        run, resource = self.run, listing.resource
+        inc = resource.endpoint.incremental
+        if inc is not None and not run.full_refresh:
+            stored = run.state.watermarks.get((resource.name, listing.parent_key))
+            listing.watermark = json.loads(stored) if stored is not None else None
+        listing.page_size = run._page_size(resource)
+
+    def newest_first(self, listing: Listing) -> bool:
+        inc = listing.resource.endpoint.incremental
+        return listing.watermark is not None and inc is not None and inc.row_order == "desc"
+
+    def first_url(self, listing: Listing) -> str:
+        assert listing.paginator is not None
+        return listing.paginator.first_url(self.run._first_url(listing))
+
+    async def fetch(self, client: RestClient, listing: Listing, url: str, page_no: int) -> Page:
+        ep = listing.resource.endpoint
+        ignored = {a.status_code for a in ep.response_actions if a.action == "ignore"}
+        try:
+            answer = await client.get(url, label=listing.label)
+        except (NotFoundError, RequestError) as exc:
+            if exc.status not in ignored:
+                raise
+            listing.requests += 1
+            return Page(url, httpx.Headers(), None, page_no, [])  # an empty last page
+        listing.requests += answer.attempts
+        return self.run._read(
+            listing, answer.url, answer.headers, answer.data, page_no, self.newest_first(listing)
+        )
+
+    async def resource_done(self, resource: Resource, table: str, listings: list[Listing]) -> None:
+        # replace and a merge_key keep the run's rows whole (the others go); append keys
+        # them by run
+        if (
+            not self.run.full_refresh
+            and resource.disposition == "merge"
+            and not (resource.merge_key)
+        ):
+            await asyncio.to_thread(self.run._drop_unchanged, table, listings)
+
+    async def stage(self, listings: Sequence[Listing]) -> None:
+        run = self.run
+        for listing in listings:
+            if not listing.resource.selected:
+                continue  # fetched for its children only
+            part = store.part_name(listing.resource.name, listing.parent_key)
+            await asyncio.to_thread(
+                store.write_listing,
+                run.settings.location,
+                run.run_id,
+                listing.table,
+                part,
+                list(listing.rows.values()),
+                run.sync_row(listing),
+                listing.resource,
+            )
 
 
 def apply_steps(
@@ -543,40 +581,21 @@ def make_client(
     remembered: tuple[int, int | None] | None,
     transport: httpx.AsyncBaseTransport | None = None,
     token: str | None = None,
+    dialect: Dialect = PLAIN,
 ) -> RestClient:
-    """The source's client: its credentials, window (from what the host allowed last
-    time), governor and retry policy; a ``dialect: github`` source's with GitHub's headers,
-    its optional token (``token``, else as ``github.github_token`` finds it) and the
-    ``github_*`` request settings."""
+    """The source's client: the dialect's headers, credentials (``token`` for one that
+    takes it), timeout and retries (``Dialect.client_setup``); its window (from what the
+    host allowed last time) and governor."""
     concurrency = source.client.concurrency
-    if source.client.dialect == "github":
-        creds = github.credentials(source, settings, load_block, token)
-        headers = {**github.HEADERS, **source.client.headers}
-        timeout, who = settings.github.timeout, github.WHO
-        retry = RetryPolicy(
-            max_attempts=settings.github.max_attempts,
-            base=settings.github.retry_base,
-            cap=settings.github.retry_cap,
-        )
-        limit_retries = settings.github.secondary_retries
-    else:
-        creds = credentials(source.client.auth, load_block)
-        headers = {"Accept": "application/json", **source.client.headers}
-        timeout, who = settings.rest.timeout, "these credentials"
-        retry = RetryPolicy(
-            max_attempts=settings.rest.max_attempts,
-            base=settings.rest.retry_base,
-            cap=settings.rest.retry_cap,
-        )
-        limit_retries = settings.rest.limit_retries
+    setup = dialect.client_setup(settings, source, load_block, token)
     http = make_http(
         base_url or source.client.base_url,
-        headers=headers,
+        headers=setup.headers,
         concurrency=concurrency,
-        timeout=timeout,
+        timeout=setup.timeout,
         transport=transport,
         # to the API's host only, never to another host a Link header names
-        credentials=creds.headers,
+        credentials=setup.credentials.headers,
     )
     window = AdaptiveWindow(
         initial=remembered[0] if remembered else settings.http.initial_window,
@@ -593,14 +612,14 @@ def make_client(
         RateLimitGovernor(
             reserve=limits.reserve, max_wait=limits.max_wait, secondary_backoff=limits.backoff
         ),
-        retry,
+        setup.retry,
         concurrency=concurrency,
-        secondary_retries=limit_retries,
+        secondary_retries=setup.limit_retries,
         run_id=run_id,
         window=window,
-        auth_hint=creds.hint,
-        who=who,
-        auth_params=creds.params,
+        auth_hint=setup.credentials.hint,
+        who=setup.who,
+        auth_params=setup.credentials.params,
         max_page_bytes=settings.http.max_page_bytes,
         body_deadline=settings.http.body_deadline,
         allowed_hops=frozenset(allowed_endpoints(settings.allowed_hosts)),
@@ -618,77 +637,55 @@ def fetch_source(
     full_refresh: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
     token: str | None = None,
-    priors: dict[str, RepoState] | None = None,
+    priors: Any = None,
     part: str = "",
+    dialect: Dialect | None = None,
 ) -> RestSummary:
     """Page every resource of ``source`` and stage its rows; returns the run's summary
-    (a ``GitHubSummary`` for a ``dialect: github`` source).
+    (the dialect's, for a source that has one).
 
-    ``priors`` (dialect github): the repositories' stored state, when the caller loaded
-    it. ``part`` names this call's staged parts that belong to no listing (requests,
-    the host's window) when several calls of one run each fetch a share of it (one
-    task per repository on a cluster).
+    ``dialect``: the API's own ways (``ingest.rest.dialect``), handed in by the caller
+    (``ingest.rest.dialects.dialect_of``); None for a source that declares none.
+    ``priors``: the dialect's stored state (``Dialect.load_state``), when the caller
+    loaded it. ``part`` names this call's staged parts that belong to no listing
+    (requests, the host's window) when several calls of one run each fetch a share of
+    it (one task per repository on a cluster).
 
     Raises ``AuthError`` when the credentials are missing or rejected; every other
     outcome is in the summary (per listing: complete, or why it stopped).
     """
-    dialect = source.client.dialect
+    if dialect is None:
+        if source.client.dialect is not None:
+            raise ValueError(
+                f"client.dialect {source.client.dialect}: hand its dialect object "
+                "(ingest.rest.dialects.dialect_of)"
+            )
+        dialect = PLAIN
     warm_up()  # the HTTP client's set-up, while the state is read below
     state = store.SourceState()
-    if dialect == "github":
-        if priors is None:
-            priors = (
-                {r: RepoState() for r in source.repos}
-                if full_refresh
-                else store.load_repo_states(
-                    settings.location, source.repos, github.state_of(source)
-                )
-            )
-    elif not full_refresh:
+    if dialect.engine_state and not full_refresh:
         # rows per listing: what page_size auto sizes pages by (a scan of each table)
         tables = {
             r.name: source.table(r) for r in source.resources if _auto_sized(source.resolved(r))
         }
         state = store.load_state(settings.location, source.name, tables)
-    host = store.host_of(base_url or source.client.base_url)
+    if priors is None:
+        priors = dialect.load_state(settings, source, full_refresh)
+    base_url = base_url or source.client.base_url  # resolved once, here
+    host = store.host_of(base_url)
     remembered = store.load_window(settings.location, host)
-    opened = Opened(settings, source, run_id, base_url, load_block, transport, token, host, part)
+    opened = Opened(
+        settings, source, run_id, base_url, load_block, transport, token, host, part, dialect
+    )
     return run_async(
         with_shared_limits(
             settings,
-            base_url or source.client.base_url,
-            lambda shared: _fetch(opened, state, priors or {}, full_refresh, remembered, shared),
+            base_url,
+            lambda shared: _fetch(opened, state, priors, full_refresh, remembered, shared),
             in_flight=source.client.concurrency,
             remembered=remembered,
         )
     )
-
-
-def fetch_pulls(
-    settings: Settings,
-    repos: Sequence[str],
-    *,
-    run_id: str,
-    token: str | None = None,
-    priors: dict[str, RepoState] | None = None,
-    full_refresh: bool = False,
-    transport: httpx.AsyncBaseTransport | None = None,
-    part: str = "",
-) -> GitHubSummary:
-    """The pull requests of ``repos``: ``fetch_source`` of the GitHub source the
-    ``github_*`` settings declare (``github.github_source``)."""
-    summary = fetch_source(
-        settings,
-        github.github_source(settings, repos),
-        run_id=run_id,
-        token=token,
-        priors=priors,
-        full_refresh=full_refresh,
-        transport=transport,
-        part=part,
-    )
-    assert isinstance(summary, GitHubSummary)
-    return summary
 
 
 @dataclass(frozen=True)
@@ -698,18 +695,19 @@ class Opened:
     settings: Settings
     source: Source
     run_id: str
-    base_url: str | None
+    base_url: str  # the API root this call uses (an override, else the file's)
     load_block: SecretLoader | None
     transport: httpx.AsyncBaseTransport | None
     token: str | None
     host: str
     part: str
+    dialect: Dialect
 
 
 async def _fetch(
     run: Opened,
     state: store.SourceState,
-    priors: dict[str, RepoState],
+    priors: Any,
     full_refresh: bool,
     remembered: tuple[int, int | None] | None,
     shared: SharedLimits | None,
@@ -725,23 +723,17 @@ async def _fetch(
         remembered=remembered,
         transport=run.transport,
         token=run.token,
+        dialect=run.dialect,
     )
     if shared is not None:
         client.shared = shared.slots
         client.governor.shared = shared.budget
     runner: SourceRun | None = None
-    dialect: github.GitHubDialect | None = None
     try:
         async with client.http:
-            if source.client.dialect == "github":
-                dialect = await github.plan(
-                    settings,
-                    source,
-                    client,
-                    run_id=run_id,
-                    priors=priors,
-                    full_refresh=full_refresh,
-                )
+            hooks = await run.dialect.start(
+                settings, source, client, run_id=run_id, state=priors, full_refresh=full_refresh
+            )
             runner = SourceRun(
                 settings,
                 source,
@@ -749,27 +741,12 @@ async def _fetch(
                 state,
                 run_id=run_id,
                 full_refresh=full_refresh,
-                dialect=dialect,
+                hooks=hooks,
             )
             await runner.run()
     finally:
-        # a dialect stores each listing's result as it ends (GitHubDialect.done)
-        if runner is not None and dialect is None:
-            for listings in runner.listings.values():
-                for listing in listings:
-                    if not listing.resource.selected:
-                        continue  # fetched for its children only
-                    part = store.part_name(listing.resource.name, listing.parent_key)
-                    await asyncio.to_thread(
-                        store.write_listing,
-                        settings.location,
-                        run_id,
-                        listing.table,
-                        part,
-                        list(listing.rows.values()),
-                        runner.sync_row(listing),
-                        listing.resource,
-                    )
+        if runner is not None:
+            await runner.hooks.stage([x for xs in runner.listings.values() for x in xs])
         window = client.window
         assert window is not None
         size, ceiling = window.remembered()
@@ -777,8 +754,8 @@ async def _fetch(
             settings.location,
             run_id,
             f"rest-{source.name}{run.part}",
-            # a dialect's listings stage their own requests as each ends
-            github.unstored(client) if dialect is not None else client.requests,
+            # what the listings did not stage as each ended
+            list(runner.hooks.unstored(client)) if runner is not None else client.requests,
             HostWindow(
                 host=run.host,
                 window_size=size,
@@ -792,20 +769,14 @@ async def _fetch(
             else None,
         )
     assert runner is not None
-    if dialect is not None:
-        pulls = dialect.summary(client, [x for xs in runner.listings.values() for x in xs])
-        if shared is not None:
-            pulls.shared_limit = shared.slots.name
-            pulls.shared_round_trips = shared.round_trips
-        pulls.schema_changes = store.staged_schema_changes(
-            settings.location, run_id, store.is_pull_table
+    listings = [x for xs in runner.listings.values() for x in xs]
+    summary = runner.hooks.summary(client, listings, shared)
+    if summary is None:
+        summary = summarize(runner, client, 0.0)
+        summary.schema_changes = store.staged_schema_changes(
+            settings.location, run_id, store.source_tables(source.name)
         )
-        pulls.seconds = time.perf_counter() - started
-        return pulls
-    summary = summarize(runner, client, time.perf_counter() - started)
-    summary.schema_changes = store.staged_schema_changes(
-        settings.location, run_id, store.source_tables(source.name)
-    )
+    summary.seconds = time.perf_counter() - started
     return summary
 
 

@@ -1,26 +1,31 @@
-"""Budget-aware page sizes: the page size of a listing when none is declared.
+"""Page sizes and requests in flight from measured latency: the field report's lesson
+(a 10-item page answered ~7x faster than a 100-item one; concurrent small pages were 12x
+faster than sequential large ones) as code.
 
-Every page costs one request of the budget; smaller pages answer faster and run
-in parallel. Two ways to choose, for GitHub and every declared REST source alike:
+A page costs ``base_s + per_item_s * items`` seconds and one request of the budget.
+Two ways to choose:
 
-* ``plan_per_page``, once the listings' sizes are known: a **probe** (the first
-  page asked with one item, ``PROBE_SIZE``) tells how many items a listing holds
-  (GitHub's ``rel="last"`` page number) and how fast the host answers. The
-  latency model is scaled to what the probes showed (``LatencyModel.calibrated``),
-  and each page size is timed by the in-flight window's own model
-  (``AdaptiveWindow.finish_seconds``: the levels open now, the paced ramp while the
-  host's limit is unknown, a known ceiling's waves). ``SizePlanner`` gathers the
-  probes of a run's listings and plans one size for all of them. The probe costs
-  one request per listing, and page 1 is asked again at the planned size.
+* ``plan_pages``, once the listings' sizes are known: **probes** (page 1 asked at two
+  small sizes at once, ``PROBE_SIZES``) tell how many items a listing holds (GitHub's
+  ``rel="last"`` page number of the one-item answer) and, by their two latencies, a
+  page's fixed time and its time per item (``fit_latency``, least squares; answers of
+  one size only scale the configured model). Every page size from 1 to 100 is timed
+  with every page asked for at once in waves of as many requests in flight as the host
+  allows (``HostLimits``: documented, as GitHub's 100 in flight and 900 requests a
+  minute, or found by the window), the requests past a minute's allowance waiting for
+  the next minute (``plan_seconds``); the soonest whose requests fit the budget wins,
+  and of those within ``PLAN_TOLERANCE`` the one of fewest requests. The plan names the
+  in-flight count too, to which the window is opened at once (``AdaptiveWindow.admit``).
+  ``SizePlanner`` gathers the probes of a run's listings and plans for all of them;
+  the plan and the figures behind it go into the run's summary (``PagePlan``). The
+  model counts no CPU per request, neither the client's nor the host's: where cores
+  are busy (a loaded 2-core machine running both ends), ~100 requests at once answer
+  later than it says, and fewer, larger pages can finish sooner
+  (``benchmarks/github.md``).
 * ``choose_per_page``, before anything is known: the same trade by a simpler model
   (every listing's first page in parallel, then waves of ``concurrency``) over the
-  expected sizes (stored counts, or an assumption).
-
-Both pick the fastest size among those whose request count fits the budget the API
-announced (rate-limit headers), and then the largest size within ``SIZE_TOLERANCE``
-of that time: fewer requests for about the same wall time. That tolerance is the
-trade of requests against seconds, stated once here; every plan says what it chose
-and what the fastest would have cost (``SizePlan.describe``).
+  expected sizes (stored counts, or an assumption) and the configured latency model,
+  picking the largest size within ``SIZE_TOLERANCE`` of the fastest (``SizePlan``).
 """
 
 from __future__ import annotations
@@ -30,10 +35,19 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PER_PAGE_MAX = 100  # GitHub caps per_page at 100, as most APIs do
 PER_PAGE_MIN = 10  # below this the request count grows faster than latency shrinks
 PROBE_SIZE = 1  # items asked for by a probe: its answer is fast and its page count exact
+# The probes of a listing, sent together: two sizes, so that a page's fixed time and its
+# time per item can be told apart, the larger small so that waiting for it costs little
+# (at 260 ms + 44 ms an item: 392 ms against 304 ms); one size twice, so that the host's
+# noise shows (``fit_latency``). Three requests of the budget.
+PROBE_SIZES = (PROBE_SIZE, PROBE_SIZE, 3)
+# Of plans within this share of the fastest, the one of fewest requests: closer than the
+# model can tell (the probes' noise), not a trade of seconds for budget.
+PLAN_TOLERANCE = 0.05
 # A larger size is taken when its modelled time is within this share of the fastest: the
 # price of a request in seconds (at 480 items: 12 requests of 40 in 0.54 s rather than 24
 # of 20 in 0.50 s).
@@ -46,6 +60,7 @@ class LatencyModel:
 
     base_s: float
     per_item_s: float
+    noise_s: float = 0.0  # per item: what the answers it was fitted to could not resolve
 
     def seconds(self, items: int) -> float:
         return self.base_s + self.per_item_s * items
@@ -59,6 +74,11 @@ class LatencyModel:
             return self
         scale = statistics.median(ratios)
         return LatencyModel(self.base_s * scale, self.per_item_s * scale)
+
+
+# The latency assumed before any answer (a plan made up front, ``choose_per_page``) and
+# the shape scaled to answers of one size (``fit_latency``): 80 ms a page + 8 ms an item.
+PRIOR = LatencyModel(0.08, 0.008)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,56 +176,176 @@ def choose_per_page(
     ).per_page
 
 
-def plan_per_page(
+def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> LatencyModel:
+    """A page's fixed time and its time per item, fitted (least squares) to answers seen,
+    ``(items, seconds)`` each. Answers of one size cannot tell the two parts apart: then
+    the ``prior``'s shape, scaled to them (``LatencyModel.calibrated``).
+
+    Answers of the same size that differ show the host's noise: a time per item smaller
+    than that noise over the sizes' gap (``noise_s``) cannot be told from none, so the
+    fit keeps only what stands above it (a host whose pages cost the same whatever
+    their size gets large pages, not small ones drawn by noise), the line still through
+    the answers' mean. A fit that says an item costs less than nothing keeps the fixed
+    part only; a negative fixed part keeps the per-item part only."""
+    usable = [(n, s) for n, s in samples if s > 0]
+    sizes = {n for n, _ in usable}
+    if len(sizes) < 2:
+        return prior.calibrated(usable)
+    mean_n = statistics.fmean(n for n, _ in usable)
+    mean_s = statistics.fmean(s for _, s in usable)
+    spread = sum((n - mean_n) ** 2 for n, _ in usable)
+    slope = sum((n - mean_n) * (s - mean_s) for n, s in usable) / spread
+    by_size: dict[int, list[float]] = {}
+    for n, s in usable:
+        by_size.setdefault(n, []).append(s)
+    jitter = max(max(v) - min(v) for v in by_size.values())
+    noise = jitter / (max(sizes) - min(sizes))
+    slope = max(0.0, slope - noise)
+    if slope == 0:
+        return LatencyModel(mean_s, 0.0, noise)
+    base = mean_s - slope * mean_n
+    if base < 0:
+        return LatencyModel(0.0, mean_s / mean_n, noise)
+    return LatencyModel(base, slope, noise)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLimits:
+    """What bounds a plan: the requests the host allows in flight (documented, found by
+    the window, or the configured cap), the requests it allows a minute (None: none
+    documented) and the requests this run may spend of its budget (None: unlimited)."""
+
+    in_flight: int
+    per_minute: int | None = None
+    budget: int | None = None
+
+    def describe(self) -> str:
+        text = f"{self.in_flight} in flight"
+        if self.per_minute is not None:
+            text += f", {self.per_minute} requests a minute"
+        if self.budget is not None:
+            text += f", {self.budget} requests of budget"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class PagePlan:
+    """The page size and requests in flight chosen from measured latency, and the figures
+    behind the choice (for the logs and the run summary)."""
+
+    per_page: int
+    in_flight: int
+    requests: int
+    seconds: float
+    items: int
+    latency: LatencyModel
+    samples: int  # answers the latency was fitted to
+    limits: HostLimits
+
+    def describe(self) -> str:
+        """``per_page 5, 96 in flight for 480 items: 96 requests, ~0.48 s by the model
+        (a page 0.260 s + 0.0440 s an item, from 2 answers; host: 100 in flight, ...)``."""
+        return (
+            f"per_page {self.per_page}, {self.in_flight} in flight for {self.items} items: "
+            f"{self.requests} requests, ~{self.seconds:.2f} s by the model "
+            f"(a page {self.latency.base_s:.3f} s + {self.latency.per_item_s:.4f} s an item, "
+            f"from {self.samples} answers, noise {self.latency.noise_s:.4f} s an item; "
+            f"host: {self.limits.describe()})"
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """The plan as plain values (the run summary's ``size_plan_figures``)."""
+        return {
+            "per_page": self.per_page,
+            "in_flight": self.in_flight,
+            "requests": self.requests,
+            "model_seconds": round(self.seconds, 4),
+            "items": self.items,
+            "page_seconds": round(self.latency.base_s, 4),
+            "item_seconds": round(self.latency.per_item_s, 5),
+            "item_noise_seconds": round(self.latency.noise_s, 5),
+            "samples": self.samples,
+            "host_in_flight": self.limits.in_flight,
+            "host_per_minute": self.limits.per_minute,
+            "budget": self.limits.budget,
+        }
+
+
+def plan_seconds(
+    totals: Sequence[int],
+    per_page: int,
+    latency: LatencyModel,
+    limits: HostLimits,
+    *,
+    recheck: bool = False,
+) -> tuple[int, int, float]:
+    """``(requests, in_flight, seconds)`` of reading listings of ``totals`` items at
+    ``per_page``, every page asked for at once: waves of as many requests in flight as
+    the host allows; the requests past a minute's allowance wait for the next minute;
+    with ``recheck``, one round trip without items when a listing takes more than one
+    page (the GitHub sync asks page 1 again at the end)."""
+    largest = max(totals)
+    requests = sum(max(1, math.ceil(n / per_page)) for n in totals)
+    in_flight = max(1, min(limits.in_flight, requests))
+    seconds = math.ceil(requests / in_flight) * latency.seconds(min(per_page, largest))
+    if limits.per_minute is not None and requests > limits.per_minute:
+        seconds = max(seconds, 60.0 * ((requests - 1) // limits.per_minute))
+    if recheck and largest > per_page:
+        seconds += latency.seconds(0)
+    return requests, in_flight, seconds
+
+
+def plan_pages(
     totals: Sequence[int],
     *,
-    finish: Callable[[int, float], float],
     latency: LatencyModel,
-    budget: int | None,
+    limits: HostLimits,
+    samples: int = 0,
     recheck: bool = False,
-    tolerance: float = SIZE_TOLERANCE,
-) -> SizePlan:
-    """The page size of listings whose sizes are known (``totals``, items each), every
-    page of them (page 1 included) asked for at once through one window.
-
-    A size's time is ``finish(requests, seconds_per_page)`` (the window's model,
-    ``AdaptiveWindow.finish_seconds``) with the page's seconds from ``latency`` (scaled
-    to what the probes showed); with ``recheck``, plus one round trip without items
-    when a listing takes more than one page (the GitHub sync asks page 1 again at the
-    end, to see whether the listing moved while it was read). Sizes whose requests do
-    not fit ``budget`` are out.
-    """
+    tolerance: float = PLAN_TOLERANCE,
+    largest: int = PER_PAGE_MAX,
+) -> PagePlan:
+    """The page size (1 to ``largest``) and requests in flight that finish listings of
+    ``totals`` items soonest by ``plan_seconds``, among the sizes whose requests fit
+    the budget (none fits: ``largest``, the fewest requests). Of sizes within
+    ``tolerance`` of the fastest, the one of fewest requests."""
     totals = [max(0, n) for n in totals] or [0]
-    largest = max(totals)
-
-    def requests(p: int) -> int:
-        return sum(max(1, math.ceil(n / p)) for n in totals)
-
-    def seconds(p: int) -> float:
-        t = finish(requests(p), latency.seconds(min(p, largest)))
-        return t + latency.seconds(0) if recheck and largest > p else t
-
-    return _pick(requests, seconds, budget, tolerance, sum(totals))
+    timed = {
+        p: plan_seconds(totals, p, latency, limits, recheck=recheck) for p in range(1, largest + 1)
+    }
+    fits = [p for p, (r, _, _) in timed.items() if limits.budget is None or r <= limits.budget]
+    if not fits:
+        fits = [largest]
+    fastest = min(timed[p][2] for p in fits)
+    chosen = min(
+        (p for p in fits if timed[p][2] <= fastest * (1 + tolerance)),
+        key=lambda p: (timed[p][0], timed[p][2]),
+    )
+    requests, in_flight, seconds = timed[chosen]
+    return PagePlan(chosen, in_flight, requests, seconds, sum(totals), latency, samples, limits)
 
 
 class SizePlanner:
-    """One page size for the listings of a run whose size is automatic, planned when
-    every one of them has been probed (or has left: its probe failed).
+    """One page size and in-flight count for the listings of a run whose size is
+    automatic, planned when every one of them has been probed (or has left: its probe
+    failed).
 
-    Each listing reports its probe (``size_for``: the items the listing holds, and the
-    probe's items and seconds) and waits; the last report plans the size for all of
-    them at once (``plan_per_page``), with the budget as it stands then and the window
-    as it is then. A listing that will not report calls ``leave``.
+    Each listing reports its probes (``size_for``: the items the listing holds, and each
+    probe's items and seconds: two sizes, so that a page's fixed time and its time per
+    item can be told apart) and waits; the last report fits the latency to every probe
+    (``fit_latency``) and plans for all of them at once (``plan_pages``) within the host's
+    limits as they stand then; ``admit`` opens the window to the planned in-flight count.
+    A listing that will not report calls ``leave``.
 
     Args:
         listings: how many listings will report or leave.
-        latency: the configured latency model, scaled by the probes' answers.
-        finish: the window's model (``AdaptiveWindow.finish_seconds``).
-        budget: the requests the run may still spend when the plan is made (None:
-            unlimited).
+        latency: the configured latency model: the prior when the probes cannot be
+            fitted (answers of one size).
+        limits: the host's limits and the budget when the plan is made.
         expected: items assumed for a listing whose probe could not tell its size.
         recheck: listings of several pages are looked at again at the end
-            (``plan_per_page``).
+            (``plan_seconds``).
+        admit: called with the planned in-flight count.
     """
 
     def __init__(
@@ -213,28 +353,29 @@ class SizePlanner:
         listings: int,
         *,
         latency: LatencyModel,
-        finish: Callable[[int, float], float],
-        budget: Callable[[], int | None],
+        limits: Callable[[], HostLimits],
         expected: int,
         recheck: bool = False,
+        admit: Callable[[int], None] | None = None,
     ) -> None:
         self._waiting = listings
         self._recheck = recheck
         self.latency = latency
-        self._finish = finish
-        self._budget = budget
+        self._limits = limits
         self._expected = expected
+        self._admit = admit
         self._totals: list[int] = []
         self._samples: list[tuple[int, float]] = []
         self._ready = asyncio.Event()
-        self.plan: SizePlan | None = None
+        self.plan: PagePlan | None = None
         if listings <= 0:
             self._ready.set()
 
-    async def size_for(self, total: int | None, probe_items: int, seconds: float) -> int:
-        """Report one listing's probe; the planned page size once every listing reported."""
+    async def size_for(self, total: int | None, samples: Sequence[tuple[int, float]]) -> int:
+        """Report one listing's probes, ``(items, seconds)`` each; the planned page size
+        once every listing reported."""
         self._totals.append(self._expected if total is None else total)
-        self._samples.append((probe_items, seconds))
+        self._samples.extend(samples)
         self._arrive()
         await self._ready.wait()
         assert self.plan is not None
@@ -249,12 +390,14 @@ class SizePlanner:
         if self._waiting > 0 or self._ready.is_set():
             return
         if self._totals:
-            self.latency = self.latency.calibrated(self._samples)
-            self.plan = plan_per_page(
+            self.latency = fit_latency(self._samples, self.latency)
+            self.plan = plan_pages(
                 self._totals,
-                finish=self._finish,
                 latency=self.latency,
-                budget=self._budget(),
+                limits=self._limits(),
+                samples=len(self._samples),
                 recheck=self._recheck,
             )
+            if self._admit is not None:
+                self._admit(self.plan.in_flight)
         self._ready.set()

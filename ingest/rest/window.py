@@ -232,6 +232,18 @@ class AdaptiveWindow:
         self.cwnd = max(1.0, min(self.cwnd, basis) * self.beta)
         self.ssthresh = float(self.ceiling) if self.ceiling is not None else max(1.0, self.cwnd)
 
+    def admit(self, in_flight: int) -> None:
+        """Open the window to ``in_flight`` at once (a plan made from measured latency
+        within a ceiling the host documents or showed): the levels up to it are not
+        ramped to. Never beyond the cap or a known ceiling; a limit answer still shrinks
+        it."""
+        if not self.adaptive:
+            return
+        level = min(max(1, in_flight), self.ceiling or self.maximum, self.maximum)
+        if level > self.cwnd:
+            self.cwnd = float(level)
+            self._high = max(self._high, level)
+
     def plan_size(self, initial: int) -> int:
         """Requests in flight to plan page sizes for: a fixed window's size, the host's
         known ceiling, else ``initial`` (the starting window of a host not seen before).

@@ -117,6 +117,37 @@ def test_a_bad_option_is_refused_before_anything_starts(
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("INGEST_GITHUB_LATENCY_BASE", "0.1", "gone: the page plan measures"),
+        ("INGEST_GITHUB_CONCURRENCY", "many", "github.concurrency"),
+    ],
+    ids=["retired", "not a number"],
+)
+def test_a_bad_setting_is_one_line_of_error(
+    variable: str, value: str, named: str, tmp_path: Path
+) -> None:
+    """A setting's value the settings refuse (a variable, .env) is one line naming it,
+    exit code 2, as a bad option is; a retired setting says where its job went."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update({"HOME": str(tmp_path), variable: value})
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "github", "--repo", "octo/engine"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out and named in out, out
+    assert [ln for ln in out.splitlines() if ln.strip()] == [
+        ln for ln in out.splitlines() if ln.startswith("error: setting github")
+    ], out
+
+
 def test_a_command_keeps_openblas_to_one_thread_unless_told() -> None:
     """numpy (pyarrow's) starts OpenBLAS threads that spin after the import; a command's
     process, and what it starts, runs with one unless the user set a number."""

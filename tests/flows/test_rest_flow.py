@@ -128,13 +128,42 @@ def test_malformed_page_fails_the_run_after_storing_the_rest(
     assert rows == [("1", 60), ("2", 50), ("3", 60)]  # the first page of 2 is kept
 
 
-def test_cli_rest_command_runs_the_github_example(
-    prefect_harness: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+# GitHub's pull requests declared the plain way (no dialect): an owner's repositories,
+# then each one's pull requests as a child resource, newest first, incremental. The
+# project's GitHub source file is sources/github.yaml (the dialect); this one shows the
+# plain engine over a Link-header API with a bearer token.
+PLAIN_GITHUB = """
+name: github
+client:
+  base_url: https://api.github.com/
+  auth: {type: bearer, env: GITHUB_TOKEN}
+  headers: {Accept: application/vnd.github+json}
+  paginator: {type: header_link, page_size: auto, page_size_param: per_page}
+  concurrency: 64
+resource_defaults:
+  primary_key: id
+resources:
+  - name: repos
+    endpoint:
+      path: orgs/octo/repos
+  - name: pulls
+    primary_key: number
+    endpoint:
+      path: repos/{resources.repos.owner.login}/{resources.repos.name}/pulls
+      params: {state: all, sort: updated, direction: desc}
+      incremental: {cursor_path: updated_at, row_order: desc}
+"""
+
+
+def test_cli_rest_command_runs_a_plain_declared_github_source(
+    prefect_harness: None, data_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     token = "ghp_" + "RestCliTokenValue0123456789abcdefABC"  # fake
     monkeypatch.setenv("GITHUB_TOKEN", token)
+    source = tmp_path / "plain_github.yaml"
+    source.write_text(PLAIN_GITHUB)
     with DevGitHub(repos={"octo/engine": 230, "octo/docs": 40}, token=token) as gh:
-        args = ["rest", "sources/github_pulls.yaml", "--base-url", gh.url]
+        args = ["rest", str(source), "--base-url", gh.url]
         result = CliRunner().invoke(app, [*args, "--data-dir", str(data_dir)])
     assert result.exit_code == 0, result.output
     assert "pulls -> github__pulls: 270 records, 2 listings" in result.output

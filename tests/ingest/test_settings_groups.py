@@ -262,3 +262,18 @@ def test_every_list_setting_takes_a_plain_value_commas_or_json(
     monkeypatch.chdir(tmp_path)
     (tmp_path / ".env").write_text("INGEST_ALLOWED_ROOTS=/srv/data\n", encoding="utf-8")
     assert Settings().allowed_roots == ["/srv/data"]
+
+
+@pytest.mark.parametrize("name", ["latency_base", "latency_per_item"])
+def test_a_retired_github_setting_says_where_its_job_went(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The latency model's settings are gone (the page plan measures latency): setting
+    one is an error naming that, by its variable or its keyword, never a value ignored."""
+    with pytest.raises(ValueError, match=f"INGEST_GITHUB_{name.upper()}: gone: the page plan"):
+        monkeypatch.setenv(f"INGEST_GITHUB_{name.upper()}", "0.1")
+        Settings()
+    monkeypatch.delenv(f"INGEST_GITHUB_{name.upper()}")
+    with pytest.raises(ValueError, match=f"github_{name}: gone: the page plan measures"):
+        Settings(**{f"github_{name}": 0.1})
+    assert Settings().github.budget_share == 0.5  # the group's other settings stay

@@ -16,8 +16,8 @@ import pytest
 from dev.servers.github import DevGitHub
 from ingest import storage
 from ingest.rest.errors import AuthError
+from ingest.rest.github import fetch_pulls
 from ingest.rest.records import GitHubSummary
-from ingest.rest.run import fetch_pulls
 from ingest.rest.summary import markdown
 from ingest.settings import Settings
 
@@ -469,3 +469,32 @@ def test_pull_requests_nested_lists_are_child_tables_replaced_per_pull_request(
         assert ("pull_requests__labels", "color", "r2") in got
         assert ("pull_requests__requested_reviewers", "login", "r2") in got
         assert ("pull_requests", "key", "r1") in got
+
+
+@pytest.mark.parametrize(
+    ("base_ms", "item_ms", "small"),
+    [(20.0, 40.0, True), (800.0, 0.0, False)],
+    ids=["per-item-dominates", "fixed-part-dominates"],
+)
+def test_the_page_plan_follows_the_hosts_latency_curve(
+    github: Server, data_dir: Path, base_ms: float, item_ms: float, small: bool
+) -> None:
+    """The page size and in-flight count the run's summary records, planned from the
+    probes' latency: where each item costs (40 ms an item, 20 ms a page) the 300 pull
+    requests go out as ~100 small pages at once; where the page costs (800 ms, items
+    free) as a few large pages, about as soon and with far fewer requests."""
+    server = github(repos={"octo/big": 300}, latency_base_ms=base_ms, latency_per_item_ms=item_ms)
+    summary = run(settings_for(server, data_dir), ["octo/big"], "r1")
+    assert summary.complete and numbers(data_dir, "octo/big") == list(range(1, 301))
+    plan = summary.size_plan_figures
+    assert plan is not None and summary.per_page == plan["per_page"]
+    assert plan["requests"] == -(-300 // plan["per_page"])
+    assert plan["host_in_flight"] == 100 and plan["host_per_minute"] == 900
+    assert "in flight" in (summary.size_plan or "")
+    if small:
+        assert plan["per_page"] <= 5 and plan["in_flight"] >= 60
+        assert plan["item_seconds"] > plan["page_seconds"] / 2  # the fit saw the curve
+    else:
+        assert plan["per_page"] >= 15 and plan["in_flight"] <= 20
+    # the window never let more than the plan in flight (3 probes before it)
+    assert server.stats()["max_in_flight"] <= max(plan["in_flight"], 3)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.rest.github import github_source
+from ingest.rest.github import GITHUB, github_source
 from ingest.rest.run import make_client
 from ingest.settings import Settings
 from tests.scripted_server import tls_server_context
@@ -72,7 +72,14 @@ async def get_all(base_url: str, urls: list[str], **settings_kw: object) -> list
     settings = Settings(**settings_kw)
     source = github_source(settings, ["octo/hello"], base_url=base_url, concurrency=2)
     gh = make_client(
-        settings, source, run_id="t", base_url=None, load_block=None, remembered=None, token=TOKEN
+        settings,
+        source,
+        run_id="t",
+        base_url=None,
+        load_block=None,
+        remembered=None,
+        token=TOKEN,
+        dialect=GITHUB,
     )
     async with gh.http:
         return [(await gh.get(u)).status for u in urls]

@@ -424,7 +424,7 @@ def test_a_hop_to_an_allowed_host_is_followed(data_dir: Path, recorder: Scripted
 def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: Path) -> None:
     """A hostile or broken GitHub-like API answers items without ``number``: that
     repository's listing is incomplete, naming the item; the other repository is read."""
-    from ingest.rest.run import fetch_pulls
+    from ingest.rest.github import fetch_pulls
 
     good = [{"number": 1, "id": 11, "updated_at": "2025-01-01T00:00:00Z"}]
     bad = [{"id": 12, "title": "no number", "updated_at": "2025-01-01T00:00:00Z"}]

@@ -22,7 +22,14 @@ from ingest.rest.paging import LinkHeaderPaginator
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RepoResult, RepoState
 from ingest.rest.run import SourceRun
-from ingest.rest.sizing import LatencyModel, SizePlanner, plan_per_page
+from ingest.rest.sizing import (
+    HostLimits,
+    LatencyModel,
+    SizePlanner,
+    fit_latency,
+    plan_pages,
+    plan_seconds,
+)
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
 
@@ -61,59 +68,97 @@ def test_latency_model_is_scaled_to_what_the_probes_showed() -> None:
     assert MODEL.calibrated([(1, 0.0)]) == MODEL  # no usable answer: the prior stands
 
 
-def plan(totals: list[int], latency: LatencyModel = MODEL, **kw: Any) -> Any:
-    kw.setdefault("budget", None)
-    window = kw.pop("window", None) or AdaptiveWindow(initial=4, maximum=100, ramp=0.02)
-    return plan_per_page(totals, finish=window.finish_seconds, latency=latency, **kw)
+def test_two_sizes_tell_the_fixed_time_from_the_time_per_item() -> None:
+    # the field report's host: 260 ms a page + 44 ms a pull request, probed at 1 and 3
+    field = fit_latency([(1, 0.304), (3, 0.392)], MODEL)
+    assert field.base_s == pytest.approx(0.26) and field.per_item_s == pytest.approx(0.044)
+    # several answers of each size: the least-squares line through their noise
+    noisy = fit_latency([(1, 0.30), (1, 0.31), (3, 0.39), (3, 0.40), (10, 0.70)], MODEL)
+    assert noisy.base_s == pytest.approx(0.26, abs=0.01)
+    assert noisy.per_item_s == pytest.approx(0.044 - 0.01 / 9, abs=0.002)
+    # one size cannot separate them: the prior's shape, scaled to what was seen
+    assert fit_latency([(1, 0.176), (1, 0.176)], MODEL) == MODEL.calibrated([(1, 0.176)])
+    # noise that makes a larger page answer sooner: no time per item, the mean as fixed
+    flat = fit_latency([(1, 0.102), (3, 0.098)], MODEL)
+    assert flat.per_item_s == 0 and flat.base_s == pytest.approx(0.1)
+    # the same size answered 20 ms apart: a time per item of 10 ms over sizes 2 apart
+    # cannot be told from none, so none is kept (the host's pages cost the same)
+    unresolved = fit_latency([(1, 0.30), (1, 0.32), (3, 0.33)], MODEL)
+    assert unresolved.per_item_s == 0 and unresolved.noise_s == pytest.approx(0.01)
+    # a steeper host through the same noise: 35 of the 45 ms an item the answers show
+    # stand out, the line still through their mean (5/3 items, 0.34 s)
+    steep_noisy = fit_latency([(1, 0.30), (1, 0.32), (3, 0.40)], MODEL)
+    assert steep_noisy.per_item_s == pytest.approx(0.045 - 0.01)
+    assert steep_noisy.seconds(5 / 3) == pytest.approx(0.34)
+    # a line through zero items below zero: the time is all per item
+    steep = fit_latency([(1, 0.01), (3, 0.05)], MODEL)
+    assert steep.base_s == 0 and steep.per_item_s == pytest.approx(0.015)
 
 
-def test_plan_sizes_pages_for_the_window_and_latency() -> None:
-    chosen = plan([480], recheck=True)
-    # planned for the ramp and the latency: neither the starting window's large pages
-    # (61, planned for 4 in flight) nor the smallest pages the cap would allow
-    assert 30 <= chosen.per_page <= 60
-    assert chosen.requests == math.ceil(480 / chosen.per_page)
-    # the fastest size costs more requests; the one chosen is within the tolerance
-    assert chosen.fastest_requests > chosen.requests
-    assert chosen.seconds <= chosen.fastest_seconds * 1.1
-    assert "fastest" in chosen.describe() and f"{chosen.requests} requests" in chosen.describe()
-    # a host known to allow 20 in flight: pages for one wave of about 20
-    known = plan([480], window=AdaptiveWindow(initial=20, maximum=100, ceiling=20))
-    assert math.ceil(480 / known.per_page) <= 20 and known.per_page < chosen.per_page
-    # a host that answers 5x slower: its latency outweighs the ramp, so smaller pages
-    assert plan([480], MODEL.calibrated([(1, 0.44)])).per_page < chosen.per_page
+def test_the_plan_finishes_soonest_within_the_hosts_limits() -> None:
+    github = HostLimits(in_flight=100, per_minute=900)
+    # per-item time dominates (the field report): small pages, nearly 100 in flight
+    field = plan_pages([480], latency=LatencyModel(0.26, 0.044), limits=github)
+    assert (field.per_page, field.in_flight, field.requests) == (5, 96, 96)
+    assert field.seconds == pytest.approx(0.26 + 5 * 0.044)
+    # every other size is slower by the same model
+    assert all(
+        plan_seconds([480], p, field.latency, github)[2] >= field.seconds for p in range(1, 101)
+    )
+    # the fixed part dominates: a page of 60 costs 3 % more than one of 5, so large
+    # pages (the fewest requests within PLAN_TOLERANCE of the fastest), one wave
+    slow = plan_pages([480], latency=LatencyModel(1.0, 0.0005), limits=github)
+    assert slow.per_page >= 50 and slow.in_flight == slow.requests <= 10
+    # a host that allows 20 in flight: one wave of 20 pages of 24
+    twenty = plan_pages([480], latency=LatencyModel(0.08, 0.008), limits=HostLimits(20))
+    assert (twenty.per_page, twenty.in_flight) == (24, 20)
+    # the time of a recheck (page 1 again, no items) counts when more than one page
+    checked = plan_pages([480], latency=field.latency, limits=github, recheck=True)
+    assert checked.seconds == pytest.approx(field.seconds + 0.26)
+    text = field.describe()
+    assert "per_page 5, 96 in flight" in text and "0.260 s + 0.0440 s an item" in text
+    assert field.figures()["in_flight"] == 96 and field.figures()["host_per_minute"] == 900
 
 
-def test_plan_keeps_within_the_budget() -> None:
-    tight = plan([480], budget=6)
+def test_the_plan_keeps_to_the_budget_and_the_rate() -> None:
+    latency = LatencyModel(0.26, 0.044)
+    tight = plan_pages([480], latency=latency, limits=HostLimits(100, budget=6))
     assert tight.requests <= 6 and tight.per_page >= 80
-    assert plan([480], budget=2).per_page == 100  # nothing fits: the fewest requests
-    empty = plan([0])
-    assert empty.requests == 1  # page 1 is asked for at the planned size all the same
-    many = plan([200] * 20)
-    assert many.per_page > plan([200]).per_page  # 20 listings share one window
+    # nothing fits: the fewest requests
+    assert plan_pages([480], latency=latency, limits=HostLimits(100, budget=2)).per_page == 100
+    # a host allowing 50 requests a minute: 96 pages of 5 would wait a minute for the
+    # last 46, so pages of 10 (48 requests) are sooner
+    paced = plan_pages([480], latency=latency, limits=HostLimits(100, per_minute=50))
+    assert paced.requests <= 50 and paced.per_page == 10
+    assert plan_pages([0], latency=latency, limits=HostLimits(100)).requests == 1
 
 
 def test_planner_plans_once_every_listing_reported_or_left() -> None:
+    admitted: list[int] = []
+
     async def go() -> tuple[list[int], SizePlanner]:
         planner = SizePlanner(
             3,
             latency=MODEL,
-            finish=AdaptiveWindow(initial=4, maximum=100).finish_seconds,
-            budget=lambda: 1000,
+            limits=lambda: HostLimits(100, 900, 1000),
             expected=500,
+            admit=admitted.append,
         )
-        first = asyncio.ensure_future(planner.size_for(480, 1, 0.176))
+        first = asyncio.ensure_future(planner.size_for(480, [(1, 0.304), (3, 0.392)]))
         await asyncio.sleep(0)
         assert not first.done()  # waits for the others
-        second = asyncio.ensure_future(planner.size_for(None, 1, 0.176))  # size unknown
+        # size unknown
+        second = asyncio.ensure_future(planner.size_for(None, [(1, 0.304), (3, 0.392)]))
         planner.leave()  # its probe failed
         return [await first, await second], planner
 
     sizes, planner = asyncio.run(go())
     assert sizes[0] == sizes[1] and planner.plan is not None
     assert planner.plan.items == 480 + 500  # the unknown size counted as the expected one
-    assert planner.latency.seconds(1) == pytest.approx(0.176)  # scaled to the probes
+    # fitted to the four probes, not the configured model
+    assert planner.latency.base_s == pytest.approx(0.26)
+    assert planner.latency.per_item_s == pytest.approx(0.044)
+    assert admitted == [planner.plan.in_flight] and planner.plan.samples == 4
 
 
 # A Link header exactly as GitHub answers a probe: page 1 of 480 at per_page=1.
@@ -216,7 +261,7 @@ async def sync_repos(
         store.SourceState(),
         run_id="r1",
         full_refresh=False,
-        dialect=GitHubDialect(repos, opts_for, priors),
+        hooks=GitHubDialect(repos, opts_for, priors),
     )
     await run.run()
     return [x.own.result for x in run.listings["pulls"]]
@@ -228,10 +273,10 @@ def sync(handler: Any, repos: list[str]) -> tuple[list[Any], SizePlanner]:
         planner = SizePlanner(
             len(repos),
             latency=MODEL,
-            finish=gh.window.finish_seconds,  # type: ignore[union-attr]
-            budget=lambda: None,
+            limits=lambda: HostLimits(100, 900),
             expected=500,
             recheck=True,
+            admit=gh.window.admit,  # type: ignore[union-attr]
         )
 
         def opts(repo: str) -> SyncOptions:
@@ -253,10 +298,11 @@ def test_github_sync_probes_then_reads_every_page_at_the_planned_size() -> None:
         range(1, 481)
     )
     pages = math.ceil(480 / size)
-    assert seen[0].params["per_page"] == "1"  # the probe first
-    assert {u.params["per_page"] for u in seen[1:]} == {str(size)}
-    # the probe, every page once, and page 1 again at the end (a 304: nothing moved)
-    assert len(seen) == 1 + pages + 1 and result.sync.requests == len(seen)
+    # the probes first: page 1 with one item (twice) and with three
+    assert sorted(u.params["per_page"] for u in seen[:3]) == ["1", "1", "3"]
+    assert {u.params["per_page"] for u in seen[3:]} == {str(size)}
+    # the probes, every page once, and page 1 again at the end (a 304: nothing moved)
+    assert len(seen) == 3 + pages + 1 and result.sync.requests == len(seen)
     assert result.sync.pages == pages
     assert [p.page for p in sorted(result.pages, key=lambda p: p.page)] == list(range(1, pages + 1))
     # page records name the URLs later runs ask for: page 1's own, then the Link form

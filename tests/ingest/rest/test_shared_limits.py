@@ -38,7 +38,7 @@ PULLS = 300  # per repository: 30 pages of 10
 
 CHILD = """
 import json, sys
-from ingest.rest.run import fetch_pulls
+from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
 s = fetch_pulls(Settings(), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3])
 print(json.dumps({"requests": s.requests, "max_in_flight": s.max_in_flight,

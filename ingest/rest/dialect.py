@@ -1,0 +1,165 @@
+"""What an API does its own way, handed to the engine as one object, as dlt hands in
+paginator and auth objects: ``Dialect``. Its base class is the plain default of every
+API that declares none; GitHub's (``ingest.rest.github.GitHub``) is handed in by the
+caller that knows the source (``ingest.rest.dialects.dialect_of``), so the engine
+(``ingest.rest.run``, ``engine``, ``client`` ...) never imports it.
+
+A dialect answers, for one source:
+
+* ``client_setup``: its headers, credentials, timeout, retries and who the credentials
+  are (the plain one: the source's ``auth`` and the ``rest_*`` settings);
+* ``limits``: what the API documents of its limits (requests in flight, requests a
+  minute), which bound the page plans (``ingest.rest.sizing``); None where it documents
+  nothing, and the window finds the ceiling;
+* ``load_state``: what it keeps between runs beyond the engine's own state (GitHub: the
+  repositories' page ETags and watermarks); the plain one keeps nothing more;
+* ``start``: the hooks of one run (``Run``), or None for the engine's plain paging.
+
+``Run`` is what ``ingest.rest.run.SourceRun`` calls where a dialect pages differently:
+the listings of a resource, each listing's start, its probes, first URL, page fetch,
+last look and stored result, and the run's summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ingest.rest.auth import Credentials, SecretLoader, credentials
+from ingest.rest.ratelimit import RetryPolicy
+
+if TYPE_CHECKING:
+    from ingest.rest.client import RestClient
+    from ingest.rest.engine import Listing, Page
+    from ingest.rest.records import ApiRequest, RestSummary
+    from ingest.rest.shared import SharedLimits
+    from ingest.rest.source import Resource, Source
+    from ingest.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSetup:
+    """How the client of a source talks to its API."""
+
+    credentials: Credentials
+    headers: dict[str, str]
+    timeout: float
+    retry: RetryPolicy
+    limit_retries: int
+    who: str  # whose access a 403/404 speaks of
+
+
+@dataclass(frozen=True, slots=True)
+class ApiLimits:
+    """What an API documents of its limits (None: nothing documented)."""
+
+    in_flight: int | None = None
+    per_minute: int | None = None
+
+
+class Run:
+    """One run's hooks of a dialect (see the module doc); ``SourceRun`` calls them for
+    each listing. The engine's own paging is one too (``ingest.rest.run``'s plain run)."""
+
+    # a malformed page is the listing's error (else only the reason it stopped)
+    malformed_is_error = False
+    # a paginator or data_selector the file leaves out is detected from the first answer
+    # (dlt's rule); a dialect pages by its own convention
+    detects_paginator = False
+
+    def listings(self, resource: Resource, table: str) -> list[Listing] | None:
+        """The listings of ``resource``; None: the engine's (one, or one per parent)."""
+        return None
+
+    def open(self, listing: Listing) -> None:
+        """The listing's start: watermark, page size, the dialect's state (``own``)."""
+
+    def newest_first(self, listing: Listing) -> bool:
+        """Whether paging may stop at the first page older than the watermark."""
+        return False
+
+    async def probe(self, client: RestClient, listing: Listing) -> list[str] | None:
+        """Requests before the walk; the page URLs known from them, or None when the
+        probe failed as a first page would (the listing's outcome set)."""
+        return []
+
+    def first_url(self, listing: Listing) -> str:
+        raise NotImplementedError
+
+    async def fetch(self, client: RestClient, listing: Listing, url: str, page_no: int) -> Page:
+        raise NotImplementedError
+
+    async def close(self, client: RestClient, listing: Listing) -> None:
+        """After the walk of a listing that did not fail."""
+
+    async def done(self, client: RestClient, listing: Listing) -> None:
+        """After every listing, whatever its outcome; a dialect that stores each listing
+        as it ends does it here."""
+
+    async def resource_done(self, resource: Resource, table: str, listings: list[Listing]) -> None:
+        """After every listing of ``resource``."""
+
+    async def stage(self, listings: Sequence[Listing]) -> None:
+        """At the end of the run (also when it failed): stage what ``done`` did not."""
+
+    def unstored(self, client: RestClient) -> Sequence[ApiRequest]:
+        """The run's requests not yet staged by ``done``."""
+        return client.requests
+
+    def summary(
+        self, client: RestClient, listings: Sequence[Listing], shared: SharedLimits | None
+    ) -> RestSummary | None:
+        """The run's summary (``shared``: the cluster's limits it ran under); None: the
+        engine's."""
+        return None
+
+
+class Dialect:
+    """The plain dialect: an API that declares nothing of its own."""
+
+    name = "plain"
+    limits = ApiLimits()
+    # the engine's state of the listings (watermarks, rows per listing) is read before a
+    # run; a dialect that keeps its own says False
+    engine_state = True
+
+    def client_setup(
+        self,
+        settings: Settings,
+        source: Source,
+        load_block: SecretLoader | None,
+        token: str | None,
+    ) -> ClientSetup:
+        return ClientSetup(
+            credentials=credentials(source.client.auth, load_block),
+            headers={"Accept": "application/json", **source.client.headers},
+            timeout=settings.rest.timeout,
+            retry=RetryPolicy(
+                max_attempts=settings.rest.max_attempts,
+                base=settings.rest.retry_base,
+                cap=settings.rest.retry_cap,
+            ),
+            limit_retries=settings.rest.limit_retries,
+            who="these credentials",
+        )
+
+    def load_state(self, settings: Settings, source: Source, full_refresh: bool) -> Any:
+        """What the dialect keeps between runs; the plain one: nothing."""
+        return None
+
+    async def start(
+        self,
+        settings: Settings,
+        source: Source,
+        client: RestClient,
+        *,
+        run_id: str,
+        state: Any,
+        full_refresh: bool,
+    ) -> Run | None:
+        """The run's hooks; None: the engine pages the source itself."""
+        return None
+
+
+PLAIN = Dialect()
