@@ -236,6 +236,8 @@ class QuietConsole:
     def filter(self, record: logging.LogRecord) -> bool:
         from ingest.errors import TerminalError
 
+        if "hook 'record_final_run'" in record.getMessage().lower():
+            return False  # Prefect's bookkeeping of the run's own end-of-run record
         marked = getattr(record, "terminal_error", None)  # tasks.logs.OneTraceback's mark
         if marked is not None:
             first = marked.strip().splitlines()

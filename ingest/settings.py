@@ -611,7 +611,7 @@ class Settings(BaseSettings):
         "add TICKETS_API_KEY ...).",
     )
 
-    source_functions: list[str] = Field(
+    source_functions: StrList = Field(
         default_factory=list,
         description="Functions a source file's processing_steps and incremental.convert may "
         "name besides the project's own (unix_seconds, unix_millis, iso_date, utc_iso): "

@@ -201,6 +201,8 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
             parent = str(client.read_task_run(stored.parent_task_run_id).flow_run_id or "")
     if stored.start_time is None or stored.end_time is None:  # it never ran
         return
+    if _refused(state):  # its folders were refused: nothing of it is written there
+        return
     data_dir = (stored.parameters or {}).get("data_dir")
     location = Settings().with_data_dir(data_dir).location
     history.record_end(
@@ -221,6 +223,22 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         ),
         staged_by=f"{run.id}-end",
     )
+
+
+def _refused(state: Any) -> bool:
+    """Whether the run failed because its parameters or settings were refused (a folder or
+    host it may not use, a download folder over the lake): such a run wrote nothing, and its
+    row must not be the first thing written where it was refused."""
+    from ingest.s3.files import UnsafeFolderError
+    from ingest.security import ParameterRefusedError
+
+    if state.is_completed():
+        return False
+    try:
+        exc = state.result(raise_on_failure=False)
+    except Exception:
+        return False
+    return isinstance(exc, ParameterRefusedError | UnsafeFolderError | ValueError)
 
 
 # The hooks every ingestion flow ends with (``@ingest_flow(**FINAL_HOOKS, ...)``).
