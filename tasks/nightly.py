@@ -122,6 +122,12 @@ class _Started:
     def ended(self, _future: Any) -> None:
         self.event.set()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The child flow, hooks included, goes with every task it submits to Dask; the
+        # hook only ever runs in this process, so a copy elsewhere is a fresh, unlinked
+        # mark (an Event's lock cannot be pickled).
+        return (_Started, ())
+
 
 def run_child(child: Flow[Any, Any], parameters: dict[str, Any], target: str) -> ChildOutcome:
     """Run ``child`` as a subflow of the calling run; what became of it, never raising.
