@@ -129,3 +129,32 @@ def test_a_kept_server_stops_itself_once_unused(home: Path) -> None:
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     port = advert["api_url"].rsplit(":", 1)[1].split("/")[0]
     assert f"--port {port}" not in ps.stdout
+
+
+def test_serve_stops_the_kept_server_and_takes_over(home: Path, tmp_path: Path) -> None:
+    """``ingest serve`` on the same Prefect home stops the server the commands kept (not
+    two servers on one database), says so, and serves on its own port."""
+    from dev.servers.s3 import free_port
+    from tests.deployments.test_serve_postgres import Output
+
+    env = env_of(home, "600")
+    code, out = command(["server", "start"], env)
+    assert code == 0, out
+    keeper = _advert(home)["pid"]
+    assert local_api._alive(keeper)
+
+    port = free_port()
+    env.update(INGEST_DATA_DIR=str(tmp_path / "data"), PREFECT_WORKER_QUERY_SECONDS="1")
+    proc = run_cli(["serve", "--port", str(port)], env=env)
+    served = Output(proc)
+    try:
+        served.wait_for("Worker started", deadline=240)
+        assert f"stopped the local Prefect server the commands kept (pid {keeper})" in served.text
+        assert _wait_gone(keeper), "the kept server still runs beside serve"
+        assert not (home / local_api.KEPT_FILE).exists()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as r:
+            assert r.status == 200
+        code, status = command(["server", "status"], env)
+        assert code == 1 and "no local Prefect server runs" in status, status
+    finally:
+        served.stop(proc)
