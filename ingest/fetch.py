@@ -45,7 +45,7 @@ def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
     if settings.files_stay_local:
         yield settings.download_root(bucket)
         return
-    folder = Path(tempfile.mkdtemp(prefix="ingest-batch-"))
+    folder = Path(tempfile.mkdtemp(prefix="ingest-batch-", dir=batch.work_root()))
     try:
         yield folder
     finally:

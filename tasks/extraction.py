@@ -85,7 +85,7 @@ def extract_stored(
     stored = objects.stored()
     if all(p and Path(p).is_file() for _k, _e, p in stored):
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)
-    with tempfile.TemporaryDirectory(prefix="ingest-extract-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ingest-extract-", dir=batch.work_root()) as tmp:
         readable = fetch.materialize(
             run_context(settings, run_id).s3,
             settings,

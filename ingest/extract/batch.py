@@ -9,8 +9,12 @@ ETag or extractor (``ingest.extract.provenance``).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -52,12 +56,34 @@ def run_deadline(started: float | None, budget: float | None) -> float | None:
     return (time.monotonic() if started is None else started) + budget
 
 
+@functools.cache
+def work_root() -> Path:
+    """This process's folder for the temporary folders of batches whose files are not kept
+    (``ingest.fetch.work_folder``, ``tasks.extraction``): one folder, made once, so that
+    the parsers' fence grants it and not the whole temporary folder. Removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="ingest-work-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def parser_roots(settings: Settings) -> tuple[str, ...]:
+    """The folders a run's parsers read files from, and nothing else of the machine's
+    (``ingest.extract.fence``): the download folders (``DATA_DIR/objects``, a local
+    ``INGEST_S3_DOWNLOAD_DIR``) and ``work_root``, where a batch whose files are not kept
+    lands."""
+    roots = [str(settings.local_path / "objects"), str(work_root())]
+    if settings.s3.download_dir and settings.download_url is None:
+        roots.append(settings.s3.download_dir)
+    return tuple(roots)
+
+
 def pool_config(settings: Settings) -> PoolConfig:
     return PoolConfig(
         workers=settings.extract.workers,
         time_limit=settings.extract.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(DEFAULT_EXTRACTOR,),
+        read_roots=parser_roots(settings),
     )
 
 
@@ -67,6 +93,7 @@ def ocr_pool_config(settings: Settings) -> PoolConfig:
         time_limit=settings.ocr.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(OCR_JOB,),
+        read_roots=parser_roots(settings),
     )
 
 
