@@ -23,7 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction, cut_text, extract_by_head, provenance
+from ingest.extract import (
+    EXTRACTOR_VERSION,
+    Extraction,
+    cut_text,
+    extract_by_head,
+    fence,
+    provenance,
+)
 from ingest.extract.base import clean_text
 from ingest.extract.chunks import chunk_pages, headings_of
 from ingest.extract.detect import HEAD, detect_kind
@@ -68,13 +75,23 @@ def work_root() -> Path:
 
 def parser_roots(settings: Settings) -> tuple[str, ...]:
     """The folders a run's parsers read files from, and nothing else of the machine's
-    (``ingest.extract.fence``): the download folders (``DATA_DIR/objects``, a local
-    ``INGEST_S3_DOWNLOAD_DIR``) and ``work_root``, where a batch whose files are not kept
-    lands."""
-    roots = [str(settings.local_path / "objects"), str(work_root())]
-    if settings.s3.download_dir and settings.download_url is None:
-        roots.append(settings.s3.download_dir)
+    (``ingest.extract.fence``): ``work_root``, where a batch whose files are not kept
+    lands, and the download folder when files stay there (``INGEST_S3_DOWNLOAD_DIR``, else
+    ``DATA_DIR/objects``)."""
+    roots = [str(work_root())]
+    if settings.files_stay_local:
+        local = settings.s3.download_dir or str(settings.local_path / "objects")
+        roots.append(local)
     return tuple(roots)
+
+
+def parsers_can_read(settings: Settings, path: str) -> bool:
+    """Whether the run's parsers may read the file at ``path``: it lies in one of
+    ``parser_roots``, or this kernel sets no fence."""
+    if fence.landlock_abi() < 1:
+        return True
+    real = Path(path).resolve()
+    return any(real.is_relative_to(Path(root).resolve()) for root in parser_roots(settings))
 
 
 def pool_config(settings: Settings) -> PoolConfig:
