@@ -14,6 +14,7 @@ the DWG reader's temporary files included.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,18 +74,21 @@ def test_a_fenced_parser_reads_only_what_it_was_given(
     (docs / "a.txt").write_text("the document")
     beside = tmp_path / "database-url"  # beside the download folder, as a secret file may be
     beside.write_text("postgresql://ingest:db-password@db/prefect")
-    reads = [*SECRETS, str(beside), str(docs / "a.txt")]
+    elsewhere = [p for p in ("/etc/hostname", "/etc/hosts") if Path(p).is_file()]
+    environ = f"/proc/{os.getpid()}/environ"  # this process: dumpable, the same user
+    reads = [*SECRETS, str(beside), *elsewhere, environ, str(docs / "a.txt")]
     writes = [str(docs / "planted.txt"), "~/.bashrc", "$TMPDIR/scratch.txt"]
 
     unfenced = probe(PoolConfig(workers=1), reads, writes, listener)
     assert all(unfenced[name] == f"read: {text}" for name, text in SECRETS.items())  # the hole
     assert unfenced[str(beside)].startswith("read: ")
+    assert unfenced[environ].startswith("read: ")
     assert unfenced["connect"] == "connected"
     for path in (docs / "planted.txt", home / ".bashrc"):
         path.unlink()
 
     fenced = probe(PoolConfig(workers=1, read_roots=(str(docs),)), reads, writes, listener)
-    for name in (*SECRETS, str(beside)):
+    for name in (*SECRETS, str(beside), *elsewhere, environ):
         assert fenced[name] == "refused: PermissionError", name
     assert fenced[str(docs / "a.txt")] == "read: the document"  # the file it is handed
     assert fenced[str(docs / "planted.txt")] == "refused: PermissionError"
@@ -108,13 +112,16 @@ def test_a_runs_pool_reads_its_download_folders_not_the_lake(
     lake_file = settings.local_path / "lake" / "documents" / "_delta_log" / "0.json"
     lake_file.parent.mkdir(parents=True)
     lake_file.write_text("{}")
+    warehouse = settings.warehouse_path
+    warehouse.write_text("not a database, but where it lies")
     assert str(objects.parent) in parser_roots(settings)
     assert not any(Path(root) in tmp_path.parents for root in parser_roots(settings))
 
-    reads = [str(objects / "report.txt"), str(lake_file), "~/.aws/credentials"]
+    reads = [str(objects / "report.txt"), str(lake_file), str(warehouse), "~/.aws/credentials"]
     seen = probe(pool_config(settings), reads, [str(settings.local_path / "x")], listener)
     assert seen[str(objects / "report.txt")] == "read: downloaded"
     assert seen[str(lake_file)] == "refused: PermissionError"
+    assert seen[str(warehouse)] == "refused: PermissionError"
     assert seen["~/.aws/credentials"] == "refused: PermissionError"
     assert seen[str(settings.local_path / "x")] == "refused: PermissionError"
 
