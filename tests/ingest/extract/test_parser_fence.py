@@ -23,6 +23,7 @@ import pytest
 
 from ingest.extract import fence
 from ingest.extract.batch import extract_batch, parser_roots, pool_config
+from ingest.extract.ocr import ocr_unavailable
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.settings import Settings
 from tests.extract_support import FIXTURES
@@ -164,3 +165,25 @@ def test_without_landlock_the_workers_run_unfenced_and_the_log_says_so(
     said = [r.getMessage() for r in caplog.records]
     assert sum("without a fence: this kernel has no Landlock" in m for m in said) == 1, said
     assert not any("fenced (Landlock" in m for m in said), said
+
+
+@needs_landlock
+@pytest.mark.skipif(not (FIXTURES / "pdfjs__issue4246.pdf").is_file(), reason="fixtures absent")
+@pytest.mark.skipif(ocr_unavailable() is not None, reason=f"OCR cannot run: {ocr_unavailable()}")
+def test_ocr_reads_the_same_page_fenced(tmp_path: Path) -> None:
+    """The OCR pool's workers are fenced too: tesseract, which a worker starts, runs inside
+    the fence (its program, language data and the image in the scratch folder) and reads
+    the page as it does unfenced."""
+    settings = Settings(data_dir=tmp_path, ocr_enabled=True, ocr_max_pages=1, ocr_dpi=150)
+    stored = [("scan.pdf", "etag", str(FIXTURES / "pdfjs__issue4246.pdf"))]
+
+    def text(roots: tuple[str, ...] | None) -> str:
+        config = PoolConfig(workers=1, read_roots=roots)
+        with WorkerPool(config) as pool, WorkerPool(config) as ocr:
+            (doc,) = extract_batch(settings, "b", stored, run_id="r", pool=pool, ocr_pool=ocr)
+        assert doc.metadata["ocr"] == "1 pages", doc.metadata
+        return doc.text
+
+    plain = text(None)
+    assert plain.strip()
+    assert text((str(FIXTURES),)) == plain
