@@ -240,10 +240,13 @@ def _beneath(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def rules_for(roots: Iterable[str], scratch: str | None) -> list[Rule]:
+@functools.cache
+def rules_for(roots: tuple[str, ...], scratch: str | None) -> tuple[Rule, ...]:
     """Every rule of a worker's fence: the Python installation, the system's programs and
     libraries, the few system files libraries read, ``roots`` to read, ``scratch`` (and
-    ``/dev/null``) to write."""
+    ``/dev/null``) to write. Kept: the fork server works them out once, after its imports,
+    and every worker it forks has them (each opens the paths itself: ``/proc/self`` is
+    its own)."""
     rules = python_rules()
     rules += [Rule(p, READ_EXEC) for p in SYSTEM]
     rules += [Rule(p, READ) for p in SYSTEM_FILES]
@@ -251,7 +254,7 @@ def rules_for(roots: Iterable[str], scratch: str | None) -> list[Rule]:
     rules.append(Rule(os.devnull, READ_FILE | WRITE_FILE | TRUNCATE))
     if scratch:
         rules.append(Rule(os.path.realpath(scratch), SCRATCH))
-    return rules
+    return tuple(rules)
 
 
 def restrict(roots: Iterable[str], scratch: str | None) -> int:
@@ -268,7 +271,7 @@ def restrict(roots: Iterable[str], scratch: str | None) -> int:
         SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
     )
     try:
-        for rule in rules_for(roots, scratch):
+        for rule in rules_for(tuple(roots), scratch):
             _add(ruleset, rule, fs)
         if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             code = ctypes.get_errno()

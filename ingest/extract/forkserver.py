@@ -62,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     for ref in refs:
         worker.resolve(ref)
+    if fence != "-":
+        worker.fence_plan(fence)  # the fence's rules, worked out once for every worker
     gc.freeze()  # forked pages stay shared: collections in the workers do not touch them
 
     wake_r, wake_w = os.pipe()

@@ -37,7 +37,7 @@ import ingest.extract.dxf
 import ingest.extract.html
 import ingest.extract.pdf
 import ingest.extract.text  # noqa: F401
-from ingest.extract.fence import restrict
+from ingest.extract.fence import restrict, rules_for
 
 _FUNCS: dict[str, Callable[..., Any]] = {}
 
@@ -63,6 +63,15 @@ def limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def fence_plan(fence: str) -> tuple[tuple[str, ...], str | None]:
+    """The folders to read and the scratch folder of a fence argument (JSON), with the
+    rules worked out (``ingest.extract.fence.rules_for``, kept for every later fork)."""
+    plan = json.loads(fence)
+    roots, scratch = tuple(plan["read"]), plan["scratch"]
+    rules_for(roots, scratch)
+    return roots, scratch
+
+
 def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = (), fence: str = "-") -> None:
     """Import ``preload``, fence this process (``fence``: JSON of the folders it may read
     and its scratch folder, or ``-``), say ``ready``, then answer ``(job_id, func_ref,
@@ -77,8 +86,7 @@ def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = (), fence:
     for ref in preload:
         resolve(ref)
     if fence != "-":
-        plan = json.loads(fence)
-        restrict(plan["read"], plan["scratch"])
+        restrict(*fence_plan(fence))
     conn.send("ready")
     while True:
         try:
