@@ -31,6 +31,7 @@ pool, and ezdwg's own ``to_dxf`` route, which extraction does not take; it write
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -219,6 +220,13 @@ def batches_of(files: Sequence[Path]) -> list[list[tuple[str, str, str]]]:
     return [stored[i : i + BATCH] for i in range(0, len(stored), BATCH)]
 
 
+def fenced_for(config: Any, files: Sequence[Path]) -> Any:
+    """A run's pool ``config`` whose parsers' fence also grants the benchmark's folders
+    (a run's files lie in its download folder; these lie where the benchmark made them)."""
+    folders = sorted({str(f.parent) for f in files})
+    return dataclasses.replace(config, read_roots=(*(config.read_roots or ()), *folders))
+
+
 def start_pool(files: Sequence[Path], settings: Any, copies: int) -> dict[str, Any]:
     """A pool (the flow contender's run is handed the same one), started and warmed."""
     from ingest.extract.batch import extract_batch, pool_config
@@ -229,7 +237,7 @@ def start_pool(files: Sequence[Path], settings: Any, copies: int) -> dict[str, A
     def started() -> Any:
         # The pool starts on its first jobs: its fork server (subprocess, importing the
         # parsers), then one forked worker per core.
-        pool = WorkerPool(pool_config(settings))
+        pool = WorkerPool(fenced_for(pool_config(settings), files))
         pool.map("os:getpid", [()] * pool.config.size)
         return pool
 
@@ -797,7 +805,7 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
     settings = Settings(data_dir=work / "data")
     pooled: dict[str, list[float]] = defaultdict(list)
     pooled_cpu: dict[str, list[float]] = defaultdict(list)
-    with WorkerPool(pool_config(settings)) as pool:
+    with WorkerPool(fenced_for(pool_config(settings), [*dwgs, *dxfs])) as pool:
         pool.map("os:getpid", [()] * pool.config.size)
         extract_batch(settings, "bench", batches_of(dwgs[:5] + dxfs[:5])[0], run_id="w", pool=pool)
         for _ in range(rounds):

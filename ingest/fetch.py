@@ -45,7 +45,7 @@ def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
     if settings.files_stay_local:
         yield settings.download_root(bucket)
         return
-    folder = Path(tempfile.mkdtemp(prefix="ingest-batch-"))
+    folder = Path(tempfile.mkdtemp(prefix="ingest-batch-", dir=batch.work_root()))
     try:
         yield folder
     finally:
@@ -147,10 +147,11 @@ def materialize(
 ) -> list[Stored]:
     """Readable local files for stored objects whose text must be extracted again.
 
-    A path of this machine is used as it is; a copy on object storage (``s3://``) is
-    fetched from there; an object kept nowhere reachable (dropped, or on another
-    machine's disk) is fetched from the source again. Objects that cannot be fetched
-    are left out (their ``documents`` rows stay as they were).
+    A path of this machine is used as it is (copied into ``folder`` when it lies outside
+    the folders the parsers may read, ``batch.parser_roots``); a copy on object storage
+    (``s3://``) is fetched from there; an object kept nowhere reachable (dropped, or on
+    another machine's disk) is fetched from the source again. Objects that cannot be
+    fetched are left out (their ``documents`` rows stay as they were).
     """
     out: list[Stored] = []
     refetch: list[S3Object] = []
@@ -167,6 +168,13 @@ def materialize(
                 continue
             out.append((obj.key, obj.etag, str(local)))
         elif path and Path(path).is_file():
+            if not batch.parsers_can_read(settings, path):
+                # outside the folders the parsers' fence grants (an earlier download
+                # folder): a copy in this one, which it does
+                local = folder / "copies" / f"{len(out)}-{Path(path).name}"
+                local.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, local)
+                path = str(local)
             out.append((obj.key, obj.etag, path))
         else:
             refetch.append(obj)

@@ -83,9 +83,11 @@ def extract_stored(
     (``ingest.fetch.materialize``; on a cluster the file may be on another machine)."""
     settings = run_context(settings, run_id).settings
     stored = objects.stored()
-    if all(p and Path(p).is_file() for _k, _e, p in stored):
+    # a file elsewhere than the run's download folders (an earlier download folder) is
+    # fetched again into one: the parsers' fence lets them read only those
+    if all(p and Path(p).is_file() and batch.parsers_can_read(settings, p) for _k, _e, p in stored):
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)
-    with tempfile.TemporaryDirectory(prefix="ingest-extract-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ingest-extract-", dir=batch.work_root()) as tmp:
         readable = fetch.materialize(
             run_context(settings, run_id).s3,
             settings,

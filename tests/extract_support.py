@@ -217,3 +217,30 @@ def read_process_environ(pid: int) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError as exc:
         return f"refused: {type(exc).__name__}"
+
+
+def reach(reads: list[str], writes: list[str], port: int) -> dict[str, str]:
+    """A parser gone bad, in a pool worker: read each of ``reads``, create each of
+    ``writes``, connect to ``port`` on loopback; what became of each (``read: <text>``,
+    ``wrote``, ``connected``, or ``refused: <error>``)."""
+    import socket
+
+    out: dict[str, str] = {}
+    for path in reads:
+        try:
+            with open(os.path.expandvars(os.path.expanduser(path)), encoding="utf-8") as f:
+                out[path] = f"read: {f.read()}"
+        except OSError as exc:
+            out[path] = f"refused: {type(exc).__name__}"
+    for path in writes:
+        try:
+            Path(os.path.expandvars(os.path.expanduser(path))).write_text("planted by a parser")
+            out[path] = "wrote"
+        except OSError as exc:
+            out[path] = f"refused: {type(exc).__name__}"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            out["connect"] = "connected"
+    except OSError as exc:
+        out["connect"] = f"refused: {type(exc).__name__}"
+    return out

@@ -9,8 +9,12 @@ ETag or extractor (``ingest.extract.provenance``).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest.extract import EXTRACTOR_VERSION, Extraction, cut_text, extract_by_head, provenance
+from ingest.extract import (
+    EXTRACTOR_VERSION,
+    Extraction,
+    cut_text,
+    extract_by_head,
+    fence,
+    provenance,
+)
 from ingest.extract.base import clean_text
 from ingest.extract.chunks import chunk_pages, headings_of
 from ingest.extract.detect import HEAD, detect_kind
@@ -52,12 +63,44 @@ def run_deadline(started: float | None, budget: float | None) -> float | None:
     return (time.monotonic() if started is None else started) + budget
 
 
+@functools.cache
+def work_root() -> Path:
+    """This process's folder for the temporary folders of batches whose files are not kept
+    (``ingest.fetch.work_folder``, ``tasks.extraction``): one folder, made once, so that
+    the parsers' fence grants it and not the whole temporary folder. Removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="ingest-work-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def parser_roots(settings: Settings) -> tuple[str, ...]:
+    """The folders a run's parsers read files from, and nothing else of the machine's
+    (``ingest.extract.fence``): ``work_root``, where a batch whose files are not kept
+    lands, and the download folder when files stay there (``INGEST_S3_DOWNLOAD_DIR``, else
+    ``DATA_DIR/objects``)."""
+    roots = [str(work_root())]
+    if settings.files_stay_local:
+        local = settings.s3.download_dir or str(settings.local_path / "objects")
+        roots.append(local)
+    return tuple(roots)
+
+
+def parsers_can_read(settings: Settings, path: str) -> bool:
+    """Whether the run's parsers may read the file at ``path``: it lies in one of
+    ``parser_roots``, or this kernel sets no fence."""
+    if fence.landlock_abi() < 1:
+        return True
+    real = Path(path).resolve()
+    return any(real.is_relative_to(Path(root).resolve()) for root in parser_roots(settings))
+
+
 def pool_config(settings: Settings) -> PoolConfig:
     return PoolConfig(
         workers=settings.extract.workers,
         time_limit=settings.extract.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(DEFAULT_EXTRACTOR,),
+        read_roots=parser_roots(settings),
     )
 
 
@@ -67,6 +110,7 @@ def ocr_pool_config(settings: Settings) -> PoolConfig:
         time_limit=settings.ocr.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
         preload=(OCR_JOB,),
+        read_roots=parser_roots(settings),
     )
 
 

@@ -1,4 +1,5 @@
-"""The fork server of one extraction pool: ``python -m ingest.extract.forkserver FD MB [REF ...]``.
+"""The fork server of one extraction pool:
+``python -m ingest.extract.forkserver FD MB FENCE [REF ...]``.
 
 ``ingest.extract.pool`` starts it through ``subprocess``, not ``multiprocessing``:
 a Dask worker under a nanny (the default of ``dask worker``, ``LocalCluster``,
@@ -10,8 +11,10 @@ as it likes, so the pool works on a stock cluster with no setting changed.
 The server imports the parsers (``ingest.extract.worker``) and the job functions
 ``REF`` (``"module:function"``) once, then forks each worker from that warm state on
 request: a worker, and every replacement of a crashed one, starts in milliseconds.
-Each worker caps its own address space (``RLIMIT_AS``, ``MB``) before it says it is
-ready, and dies with the server (Linux ``PR_SET_PDEATHSIG``).
+Each worker caps its own address space (``RLIMIT_AS``, ``MB``) and, when ``FENCE`` is
+not ``-`` (JSON: the folders it may read and its scratch folder), fences itself
+(``ingest.extract.fence``) before it says it is ready, and dies with the server (Linux
+``PR_SET_PDEATHSIG``). The server itself holds no fence: it forks, and reaps.
 
 Protocol on the control socket ``FD`` (an ``AF_UNIX`` stream the pool created):
 
@@ -39,7 +42,7 @@ import socket
 import struct
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 READY = b"R"
@@ -52,13 +55,15 @@ PR_SET_PDEATHSIG = 1
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     ctrl = socket.socket(fileno=int(args[0]))
-    memory_limit_mb, refs = int(args[1]), tuple(args[2:])
+    memory_limit_mb, fence, refs = int(args[1]), args[2], tuple(args[3:])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the pool's process's to handle
 
     from ingest.extract import worker  # the common parsers, imported once for every worker
 
     for ref in refs:
         worker.resolve(ref)
+    if fence != "-":
+        worker.fence_plan(fence)  # the fence's rules, worked out once for every worker
     gc.freeze()  # forked pages stay shared: collections in the workers do not touch them
 
     wake_r, wake_w = os.pipe()
@@ -80,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if not requests:
                     return  # the pool is gone
                 for _ in range(requests.count(FORK)):
-                    _fork(ctrl, children, (wake_r, wake_w), memory_limit_mb, refs, worker.serve)
+                    _fork(ctrl, children, (wake_r, wake_w), memory_limit_mb, fence, refs)
     except (BrokenPipeError, ConnectionResetError):
         return
     finally:
@@ -94,8 +99,8 @@ def _fork(
     children: dict[int, int],
     own: tuple[int, int],
     memory_limit_mb: int,
+    fence: str,
     refs: tuple[str, ...],
-    serve: Callable[..., None],
 ) -> None:
     parent_end, child_end = socket.socketpair()
     status_r, status_w = os.pipe()
@@ -111,7 +116,9 @@ def _fork(
             for fd in (*own, status_r, status_w, *children.values()):
                 os.close(fd)
             _die_with(server)
-            serve(Connection(child_end.detach()), memory_limit_mb, refs)
+            from ingest.extract.worker import serve  # imported by main before any fork
+
+            serve(Connection(child_end.detach()), memory_limit_mb, refs, fence)
             code = 0
         except BaseException:
             traceback.print_exc()

@@ -49,12 +49,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -64,6 +67,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal
 
+from ingest.extract import fence
 from ingest.extract.forkserver import FORK, PID, READY, STATUS
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,11 @@ class PoolConfig:
     # Job functions ("module:function") the fork server imports before it forks a worker.
     preload: tuple[str, ...] = ()
     start_timeout: float = 120.0  # seconds the fork server, or a new worker, may take to start
+    # Folders whose files the workers may read (a run's download folders): with them, each
+    # worker fences itself (``ingest.extract.fence``) where the kernel has Landlock, and
+    # writes only in a scratch folder of its pool. None: no fence (a pool handed files from
+    # anywhere, as the extraction tests' pools are).
+    read_roots: tuple[str, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -181,6 +190,39 @@ def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k in _KEPT or k.startswith(_KEPT_PREFIXES)}
 
 
+_said: set[str] = set()
+
+
+def _say_once(level: int, message: str, *args: object) -> None:
+    """Log ``message`` the first time this process says it (a run's pools are many)."""
+    if message not in _said:
+        _said.add(message)
+        log.log(level, message, *args)
+
+
+def _fence_plan(config: PoolConfig) -> tuple[str, str | None]:
+    """The fork server's fence argument (JSON, or ``-``: no fence) and the scratch folder
+    it made for its workers. Where the kernel has no Landlock the workers run as they would
+    unfenced, and the log says so once."""
+    if config.read_roots is None:
+        return "-", None
+    abi = fence.landlock_abi()
+    if abi < 1:
+        _say_once(
+            logging.WARNING,
+            "extraction workers run without a fence: this kernel has no Landlock, so a "
+            "parser can read every file this user can (docs/security.md)",
+        )
+        return "-", None
+    roots = []
+    for root in config.read_roots:
+        with contextlib.suppress(OSError):  # a download folder before its first download
+            Path(root).mkdir(parents=True, exist_ok=True)
+        roots.append(os.path.abspath(root))
+    scratch = tempfile.mkdtemp(prefix="ingest-parse-")
+    return json.dumps({"read": roots, "scratch": scratch}), scratch
+
+
 class _Server:
     """The pool's fork server, started with ``subprocess`` (a daemonic process may)."""
 
@@ -189,7 +231,16 @@ class _Server:
         # The server imports what this process would: the same ``ingest``, a test's job
         # hooks, a checkout run without installing it. -P: nothing from its working folder.
         env = {**worker_environment(os.environ), "PYTHONPATH": os.pathsep.join(_import_path())}
-        args = [str(theirs.fileno()), str(config.memory_limit_mb), *config.preload]
+        self.config = config
+        try:
+            fenced, self.scratch = _fence_plan(config)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        if self.scratch is not None:  # temporary files, and caches (ezdxf's fonts), land here
+            env.update(dict.fromkeys(("TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME"), self.scratch))
+        args = [str(theirs.fileno()), str(config.memory_limit_mb), fenced, *config.preload]
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", "-m", SERVER, *args],
@@ -200,6 +251,7 @@ class _Server:
             )
         except BaseException:
             ours.close()
+            self._remove_scratch()
             raise
         finally:
             theirs.close()
@@ -245,6 +297,26 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+    def say_fenced(self) -> None:
+        """Once a fenced worker is ready (it says so only after its fence is set)."""
+        if self.scratch is None:
+            return
+        abi = fence.landlock_abi()
+        _say_once(
+            logging.INFO,
+            "extraction workers fenced (Landlock ABI %s): they read the Python installation "
+            "and %s, write only in their scratch folder%s",
+            abi,
+            ", ".join(self.config.read_roots or ()),
+            ", and open no TCP connection" if abi >= 4 else "",
+        )
 
 
 def _import_path() -> list[str]:
@@ -517,6 +589,8 @@ class WorkerPool:
             try:
                 w.ready = w.conn.recv() == "ready"
                 self._start_failures = 0
+                if w.ready and self._server is not None:
+                    self._server.say_fenced()
                 return
             except (EOFError, OSError):
                 pass

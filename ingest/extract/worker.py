@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
 import os
 import resource
 import signal
@@ -36,6 +37,7 @@ import ingest.extract.dxf
 import ingest.extract.html
 import ingest.extract.pdf
 import ingest.extract.text  # noqa: F401
+from ingest.extract.fence import restrict, rules_for
 
 _FUNCS: dict[str, Callable[..., Any]] = {}
 
@@ -61,17 +63,30 @@ def limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = ()) -> None:
-    """Import ``preload``, say ``ready``, then answer ``(job_id, func_ref, args, kwargs)``
-    messages until ``None`` arrives.
+def fence_plan(fence: str) -> tuple[tuple[str, ...], str | None]:
+    """The folders to read and the scratch folder of a fence argument (JSON), with the
+    rules worked out (``ingest.extract.fence.rules_for``, kept for every later fork)."""
+    plan = json.loads(fence)
+    roots, scratch = tuple(plan["read"]), plan["scratch"]
+    rules_for(roots, scratch)
+    return roots, scratch
+
+
+def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = (), fence: str = "-") -> None:
+    """Import ``preload``, fence this process (``fence``: JSON of the folders it may read
+    and its scratch folder, or ``-``), say ``ready``, then answer ``(job_id, func_ref,
+    args, kwargs)`` messages until ``None`` arrives.
 
     The parent starts a job's clock only after ``ready``, so a worker's start-up (and the
-    imports of its job functions) never counts against one file's time limit.
+    imports of its job functions) never counts against one file's time limit. A fence that
+    cannot be set ends the worker (``FenceError``): it never runs as fenced without it.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     limit_memory(memory_limit_mb)
     for ref in preload:
         resolve(ref)
+    if fence != "-":
+        restrict(*fence_plan(fence))
     conn.send("ready")
     while True:
         try:

@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from dev.servers.rest import DevRest
 from ingest import storage
 from ingest.rest.client import RestClient, make_http
-from ingest.rest.errors import PageTooLargeError
+from ingest.rest.errors import HopRefusedError, PageTooLargeError
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
@@ -402,6 +403,62 @@ def test_a_hop_to_a_host_not_allowed_is_refused_before_any_request(
         assert ids == [(1,)]
     else:
         assert table is None
+
+
+class LoopbackOnly(httpx.AsyncBaseTransport):
+    """The real transport, for loopback only: a request to any other address is kept here
+    and never sent, so a broken hop check cannot send this test's traffic off the machine."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.stopped: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host not in ("127.0.0.1", "localhost", "::1"):
+            self.stopped.append(str(request.url))
+            raise httpx.ConnectError("not sent: off loopback", request=request)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",  # cloud metadata
+        "http://[fd00:ec2::254]/latest/meta-data/",  # the same, over IPv6
+        "http://10.0.0.5:8080/internal",
+        "http://192.168.1.1/admin",
+        "http://172.16.0.1/",
+        "http://localhost:9/",
+    ],
+)
+def test_a_redirect_to_metadata_private_or_loopback_addresses_is_refused(target: str) -> None:
+    """The review's probe: a 302 to a link-local metadata address was followed and its
+    answer stored. Each such address (and another port of loopback) is refused before
+    any request to it, with the source's credential or without."""
+    with ScriptedServer() as api:
+        api.script("/tickets", Answer(302, headers={"Location": target}))
+        guard = LoopbackOnly()
+
+        async def get() -> None:
+            http = make_http(
+                api.url,
+                headers={},
+                concurrency=1,
+                timeout=5.0,
+                transport=guard,
+                credentials=bearer(TOKEN),
+            )
+            async with http:
+                client = RestClient(http, RateLimitGovernor(), RetryPolicy(max_attempts=1))
+                await client.get("/tickets")
+
+        with pytest.raises(HopRefusedError, match="which this source may not reach"):
+            asyncio.run(get())
+        assert [path for path, _headers in api.seen] == ["/tickets"]
+    assert guard.stopped == []  # refused by the client, not by this test's guard
 
 
 def test_a_hop_to_an_allowed_host_is_followed(data_dir: Path, recorder: ScriptedServer) -> None:
