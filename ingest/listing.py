@@ -244,10 +244,19 @@ def copy_stored(
     claims: keys.RunClaims | None,
 ) -> renames.Copied | None:
     """Give the chunk's keys to fetch whose content is stored under another key that
-    object's file and rows (``ingest.renames``), staged here as parts ``copied-<name>``;
-    None when none was. Only where the files stay in this machine's folder (the thread
-    runner, files kept locally)."""
-    if settings.task_runner != "thread" or not settings.files_stay_local:
+    object's rows, and its file where the run keeps files in a local folder
+    (``ingest.renames``), staged here as parts ``copied-<name>``; None when none was.
+
+    On every task runner: this runs in the flow's process, where a stored file in a local
+    folder counts only if it is here (on a Dask worker's own disk it is not, and the key
+    is fetched). Files kept on object storage (``s3_download_dir`` an ``s3://`` address):
+    the key is fetched, a copy there is not made."""
+    files: renames.Files
+    if settings.files_stay_local:
+        files = "local"
+    elif not settings.keep_files:
+        files = "dropped"
+    else:
         return None
     from ingest.extract import structure
 
@@ -271,6 +280,7 @@ def copy_stored(
         versions=changes._versions(spec.extract_version) if spec.extract_version else None,
         claims=claims.for_root(root, settings.s3.refuse_folded_collisions) if claims else None,
         table_sql={t: _scan(db, loc, t) for t in structure.TABLES if t in present and extract},
+        files=files,
     )
     if not copied.count:
         return None

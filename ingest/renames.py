@@ -3,9 +3,18 @@ object already has takes that object's file and extracted rows, with no GET and 
 
 The content key is the ETag with the size (an MD5 for single-part uploads; a multipart
 ETag with its part count): a key the comparison (``ingest.changes``) would fetch, new or
-changed, whose ``(etag, size)`` a stored object of the same bucket has, with its file
-still on this machine at its size, gets that file at its own local path (a hard link,
-else a copy) and an ``s3_objects`` row with status ``copied``. With extraction on, it
+changed, whose ``(etag, size)`` a stored object of the same bucket has gets an
+``s3_objects`` row with status ``copied``, and its file as the run keeps files
+(``files``):
+
+* ``local`` (files kept in a folder of this machine): the stored object's file, still
+  here at its size, at the key's own local path (a hard link, else a copy); a stored
+  object whose file is not here (deleted since, or on another machine's disk) is no
+  source, and the key is fetched;
+* ``dropped`` (files not kept, on any task runner): no file, as a fetched object of such
+  a run has none (``local_path`` empty); the rows are all there is to copy.
+
+With extraction on, it
 is copied only when the stored object's ``documents`` row is of that ETag and of the
 current extractor version of its kind (``ingest.extract.provenance``); its ``documents``
 row and its structured tables' rows (``ingest.extract.structure``) are copied under the
@@ -24,7 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +45,9 @@ from ingest.s3.files import _publish, remove, temp_path
 log = logging.getLogger(__name__)
 
 _SOURCES = ("downloaded", "skipped", "copied")
+
+# How the run keeps files: in a local folder, or not at all (see the module's text).
+Files = Literal["local", "dropped"]
 
 
 @dataclass(slots=True)
@@ -60,9 +72,11 @@ def _candidates(
     state_sql: str,
     documents_sql: str | None,
     versions: pa.Table | None,
+    files: Files,
 ) -> list[dict[str, Any]]:
     """For each key to fetch, stored objects of the same content (and, with
-    ``documents_sql``, a current extraction of it), nearest key first."""
+    ``documents_sql``, a current extraction of it), nearest key first; with ``files``
+    ``local``, only those whose row names a file of a local folder."""
     wanted = fetch.select(["key", "etag", "size"])
     docs_join, docs_cond, docs_cols = "", "", ""
     if documents_sql is not None and versions is not None:
@@ -74,6 +88,9 @@ def _candidates(
         docs_cond = """AND d.extractor_version IS NOT DISTINCT FROM coalesce(
                           v.version, (SELECT version FROM versions WHERE kind = ''))"""
         docs_cols = ", d.extracted_at AS src_extracted_at"
+    path_cond = ""
+    if files == "local":
+        path_cond = "AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')"
     with db.cursor() as con:
         con.register("wanted", wanted)
         if versions is not None:
@@ -82,8 +99,7 @@ def _candidates(
             f"""SELECT w.key, s.key AS src_key, s.local_path AS src_path {docs_cols}
                 FROM wanted w
                 JOIN (SELECT key, etag, size, local_path FROM {state_sql}
-                      WHERE bucket = $bucket AND status IN {_SOURCES}
-                        AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')
+                      WHERE bucket = $bucket AND status IN {_SOURCES} {path_cond}
                      ) s ON s.etag = w.etag AND s.size = w.size AND s.key <> w.key
                 {docs_join}
                 WHERE w.etag <> '' {docs_cond}
@@ -106,11 +122,13 @@ def take_stored(
     versions: pa.Table | None = None,
     claims: keys.PathClaims | None = None,
     table_sql: dict[str, str] | None = None,
+    files: Files = "local",
 ) -> Copied:
-    """Give the keys of ``fetch`` whose content is stored their file and rows; the rest
-    stay to fetch. ``documents_sql`` and ``versions`` (extraction on): only objects with a
-    current extraction are copied, with their ``documents`` rows and the structured
-    tables' rows (``table_sql``: table name -> scan expression of those present)."""
+    """Give the keys of ``fetch`` whose content is stored their rows, and their file as
+    ``files`` says; the rest stay to fetch. ``documents_sql`` and ``versions`` (extraction
+    on): only objects with a current extraction are copied, with their ``documents`` rows
+    and the structured tables' rows (``table_sql``: table name -> scan expression of those
+    present)."""
     empty = Copied(fetch, storage.SCHEMAS["s3_objects"].empty_table(), {})
     if fetch.num_rows == 0:
         return empty
@@ -121,23 +139,31 @@ def take_stored(
         state_sql=state_sql,
         documents_sql=documents_sql,
         versions=versions,
+        files=files,
     )
     if not found:
         return empty
-    listed = zip(fetch.column("key").to_pylist(), fetch.column("size").to_pylist(), strict=True)
-    sizes = dict(listed)
-    on_disk = _file_sizes([c["src_path"] for c in found])
     chosen: dict[str, dict[str, Any]] = {}
-    for cand, size in zip(found, on_disk, strict=True):
-        if cand["key"] not in chosen and size == sizes[cand["key"]]:
-            chosen[cand["key"]] = cand
+    if files == "local":
+        listed = zip(fetch.column("key").to_pylist(), fetch.column("size").to_pylist(), strict=True)
+        sizes = dict(listed)
+        on_disk = _file_sizes([c["src_path"] for c in found])
+        for cand, size in zip(found, on_disk, strict=True):
+            if cand["key"] not in chosen and size == sizes[cand["key"]]:
+                chosen[cand["key"]] = cand
+    else:
+        for cand in found:
+            chosen.setdefault(cand["key"], cand)
     now = datetime.now(UTC)
-    done: dict[str, tuple[str, float]] = {}  # key -> (local path, seconds)
+    done: dict[str, tuple[str | None, float]] = {}  # key -> (local path, seconds)
     for key, cand in chosen.items():
         started = time.perf_counter()
         try:
             dest = keys.local_path_for(key, prefix, root)
         except Exception:  # a key without a local path: the download makes its error row
+            continue
+        if files == "dropped":
+            done[key] = (None, 0.0)
             continue
         if claims is not None and claims.claim(dest, key) is not None:
             continue  # another key has the path: the download makes the failed row

@@ -112,3 +112,43 @@ def test_a_moved_folder_is_taken_from_the_stored_files_and_rows(
     third = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
     assert third.counts == {"skipped": MOVED + 10 + 2}
     assert s3_server.stats().get("GET object", 0) == 0
+
+
+def test_with_files_not_kept_a_moved_folder_takes_the_stored_rows(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path
+) -> None:
+    """``keep_files`` false: no file to take, the rows are all there is; the moved keys
+    get theirs (a ``copied`` row with no path, as a fetched object of such a run has, and
+    their documents) with no GET and no parse, and no file appears."""
+    moved = 120
+    objects = {f"in/old/{i:04d}.txt": text_for(i) for i in range(moved)}
+    put_many(s3, bucket, objects)
+    run = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    first = s3_ingest(**run, keep_files=False)
+    assert first.counts == {"downloaded": moved}
+    for i in range(moved):
+        old, new = f"in/old/{i:04d}.txt", f"in/new/{i:04d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3.put_object(Bucket=bucket, Key="in/new/fresh.txt", Body=b"a fresh drawing register")
+    s3_server.reset_stats()
+    second = s3_ingest(**run, keep_files=False)
+
+    assert second.counts == {"copied": moved, "deleted": moved, "downloaded": 1}
+    assert s3_server.stats().get("GET object", 0) == 1  # the fresh file alone
+    assert stage_items(second, "fetch-batch") == 1  # one download and one parse
+    assert files_under(data_dir / "objects") == {}
+    copied = rows(
+        data_dir,
+        "SELECT key, local_path FROM s3_objects WHERE status = 'copied' ORDER BY key",
+    )
+    assert [r["key"] for r in copied] == [f"in/new/{i:04d}.txt" for i in range(moved)]
+    assert all(r["local_path"] is None for r in copied)
+    docs = rows(data_dir, "SELECT key, text FROM documents WHERE key LIKE 'in/new/0%'")
+    assert len(docs) == moved
+    assert all(r["text"].startswith(f"drawing register {int(r['key'][7:11])}\n") for r in docs)
+
+    s3_server.reset_stats()
+    third = s3_ingest(**run, keep_files=False)
+    assert third.counts == {"skipped": moved + 1}
+    assert s3_server.stats().get("GET object", 0) == 0
