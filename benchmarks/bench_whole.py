@@ -81,6 +81,7 @@ class Case:
     make: Callable[[int], Command]
     after: Callable[[int], None] | None = None  # after each round's timing, not timed
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # user + system s of the command
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -216,8 +217,11 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                 cmd = case.make(r)
                 cmd.name, cmd.flow = case.name, False
                 try:
-                    case.walls.append(timed(cmd).wall)
-                    print(f"  {case.name}: {case.walls[-1]:.2f} s", flush=True)
+                    sample = timed(cmd)
+                    case.walls.append(sample.wall)
+                    case.cpus.append(sample.cpu or 0.0)
+                    said = f"{case.walls[-1]:.2f} s, CPU {case.cpus[-1]:.2f} s"
+                    print(f"  {case.name}: {said}", flush=True)
                 except RuntimeError as exc:
                     first = str(exc).splitlines()
                     case.failures.append(next((ln for ln in first if "Error" in ln), first[0]))
@@ -289,8 +293,10 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             ratio = f"import prefect {med - floor:+.2f} s"
         walls = ", ".join(f"{w:.2f}" for w in c.walls)
         failed = f"{len(c.failures)} failed: {c.failures[0][:120]}" if c.failures else ""
+        cpu = f"{statistics.median(c.cpus):.2f}" if c.cpus else ""
         rows.append(
-            f"| {c.name} | {'' if med is None else f'{med:.2f}'} | {walls} | {ratio} | {failed} |"
+            f"| {c.name} | {'' if med is None else f'{med:.2f}'} | {walls} | {cpu} | {ratio} "
+            f"| {failed} |"
         )
     targets = []
     for name, budget, what in (
@@ -310,15 +316,21 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
         base = by.get(base_name)
         if not rev or base is None or len(base.walls) != len(c.walls) or not c.walls:
             continue
-        per = [mine / theirs for mine, theirs in zip(base.walls, c.walls, strict=True)]
-        ratios.append(
-            f"| {base_name} | {rev} | {', '.join(f'{x:.2f}' for x in per)} "
-            f"| {statistics.median(per):.2f} |"
-        )
+        for what, mine_all, theirs_all in (
+            ("wall", base.walls, c.walls),
+            ("CPU", base.cpus, c.cpus),
+        ):
+            if len(mine_all) != len(theirs_all) or not all(theirs_all):
+                continue
+            per = [mine / theirs for mine, theirs in zip(mine_all, theirs_all, strict=True)]
+            ratios.append(
+                f"| {base_name} | {what} | {rev} | {', '.join(f'{x:.2f}' for x in per)} "
+                f"| {statistics.median(per):.2f} |"
+            )
     if ratios:
         ratios = [
-            "| command | this tree over | per-round ratios | median |",
-            "|---|---|---|---|",
+            "| command | measure | this tree over | per-round ratios | median |",
+            "|---|---|---|---|---|",
             *ratios,
             "",
         ]
@@ -334,8 +346,8 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             f"{OBJECTS if total_mb else 0} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
             "PYTHONDONTWRITEBYTECODE=1, each tree's packages compiled first.",
             "",
-            "| command | median wall s | rounds s | against | failures |",
-            "|---|---|---|---|---|",
+            "| command | median wall s | rounds s | median CPU s | against | failures |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             "| target | median | budget | result |",
