@@ -152,3 +152,33 @@ def test_with_files_not_kept_a_moved_folder_takes_the_stored_rows(
     third = s3_ingest(**run, keep_files=False)
     assert third.counts == {"skipped": moved + 1}
     assert s3_server.stats().get("GET object", 0) == 0
+
+
+def test_a_moved_object_whose_stored_text_is_of_an_older_extractor_is_extracted_again(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The content key and the extractor version decide, not the key: once the text
+    extractor's code version is bumped, a moved text file's stored row is no current
+    extraction, so it is fetched and extracted under its new key rather than copied."""
+    from ingest.extract import provenance
+
+    n = 12
+    put_many(s3, bucket, {f"a/{i:02d}.txt": text_for(i) for i in range(n)})
+    run = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    assert s3_ingest(**run).counts == {"downloaded": n}
+    monkeypatch.setitem(provenance.CODE, "text", provenance.CODE["text"] + 1)
+    for i in range(n):
+        old, new = f"a/{i:02d}.txt", f"b/{i:02d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3_server.reset_stats()
+    second = s3_ingest(**run)
+
+    assert second.counts == {"downloaded": n, "deleted": n}
+    assert s3_server.stats().get("GET object", 0) == n
+    assert stage_items(second, "extract-batch") == n
+    docs = rows(
+        data_dir, "SELECT key, status, extractor_version FROM documents WHERE key LIKE 'b/%'"
+    )
+    assert len(docs) == n and {r["status"] for r in docs} == {"ok"}
+    assert all(f"text/{provenance.CODE['text']}" in r["extractor_version"] for r in docs)
