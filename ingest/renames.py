@@ -12,7 +12,10 @@ changed, whose ``(etag, size)`` a stored object of the same bucket has gets an
   object whose file is not here (deleted since, or on another machine's disk) is no
   source, and the key is fetched;
 * ``dropped`` (files not kept, on any task runner): no file, as a fetched object of such
-  a run has none (``local_path`` empty); the rows are all there is to copy.
+  a run has none (``local_path`` empty); the rows are all there is to copy;
+* ``remote`` (files kept on object storage, ``s3://``): the stored object's copy there is
+  copied by the store to the key's own address (``copy_remote``, a CopyObject: no GET
+  here); a copy that fails leaves the key to fetch.
 
 With extraction on, it
 is copied only when the stored object's ``documents`` row is of that ETag and of the
@@ -31,6 +34,8 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -46,8 +51,11 @@ log = logging.getLogger(__name__)
 
 _SOURCES = ("downloaded", "skipped", "copied")
 
-# How the run keeps files: in a local folder, or not at all (see the module's text).
-Files = Literal["local", "dropped"]
+# How the run keeps files: in a local folder, not at all, or on object storage (see the
+# module's text).
+Files = Literal["local", "dropped", "remote"]
+# Copies on object storage made at once (each one request the store serves).
+REMOTE_COPIES = 16
 
 
 @dataclass(slots=True)
@@ -91,6 +99,8 @@ def _candidates(
     path_cond = ""
     if files == "local":
         path_cond = "AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')"
+    elif files == "remote":
+        path_cond = "AND starts_with(local_path, 's3://')"
     with db.cursor() as con:
         con.register("wanted", wanted)
         if versions is not None:
@@ -123,12 +133,14 @@ def take_stored(
     claims: keys.PathClaims | None = None,
     table_sql: dict[str, str] | None = None,
     files: Files = "local",
+    copy_remote: Callable[[str, str], str] | None = None,
 ) -> Copied:
     """Give the keys of ``fetch`` whose content is stored their rows, and their file as
     ``files`` says; the rest stay to fetch. ``documents_sql`` and ``versions`` (extraction
     on): only objects with a current extraction are copied, with their ``documents`` rows
     and the structured tables' rows (``table_sql``: table name -> scan expression of those
-    present)."""
+    present). ``copy_remote(src, key)`` (``files`` ``remote``): copies the stored copy at
+    ``src`` to ``key``'s address on object storage and returns that address."""
     empty = Copied(fetch, storage.SCHEMAS["s3_objects"].empty_table(), {})
     if fetch.num_rows == 0:
         return empty
@@ -162,7 +174,7 @@ def take_stored(
             dest = keys.local_path_for(key, prefix, root)
         except Exception:  # a key without a local path: the download makes its error row
             continue
-        if files == "dropped":
+        if files != "local":
             done[key] = (None, 0.0)
             continue
         if claims is not None and claims.claim(dest, key) is not None:
@@ -173,6 +185,8 @@ def take_stored(
             log.info("s3://%s/%s: not copied from %s (%s)", bucket, key, cand["src_key"], exc)
             continue
         done[key] = (dest, time.perf_counter() - started)
+    if files == "remote":
+        done = _copy_remote(done, chosen, copy_remote, bucket)
     if not done:
         return empty
     mask = pc.is_in(fetch.column("key"), pa.array(list(done), pa.string()))
@@ -213,6 +227,30 @@ def take_stored(
             if rows.num_rows:
                 tables[table] = rows
     return Copied(rest, objects, tables)
+
+
+def _copy_remote(
+    keys_: dict[str, tuple[str | None, float]],
+    chosen: dict[str, dict[str, Any]],
+    copy_remote: Callable[[str, str], str] | None,
+    bucket: str,
+) -> dict[str, tuple[str | None, float]]:
+    """The keys whose stored copy on object storage was copied to their own address, with
+    that address; a copy that fails is logged and its key left to fetch."""
+    if copy_remote is None or not keys_:
+        return {}
+
+    def one(key: str) -> tuple[str, str | None, float]:
+        started = time.perf_counter()
+        try:
+            return key, copy_remote(chosen[key]["src_path"], key), time.perf_counter() - started
+        except Exception as exc:  # this object's copy only: it is fetched instead
+            log.info("s3://%s/%s: not copied on object storage (%s)", bucket, key, exc)
+            return key, None, 0.0
+
+    with ThreadPoolExecutor(min(REMOTE_COPIES, len(keys_))) as pool:
+        made = list(pool.map(one, keys_))
+    return {key: (dest, seconds) for key, dest, seconds in made if dest is not None}
 
 
 def _place(src: str, dest: str, root: str) -> None:

@@ -182,3 +182,43 @@ def test_a_moved_object_whose_stored_text_is_of_an_older_extractor_is_extracted_
     )
     assert len(docs) == n and {r["status"] for r in docs} == {"ok"}
     assert all(f"text/{provenance.CODE['text']}" in r["extractor_version"] for r in docs)
+
+
+def test_with_downloads_kept_on_object_storage_a_moved_folder_is_copied_there_by_the_store(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path
+) -> None:
+    """``download_dir`` an ``s3://`` address: a moved key's stored copy there is copied by
+    the store to the key's own address (no GET of the source, no parse), and its rows
+    name that address."""
+    moved = 40
+    dest = f"{bucket}-copies"
+    s3.create_bucket(Bucket=dest)
+    objects = {f"in/old/{i:03d}.txt": text_for(i) for i in range(moved)}
+    put_many(s3, bucket, objects)
+    run = {
+        "bucket": bucket,
+        "endpoint_url": s3_server.url,
+        "data_dir": str(data_dir),
+        "download_dir": f"s3://{dest}/copies/",
+    }
+    assert s3_ingest(**run).counts == {"downloaded": moved}
+    for i in range(moved):
+        old, new = f"in/old/{i:03d}.txt", f"in/new/{i:03d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3_server.reset_stats()
+    second = s3_ingest(**run)
+
+    assert second.counts == {"copied": moved, "deleted": moved}
+    assert s3_server.stats().get("GET object", 0) == 0
+    assert stage_items(second, "fetch-batch") == 0
+    copied = rows(data_dir, "SELECT key, local_path FROM s3_objects WHERE status = 'copied'")
+    assert {r["key"]: r["local_path"] for r in copied} == {
+        f"in/new/{i:03d}.txt": f"s3://{dest}/copies/in/new/{i:03d}.txt" for i in range(moved)
+    }
+    for i in (0, moved - 1):
+        got = s3.get_object(Bucket=dest, Key=f"copies/in/new/{i:03d}.txt")["Body"].read()
+        assert got == text_for(i)
+    docs = rows(data_dir, "SELECT key, text FROM documents WHERE key LIKE 'in/new/%'")
+    assert len(docs) == moved
+    assert all(r["text"].startswith(f"drawing register {int(r['key'][7:10])}\n") for r in docs)
