@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -255,3 +257,18 @@ def test_crc32c_and_crc64nvme_check_bodies_corrupted_once_and_always(
             assert list((out / TMP_DIR_NAME).iterdir()) == []
         heads = [h for p, h in server.seen if p.startswith("HEAD /b/")]
         assert heads and all(h.get("x-amz-checksum-mode") == "ENABLED" for h in heads)
+
+
+def test_the_crc_library_is_imported_only_when_a_store_offers_its_checksum() -> None:
+    """A command's modules do not import it (and nothing imports awscrt, which botocore
+    would load in every process); checking a file against a CRC64NVME does."""
+    code = (
+        "import sys, cli.main, flows.s3_ingest, ingest.s3.verify as v\n"
+        "before = sorted(m for m in ('anycrc', 'awscrt') if m in sys.modules)\n"
+        "v._hasher('ChecksumCRC64NVME')\n"
+        "print(before, 'anycrc' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split("\n")[-2] == "[] True"
