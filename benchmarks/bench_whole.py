@@ -32,9 +32,12 @@ packages compiled to bytecode first, as an install compiles them (the image's ``
 Targets (the first-contact work): no-op <= import prefect + 1 s; no-change <= import
 prefect + 1.5 s; first run <= s5cmd + 3 s; a command with no API configured (the kept
 server) <= import prefect + 3 s. ``--only no-api`` runs ``import prefect``, the no-op
-against a running server and the no-API cases alone (no objects seeded, no s5cmd). With
-``--before REV`` the ``ingest`` commands of that revision run in the same rounds (from a
-worktree of it under benchmarks/.work).
+against a running server and the no-API cases alone (no objects seeded, no s5cmd);
+``--only first-run`` runs ``import prefect``, the first run and s5cmd alone, each tree's
+first run once unmeasured first, the commands' order rotated round by round, and ends
+with the per-round ratios of the trees. With ``--before REV`` (repeatable) the ``ingest``
+commands of that revision run in the same rounds (from a worktree of it under
+benchmarks/.work).
 
 Run ``python -m benchmarks.bench_whole [--rounds 3] [--before REV]``; results are
 printed and appended to benchmarks/whole.md.
@@ -78,6 +81,7 @@ class Case:
     make: Callable[[int], Command]
     after: Callable[[int], None] | None = None  # after each round's timing, not timed
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # user + system s of the command
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -103,6 +107,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             Bucket=BUCKET
         )
         only_no_api = a.only == "no-api"
+        only_first = a.only == "first-run"
         specs = [] if only_no_api else plan("docs/", OBJECTS, LARGE)
         if specs:
             seed_objects(s3.url, specs)
@@ -113,15 +118,16 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
         )
         served = {**base, "PREFECT_API_URL": server.api_url}
         trees = {"": ROOT}
-        if a.before:
-            trees[f", at {a.before}"] = stack.enter_context(checkout(a.before))
+        for rev in a.before or []:
+            trees[f", at {rev}"] = stack.enter_context(checkout(rev))
         # Each tree's packages compiled, as an install compiles them (the image's `uv sync
         # --no-editable` with UV_COMPILE_BYTECODE=1) and as Prefect's are for `import
         # prefect`: a checkout under PYTHONDONTWRITEBYTECODE=1 otherwise compiles its
         # ~15,000 lines again in every command (~0.07 s of CPU). One case keeps it in view.
         for tree in trees.values():
             compile_packages(tree)
-        source_only = stack.enter_context(checkout("HEAD")) if a.source_case else None
+        wanted = a.source_case and not only_first
+        source_only = stack.enter_context(checkout("HEAD")) if wanted else None
 
         def ingest(env: dict[str, str], prefix: str, folder: str, cwd: Path) -> Command:
             # Folder names without spaces: an old revision could not open a lake in such a path.
@@ -160,7 +166,9 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             ]
         if only_no_api:
             cases = cases[:2]  # import prefect, and the no-op against the running server
-        if source_only is not None and not only_no_api:
+        if only_first:
+            cases = [c for c in cases if c.name.startswith(("import prefect", "first run"))]
+        if source_only is not None and not only_no_api and not only_first:
             cases.append(
                 Case(
                     "no-op, this tree uncompiled",
@@ -169,7 +177,7 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             )
         if not only_no_api:
             cases.append(s5cmd_case(s3.url, scratch, base))
-        for label, tree in trees.items():
+        for label, tree in trees.items() if not only_first else ():
             cases += [
                 Case(
                     f"no-op, no API, kept server{label}",
@@ -190,8 +198,12 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                 ),
             ]
         # Warm-up, not measured: fills the no-change folders and the existing Prefect home.
+        # With --only first-run: each tree's first run once, into a folder of its own.
         for case in cases:
-            if case.name.startswith(("no-op", "no-change")) and "new Prefect home" not in case.name:
+            warm = case.name.startswith(("no-op", "no-change")) or (
+                only_first and case.name.startswith("first run")
+            )
+            if warm and "new Prefect home" not in case.name:
                 cmd = case.make(-1)
                 cmd.flow = False
                 try:
@@ -200,12 +212,16 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
                     print(f"warm-up of {case.name} failed: {str(exc)[:300]}", flush=True)
         for r in range(a.rounds):
             print(f"round {r + 1}/{a.rounds}", flush=True)
-            for case in cases:
+            shift = r % len(cases) if only_first else 0  # no command always first or last
+            for case in cases[shift:] + cases[:shift]:
                 cmd = case.make(r)
                 cmd.name, cmd.flow = case.name, False
                 try:
-                    case.walls.append(timed(cmd).wall)
-                    print(f"  {case.name}: {case.walls[-1]:.2f} s", flush=True)
+                    sample = timed(cmd)
+                    case.walls.append(sample.wall)
+                    case.cpus.append(sample.cpu or 0.0)
+                    said = f"{case.walls[-1]:.2f} s, CPU {case.cpus[-1]:.2f} s"
+                    print(f"  {case.name}: {said}", flush=True)
                 except RuntimeError as exc:
                     first = str(exc).splitlines()
                     case.failures.append(next((ln for ln in first if "Error" in ln), first[0]))
@@ -277,8 +293,10 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             ratio = f"import prefect {med - floor:+.2f} s"
         walls = ", ".join(f"{w:.2f}" for w in c.walls)
         failed = f"{len(c.failures)} failed: {c.failures[0][:120]}" if c.failures else ""
+        cpu = f"{statistics.median(c.cpus):.2f}" if c.cpus else ""
         rows.append(
-            f"| {c.name} | {'' if med is None else f'{med:.2f}'} | {walls} | {ratio} | {failed} |"
+            f"| {c.name} | {'' if med is None else f'{med:.2f}'} | {walls} | {cpu} | {ratio} "
+            f"| {failed} |"
         )
     targets = []
     for name, budget, what in (
@@ -292,6 +310,30 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             continue
         verdict = "PASS" if med <= budget else "FAIL"
         targets.append(f"| {name} | {med:.2f} s | {what} = {budget:.2f} s | {verdict} |")
+    ratios = []
+    for c in cases:
+        base_name, _, rev = c.name.partition(", at ")
+        base = by.get(base_name)
+        if not rev or base is None or len(base.walls) != len(c.walls) or not c.walls:
+            continue
+        for what, mine_all, theirs_all in (
+            ("wall", base.walls, c.walls),
+            ("CPU", base.cpus, c.cpus),
+        ):
+            if len(mine_all) != len(theirs_all) or not all(theirs_all):
+                continue
+            per = [mine / theirs for mine, theirs in zip(mine_all, theirs_all, strict=True)]
+            ratios.append(
+                f"| {base_name} | {what} | {rev} | {', '.join(f'{x:.2f}' for x in per)} "
+                f"| {statistics.median(per):.2f} |"
+            )
+    if ratios:
+        ratios = [
+            "| command | measure | this tree over | per-round ratios | median |",
+            "|---|---|---|---|---|",
+            *ratios,
+            "",
+        ]
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     args = " ".join(sys.argv[1:])
     return "\n".join(
@@ -304,14 +346,15 @@ def report(a: argparse.Namespace, cases: Sequence[Case], total_mb: float) -> str
             f"{OBJECTS if total_mb else 0} objects, {total_mb:.0f} MB, {LATENCY_MS} ms a request; "
             "PYTHONDONTWRITEBYTECODE=1, each tree's packages compiled first.",
             "",
-            "| command | median wall s | rounds s | against | failures |",
-            "|---|---|---|---|---|",
+            "| command | median wall s | rounds s | median CPU s | against | failures |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             "| target | median | budget | result |",
             "|---|---|---|---|",
             *targets,
             "",
+            *ratios,
         ]
     )
 
@@ -322,7 +365,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Whole ingest commands, start-up included, beside import prefect and s5cmd.",
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds per command (default 3)")
-    p.add_argument("--before", help="also measure the ingest commands of this git revision")
+    p.add_argument(
+        "--before",
+        action="append",
+        help="also measure the ingest commands of this git revision (repeatable)",
+    )
     p.add_argument(
         "--no-source-case",
         dest="source_case",
@@ -331,8 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--only",
-        choices=["no-api"],
-        help="no-api: import prefect, the no-op against a server and the no-API commands alone",
+        choices=["no-api", "first-run"],
+        help="no-api: import prefect, the no-op against a server and the no-API commands alone;"
+        " first-run: import prefect, the first run and s5cmd alone",
     )
     p.add_argument("--no-save", action="store_true", help="print only")
     a = p.parse_args(argv)

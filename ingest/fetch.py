@@ -110,6 +110,14 @@ def fetch_batch(
     return results, docs
 
 
+def destination_of(url: str, key: str, prefix: str) -> tuple[str, str]:
+    """The bucket and key of ``key``'s copy under the download destination ``url``
+    (``s3://bucket/prefix``): its path below the run's ``prefix``, as in a local folder."""
+    dest_bucket, _, dest_prefix = url.removeprefix("s3://").partition("/")
+    rel = keys.relative_key(key, prefix)
+    return dest_bucket, f"{dest_prefix}/{rel}" if dest_prefix else rel
+
+
 def place_files(
     conn: S3Connection, settings: Settings, results: list[ObjectResult], prefix: str
 ) -> None:
@@ -122,9 +130,7 @@ def place_files(
         if url is None:
             r.local_path = None
             continue
-        dest_bucket, _, dest_prefix = url.removeprefix("s3://").partition("/")
-        rel = keys.relative_key(r.key, prefix)
-        dest_key = f"{dest_prefix}/{rel}" if dest_prefix else rel
+        dest_bucket, dest_key = destination_of(url, r.key, prefix)
         try:
             conn.client.upload_file(r.local_path, dest_bucket, dest_key)
         except Exception as exc:  # any failure of this object's copy is its row, not the run's

@@ -13,9 +13,11 @@ state is read per key range (``ingest.changes``), never loaded whole.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.feather as feather
@@ -161,11 +163,13 @@ def find_changes(
     spec: ListSpec,
     listed: ListedChunk,
     claims: keys.RunClaims | None = None,
+    connect: Callable[[], Any] | None = None,
 ) -> ChunkResult:
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
     extract, deletions (staged here), objects whose content is stored under another key
     (copied here, ``ingest.renames``), and counts; compared in ``db``, the run's listing
-    database. ``claims``: the local paths the run gave out (its context's)."""
+    database. ``claims``: the local paths the run gave out (its context's); ``connect``: the
+    source's S3 client, asked for only to copy stored copies on object storage."""
     shard = listed.shard
     objects = feather.read_table(listing_path(settings.location, spec.run_id, listed.name))
     found = changes.diff_chunk(
@@ -219,7 +223,7 @@ def find_changes(
             mark_structure(db, settings, spec, gone.column("key").to_pylist(), name)
     fetch = found.fetch
     if fetch.num_rows and not spec.full_refresh and not spec.inventory:
-        copied = copy_stored(db, settings, spec, fetch, name, claims)
+        copied = copy_stored(db, settings, spec, fetch, name, claims, connect)
         if copied:
             result.counts["copied"] = copied.count
             fetch = copied.fetch
@@ -242,12 +246,28 @@ def copy_stored(
     fetch: pa.Table,
     name: str,
     claims: keys.RunClaims | None,
+    connect: Callable[[], Any] | None = None,
 ) -> renames.Copied | None:
     """Give the chunk's keys to fetch whose content is stored under another key that
-    object's file and rows (``ingest.renames``), staged here as parts ``copied-<name>``;
-    None when none was. Only where the files stay in this machine's folder (the thread
-    runner, files kept locally)."""
-    if settings.task_runner != "thread" or not settings.files_stay_local:
+    object's rows, and its file where the run keeps files in a local folder
+    (``ingest.renames``), staged here as parts ``copied-<name>``; None when none was.
+
+    On every task runner: this runs in the flow's process, where a stored file in a local
+    folder counts only if it is here (on a Dask worker's own disk it is not, and the key
+    is fetched). Files kept on object storage (``s3_download_dir`` an ``s3://`` address):
+    the stored copy there is copied by the store to the key's own address, through the
+    client ``connect`` gives (the source's, as the downloads' copies are written); without
+    ``connect`` those keys are fetched."""
+    files: renames.Files
+    copy_remote = None
+    if settings.files_stay_local:
+        files = "local"
+    elif not settings.keep_files:
+        files = "dropped"
+    elif connect is not None and settings.download_url is not None:
+        files = "remote"
+        copy_remote = _remote_copier(connect, settings.download_url, spec.prefix)
+    else:
         return None
     from ingest.extract import structure
 
@@ -271,6 +291,8 @@ def copy_stored(
         versions=changes._versions(spec.extract_version) if spec.extract_version else None,
         claims=claims.for_root(root, settings.s3.refuse_folded_collisions) if claims else None,
         table_sql={t: _scan(db, loc, t) for t in structure.TABLES if t in present and extract},
+        files=files,
+        copy_remote=copy_remote,
     )
     if not copied.count:
         return None
@@ -279,6 +301,22 @@ def copy_stored(
         storage.stage(loc, spec.run_id, table, f"copied-{name}", rows)
     log.info("%d objects copied from stored objects of the same content", copied.count)
     return copied
+
+
+def _remote_copier(connect: Callable[[], Any], url: str, prefix: str) -> Callable[[str, str], str]:
+    """A function copying a stored copy (``s3://bucket/key``) on object storage to the
+    address of ``key`` under the destination ``url``, by one CopyObject; the new address."""
+    from ingest.fetch import destination_of
+
+    def copy(src: str, key: str) -> str:
+        src_bucket, _, src_key = src.removeprefix("s3://").partition("/")
+        dest_bucket, dest_key = destination_of(url, key, prefix)
+        connect().copy_object(
+            Bucket=dest_bucket, Key=dest_key, CopySource={"Bucket": src_bucket, "Key": src_key}
+        )
+        return f"s3://{dest_bucket}/{dest_key}"
+
+    return copy
 
 
 def mark_structure(

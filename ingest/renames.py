@@ -3,9 +3,21 @@ object already has takes that object's file and extracted rows, with no GET and 
 
 The content key is the ETag with the size (an MD5 for single-part uploads; a multipart
 ETag with its part count): a key the comparison (``ingest.changes``) would fetch, new or
-changed, whose ``(etag, size)`` a stored object of the same bucket has, with its file
-still on this machine at its size, gets that file at its own local path (a hard link,
-else a copy) and an ``s3_objects`` row with status ``copied``. With extraction on, it
+changed, whose ``(etag, size)`` a stored object of the same bucket has gets an
+``s3_objects`` row with status ``copied``, and its file as the run keeps files
+(``files``):
+
+* ``local`` (files kept in a folder of this machine): the stored object's file, still
+  here at its size, at the key's own local path (a hard link, else a copy); a stored
+  object whose file is not here (deleted since, or on another machine's disk) is no
+  source, and the key is fetched;
+* ``dropped`` (files not kept, on any task runner): no file, as a fetched object of such
+  a run has none (``local_path`` empty); the rows are all there is to copy;
+* ``remote`` (files kept on object storage, ``s3://``): the stored object's copy there is
+  copied by the store to the key's own address (``copy_remote``, a CopyObject: no GET
+  here); a copy that fails leaves the key to fetch.
+
+With extraction on, it
 is copied only when the stored object's ``documents`` row is of that ETag and of the
 current extractor version of its kind (``ingest.extract.provenance``); its ``documents``
 row and its structured tables' rows (``ingest.extract.structure``) are copied under the
@@ -22,9 +34,11 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +50,12 @@ from ingest.s3.files import _publish, remove, temp_path
 log = logging.getLogger(__name__)
 
 _SOURCES = ("downloaded", "skipped", "copied")
+
+# How the run keeps files: in a local folder, not at all, or on object storage (see the
+# module's text).
+Files = Literal["local", "dropped", "remote"]
+# Copies on object storage made at once (each one request the store serves).
+REMOTE_COPIES = 16
 
 
 @dataclass(slots=True)
@@ -60,9 +80,11 @@ def _candidates(
     state_sql: str,
     documents_sql: str | None,
     versions: pa.Table | None,
+    files: Files,
 ) -> list[dict[str, Any]]:
     """For each key to fetch, stored objects of the same content (and, with
-    ``documents_sql``, a current extraction of it), nearest key first."""
+    ``documents_sql``, a current extraction of it), nearest key first; with ``files``
+    ``local``, only those whose row names a file of a local folder."""
     wanted = fetch.select(["key", "etag", "size"])
     docs_join, docs_cond, docs_cols = "", "", ""
     if documents_sql is not None and versions is not None:
@@ -74,6 +96,11 @@ def _candidates(
         docs_cond = """AND d.extractor_version IS NOT DISTINCT FROM coalesce(
                           v.version, (SELECT version FROM versions WHERE kind = ''))"""
         docs_cols = ", d.extracted_at AS src_extracted_at"
+    path_cond = ""
+    if files == "local":
+        path_cond = "AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')"
+    elif files == "remote":
+        path_cond = "AND starts_with(local_path, 's3://')"
     with db.cursor() as con:
         con.register("wanted", wanted)
         if versions is not None:
@@ -82,8 +109,7 @@ def _candidates(
             f"""SELECT w.key, s.key AS src_key, s.local_path AS src_path {docs_cols}
                 FROM wanted w
                 JOIN (SELECT key, etag, size, local_path FROM {state_sql}
-                      WHERE bucket = $bucket AND status IN {_SOURCES}
-                        AND local_path IS NOT NULL AND NOT starts_with(local_path, 's3://')
+                      WHERE bucket = $bucket AND status IN {_SOURCES} {path_cond}
                      ) s ON s.etag = w.etag AND s.size = w.size AND s.key <> w.key
                 {docs_join}
                 WHERE w.etag <> '' {docs_cond}
@@ -106,11 +132,15 @@ def take_stored(
     versions: pa.Table | None = None,
     claims: keys.PathClaims | None = None,
     table_sql: dict[str, str] | None = None,
+    files: Files = "local",
+    copy_remote: Callable[[str, str], str] | None = None,
 ) -> Copied:
-    """Give the keys of ``fetch`` whose content is stored their file and rows; the rest
-    stay to fetch. ``documents_sql`` and ``versions`` (extraction on): only objects with a
-    current extraction are copied, with their ``documents`` rows and the structured
-    tables' rows (``table_sql``: table name -> scan expression of those present)."""
+    """Give the keys of ``fetch`` whose content is stored their rows, and their file as
+    ``files`` says; the rest stay to fetch. ``documents_sql`` and ``versions`` (extraction
+    on): only objects with a current extraction are copied, with their ``documents`` rows
+    and the structured tables' rows (``table_sql``: table name -> scan expression of those
+    present). ``copy_remote(src, key)`` (``files`` ``remote``): copies the stored copy at
+    ``src`` to ``key``'s address on object storage and returns that address."""
     empty = Copied(fetch, storage.SCHEMAS["s3_objects"].empty_table(), {})
     if fetch.num_rows == 0:
         return empty
@@ -121,23 +151,31 @@ def take_stored(
         state_sql=state_sql,
         documents_sql=documents_sql,
         versions=versions,
+        files=files,
     )
     if not found:
         return empty
-    listed = zip(fetch.column("key").to_pylist(), fetch.column("size").to_pylist(), strict=True)
-    sizes = dict(listed)
-    on_disk = _file_sizes([c["src_path"] for c in found])
     chosen: dict[str, dict[str, Any]] = {}
-    for cand, size in zip(found, on_disk, strict=True):
-        if cand["key"] not in chosen and size == sizes[cand["key"]]:
-            chosen[cand["key"]] = cand
+    if files == "local":
+        listed = zip(fetch.column("key").to_pylist(), fetch.column("size").to_pylist(), strict=True)
+        sizes = dict(listed)
+        on_disk = _file_sizes([c["src_path"] for c in found])
+        for cand, size in zip(found, on_disk, strict=True):
+            if cand["key"] not in chosen and size == sizes[cand["key"]]:
+                chosen[cand["key"]] = cand
+    else:
+        for cand in found:
+            chosen.setdefault(cand["key"], cand)
     now = datetime.now(UTC)
-    done: dict[str, tuple[str, float]] = {}  # key -> (local path, seconds)
+    done: dict[str, tuple[str | None, float]] = {}  # key -> (local path, seconds)
     for key, cand in chosen.items():
         started = time.perf_counter()
         try:
             dest = keys.local_path_for(key, prefix, root)
         except Exception:  # a key without a local path: the download makes its error row
+            continue
+        if files != "local":
+            done[key] = (None, 0.0)
             continue
         if claims is not None and claims.claim(dest, key) is not None:
             continue  # another key has the path: the download makes the failed row
@@ -147,6 +185,8 @@ def take_stored(
             log.info("s3://%s/%s: not copied from %s (%s)", bucket, key, cand["src_key"], exc)
             continue
         done[key] = (dest, time.perf_counter() - started)
+    if files == "remote":
+        done = _copy_remote(done, chosen, copy_remote, bucket)
     if not done:
         return empty
     mask = pc.is_in(fetch.column("key"), pa.array(list(done), pa.string()))
@@ -187,6 +227,30 @@ def take_stored(
             if rows.num_rows:
                 tables[table] = rows
     return Copied(rest, objects, tables)
+
+
+def _copy_remote(
+    keys_: dict[str, tuple[str | None, float]],
+    chosen: dict[str, dict[str, Any]],
+    copy_remote: Callable[[str, str], str] | None,
+    bucket: str,
+) -> dict[str, tuple[str | None, float]]:
+    """The keys whose stored copy on object storage was copied to their own address, with
+    that address; a copy that fails is logged and its key left to fetch."""
+    if copy_remote is None or not keys_:
+        return {}
+
+    def one(key: str) -> tuple[str, str | None, float]:
+        started = time.perf_counter()
+        try:
+            return key, copy_remote(chosen[key]["src_path"], key), time.perf_counter() - started
+        except Exception as exc:  # this object's copy only: it is fetched instead
+            log.info("s3://%s/%s: not copied on object storage (%s)", bucket, key, exc)
+            return key, None, 0.0
+
+    with ThreadPoolExecutor(min(REMOTE_COPIES, len(keys_))) as pool:
+        made = list(pool.map(one, keys_))
+    return {key: (dest, seconds) for key, dest, seconds in made if dest is not None}
 
 
 def _place(src: str, dest: str, root: str) -> None:

@@ -131,7 +131,9 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     ctx = run_context(settings, spec.run_id)
     settings = ctx.settings
     with timed(settings.location, noun="keys") as t:
-        result = listing.find_changes(ctx.listing, settings, spec, listed, ctx.claims)
+        result = listing.find_changes(
+            ctx.listing, settings, spec, listed, ctx.claims, lambda: ctx.s3.client
+        )
         t.items = result.listed
     return result
 

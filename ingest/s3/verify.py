@@ -15,10 +15,11 @@ evidence the store gives:
    size the store does not tell (it refuses ``PartNumber``) leaves the ETag unchecked;
 4. an ETag that is neither (an SSE-KMS object, a multipart object of unknown part size)
    is checked against S3's additional checksum of the whole object, asked once with
-   ``ChecksumMode=ENABLED``: CRC32, SHA-1 and SHA-256 here, CRC32C and CRC64NVME when
-   ``awscrt`` is installed (botocore's ``crt`` extra). A store that refuses
-   ``ChecksumMode`` (some S3-compatible servers answer 400 or 501 since AWS's 2025
-   defaults) is asked without it, and not asked with it again on that connection.
+   ``ChecksumMode=ENABLED``: SHA-256, SHA-1, CRC64NVME, CRC32C or CRC32, the strongest
+   it keeps (CRC32C and CRC64NVME through ``anycrc``, imported only when a store offers
+   one). A store that refuses ``ChecksumMode`` (some S3-compatible servers answer 400 or
+   501 since AWS's 2025 defaults) is asked without it, and not asked with it again on
+   that connection.
 
 A mismatch is an ``IntegrityError``: the caller fetches the object again, as many times
 as a 5xx answer gets (``ingest.s3.download``), then it is a failed row.
@@ -116,42 +117,39 @@ class _Crc32:
         return self.value.to_bytes(4, "big")
 
 
-def _crt(name: str) -> Callable[[], Any] | None:
-    """awscrt's CRC of that name, when awscrt is installed (not a dependency)."""
-    try:
-        from awscrt import checksums  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    fn: Callable[[bytes, int], int] | None = getattr(checksums, name, None)
-    if fn is None:
-        return None
-    crc = fn
-    width = 8 if name == "crc64nvme" else 4
-
-    class _Crt:
-        def __init__(self) -> None:
-            self.value = 0
-
-        def update(self, chunk: bytes) -> None:
-            self.value = crc(chunk, self.value)
-
-        def digest(self) -> bytes:
-            return int(self.value).to_bytes(width, "big")
-
-    return _Crt
+# S3's CRC32C and CRC64NVME, by their catalogue names in anycrc (imported only when a
+# store offers one of them: most runs never meet either).
+_ANYCRC = {"ChecksumCRC32C": ("CRC32C", 4), "ChecksumCRC64NVME": ("CRC64-NVME", 8)}
 
 
-def _algorithms() -> dict[str, Callable[[], Any]]:
-    found: dict[str, Callable[[], Any]] = {
-        "ChecksumSHA256": hashlib.sha256,
-        "ChecksumSHA1": lambda: hashlib.sha1(usedforsecurity=False),
-        "ChecksumCRC32": _Crc32,
-    }
-    for field, name in (("ChecksumCRC64NVME", "crc64nvme"), ("ChecksumCRC32C", "crc32c")):
-        crt = _crt(name)
-        if crt is not None:
-            found[field] = crt
-    return found
+class _AnyCrc:
+    def __init__(self, model: Any, width: int) -> None:
+        self.model, self.width, self.value = model, width, 0
+
+    def update(self, chunk: bytes) -> None:
+        self.value = self.model.calc(chunk, self.value)
+
+    def digest(self) -> bytes:
+        return int(self.value).to_bytes(self.width, "big")
+
+
+def _hasher(field: str) -> Callable[[], Any] | None:
+    """A new hasher of the checksum S3 names ``field``; None for one not computed here."""
+    if field == "ChecksumSHA256":
+        return hashlib.sha256
+    if field == "ChecksumSHA1":
+        return lambda: hashlib.sha1(usedforsecurity=False)
+    if field == "ChecksumCRC32":
+        return _Crc32
+    if field in _ANYCRC:
+        name, width = _ANYCRC[field]
+        try:
+            import anycrc  # type: ignore[import-untyped]
+        except ImportError:  # an install without it: checked by what else the store offers
+            return None
+        model = anycrc.Model(name)
+        return lambda: _AnyCrc(model, width)
+    return None
 
 
 # Strongest first.
@@ -291,12 +289,14 @@ def _verify_checksum(client: Any, obj: S3Object, path: str, attempts: int) -> st
         return "size"
     if head.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
         return "size"  # a checksum of the parts' checksums: the part size is not known
-    algorithms = _algorithms()
     for field in _ORDER:
         value = head.get(field)
-        if not value or "-" in str(value) or field not in algorithms:
+        if not value or "-" in str(value):
             continue
-        got = file_checksum(path, algorithms[field])
+        make = _hasher(field)
+        if make is None:
+            continue
+        got = file_checksum(path, make)
         if got != value:
             raise IntegrityError(
                 f"{field.removeprefix('Checksum')} {got} differs from the object's {value}",

@@ -142,6 +142,55 @@ def test_batches_spread_over_two_workers_and_a_rerun_gets_nothing(
     assert s3_server.stats().get("GET object", 0) == 0
 
 
+def test_a_moved_folder_on_the_cluster_takes_the_stored_rows_with_no_get_and_no_parse(
+    s3: Any,
+    s3_server: DevServer,
+    lake_server: DevServer,
+    cluster: DaskCluster,
+    tmp_path: Path,
+    monkeypatch: Any,
+) -> None:
+    """Files not kept, batches on the workers, the lake on object storage: after a folder
+    is renamed in the bucket, the moved keys take the stored objects' rows (``copied``, no
+    path) and documents under their new keys; no object GET, no batch task at all."""
+    from flows.s3_ingest import s3_ingest
+
+    bucket = f"src-{uuid.uuid4().hex[:10]}"
+    sentences = seed(s3, bucket, prefix="old/")
+    uri, lake = lake_bucket(lake_server, tmp_path / "local")
+    monkeypatch.setenv("INGEST_DASK_ADDRESS", cluster.address)
+    monkeypatch.setenv("INGEST_LAKE_ENDPOINT_URL", lake_server.url)
+
+    def run() -> Any:
+        return s3_ingest(
+            bucket=bucket,
+            endpoint_url=s3_server.url,
+            data_dir=uri,
+            task_runner="dask",
+            keep_files=False,
+        )
+
+    assert run().counts == {"downloaded": TEXT_KEYS}
+    for old in sentences:
+        new = "new/" + old.removeprefix("old/")
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3_server.reset_stats()
+    second = run()
+    assert second.counts == {"copied": TEXT_KEYS, "deleted": TEXT_KEYS}
+    assert s3_server.stats().get("GET object", 0) == 0
+    assert not [s for s in second.stages if s["stage"] == "fetch-batch"]  # no download, no parse
+    copied = rows(lake, "SELECT key, local_path FROM s3_objects WHERE status = 'copied'")
+    assert sorted(r["key"] for r in copied) == sorted("new/" + k[4:] for k in sentences)
+    assert all(r["local_path"] is None for r in copied)
+    docs = rows(lake, "SELECT key, text FROM documents WHERE status = 'ok' AND key LIKE 'new/%'")
+    assert {r["key"]: r["text"].strip() for r in docs} == {
+        "new/" + k[4:]: v for k, v in sentences.items()
+    }
+    gone = rows(lake, "SELECT DISTINCT status FROM documents WHERE key LIKE 'old/%'")
+    assert gone == [{"status": "deleted"}]
+
+
 def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     s3: Any, s3_server: DevServer, lake_server: DevServer, cluster: DaskCluster, tmp_path: Path
 ) -> None:

@@ -216,6 +216,7 @@ def test_corrupted_body_is_fetched_again_or_becomes_an_error_row(
     failed = rows(data_dir, "SELECT key, error, attempts FROM s3_objects WHERE status = 'failed'")
     assert [(r["key"], r["attempts"]) for r in failed] == [("corrupt-always.bin", 2)]
     assert "IntegrityError" in failed[0]["error"]
+    assert "MD5" in failed[0]["error"] and "differs from the ETag" in failed[0]["error"]
 
 
 def _api_env() -> dict[str, str]:

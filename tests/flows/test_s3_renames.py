@@ -112,3 +112,113 @@ def test_a_moved_folder_is_taken_from_the_stored_files_and_rows(
     third = s3_ingest(bucket=bucket, endpoint_url=s3_server.url, data_dir=str(data_dir))
     assert third.counts == {"skipped": MOVED + 10 + 2}
     assert s3_server.stats().get("GET object", 0) == 0
+
+
+def test_with_files_not_kept_a_moved_folder_takes_the_stored_rows(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path
+) -> None:
+    """``keep_files`` false: no file to take, the rows are all there is; the moved keys
+    get theirs (a ``copied`` row with no path, as a fetched object of such a run has, and
+    their documents) with no GET and no parse, and no file appears."""
+    moved = 120
+    objects = {f"in/old/{i:04d}.txt": text_for(i) for i in range(moved)}
+    put_many(s3, bucket, objects)
+    run = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    first = s3_ingest(**run, keep_files=False)
+    assert first.counts == {"downloaded": moved}
+    for i in range(moved):
+        old, new = f"in/old/{i:04d}.txt", f"in/new/{i:04d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3.put_object(Bucket=bucket, Key="in/new/fresh.txt", Body=b"a fresh drawing register")
+    s3_server.reset_stats()
+    second = s3_ingest(**run, keep_files=False)
+
+    assert second.counts == {"copied": moved, "deleted": moved, "downloaded": 1}
+    assert s3_server.stats().get("GET object", 0) == 1  # the fresh file alone
+    assert stage_items(second, "fetch-batch") == 1  # one download and one parse
+    assert files_under(data_dir / "objects") == {}
+    copied = rows(
+        data_dir,
+        "SELECT key, local_path FROM s3_objects WHERE status = 'copied' ORDER BY key",
+    )
+    assert [r["key"] for r in copied] == [f"in/new/{i:04d}.txt" for i in range(moved)]
+    assert all(r["local_path"] is None for r in copied)
+    docs = rows(data_dir, "SELECT key, text FROM documents WHERE key LIKE 'in/new/0%'")
+    assert len(docs) == moved
+    assert all(r["text"].startswith(f"drawing register {int(r['key'][7:11])}\n") for r in docs)
+
+    s3_server.reset_stats()
+    third = s3_ingest(**run, keep_files=False)
+    assert third.counts == {"skipped": moved + 1}
+    assert s3_server.stats().get("GET object", 0) == 0
+
+
+def test_a_moved_object_whose_stored_text_is_of_an_older_extractor_is_extracted_again(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The content key and the extractor version decide, not the key: once the text
+    extractor's code version is bumped, a moved text file's stored row is no current
+    extraction, so it is fetched and extracted under its new key rather than copied."""
+    from ingest.extract import provenance
+
+    n = 12
+    put_many(s3, bucket, {f"a/{i:02d}.txt": text_for(i) for i in range(n)})
+    run = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
+    assert s3_ingest(**run).counts == {"downloaded": n}
+    monkeypatch.setitem(provenance.CODE, "text", provenance.CODE["text"] + 1)
+    for i in range(n):
+        old, new = f"a/{i:02d}.txt", f"b/{i:02d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3_server.reset_stats()
+    second = s3_ingest(**run)
+
+    assert second.counts == {"downloaded": n, "deleted": n}
+    assert s3_server.stats().get("GET object", 0) == n
+    assert stage_items(second, "extract-batch") == n
+    docs = rows(
+        data_dir, "SELECT key, status, extractor_version FROM documents WHERE key LIKE 'b/%'"
+    )
+    assert len(docs) == n and {r["status"] for r in docs} == {"ok"}
+    assert all(f"text/{provenance.CODE['text']}" in r["extractor_version"] for r in docs)
+
+
+def test_with_downloads_kept_on_object_storage_a_moved_folder_is_copied_there_by_the_store(
+    s3_server: DevServer, s3: Any, bucket: str, data_dir: Path
+) -> None:
+    """``download_dir`` an ``s3://`` address: a moved key's stored copy there is copied by
+    the store to the key's own address (no GET of the source, no parse), and its rows
+    name that address."""
+    moved = 40
+    dest = f"{bucket}-copies"
+    s3.create_bucket(Bucket=dest)
+    objects = {f"in/old/{i:03d}.txt": text_for(i) for i in range(moved)}
+    put_many(s3, bucket, objects)
+    run = {
+        "bucket": bucket,
+        "endpoint_url": s3_server.url,
+        "data_dir": str(data_dir),
+        "download_dir": f"s3://{dest}/copies/",
+    }
+    assert s3_ingest(**run).counts == {"downloaded": moved}
+    for i in range(moved):
+        old, new = f"in/old/{i:03d}.txt", f"in/new/{i:03d}.txt"
+        s3.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
+        s3.delete_object(Bucket=bucket, Key=old)
+    s3_server.reset_stats()
+    second = s3_ingest(**run)
+
+    assert second.counts == {"copied": moved, "deleted": moved}
+    assert s3_server.stats().get("GET object", 0) == 0
+    assert stage_items(second, "fetch-batch") == 0
+    copied = rows(data_dir, "SELECT key, local_path FROM s3_objects WHERE status = 'copied'")
+    assert {r["key"]: r["local_path"] for r in copied} == {
+        f"in/new/{i:03d}.txt": f"s3://{dest}/copies/in/new/{i:03d}.txt" for i in range(moved)
+    }
+    for i in (0, moved - 1):
+        got = s3.get_object(Bucket=dest, Key=f"copies/in/new/{i:03d}.txt")["Body"].read()
+        assert got == text_for(i)
+    docs = rows(data_dir, "SELECT key, text FROM documents WHERE key LIKE 'in/new/%'")
+    assert len(docs) == moved
+    assert all(r["text"].startswith(f"drawing register {int(r['key'][7:10])}\n") for r in docs)

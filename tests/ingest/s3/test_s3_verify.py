@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -194,3 +196,79 @@ def test_additional_checksums_are_asked_with_checksum_mode_and_a_refusal_is_reme
         assert heads == ["HEAD /b/k1"]  # HEADs the bucket for its region) refused once
         gets = [h for p, h in server.seen if not p.startswith("HEAD")]
         assert not any("x-amz-checksum-mode" in {k.lower() for k in h} for h in gets)
+
+
+def crc_reflected(data: bytes, poly: int, width: int) -> int:
+    """A CRC bit by bit from its reflected polynomial (init and final XOR all ones): the
+    test's own computation, independent of the library the download uses."""
+    mask = (1 << width) - 1
+    crc = mask
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+    return crc ^ mask
+
+
+# S3's names, the reflected polynomials and widths of CRC-32C and CRC-64/NVME.
+CRCS = {"crc32c": (0x82F63B78, 32), "crc64nvme": (0x9A6C9329AC4BC9B5, 64)}
+
+
+def crc_b64(name: str, data: bytes) -> str:
+    poly, width = CRCS[name]
+    return base64.b64encode(crc_reflected(data, poly, width).to_bytes(width // 8, "big")).decode()
+
+
+def test_the_crc_of_the_test_is_the_catalogued_one() -> None:
+    assert crc_reflected(b"123456789", *CRCS["crc32c"]) == 0xE3069283
+    assert crc_reflected(b"123456789", *CRCS["crc64nvme"]) == 0xAE8B14860A799888
+
+
+@pytest.mark.parametrize("name", ["crc32c", "crc64nvme"])
+def test_crc32c_and_crc64nvme_check_bodies_corrupted_once_and_always(
+    name: str, tmp_path: Path
+) -> None:
+    """A store that keeps only S3's CRC32C or CRC64NVME of an object (its ETag no MD5): a
+    body corrupted once in flight is fetched again and lands right; one corrupted every
+    time is a failed download naming the checksum, with no file left."""
+    body = body_for(name, 20_000)
+    bad = body[:-7] + bytes([body[-7] ^ 0x20]) + body[-6:]  # one bit flipped in flight
+    header = {f"x-amz-checksum-{name}": crc_b64(name, body)}
+    field = f"Checksum{name.upper()}"
+    with ScriptedServer() as server:
+        server.script("/b/once", Answer(200, bad), Answer(200, body))
+        server.script("HEAD /b/once", Answer(200, headers=header))
+        server.script("/b/always", Answer(200, bad))
+        server.script("HEAD /b/always", Answer(200, headers=header))
+        settings = Settings(data_dir=tmp_path, s3_endpoint_url=server.url, s3_max_attempts=2)
+        out = tmp_path / "out"
+        with S3Connection.open(settings) as conn:
+            once = S3Object("b", "once", "kms-encrypted", len(body), datetime.now(UTC))
+            got = fetch_small(conn, once, str(out / "once"), out, settings)
+            assert (out / "once").read_bytes() == body
+            assert got.attempts == 2
+            # What the right bytes were checked by: the store's checksum, not the size.
+            assert verify(conn.client, once, str(out / "once"), attempts=1) == field
+            always = S3Object("b", "always", "kms-encrypted", len(body), datetime.now(UTC))
+            with pytest.raises(IntegrityError, match=rf"{name.upper()} \S+ differs from") as exc:
+                fetch_small(conn, always, str(out / "always"), out, settings)
+            assert exc.value.attempts == 3
+            assert not (out / "always").exists()
+            assert list((out / TMP_DIR_NAME).iterdir()) == []
+        heads = [h for p, h in server.seen if p.startswith("HEAD /b/")]
+        assert heads and all(h.get("x-amz-checksum-mode") == "ENABLED" for h in heads)
+
+
+def test_the_crc_library_is_imported_only_when_a_store_offers_its_checksum() -> None:
+    """A command's modules do not import it (and nothing imports awscrt, which botocore
+    would load in every process); checking a file against a CRC64NVME does."""
+    code = (
+        "import sys, cli.main, flows.s3_ingest, ingest.s3.verify as v\n"
+        "before = sorted(m for m in ('anycrc', 'awscrt') if m in sys.modules)\n"
+        "v._hasher('ChecksumCRC64NVME')\n"
+        "print(before, 'anycrc' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split("\n")[-2] == "[] True"
