@@ -1,0 +1,120 @@
+"""A declared (plain, no dialect) source whose file leaves the page size open gets the
+page size and in-flight count planned from the latency its probes measure, as GitHub's
+dialect does; a declared size is sent as declared, unprobed. Against the GitHub-compatible
+server on loopback (``dev.servers.github``: ``Link`` headers, latency of a fixed part and
+a part per item), read through the plain engine (``ingest.rest.run.fetch_source``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dev.servers.github import DevGitHub
+from ingest import storage
+from ingest.rest.records import RestSummary
+from ingest.rest.run import fetch_source
+from ingest.rest.source import Source
+from ingest.settings import Settings
+
+TOKEN = "ghp_" + "PlanTokenValue0123456789abcdefABCDEFG"  # fake
+
+
+def source(paginator: dict[str, Any], params: dict[str, Any] | None = None) -> Source:
+    return Source.model_validate(
+        {
+            "name": "plain",
+            "client": {
+                "base_url": "https://api.example.com/",
+                "auth": {"type": "bearer", "env": "PLAN_TOKEN"},
+                "paginator": paginator,
+                "concurrency": 100,
+            },
+            "resources": [
+                {
+                    "name": "pulls",
+                    "primary_key": "number",
+                    "endpoint": {
+                        "path": "repos/octo/big/pulls",
+                        "params": {"state": "all", **(params or {})},
+                    },
+                }
+            ],
+        }
+    )
+
+
+def fetch(server: DevGitHub, data_dir: Path, src: Source) -> RestSummary:
+    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    summary = fetch_source(settings, src, run_id="r1", base_url=server.url)
+    storage.commit_run(data_dir, "r1")
+    return summary
+
+
+def numbers(data_dir: Path) -> list[int]:
+    _, rows = storage.query(data_dir, "SELECT data FROM plain__pulls")
+    return sorted(json.loads(d)["number"] for (d,) in rows)
+
+
+@pytest.mark.parametrize(
+    ("base_ms", "item_ms", "small"),
+    [(20.0, 40.0, True), (800.0, 0.0, False)],
+    ids=["per-item-dominates", "fixed-part-dominates"],
+)
+@pytest.mark.parametrize(
+    "paginator",
+    [
+        {"type": "header_link", "page_size": "auto", "page_size_param": "per_page"},
+        {"type": "header_link", "page_size_param": "per_page"},
+    ],
+    ids=["auto", "param-without-size"],
+)
+def test_a_plain_source_leaving_its_page_size_open_gets_a_fitted_plan(
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    paginator: dict[str, Any],
+    base_ms: float,
+    item_ms: float,
+    small: bool,
+) -> None:
+    """Small pages, many in flight where each item costs; large pages, few requests,
+    where the page costs: the run's summary records the plan and its figures, and every
+    pull request is stored once."""
+    monkeypatch.setenv("PLAN_TOKEN", TOKEN)
+    with DevGitHub(
+        repos={"octo/big": 300},
+        token=TOKEN,
+        latency_base_ms=base_ms,
+        latency_per_item_ms=item_ms,
+    ) as server:
+        summary = fetch(server, data_dir, source(paginator))
+        stats = server.stats()
+    assert summary.complete and numbers(data_dir) == list(range(1, 301))
+    assert summary.size_plan_figures is not None and "pulls: per_page" in (summary.size_plan or "")
+    plan = summary.size_plan_figures["pulls"]
+    assert summary.resources[0]["page_size"] == plan["per_page"]
+    assert plan["requests"] == -(-300 // plan["per_page"])
+    assert plan["host_in_flight"] == 100 and plan["samples"] == 3
+    assert plan["parallel"] is True and plan["request_cpu_seconds"] > 0
+    # the probes, then page 1 and the rest at once at the planned size, nothing else
+    assert stats["max_in_flight"] <= max(plan["in_flight"], 3)
+    assert summary.requests == 3 + plan["requests"]
+    if small:
+        assert plan["per_page"] <= 10 and plan["in_flight"] >= 30
+        assert plan["item_seconds"] > 0.01  # the fit saw the time per item (40 ms)
+    else:
+        assert plan["per_page"] >= 15 and plan["in_flight"] <= 20
+
+
+def test_a_declared_size_is_sent_as_declared_and_not_probed(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLAN_TOKEN", TOKEN)
+    declared = source({"type": "header_link", "page_size_param": "per_page"}, {"per_page": 50})
+    with DevGitHub(repos={"octo/big": 300}, token=TOKEN) as server:
+        summary = fetch(server, data_dir, declared)
+    assert summary.complete and numbers(data_dir) == list(range(1, 301))
+    assert summary.size_plan is None and summary.size_plan_figures is None
+    assert summary.requests == 6  # 300 at 50 a page: no probe
