@@ -682,6 +682,7 @@ def size_param(resource: Resource) -> str | None:
     spec = resource.endpoint.paginator
     if spec is None:
         return None
+    param: str | None
     if spec.type == "page_number":
         param = spec.page_size_param or "per_page"
     elif spec.type == "offset":
