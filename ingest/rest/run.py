@@ -492,12 +492,15 @@ class _Plain(Run):
         from the latency the probes show (``SizePlanner``), within the host's known
         ceiling (else the configured ``concurrency``: an API that documents nothing has
         its ceiling found by the window, as before) and the budget. More listings: the size
-        chosen up front (``SourceRun._page_size``)."""
+        chosen up front (``SourceRun._page_size``), as for an incremental rerun (a
+        watermark stored: what it reads is what changed, not the listing's size)."""
         run, window = self.run, self.run.client.window
         if size_param(resource) is None or not _parallel_kind(resource) or window is None:
             return
         if not listings or len(listings) > max(window.size, 1):
             return
+        if not run.full_refresh and any(k[0] == resource.name for k in run.state.watermarks):
+            return  # an incremental rerun reads what changed, not the listing's size
 
         def limits() -> HostLimits:
             return HostLimits(

@@ -118,3 +118,29 @@ def test_a_declared_size_is_sent_as_declared_and_not_probed(
     assert summary.complete and numbers(data_dir) == list(range(1, 301))
     assert summary.size_plan is None and summary.size_plan_figures is None
     assert summary.requests == 6  # 300 at 50 a page: no probe
+
+
+def test_an_incremental_rerun_is_not_probed(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run probes and plans; the next one reads only down to its watermark (the
+    listing's size says nothing of that), so it is not probed: no plan, no probe requests."""
+    monkeypatch.setenv("PLAN_TOKEN", TOKEN)
+    src = source(
+        {"type": "header_link", "page_size": "auto", "page_size_param": "per_page"},
+        {"sort": "updated", "direction": "desc"},
+    )
+    declared = src.model_dump(exclude_none=True)
+    declared["resources"][0]["endpoint"]["incremental"] = {
+        "cursor_path": "updated_at",
+        "row_order": "desc",
+    }
+    src = Source.model_validate(declared)
+    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    with DevGitHub(repos={"octo/big": 120}, token=TOKEN) as server:
+        first = fetch_source(settings, src, run_id="r1", base_url=server.url)
+        storage.commit_run(data_dir, "r1")
+        second = fetch_source(settings, src, run_id="r2", base_url=server.url)
+    assert first.complete and first.size_plan is not None
+    assert second.complete and second.size_plan is None
+    assert second.requests == 1  # page 1 only: it reaches the watermark
