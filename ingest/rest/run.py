@@ -534,6 +534,7 @@ class _Plain(Run):
         base = self.first_url(listing)
         reported = False
         try:
+            planner.probing()
             answers = await asyncio.gather(
                 *(
                     client.get(set_param(base, param, size), label=listing.label, paced=False)

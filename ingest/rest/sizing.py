@@ -371,10 +371,11 @@ class SizePlanner:
     A listing that will not report calls ``leave``.
 
     The client's CPU per request (``LatencyModel.cpu_s``) is what ``cpu_clock`` (the
-    event loop thread's CPU time) advanced from the planner's creation to the last report,
-    over the probes reported: the probes are the run's first requests, each on a new
-    connection as the planned ones will be, and whatever else the loop did meanwhile
-    (the listings' start) is client CPU too. Never below the configured model's.
+    event loop thread's CPU time) advanced from the first probe sent (``probing``) to the
+    last report, over the probes reported: each on a new connection, as the planned
+    requests will be. What the run did before (reading its state, the client's set-up:
+    once a run, not once a request) is left out; without a ``probing`` call, from the
+    planner's creation. Never below the configured model's.
 
     Args:
         listings: how many listings will report or leave.
@@ -400,6 +401,7 @@ class SizePlanner:
     ) -> None:
         self._cpu_clock = cpu_clock
         self._cpu_at = cpu_clock()
+        self._probing = False
         self._parallel = True
         self._waiting = listings
         self._recheck = recheck
@@ -427,6 +429,13 @@ class SizePlanner:
         await self._ready.wait()
         assert self.plan is not None
         return self.plan.per_page
+
+    def probing(self) -> None:
+        """A listing's probes are about to be sent: the client's CPU is counted from the
+        first such call."""
+        if not self._probing:
+            self._probing = True
+            self._cpu_at = self._cpu_clock()
 
     def leave(self) -> None:
         """A listing that will not report (its probe failed)."""

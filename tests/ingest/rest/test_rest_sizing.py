@@ -387,7 +387,7 @@ def test_pages_read_one_after_another_are_planned_large() -> None:
 
 
 def test_the_planner_measures_the_clients_cpu_over_the_probes() -> None:
-    clock = iter([1.0, 1.03])  # at its creation, then at the last report: 30 ms for 3 probes
+    clock = iter([0.5, 1.0, 1.03])  # created; probes sent; last report: 30 ms for 3 probes
 
     async def go() -> SizePlanner:
         planner = SizePlanner(
@@ -397,6 +397,8 @@ def test_the_planner_measures_the_clients_cpu_over_the_probes() -> None:
             expected=500,
             cpu_clock=lambda: next(clock),
         )
+        planner.probing()  # what the run did before its probes (0.5 s here) is not counted
+        planner.probing()  # the first call only
         await planner.size_for(480, [(1, 0.304), (1, 0.304), (3, 0.392)])
         return planner
 
