@@ -95,6 +95,8 @@ def test_a_plain_source_leaving_its_page_size_open_gets_a_fitted_plan(
     assert summary.size_plan_figures is not None and "pulls: per_page" in (summary.size_plan or "")
     plan = summary.size_plan_figures["pulls"]
     assert summary.resources[0]["page_size"] == plan["per_page"]
+    _, synced = storage.query(data_dir, "SELECT page_size, complete FROM rest_syncs")
+    assert synced == [(plan["per_page"], True)]  # the listing's row names the planned size
     assert plan["requests"] == -(-300 // plan["per_page"])
     assert plan["host_in_flight"] == 100 and plan["samples"] == 3
     assert plan["parallel"] is True and plan["request_cpu_seconds"] > 0
