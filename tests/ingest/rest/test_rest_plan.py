@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dev.servers.github import DevGitHub
+from dev.servers.rest import DevRest
 from ingest import storage
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
@@ -146,3 +147,60 @@ def test_an_incremental_rerun_is_not_probed(
     assert first.complete and first.size_plan is not None
     assert second.complete and second.size_plan is None
     assert second.requests == 1  # page 1 only: it reaches the watermark
+
+
+@pytest.mark.parametrize(
+    ("kind", "paginator"),
+    [
+        (
+            "page_number",
+            {"type": "page_number", "base_page": 1, "total_path": "total_pages"},
+        ),
+        ("offset", {"type": "offset", "total_path": "total"}),
+    ],
+)
+def test_page_number_and_offset_sources_are_planned_from_their_totals(
+    data_dir: Path, kind: str, paginator: dict[str, Any]
+) -> None:
+    """A total of pages (asked at one record a page: the records) or of records tells the
+    listing's size; the probes' latency (20 ms a page + 40 ms a record) asks for small
+    pages, many at once, which ``dev.servers.rest`` answers (its default is 20 a page)."""
+    key = "plan-key-0123456789"  # fake
+    with DevRest(
+        api_key=key,
+        paginator=kind,
+        projects=2,
+        tickets_per_project=60,
+        latency_ms=20,
+        latency_per_item_ms=40,
+    ) as server:
+        declared = {
+            "name": "tracker",
+            "client": {
+                "base_url": server.url,
+                "auth": {"type": "api_key", "name": "X-API-Key", "env": "PLAN_REST_KEY"},
+                "paginator": {**paginator, "page_size": "auto"},
+                "concurrency": 64,
+            },
+            "resources": [
+                {
+                    "name": "tickets",
+                    "primary_key": "id",
+                    "endpoint": {"path": "tickets", "data_selector": "data"},
+                }
+            ],
+        }
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PLAN_REST_KEY", key)
+            settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+            summary = fetch_source(settings, Source.model_validate(declared), run_id="r1")
+        stats = server.stats()
+    storage.commit_run(data_dir, "r1")
+    _, rows = storage.query(data_dir, "SELECT data FROM tracker__tickets")
+    assert summary.complete and len(rows) == 120
+    assert len({json.loads(d)["id"] for (d,) in rows}) == 120
+    assert summary.size_plan_figures is not None
+    plan = summary.size_plan_figures["tickets"]
+    assert plan["items"] == 120 and plan["parallel"] is True
+    assert plan["per_page"] <= 10 and plan["requests"] == -(-120 // plan["per_page"])
+    assert stats["max_in_flight"] > 3  # pages after the first at once
