@@ -879,9 +879,10 @@ def split_first_contact(text: str, tag: str | None = None) -> tuple[str, str]:
 
 
 def write_first_contact(path: Path, section: str, tag: str = "") -> None:
-    """Put the first-contact section of ``tag`` at the end of ``path``, in place of the
-    last one of that tag; the other tags' sections are kept."""
-    rest, _ = split_first_contact(path.read_text() if path.exists() else "", tag)
+    """Add the first-contact section of ``tag`` at the end of ``path``; the sections
+    measured before (of every tag) are kept as they were written, so a change's figures
+    stand beside the ones before it."""
+    rest = path.read_text() if path.exists() else ""
     rest = rest.strip("\n") or "# GitHub pull-request paging benchmark"
     begin, end = FIRST_BEGIN.format(tag=tag), FIRST_END.format(tag=tag)
     path.write_text(f"{rest}\n\n{begin}\n{section.strip()}\n{end}\n")

@@ -139,17 +139,86 @@ def make_http(
     ``NO_PROXY`` ...) and the CA bundle (``SSL_CERT_FILE``) come from the environment, as
     GitHub Enterprise users need.
     """
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    if transport is None and concurrency > SHARD_CONNECTIONS:
+        transport = ShardedTransport(concurrency, verify=ssl_context())
     return httpx.AsyncClient(
         base_url=base_url,
         auth=OriginAuth(credentials, base_url) if credentials else None,
         verify=ssl_context(),
         headers=dict(headers),
         timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-        limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        limits=limits,
         transport=transport,
         follow_redirects=False,  # RestClient follows them, minding each hop's origin
         trust_env=True,  # HTTPS_PROXY, NO_PROXY, ...
     )
+
+
+# Connections of one pool of ``ShardedTransport``: httpcore's pool looks at every one of
+# its connections (idle? expired? readable socket?) each time a request starts or ends,
+# so one pool of 100 connections costs O(100) per event, ~1.2 million checks (~0.85 s of
+# CPU on the event loop, most of the client's) for one 480-item listing read as 96 pages
+# at once (cProfile, ``benchmarks/github.md``). Pools of 8 cost an eighth of that.
+SHARD_CONNECTIONS = 8
+
+
+class ShardedTransport(httpx.AsyncBaseTransport):
+    """httpx's own transport (``httpx.AsyncHTTPTransport``), split into pools of
+    ``SHARD_CONNECTIONS`` connections; a request goes to the pool with the fewest requests
+    open (the first of them on a tie, so a sequential listing keeps reusing one
+    connection). The same connections, TLS and keep-alive as one pool of
+    ``concurrency``; what changes is the client CPU each request costs when many are in
+    flight. Proxies from the environment are httpx's own mounts, beside it."""
+
+    def __init__(self, concurrency: int, *, verify: ssl.SSLContext) -> None:
+        count = -(-concurrency // SHARD_CONNECTIONS)
+        size = -(-concurrency // count)
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        self.pools = [httpx.AsyncHTTPTransport(verify=verify, limits=limits) for _ in range(count)]
+        self.open = [0] * count  # requests open per pool (sent, body not yet closed)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        i = min(range(len(self.pools)), key=self.open.__getitem__)
+        self.open[i] += 1
+        try:
+            response = await self.pools[i].handle_async_request(request)
+        except BaseException:
+            self.open[i] -= 1
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Counted(response.stream, self.open, i)
+        return response
+
+    async def __aenter__(self) -> ShardedTransport:
+        for pool in self.pools:
+            await pool.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for pool in self.pools:
+            await pool.__aexit__(*exc)
+
+    async def aclose(self) -> None:
+        for pool in self.pools:
+            await pool.aclose()
+
+
+class _Counted(httpx.AsyncByteStream):
+    """A response body that gives its pool's open-request count back when closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, counts: list[int], index: int) -> None:
+        self.inner, self.counts, self.index, self.closed = inner, counts, index, False
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self.inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.counts[self.index] -= 1
+        await self.inner.aclose()
 
 
 class OriginAuth(httpx.Auth):

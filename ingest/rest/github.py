@@ -292,6 +292,7 @@ class GitHubDialect(Run):
             # page 1 at two sizes at once: the one-item answer's rel="last" is the
             # listing's exact size; the two latencies tell a page's fixed time from its
             # time per item
+            planner.probing()
             answers = await asyncio.gather(
                 *(
                     gh.get(pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False)

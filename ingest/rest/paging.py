@@ -277,6 +277,18 @@ class PageNumberPaginator(Paginator):
             raise MissingFieldError(f"the total of pages at {where} is missing or not a number")
         return found
 
+    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
+        """The total of pages times the page size this answer was asked at (exact for a
+        page size of 1, else at most one page too many); None without a total."""
+        size = get_param(url, self.size_param)
+        if not (self.total_pages_path or self.total_pages_header) or not (size or "").isdigit():
+            return None
+        try:
+            total = self._total(data, headers)
+        except MissingFieldError:
+            return None
+        return None if total is None else total * int(size or 0)
+
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
         if self.stops_on_empty and not self.items(data):
             return None
@@ -350,6 +362,15 @@ class OffsetPaginator(Paginator):
             where = self.total_path or f"header {self.total_header}"
             raise MissingFieldError(f"the total of items at {where} is missing or not a number")
         return found
+
+    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
+        """The total of items the answer announces; None without one."""
+        if not (self.total_path or self.total_header):
+            return None
+        try:
+            return self._total(data, headers)
+        except MissingFieldError:
+            return None
 
     def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
         n = len(self.items(data))

@@ -76,6 +76,12 @@ class RestSummary:
     stages: list[dict[str, Any]] = field(default_factory=list)
     # columns the run's rows add to the source's tables (see ingest.storage.evolve)
     schema_changes: list[dict[str, Any]] = field(default_factory=list)
+    # how a page size the source leaves open was planned from measured latency
+    # (sizing.PagePlan.describe), and the plan's figures (PagePlan.figures: per_page,
+    # in_flight, the fitted latency, the client's CPU a request ...): by resource for a
+    # declared source, the one plan for GitHub's
+    size_plan: str | None = None
+    size_plan_figures: dict[str, Any] | None = None
 
     @property
     def complete(self) -> bool:
@@ -252,9 +258,6 @@ class GitHubSummary(RestSummary):
     not_modified: int = 0
     budget_spent: int = 0
     per_page: int = 0
-    size_plan: str | None = None  # how the automatic page size was chosen (PagePlan)
-    # the plan's figures (sizing.PagePlan.figures): per_page, in_flight, the fitted latency
-    size_plan_figures: dict[str, Any] | None = None
     shared_limit: str | None = None  # the cluster's in-flight limit this run leased from
     shared_round_trips: int = 0  # calls to the Prefect server for the shared limits
 

@@ -71,14 +71,31 @@ from ingest.rest.errors import (
     AuthError,
     MalformedPageError,
     NotFoundError,
+    PageError,
+    RateLimitStop,
     RequestError,
     StepError,
 )
-from ingest.rest.paging import AutoPaginator, dig, find_records_path
+from ingest.rest.paging import (
+    AutoPaginator,
+    LinkHeaderPaginator,
+    Paginator,
+    dig,
+    find_records_path,
+    set_param,
+)
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import HostWindow, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
-from ingest.rest.sizing import PRIOR, choose_per_page
+from ingest.rest.sizing import (
+    PER_PAGE_MAX,
+    PRIOR,
+    PROBE_SIZES,
+    HostLimits,
+    PagePlan,
+    SizePlanner,
+    choose_per_page,
+)
 from ingest.rest.source import (
     PLACEHOLDER,
     ProcessingStep,
@@ -154,6 +171,8 @@ class SourceRun:
                     else self._children(resource, table, parent[0])
                 )
             self.listings[resource.name] = listings
+            if isinstance(self.hooks, _Plain):
+                self.hooks.prepare(resource, listings)
             await _together([self._list(x) for x in listings])
             await self.hooks.resource_done(resource, table, listings)
 
@@ -252,6 +271,8 @@ class SourceRun:
         try:
             # None: the probe failed as a first page would (the outcome is set)
             known = await hooks.probe(client, listing)
+            # a probe may size the listing anew, and its paginator with it
+            paginator = listing.paginator
             if known is not None:
                 done = await walk(
                     fetch,
@@ -380,21 +401,21 @@ class SourceRun:
         return Page(url, headers, data, page_no, list(found), stop=stop)
 
     def _page_size(self, resource: Resource) -> int:
-        """The declared page size; for ``auto``, the fastest whose requests fit the budget."""
+        """The declared page size; one left open (``size_param``), before any answer: the
+        fastest whose requests fit the budget by the configured latency (a probe may plan
+        it anew, ``_Plain.probe``); for pages read one after another, the largest."""
         spec = resource.endpoint.paginator
         declared = spec.page_size if spec else None
         if spec is not None and spec.type == "offset" and spec.limit:
             declared = spec.limit
         if spec is not None and spec.type == "offset" and declared is None:
             declared = _int(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
-        if declared != "auto":
+        if size_param(resource) is None:
             # 0: the file leaves the size unsent (what its params say goes out as written)
             return int(declared or (DEFAULT_PAGE_SIZE if spec and spec.type == "offset" else 0))
-        governor = self.client.governor
-        budget = None
-        if governor.budget is not None and not governor.unlimited:
-            above = max(0, governor.budget.remaining - governor.effective_reserve)
-            budget = max(1, int(above * self.settings.rest.budget_share))
+        if not _parallel_kind(resource):
+            return PER_PAGE_MAX  # a page costs a round trip: the fewest round trips
+        budget = self._budget()
         parents = max(1, len(self.listings.get(resource.name, [])) or 1)
         rows = self.state.listing_rows.get(resource.name) or self.settings.rest.expected_rows
         window = self.client.window
@@ -409,6 +430,15 @@ class SourceRun:
             base_s=PRIOR.base_s,
             per_item_s=PRIOR.per_item_s,
         )
+
+    def _budget(self) -> int | None:
+        """The requests this run may spend: a share of what the API announced above the
+        reserve (None: nothing announced)."""
+        governor = self.client.governor
+        if governor.budget is None or governor.unlimited:
+            return None
+        above = max(0, governor.budget.remaining - governor.effective_reserve)
+        return max(1, int(above * self.settings.rest.budget_share))
 
     # ------------------------------------------------------------------ results
 
@@ -451,6 +481,95 @@ class _Plain(Run):
 
     def __init__(self, run: SourceRun) -> None:
         self.run = run
+        # per resource whose page size the file leaves open and whose listings are probed
+        self.planners: dict[str, SizePlanner] = {}
+
+    def prepare(self, resource: Resource, listings: list[Listing]) -> None:
+        """Before the listings of ``resource`` start: when the file leaves its page size
+        open (``size_param``), its pages can be asked for at once, and its listings are
+        few enough to start at once in the window, each is probed (page 1 at
+        ``PROBE_SIZES``) and one page size and in-flight count is planned for all of them
+        from the latency the probes show (``SizePlanner``), within the host's known
+        ceiling (else the configured ``concurrency``: an API that documents nothing has
+        its ceiling found by the window, as before) and the budget. More listings: the size
+        chosen up front (``SourceRun._page_size``), as for an incremental rerun (a
+        watermark stored: what it reads is what changed, not the listing's size)."""
+        run, window = self.run, self.run.client.window
+        if size_param(resource) is None or not _parallel_kind(resource) or window is None:
+            return
+        if not listings or len(listings) > max(window.size, 1):
+            return
+        if not run.full_refresh and any(k[0] == resource.name for k in run.state.watermarks):
+            return  # an incremental rerun reads what changed, not the listing's size
+
+        def limits() -> HostLimits:
+            return HostLimits(
+                in_flight=min(window.ceiling or window.maximum, window.maximum),
+                budget=run._budget(),
+            )
+
+        self.planners[resource.name] = SizePlanner(
+            len(listings),
+            latency=PRIOR,
+            limits=limits,
+            expected=run.state.listing_rows.get(resource.name) or run.settings.rest.expected_rows,
+            # a ceiling the host showed (remembered) is opened to at once; else the window
+            # finds it
+            admit=window.admit if window.ceiling else None,
+        )
+        run.client.governor.learning = len(PROBE_SIZES)
+
+    async def probe(self, client: RestClient, listing: Listing) -> list[str] | None:
+        """For a resource with a planner (``prepare``): page 1 at ``PROBE_SIZES`` at once;
+        the items the listing holds (what the smallest answer announces: a ``Link``
+        header's last page, a total of pages or of items) and each answer's time on the
+        wire go to the planner; the listing is then read at the planned size (the pages
+        after the first known at once for a ``Link`` header). None (the listing's
+        outcome set) when the probe failed as a first page would."""
+        resource = listing.resource
+        planner = self.planners.get(resource.name)
+        param = size_param(resource)
+        if planner is None or param is None or listing.paginator is None:
+            return []
+        base = self.first_url(listing)
+        reported = False
+        try:
+            planner.probing()
+            answers = await asyncio.gather(
+                *(
+                    client.get(set_param(base, param, size), label=listing.label, paced=False)
+                    for size in PROBE_SIZES
+                )
+            )
+            listing.requests += sum(a.attempts for a in answers)
+            first = answers[0]
+            selector = resource.endpoint.data_selector or find_records_path(first.data)
+            probe = _resized(resource, listing.paginator, 1, param)
+            probe.items_path = selector
+            total = probe.total_items(first.url, first.headers, first.data)
+            samples = [(len(probe.items(a.data)), a.wire_seconds) for a in answers]
+            reported = True
+            listing.page_size = await planner.size_for(total, samples, parallel=total is not None)
+        except RateLimitStop as exc:
+            listing.stop_reason = str(exc)
+            return None
+        except PageError as exc:
+            listing.failed += 1
+            listing.stop_reason = f"page failed: {exc}"
+            return None
+        finally:
+            if not reported:
+                planner.leave()
+        listing.paginator = _resized(resource, listing.paginator, listing.page_size, param)
+        if isinstance(listing.paginator, LinkHeaderPaginator):
+            return listing.paginator.sized_urls(
+                first.url, first.headers, first.data, listing.page_size
+            )
+        return []
+
+    def plans(self) -> dict[str, PagePlan]:
+        """The plans made this run, by resource."""
+        return {n: p.plan for n, p in self.planners.items() if p.plan is not None}
 
     def open(self, listing: Listing) -> None:
         run, resource = self.run, listing.resource
@@ -555,8 +674,50 @@ async def _together(jobs: Sequence[Coroutine[Any, Any, None]]) -> None:
 
 
 def _auto_sized(resource: Resource) -> bool:
+    return size_param(resource) is not None
+
+
+def size_param(resource: Resource) -> str | None:
+    """The parameter that carries the page size when the file leaves the size to the
+    engine: ``page_size: auto``, or a ``page_size_param`` named with no size given
+    (neither ``page_size``, an offset's ``limit``, nor that parameter in ``params``);
+    None when the size is declared, or the file names no parameter for it (then no size
+    is sent but what its params say)."""
     spec = resource.endpoint.paginator
-    return spec is not None and spec.page_size == "auto"
+    if spec is None:
+        return None
+    param: str | None
+    if spec.type == "page_number":
+        param = spec.page_size_param or "per_page"
+    elif spec.type == "offset":
+        param = spec.page_size_param or spec.limit_param
+    else:
+        param = spec.page_size_param
+    if param is None or spec.type == "single_page":
+        return None
+    if spec.page_size == "auto":
+        return param
+    named = spec.page_size_param is not None
+    if spec.page_size is None and named and not spec.limit:
+        return None if param in resource.endpoint.params else param
+    return None
+
+
+def _parallel_kind(resource: Resource) -> bool:
+    """Whether the paginator can ask for the pages after the first at once (from a total
+    or a last page the first answer announces); a cursor's pages come one after another."""
+    spec = resource.endpoint.paginator
+    return spec is not None and spec.type in ("header_link", "page_number", "offset")
+
+
+def _resized(resource: Resource, paginator: Paginator, size: int, param: str) -> Paginator:
+    """The listing's paginator at page size ``size``, sent as ``param``."""
+    ep = resource.endpoint
+    out = make_paginator(ep.paginator, ep.data_selector, size)
+    if isinstance(out, LinkHeaderPaginator):
+        out.size_param = param
+    out.items_path = paginator.items_path
+    return out
 
 
 def _int(value: Any) -> int | None:
@@ -773,6 +934,9 @@ async def _fetch(
     summary = runner.hooks.summary(client, listings, shared)
     if summary is None:
         summary = summarize(runner, client, 0.0)
+        if isinstance(runner.hooks, _Plain) and (plans := runner.hooks.plans()):
+            summary.size_plan = "; ".join(f"{n}: {p.describe()}" for n, p in plans.items())
+            summary.size_plan_figures = {n: p.figures() for n, p in plans.items()}
         summary.schema_changes = store.staged_schema_changes(
             settings.location, run_id, store.source_tables(source.name)
         )

@@ -17,11 +17,15 @@ Two ways to choose:
   and of those within ``PLAN_TOLERANCE`` the one of fewest requests. The plan names the
   in-flight count too, to which the window is opened at once (``AdaptiveWindow.admit``).
   ``SizePlanner`` gathers the probes of a run's listings and plans for all of them;
-  the plan and the figures behind it go into the run's summary (``PagePlan``). The
-  model counts no CPU per request, neither the client's nor the host's: where cores
-  are busy (a loaded 2-core machine running both ends), ~100 requests at once answer
-  later than it says, and fewer, larger pages can finish sooner
-  (``benchmarks/github.md``).
+  the plan and the figures behind it go into the run's summary (``PagePlan``).
+  Every request also costs the client CPU (building it, httpx and its pool, reading
+  and parsing the answer), and the event loop does that one request at a time: ``n``
+  requests cost ``n * cpu_s`` however many are in flight (``LatencyModel.cpu_s``,
+  measured as the event loop's CPU over the probes, ``SizePlanner``). Without that term
+  ~100 requests at once answered far later than the model said on 2 cores, where
+  fewer, larger pages finish sooner (``benchmarks/github.md``). A listing whose pages
+  cannot be asked for at once (a cursor, no announced total) reads them one after
+  another (``parallel=False``): there larger pages win.
 * ``choose_per_page``, before anything is known: the same trade by a simpler model
   (every listing's first page in parallel, then waves of ``concurrency``) over the
   expected sizes (stored counts, or an assumption) and the configured latency model,
@@ -31,8 +35,10 @@ Two ways to choose:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,11 +62,14 @@ SIZE_TOLERANCE = 0.1
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
-    """Seconds one page of ``items`` takes: ``base_s + per_item_s * items``."""
+    """Seconds one page of ``items`` takes on the wire: ``base_s + per_item_s * items``;
+    and the client CPU one request costs, ``cpu_s``, which requests in flight do not
+    share: the event loop spends it one request after another."""
 
     base_s: float
     per_item_s: float
     noise_s: float = 0.0  # per item: what the answers it was fitted to could not resolve
+    cpu_s: float = 0.0  # client CPU a request costs (sending it, reading its answer)
 
     def seconds(self, items: int) -> float:
         return self.base_s + self.per_item_s * items
@@ -73,7 +82,7 @@ class LatencyModel:
         if not ratios:
             return self
         scale = statistics.median(ratios)
-        return LatencyModel(self.base_s * scale, self.per_item_s * scale)
+        return LatencyModel(self.base_s * scale, self.per_item_s * scale, cpu_s=self.cpu_s)
 
 
 # The latency assumed before any answer (a plan made up front, ``choose_per_page``) and
@@ -186,7 +195,8 @@ def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> La
     fit keeps only what stands above it (a host whose pages cost the same whatever
     their size gets large pages, not small ones drawn by noise), the line still through
     the answers' mean. A fit that says an item costs less than nothing keeps the fixed
-    part only; a negative fixed part keeps the per-item part only."""
+    part only; a negative fixed part keeps the per-item part only. The client's CPU per
+    request is the prior's (it is measured apart: ``SizePlanner``)."""
     usable = [(n, s) for n, s in samples if s > 0]
     sizes = {n for n, _ in usable}
     if len(sizes) < 2:
@@ -201,12 +211,13 @@ def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> La
     jitter = max(max(v) - min(v) for v in by_size.values())
     noise = jitter / (max(sizes) - min(sizes))
     slope = max(0.0, slope - noise)
+    cpu = prior.cpu_s
     if slope == 0:
-        return LatencyModel(mean_s, 0.0, noise)
+        return LatencyModel(mean_s, 0.0, noise, cpu)
     base = mean_s - slope * mean_n
     if base < 0:
-        return LatencyModel(0.0, mean_s / mean_n, noise)
-    return LatencyModel(base, slope, noise)
+        return LatencyModel(0.0, mean_s / mean_n, noise, cpu)
+    return LatencyModel(base, slope, noise, cpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,15 +252,19 @@ class PagePlan:
     latency: LatencyModel
     samples: int  # answers the latency was fitted to
     limits: HostLimits
+    parallel: bool = True  # a listing's pages asked for at once (else one after another)
 
     def describe(self) -> str:
-        """``per_page 5, 96 in flight for 480 items: 96 requests, ~0.48 s by the model
-        (a page 0.260 s + 0.0440 s an item, from 2 answers; host: 100 in flight, ...)``."""
+        """``per_page 10, 48 in flight for 480 items: 48 requests, ~0.80 s by the model
+        (a page 0.260 s + 0.0440 s an item, from 3 answers, ...; client CPU 2.1 ms a
+        request; host: 100 in flight, ...)``."""
         return (
             f"per_page {self.per_page}, {self.in_flight} in flight for {self.items} items: "
             f"{self.requests} requests, ~{self.seconds:.2f} s by the model "
             f"(a page {self.latency.base_s:.3f} s + {self.latency.per_item_s:.4f} s an item, "
             f"from {self.samples} answers, noise {self.latency.noise_s:.4f} s an item; "
+            f"client CPU {self.latency.cpu_s * 1000:.1f} ms a request"
+            f"{'' if self.parallel else '; pages one after another'}; "
             f"host: {self.limits.describe()})"
         )
 
@@ -264,6 +279,8 @@ class PagePlan:
             "page_seconds": round(self.latency.base_s, 4),
             "item_seconds": round(self.latency.per_item_s, 5),
             "item_noise_seconds": round(self.latency.noise_s, 5),
+            "request_cpu_seconds": round(self.latency.cpu_s, 5),
+            "parallel": self.parallel,
             "samples": self.samples,
             "host_in_flight": self.limits.in_flight,
             "host_per_minute": self.limits.per_minute,
@@ -278,21 +295,33 @@ def plan_seconds(
     limits: HostLimits,
     *,
     recheck: bool = False,
+    parallel: bool = True,
 ) -> tuple[int, int, float]:
     """``(requests, in_flight, seconds)`` of reading listings of ``totals`` items at
     ``per_page``, every page asked for at once: waves of as many requests in flight as
     the host allows; the requests past a minute's allowance wait for the next minute;
     with ``recheck``, one round trip without items when a listing takes more than one
-    page (the GitHub sync asks page 1 again at the end)."""
+    page (the GitHub sync asks page 1 again at the end). Not ``parallel``: the listings
+    at once (in waves), each listing's pages one after another. On top, the client's CPU
+    of every request (``LatencyModel.cpu_s``), spent one request at a time."""
     largest = max(totals)
-    requests = sum(max(1, math.ceil(n / per_page)) for n in totals)
-    in_flight = max(1, min(limits.in_flight, requests))
-    seconds = math.ceil(requests / in_flight) * latency.seconds(min(per_page, largest))
+    pages = [max(1, math.ceil(n / per_page)) for n in totals]
+    requests = sum(pages)
+    if parallel:
+        in_flight = max(1, min(limits.in_flight, requests))
+        seconds = math.ceil(requests / in_flight) * latency.seconds(min(per_page, largest))
+    else:
+        in_flight = max(1, min(limits.in_flight, len(totals)))
+        rounds = math.ceil(len(totals) / in_flight) * max(pages)
+        seconds = rounds * latency.seconds(min(per_page, largest))
     if limits.per_minute is not None and requests > limits.per_minute:
         seconds = max(seconds, 60.0 * ((requests - 1) // limits.per_minute))
     if recheck and largest > per_page:
         seconds += latency.seconds(0)
-    return requests, in_flight, seconds
+        requests_cpu = requests + len(totals)
+    else:
+        requests_cpu = requests
+    return requests, in_flight, seconds + requests_cpu * latency.cpu_s
 
 
 def plan_pages(
@@ -302,6 +331,7 @@ def plan_pages(
     limits: HostLimits,
     samples: int = 0,
     recheck: bool = False,
+    parallel: bool = True,
     tolerance: float = PLAN_TOLERANCE,
     largest: int = PER_PAGE_MAX,
 ) -> PagePlan:
@@ -311,7 +341,8 @@ def plan_pages(
     ``tolerance`` of the fastest, the one of fewest requests."""
     totals = [max(0, n) for n in totals] or [0]
     timed = {
-        p: plan_seconds(totals, p, latency, limits, recheck=recheck) for p in range(1, largest + 1)
+        p: plan_seconds(totals, p, latency, limits, recheck=recheck, parallel=parallel)
+        for p in range(1, largest + 1)
     }
     fits = [p for p, (r, _, _) in timed.items() if limits.budget is None or r <= limits.budget]
     if not fits:
@@ -322,7 +353,9 @@ def plan_pages(
         key=lambda p: (timed[p][0], timed[p][2]),
     )
     requests, in_flight, seconds = timed[chosen]
-    return PagePlan(chosen, in_flight, requests, seconds, sum(totals), latency, samples, limits)
+    return PagePlan(
+        chosen, in_flight, requests, seconds, sum(totals), latency, samples, limits, parallel
+    )
 
 
 class SizePlanner:
@@ -336,6 +369,13 @@ class SizePlanner:
     (``fit_latency``) and plans for all of them at once (``plan_pages``) within the host's
     limits as they stand then; ``admit`` opens the window to the planned in-flight count.
     A listing that will not report calls ``leave``.
+
+    The client's CPU per request (``LatencyModel.cpu_s``) is what ``cpu_clock`` (the
+    event loop thread's CPU time) advanced from the first probe sent (``probing``) to the
+    last report, over the probes reported: each on a new connection, as the planned
+    requests will be. What the run did before (reading its state, the client's set-up:
+    once a run, not once a request) is left out; without a ``probing`` call, from the
+    planner's creation. Never below the configured model's.
 
     Args:
         listings: how many listings will report or leave.
@@ -357,7 +397,12 @@ class SizePlanner:
         expected: int,
         recheck: bool = False,
         admit: Callable[[int], None] | None = None,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
+        self._cpu_clock = cpu_clock
+        self._cpu_at = cpu_clock()
+        self._probing = False
+        self._parallel = True
         self._waiting = listings
         self._recheck = recheck
         self.latency = latency
@@ -371,15 +416,26 @@ class SizePlanner:
         if listings <= 0:
             self._ready.set()
 
-    async def size_for(self, total: int | None, samples: Sequence[tuple[int, float]]) -> int:
+    async def size_for(
+        self, total: int | None, samples: Sequence[tuple[int, float]], *, parallel: bool = True
+    ) -> int:
         """Report one listing's probes, ``(items, seconds)`` each; the planned page size
-        once every listing reported."""
+        once every listing reported. ``parallel``: the listing's pages can be asked for at
+        once (else one after another, and the plan is for that)."""
         self._totals.append(self._expected if total is None else total)
         self._samples.extend(samples)
+        self._parallel = self._parallel and parallel
         self._arrive()
         await self._ready.wait()
         assert self.plan is not None
         return self.plan.per_page
+
+    def probing(self) -> None:
+        """A listing's probes are about to be sent: the client's CPU is counted from the
+        first such call."""
+        if not self._probing:
+            self._probing = True
+            self._cpu_at = self._cpu_clock()
 
     def leave(self) -> None:
         """A listing that will not report (its probe failed)."""
@@ -390,13 +446,18 @@ class SizePlanner:
         if self._waiting > 0 or self._ready.is_set():
             return
         if self._totals:
+            cpu = (self._cpu_clock() - self._cpu_at) / max(1, len(self._samples))
             self.latency = fit_latency(self._samples, self.latency)
+            self.latency = dataclasses.replace(
+                self.latency, cpu_s=max(self.latency.cpu_s, max(0.0, cpu))
+            )
             self.plan = plan_pages(
                 self._totals,
                 latency=self.latency,
                 limits=self._limits(),
                 samples=len(self._samples),
                 recheck=self._recheck,
+                parallel=self._parallel,
             )
             if self._admit is not None:
                 self._admit(self.plan.in_flight)

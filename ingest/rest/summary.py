@@ -26,6 +26,8 @@ def headline(summary: RestSummary) -> str:
     )
     if summary.failed_pages:
         text += f", {summary.failed_pages} failed pages"
+    if summary.size_plan:
+        text += f"\npage size: {summary.size_plan}"
     if summary.stopped:
         text += f"\nstopped early: {summary.stopped}"
     return text

@@ -351,3 +351,94 @@ def test_a_failed_probe_leaves_the_planner_and_the_sync_incomplete() -> None:
     assert not result.sync.complete and result.sync.failed_pages == 1
     assert "page failed" in (result.sync.stop_reason or "")
     assert planner.plan is None  # nobody reported: nothing was planned, nobody waits
+
+
+def test_the_clients_cpu_per_request_asks_for_fewer_larger_pages() -> None:
+    """Each request costs the client CPU that requests in flight do not share: 96 pages
+    of 5 cost 96 times it, so at 10 ms a request the field report's host is read soonest
+    in fewer, larger pages; without it, 96 pages of 5 at once."""
+    github = HostLimits(in_flight=100, per_minute=900)
+    free = plan_pages([480], latency=LatencyModel(0.26, 0.044), limits=github)
+    busy_model = LatencyModel(0.26, 0.044, cpu_s=0.01)
+    busy = plan_pages([480], latency=busy_model, limits=github)
+    assert (free.per_page, free.in_flight) == (5, 96)
+    assert 8 <= busy.per_page <= 16 and busy.in_flight == busy.requests <= 60
+    assert busy.seconds == pytest.approx(busy_model.seconds(busy.per_page) + busy.requests * 0.01)
+    # by the same model every size is slower than the fastest less the tolerance
+    assert all(
+        plan_seconds([480], p, busy_model, github)[2] >= busy.seconds / 1.05 for p in range(1, 101)
+    )
+    # the older model (80 ms + 8 ms an item) at 5 ms a request: about 20 pages, not 80
+    older = plan_pages([480], latency=LatencyModel(0.08, 0.008, cpu_s=0.005), limits=github)
+    assert 16 <= older.per_page <= 40 and older.in_flight <= 30
+    assert older.figures()["request_cpu_seconds"] == 0.005
+    assert "client CPU 5.0 ms a request" in older.describe()
+
+
+def test_pages_read_one_after_another_are_planned_large() -> None:
+    """A listing whose pages cannot be asked for at once (a cursor, no total) pays a round
+    trip a page: the largest page is the soonest, and its listings go at once."""
+    seq = plan_pages(
+        [480, 300], latency=LatencyModel(0.26, 0.044), limits=HostLimits(100), parallel=False
+    )
+    assert seq.per_page == 100 and seq.in_flight == 2 and not seq.figures()["parallel"]
+    assert seq.seconds == pytest.approx(5 * (0.26 + 100 * 0.044))
+    assert "pages one after another" in seq.describe()
+
+
+def test_the_planner_measures_the_clients_cpu_over_the_probes() -> None:
+    clock = iter([0.5, 1.0, 1.03])  # created; probes sent; last report: 30 ms for 3 probes
+
+    async def go() -> SizePlanner:
+        planner = SizePlanner(
+            1,
+            latency=LatencyModel(0.08, 0.008, cpu_s=0.002),
+            limits=lambda: HostLimits(100, 900),
+            expected=500,
+            cpu_clock=lambda: next(clock),
+        )
+        planner.probing()  # what the run did before its probes (0.5 s here) is not counted
+        planner.probing()  # the first call only
+        await planner.size_for(480, [(1, 0.304), (1, 0.304), (3, 0.392)])
+        return planner
+
+    planner = asyncio.run(go())
+    assert planner.plan is not None
+    assert planner.latency.cpu_s == pytest.approx(0.01)
+    assert planner.plan.figures()["request_cpu_seconds"] == pytest.approx(0.01)
+    # 10 ms a request against the field report's curve: not 96 pages of 5
+    assert planner.plan.per_page > 5
+    # a clock that says less than the configured model: the model's stands
+    low = iter([1.0, 1.0])
+
+    async def floor() -> SizePlanner:
+        p = SizePlanner(
+            1,
+            latency=LatencyModel(0.08, 0.008, cpu_s=0.002),
+            limits=lambda: HostLimits(100, 900),
+            expected=500,
+            cpu_clock=lambda: next(low),
+        )
+        await p.size_for(480, [(1, 0.304), (3, 0.392)])
+        return p
+
+    assert asyncio.run(floor()).latency.cpu_s == 0.002
+
+
+def test_a_ceiling_the_host_showed_bounds_the_plan_and_the_window() -> None:
+    """GitHub documents 100 in flight; a host that refused above 20 (the ceiling the window
+    learned, remembered per host in api_windows for the next run) is planned for 20, and
+    the window is opened to the plan, never past the ceiling."""
+    from ingest.rest.github import planner_for
+
+    window = AdaptiveWindow(initial=4, maximum=100, ceiling=20)
+    governor = RateLimitGovernor(reserve=10)
+    planner = planner_for(Settings(), 1, window, governor)
+
+    async def go() -> None:
+        await planner.size_for(480, [(1, 0.088), (1, 0.088), (3, 0.104)])
+
+    asyncio.run(go())
+    assert planner.plan is not None and planner.plan.limits.in_flight == 20
+    assert planner.plan.in_flight <= 20 and window.size <= 20
+    assert planner.plan.per_page >= 24  # 480 in at most 20 pages at once
