@@ -65,7 +65,7 @@ from ingest.rest import store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader
 from ingest.rest.client import RestClient, make_http, warm_up
-from ingest.rest.dialect import PLAIN, Dialect, Run
+from ingest.rest.dialect import PLAIN, Dialect, Run, RunStart
 from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import (
     AuthError,
@@ -732,7 +732,7 @@ async def _fetch(
     try:
         async with client.http:
             hooks = await run.dialect.start(
-                settings, source, client, run_id=run_id, state=priors, full_refresh=full_refresh
+                client, RunStart(settings, source, run_id, priors, full_refresh)
             )
             runner = SourceRun(
                 settings,
