@@ -576,7 +576,7 @@ def make_client(
     source: Source,
     *,
     run_id: str,
-    base_url: str | None,
+    base_url: str,
     load_block: SecretLoader | None,
     remembered: tuple[int, int | None] | None,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -589,7 +589,7 @@ def make_client(
     concurrency = source.client.concurrency
     setup = dialect.client_setup(settings, source, load_block, token)
     http = make_http(
-        base_url or source.client.base_url,
+        base_url,  # resolved once, by fetch_source
         headers=setup.headers,
         concurrency=concurrency,
         timeout=setup.timeout,
