@@ -655,7 +655,7 @@ class Settings(BaseSettings):
     # --- Limits shared across workers ------------------------------------------------
     shared: SharedSettings = Field(default_factory=SharedSettings)
 
-    # --- REST sources' requests (ingest rest, ingest github) ---------------------
+    # --- REST requests of every source (ingest rest, ingest github) ---------------
     rest: RestSettings = Field(default_factory=RestSettings)
 
     @classmethod
