@@ -162,24 +162,27 @@ def dlt_python(given: str | None) -> str:
     return str(python)
 
 
-def contender(python: str, kind: str, url: str, folder: Path, initial: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def timed(args: list[str], env: dict[str, str], what: str) -> tuple[str, float, float]:
+    """A child process run to its end: its output, wall seconds and CPU seconds (every
+    thread of it, from the rusage of waited-for children)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(
-        [python, "-m", "benchmarks.bench_dlt", "--worker", kind, url, str(folder), initial],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    process = time.perf_counter() - started
+    done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+    seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{kind} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    if done.returncode:
+        raise RuntimeError(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return done.stdout, seconds, cpu
+
+
+def contender(python: str, kind: str, url: str, folder: Path, initial: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [python, "-m", "benchmarks.bench_dlt", "--worker", kind, url, str(folder), initial]
+    out, process, process_cpu = timed(args, env, kind)
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"{kind} said no result:\n{out[-2000:]}")
     return {
         **json.loads(lines[-1][len("RESULT ") :]),
         "process_seconds": process,
@@ -198,21 +201,8 @@ def command(env: dict[str, str], url: str, folder: Path, initial: str) -> dict[s
     if not source.exists():
         source.write_text(yaml.safe_dump({"name": "shop", **config(url, initial)}))
     data = folder / "data"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "rest", str(source), "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode:
-        raise RuntimeError(f"ingest rest failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    args = [sys.executable, "-m", "cli.main", "rest", str(source), "--data-dir", str(data)]
+    _, seconds, cpu = timed(args, env, "ingest rest")
     shape = {}
     for table in ("shop__orders", "shop__orders__lines"):
         _, described = storage.query(data, f"DESCRIBE {table}")
