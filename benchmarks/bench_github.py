@@ -41,7 +41,7 @@ GitHub answers), 20 repositories of 500 pull requests, side by side:
                      earlier default): the best of them is the fixed-concurrency
                      client tuned for that server;
 * ``adaptive``       the same fetch with its defaults: the adaptive window (up to
-                     ``github_concurrency``, 100, in flight), fresh data folder: it
+                     ``concurrency``, 100, in flight), fresh data folder: it
                      starts at ``http.initial_window`` (4) and has to find C;
 * ``adaptive-warm``  again on the same folder (``full_refresh``: every page fetched
                      again), starting from the window the first run remembered.
@@ -179,20 +179,22 @@ def run_scenario(
     ) as server:
         names = list(repos)
 
-        def settings(data_dir: Path, **kw: Any) -> Settings:
-            return Settings(
-                data_dir=data_dir,
-                github_base_url=server.url,
-                github_concurrency=args.concurrency,
-                github_max_wait=0,
-                **kw,
-            )
+        def settings(data_dir: Path) -> Settings:
+            return Settings(data_dir=data_dir, github_base_url=server.url)
 
         staged: list[tuple[Path, str]] = []
 
         def ingest(data_dir: Path, **kw: Any) -> tuple[int, int]:
             run_id = f"r{time.time_ns()}"
-            s = fetch_pulls(settings(data_dir, **kw), names, run_id=run_id, token=TOKEN)
+            s = fetch_pulls(
+                settings(data_dir),
+                names,
+                run_id=run_id,
+                token=TOKEN,
+                concurrency=args.concurrency,
+                max_wait=0,
+                **kw,
+            )
             assert s.complete, s.repos
             staged.append((data_dir, run_id))
             return s.pulls, s.per_page
@@ -231,7 +233,7 @@ def run_scenario(
                             server,
                             name,
                             f"ingest-p{per_page}",
-                            lambda d=Path(tmp), p=per_page: ingest(d, github_per_page=p),
+                            lambda d=Path(tmp), p=per_page: ingest(d, per_page=p),
                         )
                         for _ in range(1)
                     ]
@@ -925,16 +927,25 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
             secondary_retry_after=1.0,
         ) as server:
 
-            def fetch(data_dir: Path, full: bool = False, **kw: Any) -> tuple[int, int]:
+            def fetch(
+                data_dir: Path, full: bool = False, http: Any = None, **kw: Any
+            ) -> tuple[int, int]:
                 settings = Settings(
                     data_dir=data_dir,
                     github_base_url=server.url,
-                    github_max_wait=0,
-                    github_secondary_retries=20,
-                    **kw,
+                    **({"http": http} if http is not None else {}),
                 )
                 run_id = f"r{time.time_ns()}"
-                s = fetch_pulls(settings, names, run_id=run_id, token=TOKEN, full_refresh=full)
+                s = fetch_pulls(
+                    settings,
+                    names,
+                    run_id=run_id,
+                    token=TOKEN,
+                    full_refresh=full,
+                    max_wait=0,
+                    limit_retries=20,
+                    **kw,
+                )
                 assert s.complete, s.repos
                 storage.commit_run(data_dir, run_id)  # as the flow does: the window is kept
                 return s.pulls, s.per_page
@@ -965,9 +976,7 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                                 server,
                                 scenario,
                                 name,
-                                lambda d=d, n=n: fetch(
-                                    d, http={"adaptive": False}, github_concurrency=n
-                                ),
+                                lambda d=d, n=n: fetch(d, http={"adaptive": False}, concurrency=n),
                             )
                 rounds.append(got)
                 print(
@@ -1191,7 +1200,7 @@ def main(argv: list[str] | None = None) -> None:
         "than the window admits fill it with their first pages anyway: their size is chosen "
         "before any answer (`choose_per_page`, a fixed latency prior, the budget read from "
         "the free `GET /rate_limit`), over the pull requests earlier runs stored, else "
-        "`github_expected_pulls` (500). A repository keeps the page size of its previous "
+        "`rest_expected_rows` (500). A repository keeps the page size of its previous "
         "sync, so its stored ETags stay valid and an unchanged re-run costs nothing.",
     ]
     _, kept = split_first_contact(args.out.read_text() if args.out.exists() else "")

@@ -50,11 +50,17 @@ WORK = Path(__file__).resolve().parent / ".work"
 TOKEN = "bench-token-not-a-secret"
 REPOS = {f"octo/r{i:02d}": 200 for i in range(20)}
 
+# the GitHub source's options of a run, handed to the child (github_source's keywords)
+OPTIONS = "BENCH_SOURCE_OPTIONS"
+OPTIONS_JSON = '{"per_page": 10, "concurrency": 32}'
+
 CHILD = """
 import json, sys
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
-s = fetch_pulls(Settings(), sys.argv[1].split(","), run_id="bench", token=sys.argv[2])
+# the source's options (this revision's; an older one read them from INGEST_GITHUB_*)
+opts = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+s = fetch_pulls(Settings(), sys.argv[1].split(","), run_id="bench", token=sys.argv[2], **opts)
 print(json.dumps({"seconds": s.seconds, "requests": s.requests}))
 """
 
@@ -129,7 +135,8 @@ async def acquire_costs(api_url: str, n: int, block: int) -> list[tuple[str, flo
 
 def fetch_once(cwd: Path, env: dict[str, str], data_dir: Path) -> dict[str, float]:
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, ",".join(REPOS), TOKEN],
+        [sys.executable, "-c", CHILD, ",".join(REPOS), TOKEN]
+        + ([env[OPTIONS]] if OPTIONS in env else []),
         cwd=cwd,
         env={**env, "INGEST_DATA_DIR": str(data_dir)},
         capture_output=True,
@@ -157,14 +164,11 @@ def run(a: argparse.Namespace, scratch: Path) -> str:
             DevGitHub(repos=REPOS, token=TOKEN, latency_base_ms=20.0, max_in_flight=100)
         )
         before = stack.enter_context(checkout(a.before))
-        base = {
-            **child_env(scratch),
-            "INGEST_GITHUB_BASE_URL": gh.url,
-            "INGEST_GITHUB_PER_PAGE": "10",
-            "INGEST_GITHUB_CONCURRENCY": "32",
-        }
+        base = {**child_env(scratch), "INGEST_GITHUB_BASE_URL": gh.url, OPTIONS: OPTIONS_JSON}
+        old = {**base, "INGEST_GITHUB_PER_PAGE": "10", "INGEST_GITHUB_CONCURRENCY": "32"}
+        del old[OPTIONS]  # the revision before read its source's options from settings
         contenders: dict[str, tuple[Path, dict[str, str]]] = {
-            f"before ({a.before})": (before, base),
+            f"before ({a.before})": (before, old),
             "after, not shared": (ROOT, base),
             "after, shared": (
                 ROOT,

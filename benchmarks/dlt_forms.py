@@ -24,21 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_dlt import DLT_VERSION, ROOT, dlt_python
-from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, Form
+from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, NIGHTS, Form
 
-NIGHTS = Form(
-    "two nights: no primary_key (cursored), a key and no write_disposition (linked)",
-    """\
-client: {base_url: BASE}
-resources:
-  - name: cursored
-    endpoint: {path: cursored, paginator: {type: cursor}}
-  - name: linked
-    primary_key: id
-    endpoint: {path: linked, paginator: header_link}
-""",
-    ("cursored", "linked"),
-)
 ALL = (*FORMS, *DEPARTURES, NIGHTS)
 
 

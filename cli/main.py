@@ -561,12 +561,28 @@ def github_command(
     base_url: Annotated[str | None, setting_option("github_base_url", "API root")] = None,
     per_page: Annotated[
         int | None,
-        setting_option("github_per_page", "Items per page (none: chosen from the budget)"),
+        typer.Option(
+            min=1,
+            max=100,
+            help="Items per page [planned from the measured latency and the budget].",
+        ),
     ] = None,
     concurrency: Annotated[
-        int | None, setting_option("github_concurrency", "Requests in flight")
+        int | None,
+        typer.Option(min=1, max=100, help="Most requests in flight [100, GitHub's ceiling]."),
     ] = None,
-    state: Annotated[str | None, setting_option("github_state", "open, closed or all")] = None,
+    state: Annotated[str | None, typer.Option(help="open, closed or all [all].")] = None,
+    rate_limit_reserve: Annotated[
+        int | None, typer.Option(min=0, help="Requests of the hourly budget never spent [100].")
+    ] = None,
+    max_wait: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Longest wait in seconds for the rate limit to reset; beyond it the run stops "
+            "cleanly [900].",
+        ),
+    ] = None,
     token_block: Annotated[
         str | None, typer.Option(help="Prefect Secret block with the token [default GITHUB_TOKEN].")
     ] = None,
@@ -595,6 +611,8 @@ def github_command(
         concurrency=concurrency,
         base_url=base_url,
         token_block=token_block,
+        rate_limit_reserve=rate_limit_reserve,
+        max_wait=max_wait,
         data_dir=str(data_dir) if data_dir else None,
         full_refresh=full_refresh,
         task_runner=runner,

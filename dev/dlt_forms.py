@@ -23,26 +23,40 @@ class Form:
     issue: bool = False  # one of the six forms the issue found short of rows
 
 
+def pokemon(name: str, text: str, file: str) -> Form:
+    """One of dlt's Pokemon files: three listings, served as pokeapi serves them (pages of
+    up to 1,000), each one of the six forms the issue found short of rows."""
+    listings = ("pokemon", "berry", "location")
+    return Form(name, text, listings, file=file, behaviour={"max_page_size": 1000}, issue=True)
+
+
+def one_listing(name: str, paginator: str) -> str:
+    """The file of one listing at the path of its name, with its paginator."""
+    return (
+        "client: {base_url: BASE}\nresources:\n"
+        f"  - name: {name}\n    endpoint: {{path: {name}, paginator: {paginator}}}\n"
+    )
+
+
+# The parent listing of the child forms, read for its ids and not stored itself.
+PARENT = """\
+client: {base_url: BASE}
+resources:
+  - name: numbered
+    selected: false
+    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+"""
+
 FORMS = (
     Form(
         "cursor without cursor_path",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: cursored
-    endpoint: {path: cursored, paginator: {type: cursor}}
-""",
+        one_listing("cursored", "{type: cursor}"),
         ("cursored",),
         issue=True,
     ),
     Form(
         "page_number with total_path, no base_page",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: numbered
-    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
-""",
+        one_listing("numbered", "{type: page_number, total_path: total}"),
         ("numbered",),
         issue=True,
     ),
@@ -61,7 +75,7 @@ resources:
         behaviour={"totals": False},
         issue=True,
     ),
-    Form(
+    pokemon(
         "the Pokemon template, no paginator",
         """\
 client:
@@ -77,12 +91,9 @@ resources:
   - berry
   - location
 """,
-        ("pokemon", "berry", "location"),
-        file="pokemon.yaml",
-        behaviour={"max_page_size": 1000},
-        issue=True,
+        "pokemon.yaml",
     ),
-    Form(
+    pokemon(
         "dlt.yml's Pokemon",
         """\
 sources:
@@ -95,19 +106,11 @@ sources:
       - berry
       - location
 """,
-        ("pokemon", "berry", "location"),
-        file="dlt.yml",
-        behaviour={"max_page_size": 1000},
-        issue=True,
+        "dlt.yml",
     ),
     Form(
         "header_cursor with its default header",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: header_cursored
-    endpoint: {path: header_cursored, paginator: {type: header_cursor}}
-""",
+        one_listing("header_cursored", "{type: header_cursor}"),
         ("header_cursored",),
         issue=True,
     ),
@@ -177,12 +180,8 @@ resources:
     ),
     Form(
         "a child per parent record, one object each (resolve, include_from_parent)",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: numbered
-    selected: false
-    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+        PARENT
+        + """\
   - name: things
     primary_key: id
     include_from_parent: [name]
@@ -195,12 +194,8 @@ resources:
     ),
     Form(
         "a child whose 404s are ignored (response_actions)",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: numbered
-    selected: false
-    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
+        PARENT
+        + """\
   - name: things
     primary_key: id
     endpoint:
@@ -213,12 +208,7 @@ resources:
     ),
     Form(
         "single_page declared",
-        """\
-client: {base_url: BASE}
-resources:
-  - name: record
-    endpoint: {path: record, paginator: single_page}
-""",
+        one_listing("record", "single_page"),
         ("record",),
     ),
 )
@@ -249,6 +239,22 @@ resources: [offsets]
 """,
         ("offsets",),
     ),
+)
+
+# Two nights of one file: a resource without a primary_key is appended (dlt's rule), one
+# with a key and no write_disposition merged (a nightly rerun never duplicates rows).
+NIGHTS = Form(
+    "two nights: no primary_key (cursored), a key and no write_disposition (linked)",
+    """\
+client: {base_url: BASE}
+resources:
+  - name: cursored
+    endpoint: {path: cursored, paginator: {type: cursor}}
+  - name: linked
+    primary_key: id
+    endpoint: {path: linked, paginator: header_link}
+""",
+    ("cursored", "linked"),
 )
 
 # The server's behaviour before each form (what ``behaviour`` changes).

@@ -51,8 +51,8 @@ def github_pulls(
     per_page: Annotated[
         int | None,
         Field(
-            description="Items per page, 1-100. Empty chooses it from the remaining budget and "
-            "the expected number of pull requests (smaller pages answer faster and run in "
+            description="Items per page, 1-100. Empty plans it from the latency measured on "
+            "page 1 and the remaining budget (smaller pages answer faster and run in "
             "parallel, but each costs one request of the budget).",
             ge=1,
             le=100,
@@ -61,7 +61,10 @@ def github_pulls(
     concurrency: Annotated[
         int | None,
         Field(
-            description="Requests in flight across all repositories (at most 100).", ge=1, le=100
+            description="Requests in flight across all repositories (at most 100, GitHub's "
+            "documented ceiling, the default).",
+            ge=1,
+            le=100,
         ),
     ] = None,
     base_url: Annotated[
@@ -79,13 +82,14 @@ def github_pulls(
         ),
     ] = None,
     rate_limit_reserve: Annotated[
-        int | None, Field(description="Requests of the hourly budget never spent.", ge=0)
+        int | None,
+        Field(description="Requests of the hourly budget never spent (default 100).", ge=0),
     ] = None,
     max_wait: Annotated[
         float | None,
         Field(
-            description="Longest wait in seconds for the rate limit to reset; beyond it the run "
-            "stops cleanly and the next run resumes.",
+            description="Longest wait in seconds for the rate limit to reset (default 900); "
+            "beyond it the run stops cleanly and the next run resumes.",
             ge=0,
         ),
     ] = None,

@@ -354,78 +354,18 @@ class OcrSettings(BaseModel):
 
 
 class GitHubSettings(BaseModel):
-    """The GitHub pull-request client (``INGEST_GITHUB_*``)."""
+    """What a worker holds for GitHub (``INGEST_GITHUB_*``): its token and its API root.
+    How a GitHub source pages (state, page size, in-flight cap, rate-limit reserve, waits,
+    retries) is declared in the source (``sources/github.yaml``, or ``ingest github``'s
+    options and the ``github-pulls`` flow's parameters over the dialect's defaults,
+    ``ingest.rest.github.github_source``); retries and timeouts are every REST source's
+    (``INGEST_REST_*``)."""
 
     token: SecretStr | None = Field(None, description="GitHub token (never logged).")
     base_url: str = Field(
         "https://api.github.com",
-        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3.",
-    )
-    state: Literal["open", "closed", "all"] = Field(
-        "all", description="Pull requests to list: open, closed or all."
-    )
-    per_page: int | None = Field(
-        None,
-        ge=1,
-        le=100,
-        description="Items per page (GitHub caps at 100). None chooses it from the remaining "
-        "budget and the expected number of pull requests.",
-    )
-    # The cap of the adaptive window, which finds the real limit below it: GitHub documents
-    # its secondary limit as at most 100 concurrent requests, so a lower default (it was 32)
-    # only slowed runs against hosts that allow more.
-    concurrency: int = Field(
-        100,
-        ge=1,
-        le=100,
-        description="Most requests in flight across all repositories (GitHub allows at most "
-        "100); with INGEST_HTTP_ADAPTIVE the window finds the host's own limit below it.",
-    )
-    rate_limit_reserve: int = Field(
-        100,
-        ge=0,
-        description="Requests of the primary budget never spent (at most a tenth of the limit).",
-    )
-    max_wait: float = Field(
-        900.0,
-        ge=0,
-        description="Longest wait in seconds for the primary limit to reset; beyond it the run "
-        "stops cleanly and the next run resumes.",
-    )
-    secondary_backoff: float = Field(
-        60.0,
-        ge=0,
-        description="First pause in seconds after a secondary rate limit without Retry-After "
-        "(GitHub asks for at least 60); doubles per consecutive hit.",
-    )
-    secondary_retries: int = Field(
-        5, ge=0, le=20, description="Secondary-limit pauses one request may take before failing."
-    )
-    max_attempts: int = Field(
-        5,
-        ge=1,
-        le=20,
-        description="Attempts per request on 5xx answers, timeouts, broken connections.",
-    )
-    retry_base: float = Field(
-        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
-    )
-    retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
-    timeout: float = Field(
-        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
-    )
-    budget_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="Share of the budget above the reserve that the automatic per_page may plan "
-        "to spend in one run.",
-    )
-    expected_pulls: int = Field(
-        500,
-        ge=1,
-        description="Pull requests assumed per repository when no earlier run stored a count "
-        "(automatic per_page only).",
+        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3. The "
+        "worker trusts it for deployed runs (docs/security.md).",
     )
 
     @model_validator(mode="before")
@@ -439,12 +379,49 @@ class GitHubSettings(BaseModel):
         return data
 
 
-# GitHub settings that are gone, and where what they set went.
+# GitHub settings that are gone, and where what they set went. An error rather than a
+# deprecated alias: each now lives in the source (a file, an option, a flow parameter) or
+# is every REST source's setting, so an alias would set something else than it said (a
+# timeout of every source) or be silently outvoted by the source's own value.
 _MEASURED = (
     "gone: the page plan measures the host's latency (page 1 probed at two sizes, "
     "ingest.rest.sizing.fit_latency); remove the variable"
 )
-RETIRED_GITHUB = {"latency_base": _MEASURED, "latency_per_item": _MEASURED}
+
+
+def _moved(where: str) -> str:
+    return f"moved to {where}; remove the variable"
+
+
+def _declared(key: str, parameter: str, option: str = "") -> str:
+    command = f", `ingest github {option}`," if option else ""
+    return _moved(
+        f"the GitHub source: {key} in sources/github.yaml{command} or the github-pulls "
+        f"flow's {parameter} parameter"
+    )
+
+
+def _rest(name: str) -> str:
+    return _moved(f"INGEST_REST_{name}, which every REST source, GitHub's included, uses")
+
+
+RETIRED_GITHUB = {
+    "latency_base": _MEASURED,
+    "latency_per_item": _MEASURED,
+    "state": _declared("resources[0].endpoint.params.state", "state", "--state"),
+    "per_page": _declared("client.paginator.page_size", "per_page", "--per-page"),
+    "concurrency": _declared("client.concurrency", "concurrency", "--concurrency"),
+    "rate_limit_reserve": _declared("client.rate_limit.reserve", "rate_limit_reserve"),
+    "max_wait": _declared("client.rate_limit.max_wait", "max_wait"),
+    "secondary_backoff": _moved("client.rate_limit.backoff of the GitHub source (default 60)"),
+    "secondary_retries": _moved("client.rate_limit.retries of the GitHub source (default 5)"),
+    "max_attempts": _rest("MAX_ATTEMPTS"),
+    "retry_base": _rest("RETRY_BASE"),
+    "retry_cap": _rest("RETRY_CAP"),
+    "timeout": _rest("TIMEOUT"),
+    "budget_share": _rest("BUDGET_SHARE"),
+    "expected_pulls": _rest("EXPECTED_ROWS"),
+}
 
 
 class SharedSettings(BaseModel):
@@ -476,7 +453,7 @@ class SharedSettings(BaseModel):
 
 
 class RestSettings(BaseModel):
-    """Declared REST sources (``INGEST_REST_*``)."""
+    """Every REST source's client, GitHub's included (``INGEST_REST_*``)."""
 
     timeout: float = Field(
         30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
@@ -489,18 +466,24 @@ class RestSettings(BaseModel):
     )
     retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
     limit_retries: int = Field(
-        8, ge=0, le=50, description="Limit answers (429 ...) one request may take before failing."
+        8,
+        ge=0,
+        le=50,
+        description="Limit answers (429 ...) one request may take before failing, where the "
+        "source's rate_limit.retries does not say (GitHub's says 5).",
     )
     budget_share: float = Field(
         0.5,
         gt=0,
         le=1,
-        description="Share of an announced budget that page_size: auto may plan to spend.",
+        description="Share of an announced budget (above the reserve) that page_size: auto "
+        "may plan to spend in one run.",
     )
     expected_rows: int = Field(
         500,
         ge=1,
-        description="Rows assumed per listing before a run stored some (page_size: auto).",
+        description="Rows assumed per listing (GitHub: pull requests per repository) before "
+        "a run stored some (page_size: auto, when not probed).",
     )
 
 
@@ -672,7 +655,7 @@ class Settings(BaseSettings):
     # --- Limits shared across workers ------------------------------------------------
     shared: SharedSettings = Field(default_factory=SharedSettings)
 
-    # --- Declared REST sources (ingest rest) ------------------------------------
+    # --- REST requests of every source (ingest rest, ingest github) ---------------
     rest: RestSettings = Field(default_factory=RestSettings)
 
     @classmethod

@@ -6,8 +6,9 @@ caller that knows the source (``ingest.rest.dialects.dialect_of``), so the engin
 
 A dialect answers, for one source:
 
-* ``client_setup``: its headers, credentials, timeout, retries and who the credentials
-  are (the plain one: the source's ``auth`` and the ``rest_*`` settings);
+* ``client_setup``: its headers, credentials and who the credentials are (the plain
+  one: the source's ``auth``); the timeout and retries are every source's (the
+  ``rest_*`` settings, the source's ``rate_limit.retries``);
 * ``limits``: what the API documents of its limits (requests in flight, requests a
   minute), which bound the page plans (``ingest.rest.sizing``); None where it documents
   nothing, and the window finds the ceiling;
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ingest.rest.auth import Credentials, SecretLoader, credentials
 from ingest.rest.ratelimit import RetryPolicy
@@ -48,6 +49,17 @@ class ClientSetup:
     retry: RetryPolicy
     limit_retries: int
     who: str  # whose access a 403/404 speaks of
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What a dialect's ``start`` is given of one run of a source."""
+
+    settings: Settings
+    source: Source
+    run_id: str
+    state: Any  # what the dialect's load_state read
+    full_refresh: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,20 @@ class Dialect:
     # run; a dialect that keeps its own says False
     engine_state = True
 
+    # sent with every request (a source's own headers over them)
+    headers: ClassVar[dict[str, str]] = {"Accept": "application/json"}
+    who = "these credentials"  # whose access a 403/404 speaks of
+
+    def credentials(
+        self,
+        settings: Settings,
+        source: Source,
+        load_block: SecretLoader | None,
+        token: str | None,
+    ) -> Credentials:
+        """The source's credentials (``token``: one a caller already holds)."""
+        return credentials(source.client.auth, load_block)
+
     def client_setup(
         self,
         settings: Settings,
@@ -131,33 +157,27 @@ class Dialect:
         load_block: SecretLoader | None,
         token: str | None,
     ) -> ClientSetup:
+        """The client of ``source``: the dialect's credentials, headers and ``who``, the
+        ``rest_*`` settings' timeout and retries, the source's ``rate_limit.retries``."""
+        declared = source.client.rate_limit.retries
         return ClientSetup(
-            credentials=credentials(source.client.auth, load_block),
-            headers={"Accept": "application/json", **source.client.headers},
+            credentials=self.credentials(settings, source, load_block, token),
+            headers={**self.headers, **source.client.headers},
             timeout=settings.rest.timeout,
             retry=RetryPolicy(
                 max_attempts=settings.rest.max_attempts,
                 base=settings.rest.retry_base,
                 cap=settings.rest.retry_cap,
             ),
-            limit_retries=settings.rest.limit_retries,
-            who="these credentials",
+            limit_retries=settings.rest.limit_retries if declared is None else declared,
+            who=self.who,
         )
 
     def load_state(self, settings: Settings, source: Source, full_refresh: bool) -> Any:
         """What the dialect keeps between runs; the plain one: nothing."""
         return None
 
-    async def start(
-        self,
-        settings: Settings,
-        source: Source,
-        client: RestClient,
-        *,
-        run_id: str,
-        state: Any,
-        full_refresh: bool,
-    ) -> Run | None:
+    async def start(self, client: RestClient, run: RunStart) -> Run | None:
         """The run's hooks; None: the engine pages the source itself."""
         return None
 

@@ -74,7 +74,7 @@ from ingest.redact import redact, register_secret
 from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
-from ingest.rest.dialect import ApiLimits, ClientSetup, Dialect, Run
+from ingest.rest.dialect import ApiLimits, Dialect, Run, RunStart
 from ingest.rest.engine import Listing, Page
 from ingest.rest.errors import (
     AuthError,
@@ -84,7 +84,7 @@ from ingest.rest.errors import (
     RestTerminalError,
     SourceError,
 )
-from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import (
     ApiRequest,
     GitHubSummary,
@@ -482,6 +482,22 @@ def summarize_result(result: RepoResult) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the source
 
+# What a GitHub source leaves open is GitHub's own (sources/github.yaml writes the same):
+# every pull request; the page size planned from measured latency; GitHub's documented
+# ceiling of 100 requests in flight (the window finds less); 100 requests of the hourly
+# budget never spent; a wait of up to 15 minutes for the budget's reset; and after a
+# secondary limit without Retry-After, a first pause of 60 s (GitHub asks for at least a
+# minute), at most 5 times per request.
+DEFAULTS: dict[str, Any] = {
+    "state": "all",
+    "per_page": "auto",
+    "concurrency": IN_FLIGHT,
+    "reserve": 100,
+    "max_wait": 900.0,
+    "backoff": 60.0,
+    "retries": 5,
+}
+
 
 def github_source(
     settings: Settings,
@@ -494,14 +510,27 @@ def github_source(
     token_block: str | None = None,
     rate_limit_reserve: int | None = None,
     max_wait: float | None = None,
+    backoff: float | None = None,
+    limit_retries: int | None = None,
 ) -> Source:
     """The source ``ingest github --repo`` and the ``github-pulls`` flow run: the pull
-    requests of ``repos``, declared as a source file would declare them, with the
-    ``github_*`` settings as the defaults of what is not given."""
+    requests of ``repos``, declared as ``sources/github.yaml`` declares them, with what is
+    not given left to the dialect's defaults (``DEFAULTS``) and the API root to the
+    worker's ``github_base_url``."""
     auth = {
         "type": "bearer",
         **({"secret": token_block} if token_block else {"env": "GITHUB_TOKEN"}),
     }
+    given = {
+        "state": state,
+        "per_page": per_page,
+        "concurrency": concurrency,
+        "reserve": rate_limit_reserve,
+        "max_wait": max_wait,
+        "backoff": backoff,
+        "retries": limit_retries,
+    }
+    knob = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
     declared = {
         "name": "github",
         "repos": list(dict.fromkeys(repos)),
@@ -511,17 +540,11 @@ def github_source(
             "auth": auth,
             "paginator": {
                 "type": "header_link",
-                "page_size": per_page or settings.github.per_page or "auto",
+                "page_size": knob["per_page"],
                 "page_size_param": "per_page",
             },
-            "concurrency": concurrency or settings.github.concurrency,
-            "rate_limit": {
-                "reserve": settings.github.rate_limit_reserve
-                if rate_limit_reserve is None
-                else rate_limit_reserve,
-                "max_wait": settings.github.max_wait if max_wait is None else max_wait,
-                "backoff": settings.github.secondary_backoff,
-            },
+            "concurrency": knob["concurrency"],
+            "rate_limit": {k: knob[k] for k in ("reserve", "max_wait", "backoff", "retries")},
         },
         "resources": [
             {
@@ -529,11 +552,7 @@ def github_source(
                 "table_name": "pull_requests",
                 "endpoint": {
                     "path": "repos/{repo}/pulls",
-                    "params": {
-                        "state": state or settings.github.state,
-                        "sort": "updated",
-                        "direction": "desc",
-                    },
+                    "params": {"state": knob["state"], "sort": "updated", "direction": "desc"},
                 },
             }
         ],
@@ -579,12 +598,13 @@ def github_token(
 
 
 def credentials(
-    source: Source,
     settings: Settings,
+    source: Source,
     load_block: SecretLoader | None = None,
     token: str | None = None,
 ) -> Credentials:
-    """The ``Authorization`` header of the token (none without one), to the API's host only."""
+    """The ``Authorization`` header of the token (none without one), to the API's host only
+    (the dialect's ``credentials`` hook)."""
     token = token or github_token(source, settings, load_block)
     register_secret(token)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -600,25 +620,10 @@ class GitHub(Dialect):
     limits = ApiLimits(in_flight=IN_FLIGHT, per_minute=PER_MINUTE)
     engine_state = False  # its state is the repositories' (github_pages, github_syncs)
 
-    def client_setup(
-        self,
-        settings: Settings,
-        source: Source,
-        load_block: SecretLoader | None,
-        token: str | None,
-    ) -> ClientSetup:
-        return ClientSetup(
-            credentials=credentials(source, settings, load_block, token),
-            headers={**HEADERS, **source.client.headers},
-            timeout=settings.github.timeout,
-            retry=RetryPolicy(
-                max_attempts=settings.github.max_attempts,
-                base=settings.github.retry_base,
-                cap=settings.github.retry_cap,
-            ),
-            limit_retries=settings.github.secondary_retries,
-            who=WHO,
-        )
+    headers = HEADERS
+    who = WHO
+
+    credentials = staticmethod(credentials)
 
     def load_state(
         self, settings: Settings, source: Source, full_refresh: bool
@@ -628,18 +633,14 @@ class GitHub(Dialect):
             return {r: RepoState() for r in source.repos}
         return store.load_repo_states(settings.location, source.repos, state_of(source))
 
-    async def start(
-        self,
-        settings: Settings,
-        source: Source,
-        client: RestClient,
-        *,
-        run_id: str,
-        state: Any,
-        full_refresh: bool,
-    ) -> GitHubDialect:
+    async def start(self, client: RestClient, run: RunStart) -> GitHubDialect:
         return await plan(
-            settings, source, client, run_id=run_id, priors=state, full_refresh=full_refresh
+            run.settings,
+            run.source,
+            client,
+            run_id=run.run_id,
+            priors=run.state,
+            full_refresh=run.full_refresh,
         )
 
 
@@ -656,12 +657,14 @@ def fetch_pulls(
     full_refresh: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
     part: str = "",
+    **options: Any,
 ) -> GitHubSummary:
     """The pull requests of ``repos``: ``ingest.rest.run.fetch_source`` of the GitHub
-    source the ``github_*`` settings declare (``github_source``), with this dialect."""
+    source that ``options`` declare (``github_source``'s: ``per_page``, ``concurrency``
+    ...), with this dialect."""
     summary = fetch_source(
         settings,
-        github_source(settings, repos),
+        github_source(settings, repos, **options),
         run_id=run_id,
         token=token,
         priors=priors,
@@ -684,7 +687,7 @@ def planner_for(
     their probes (the configured model the prior), GitHub's documented limits (at most
     ``IN_FLIGHT`` in flight, ``PER_MINUTE`` requests a minute; a lower ceiling the window
     knows, and the configured cap, bound them) and the share of the budget above the
-    reserve (``github_budget_share``) as it stands once they answered; the window is
+    reserve (``rest_budget_share``) as it stands once they answered; the window is
     opened to the planned in-flight count."""
 
     def limits() -> HostLimits:
@@ -693,7 +696,7 @@ def planner_for(
             above = max(
                 0, governor.budget.remaining - governor.pending - governor.effective_reserve
             )
-            budget = max(1, int(above * settings.github.budget_share))
+            budget = max(1, int(above * settings.rest.budget_share))
         in_flight = min(IN_FLIGHT, window.ceiling or window.maximum, window.maximum)
         return HostLimits(in_flight=in_flight, per_minute=PER_MINUTE, budget=budget)
 
@@ -701,7 +704,7 @@ def planner_for(
         listings,
         latency=PRIOR,
         limits=limits,
-        expected=settings.github.expected_pulls,
+        expected=settings.rest.expected_rows,
         recheck=True,
         admit=window.admit,
     )
@@ -737,13 +740,13 @@ async def plan(
         remaining = await probe_rate_limit(gh)
         if remaining is not None:
             above = max(0, remaining - governor.effective_reserve)
-            budget = max(1, int(above * settings.github.budget_share))
+            budget = max(1, int(above * settings.rest.budget_share))
     # Up front (and for a repository whose probe fails): sized for the host's known
     # ceiling, else the initial window, not for the cap: a cap it may never reach asks
     # for small pages and many requests; see AdaptiveWindow.plan_size.
     auto = (
         choose_per_page(
-            [priors[r].stored_items or settings.github.expected_pulls for r in auto_for],
+            [priors[r].stored_items or settings.rest.expected_rows for r in auto_for],
             concurrency=window.plan_size(settings.http.initial_window),
             budget=budget,
             base_s=PRIOR.base_s,

@@ -65,7 +65,7 @@ from ingest.rest import store
 from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader
 from ingest.rest.client import RestClient, make_http, warm_up
-from ingest.rest.dialect import PLAIN, Dialect, Run
+from ingest.rest.dialect import PLAIN, Dialect, Run, RunStart
 from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import (
     AuthError,
@@ -737,7 +737,7 @@ def make_client(
     source: Source,
     *,
     run_id: str,
-    base_url: str | None,
+    base_url: str,
     load_block: SecretLoader | None,
     remembered: tuple[int, int | None] | None,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -750,7 +750,7 @@ def make_client(
     concurrency = source.client.concurrency
     setup = dialect.client_setup(settings, source, load_block, token)
     http = make_http(
-        base_url or source.client.base_url,
+        base_url,  # resolved once, by fetch_source
         headers=setup.headers,
         concurrency=concurrency,
         timeout=setup.timeout,
@@ -893,7 +893,7 @@ async def _fetch(
     try:
         async with client.http:
             hooks = await run.dialect.start(
-                settings, source, client, run_id=run_id, state=priors, full_refresh=full_refresh
+                client, RunStart(settings, source, run_id, priors, full_refresh)
             )
             runner = SourceRun(
                 settings,

@@ -262,9 +262,7 @@ class PaginatorSpec(_Strict):
     @classmethod
     def _refused(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for key, instead in PAGINATOR_REFUSED.items():
-                if key in data:
-                    raise ValueError(f"{key}: {instead}")
+            refuse(data, "paginator")
         return data
 
     @model_validator(mode="after")
@@ -301,13 +299,32 @@ class PaginatorSpec(_Strict):
         return None
 
 
-# dlt forms this engine does not take, and what to write instead (refused at load)
-PAGINATOR_REFUSED = {
-    "page_body_path": "pages are asked for by a query parameter here; write page_param",
-    "offset_body_path": "offsets are sent as a query parameter here; write offset_param",
-    "limit_body_path": "the limit is sent as a query parameter here; write limit_param",
-    "cursor_body_path": "the cursor is sent as a query parameter here; write cursor_param",
+# dlt forms this engine does not take, by where they stand, and what to write instead
+# (refused at load)
+REFUSED = {
+    "paginator": {
+        "page_body_path": "pages are asked for by a query parameter here; write page_param",
+        "offset_body_path": "offsets are sent as a query parameter here; write offset_param",
+        "limit_body_path": "the limit is sent as a query parameter here; write limit_param",
+        "cursor_body_path": "the cursor is sent as a query parameter here; write cursor_param",
+    },
+    "endpoint": {
+        "json": "a request body is not sent here (listings are GET requests); put the values "
+        "in params",
+        "data": "a request body is not sent here (listings are GET requests); put the values "
+        "in params",
+        "auth": "one auth per source here; declare it under client.auth",
+        "headers": "headers are declared once per source here; write them under client.headers",
+    },
 }
+
+
+def refuse(data: dict[str, Any], where: str) -> None:
+    """A dlt form ``REFUSED`` at ``where`` (paginator, endpoint) is one line naming its key
+    and what to write instead."""
+    for key, instead in REFUSED[where].items():
+        if key in data:
+            raise ValueError(f"{key}: {instead}")
 
 
 def _paginator(value: Any) -> Any:
@@ -438,9 +455,7 @@ class Endpoint(_Strict):
     @classmethod
     def _refused(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for key, instead in ENDPOINT_REFUSED.items():
-                if key in data:
-                    raise ValueError(f"{key}: {instead}")
+            refuse(data, "endpoint")
             if data.get("method", "GET").upper() != "GET":
                 raise ValueError(
                     f"method: {data['method']}: listings are read with GET here; leave "
@@ -503,14 +518,6 @@ class Endpoint(_Strict):
     @classmethod
     def _selector(cls, v: str | None) -> str | None:
         return json_path(v)
-
-
-ENDPOINT_REFUSED = {
-    "json": "a request body is not sent here (listings are GET requests); put the values in params",
-    "data": "a request body is not sent here (listings are GET requests); put the values in params",
-    "auth": "one auth per source here; declare it under client.auth",
-    "headers": "headers are declared once per source here; write them under client.headers",
-}
 
 
 def _endpoint(value: Any) -> Any:
@@ -631,6 +638,13 @@ class RateLimit(_Strict):
     )
     backoff: float = Field(
         1.0, ge=0, description="First pause after a limit answer without Retry-After."
+    )
+    retries: int | None = Field(
+        None,
+        ge=0,
+        le=50,
+        description="Limit answers (429, 403 with Retry-After ...) one request may take before "
+        "failing; empty: INGEST_REST_LIMIT_RETRIES.",
     )
 
 

@@ -47,21 +47,19 @@ def start(started: list[DevGitHub], **config: Any) -> DevGitHub:
     return server
 
 
-def cli_env(server: DevGitHub, **kw: Any) -> dict[str, str]:
+def cli_env(server: DevGitHub) -> dict[str, str]:
     """The environment of the faulty run: quick retries and a short timeout, so a trial
     takes seconds (every value an ``INGEST_*`` setting a user could set)."""
-    base: dict[str, Any] = {
-        "github_retry_base": 0.01,
-        "github_retry_cap": 0.05,
-        "github_secondary_backoff": 0.05,
-        "github_timeout": 1.0,
-        "github_max_wait": 0.0,
-        "github_rate_limit_reserve": 10,
-        "github_per_page": 10,
-        **kw,
-    }
+    base: dict[str, Any] = {"rest_retry_base": 0.01, "rest_retry_cap": 0.05, "rest_timeout": 1.0}
     env = {f"INGEST_{k.upper()}": str(v) for k, v in base.items()}
     return {**env, "GITHUB_TOKEN": TOKEN, "PREFECT_API_URL": harness_api_url()}
+
+
+def cli_options(**kw: Any) -> list[str]:
+    """The GitHub source's options of the faulty run (``ingest github --per-page`` ...):
+    no wait for a spent budget, a small reserve, pages of 10."""
+    given = {"max_wait": 0, "rate_limit_reserve": 10, "per_page": 10, **kw}
+    return [x for k, v in given.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 
 @dataclass
@@ -84,7 +82,7 @@ class Command:
 def run_command(server: DevGitHub, data_dir: Path, **kw: Any) -> Command:
     """``ingest github`` as a user runs it, in its own process."""
     args = ["github", "--repo", REPO, "--base-url", server.url, "--data-dir", str(data_dir)]
-    proc = run_cli(args, env=cli_env(server, **kw))
+    proc = run_cli([*args, *cli_options(**kw)], env=cli_env(server))
     out, _ = proc.communicate(timeout=600)
     return Command(proc.returncode, out)
 
@@ -208,7 +206,7 @@ def test_github_fault_then_clean_rerun(
         elif fault == "GitHub secondary rate limit":
             limit = r.randrange(2, 5)
             config = {"max_in_flight": limit, "latency_base_ms": 20, "secondary_retry_after": 0.05}
-            kw = {"github_concurrency": 12, "github_secondary_retries": 10}
+            kw = {"concurrency": 12}
             point, ok = f"{limit} in flight allowed", lambda s: s.complete
         elif fault == "GitHub budget exhausted":
             config = {}

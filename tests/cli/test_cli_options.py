@@ -121,9 +121,10 @@ def test_a_bad_option_is_refused_before_anything_starts(
     ("variable", "value", "named"),
     [
         ("INGEST_GITHUB_LATENCY_BASE", "0.1", "gone: the page plan measures"),
-        ("INGEST_GITHUB_CONCURRENCY", "many", "github.concurrency"),
+        ("INGEST_GITHUB_CONCURRENCY", "8", "moved to the GitHub source: client.concurrency"),
+        ("INGEST_S3_CONCURRENCY", "many", "s3.concurrency"),
     ],
-    ids=["retired", "not a number"],
+    ids=["retired", "moved", "not a number"],
 )
 def test_a_bad_setting_is_one_line_of_error(
     variable: str, value: str, named: str, tmp_path: Path
@@ -144,7 +145,7 @@ def test_a_bad_setting_is_one_line_of_error(
     assert proc.returncode == 2, out
     assert "Traceback" not in out and named in out, out
     assert [ln for ln in out.splitlines() if ln.strip()] == [
-        ln for ln in out.splitlines() if ln.startswith("error: setting github")
+        ln for ln in out.splitlines() if ln.startswith("error: setting ")
     ], out
 
 

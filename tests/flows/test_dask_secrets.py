@@ -110,7 +110,6 @@ def test_task_arguments_on_the_wire_hold_no_secret(
         uri = f"s3://{bucket}/secrets-test"
         for k, v in {
             "INGEST_GITHUB_BASE_URL": github.url,
-            "INGEST_GITHUB_PER_PAGE": "10",
             "INGEST_GITHUB_TOKEN": TOKEN,
             "INGEST_SERVE_DATABASE_URL": database_url,
             "INGEST_LAKE_ENDPOINT_URL": lake_server.url,
@@ -125,7 +124,9 @@ def test_task_arguments_on_the_wire_hold_no_secret(
             ),
         ):
             monkeypatch.setenv("INGEST_DASK_ADDRESS", relay.address)
-            summary: Any = github_pulls(repos=list(REPOS), data_dir=uri, task_runner="dask")
+            summary: Any = github_pulls(
+                repos=list(REPOS), data_dir=uri, task_runner="dask", per_page=10
+            )
         carried = bytes(relay.carried)
 
         assert summary.complete and not summary.errors, summary

@@ -62,13 +62,8 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
     Secret(value=TOKEN).save("github-token-dask", overwrite=True)
     env = {
         "INGEST_GITHUB_BASE_URL": github.url,
-        "INGEST_GITHUB_PER_PAGE": "10",
-        "INGEST_GITHUB_CONCURRENCY": str(IN_FLIGHT),
         "INGEST_HTTP_INITIAL_WINDOW": str(IN_FLIGHT),  # full windows at once on each worker
-        "INGEST_GITHUB_RATE_LIMIT_RESERVE": str(RESERVE),
-        "INGEST_GITHUB_MAX_WAIT": "0",
-        "INGEST_GITHUB_SECONDARY_BACKOFF": "0.05",
-        "INGEST_GITHUB_RETRY_BASE": "0.01",
+        "INGEST_REST_RETRY_BASE": "0.01",
         "INGEST_SHARED_LIMIT_NAME": name,
         "INGEST_SHARED_LIMIT_BLOCK": "2",
     }
@@ -95,6 +90,10 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
                 data_dir=uri,
                 token_block="github-token-dask",
                 task_runner="dask",
+                per_page=10,
+                concurrency=IN_FLIGHT,
+                rate_limit_reserve=RESERVE,
+                max_wait=0,
             )
 
         first = run()

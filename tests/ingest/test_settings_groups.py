@@ -4,6 +4,7 @@ each of its variables."""
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -91,7 +92,6 @@ VARIABLES = {
         "https://ghe.corp/api/v3",
         "https://ghe.corp/api/v3",
     ),
-    "INGEST_GITHUB_RATE_LIMIT_RESERVE": ("github.rate_limit_reserve", "250", 250),
     "INGEST_REST_EXPECTED_ROWS": ("rest.expected_rows", "42", 42),
     "INGEST_EXTRACT_MEMORY_LIMIT_MB": ("extract.memory_limit_mb", "512", 512),
     "INGEST_EXTRACT_TIME_LIMIT": ("extract.time_limit", "30", 30.0),
@@ -146,18 +146,18 @@ def test_flat_keywords_set_the_groups_fields(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("INGEST_S3_CONCURRENCY", "9")
     settings = Settings(
         s3_bucket="kw-bucket",
-        github_per_page=30,
+        github_base_url="http://h:1",
         lake_endpoint_url="http://127.0.0.1:9000",
         ocr_enabled=True,
         shared_limit_block=4,
     )
     assert (settings.s3.bucket, settings.s3.concurrency) == ("kw-bucket", 9)
-    assert settings.github.per_page == 30 and settings.ocr.enabled is True
+    assert settings.github.base_url == "http://h:1" and settings.ocr.enabled is True
     assert (settings.lake.endpoint_url, settings.lake.region) == ("http://127.0.0.1:9000", None)
     assert settings.shared.limit_block == 4
     # A flat keyword is checked as its field: out of bounds names the group's field.
-    with pytest.raises(ValueError, match=r"github\.per_page"):
-        Settings(github_per_page=500)
+    with pytest.raises(ValueError, match=r"s3\.concurrency"):
+        Settings(s3_concurrency=0)
 
 
 def test_a_flat_read_is_gone() -> None:
@@ -210,14 +210,14 @@ def test_the_github_token_never_goes_with_a_tasks_settings(
 
     token = "ghp_" + "k7" * 18
     monkeypatch.setenv("INGEST_GITHUB_TOKEN", token)
-    settings = Settings(github_base_url="http://127.0.0.1:1", github_concurrency=7)
+    settings = Settings(github_base_url="http://127.0.0.1:1")
     assert settings.github.token is not None
     assert settings.github.token.get_secret_value() == token
     sent = settings.without_secrets()
     assert token.encode() not in pickle.dumps(sent)
     assert token.encode() not in pickle.dumps(sent.github)
     assert sent.github.token is None
-    assert (sent.github.base_url, sent.github.concurrency) == ("http://127.0.0.1:1", 7)
+    assert sent.github.base_url == "http://127.0.0.1:1"
     assert settings.github.token is not None  # the original keeps it
     own = sent.own_secret("github.token")
     assert own is not None and own.get_secret_value() == token
@@ -264,16 +264,38 @@ def test_every_list_setting_takes_a_plain_value_commas_or_json(
     assert Settings().allowed_roots == ["/srv/data"]
 
 
-@pytest.mark.parametrize("name", ["latency_base", "latency_per_item"])
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("latency_base", "gone: the page plan measures the host's latency"),
+        ("latency_per_item", "gone: the page plan measures the host's latency"),
+        ("per_page", "moved to the GitHub source: client.paginator.page_size in sources/"),
+        ("concurrency", "`ingest github --concurrency`, or the github-pulls flow's concurrency"),
+        ("rate_limit_reserve", "client.rate_limit.reserve in sources/github.yaml or the"),
+        ("secondary_retries", "moved to client.rate_limit.retries of the GitHub source"),
+        ("timeout", "moved to INGEST_REST_TIMEOUT, which every REST source"),
+        ("expected_pulls", "moved to INGEST_REST_EXPECTED_ROWS"),
+    ],
+)
 def test_a_retired_github_setting_says_where_its_job_went(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The latency model's settings are gone (the page plan measures latency): setting
-    one is an error naming that, by its variable or its keyword, never a value ignored."""
-    with pytest.raises(ValueError, match=f"INGEST_GITHUB_{name.upper()}: gone: the page plan"):
-        monkeypatch.setenv(f"INGEST_GITHUB_{name.upper()}", "0.1")
+    """GitHub's knobs moved into its source (the file, the command's options, the flow's
+    parameters) or to every REST source's settings; the latency model's settings are gone.
+    Setting one is one error naming where its job went, by its variable or its keyword,
+    never a value ignored."""
+    variable = f"INGEST_GITHUB_{name.upper()}"
+    monkeypatch.setenv(variable, "7")
+    with pytest.raises(ValueError, match=f"{variable}: .*{re.escape(said)}"):
         Settings()
-    monkeypatch.delenv(f"INGEST_GITHUB_{name.upper()}")
-    with pytest.raises(ValueError, match=f"github_{name}: gone: the page plan measures"):
-        Settings(**{f"github_{name}": 0.1})
-    assert Settings().github.budget_share == 0.5  # the group's other settings stay
+    monkeypatch.delenv(variable)
+    with pytest.raises(ValueError, match=f"github_{name}: .*{re.escape(said)}"):
+        Settings(**{f"github_{name}": 7})
+    assert Settings().github.base_url == "https://api.github.com"  # what stays is read
+
+
+def test_every_github_setting_left_is_the_workers_own() -> None:
+    """What stays under INGEST_GITHUB_ is the worker's: its token and its API root (which
+    the worker trusts for deployed runs); every knob of how a source pages is declared."""
+    fields = Settings.model_fields["github"].annotation.model_fields  # type: ignore[union-attr]
+    assert set(fields) == {"token", "base_url"}

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from typer.testing import CliRunner
 
-from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, Form
+from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, NIGHTS, Form
 from dev.servers.shapes import DevShapes
 from ingest import storage
 from ingest.rest.errors import SourceError
@@ -228,16 +228,7 @@ def test_an_auth_with_a_token_and_no_type_is_bearer(
 def test_without_a_primary_key_rows_are_appended_with_one_they_are_merged(
     shapes: DevShapes, data_dir: Path, tmp_path: Path
 ) -> None:
-    text = """\
-client: {base_url: BASE}
-resources:
-  - name: cursored
-    endpoint: {path: cursored, paginator: {type: cursor}}
-  - name: linked
-    primary_key: id
-    endpoint: {path: linked, paginator: header_link}
-"""
-    source = load_source(write(tmp_path, text, shapes))
+    source = load_source(write(tmp_path, NIGHTS.text, shapes))
     run(data_dir, source, "night1")
     run(data_dir, source, "night2")
     totals = shapes.totals()
@@ -255,18 +246,23 @@ def sync_rows(data_dir: Path) -> list[tuple[Any, ...]]:
     return found
 
 
-def test_a_listing_stopped_short_is_incomplete_and_says_why(
-    shapes: DevShapes, data_dir: Path, tmp_path: Path
-) -> None:
-    text = """\
+# A listing stopped by max_pages before its paginator's end.
+MAX_PAGES_2 = """\
 client: {base_url: BASE}
 resources:
   - name: linked
     max_pages: 2
     endpoint: {path: linked, paginator: header_link}
-  - name: numbered
-    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}
 """
+
+
+def test_a_listing_stopped_short_is_incomplete_and_says_why(
+    shapes: DevShapes, data_dir: Path, tmp_path: Path
+) -> None:
+    text = MAX_PAGES_2 + (
+        "  - name: numbered\n"
+        "    endpoint: {path: numbered, paginator: {type: page_number, total_path: total}}\n"
+    )
     shapes.configure(totals=False)
     summary = run(data_dir, load_source(write(tmp_path, text, shapes)))
     totals = shapes.totals()
@@ -314,14 +310,7 @@ def test_a_detected_single_page_that_announces_more_is_incomplete(
 def test_the_rest_command_exits_3_when_a_listing_is_incomplete(
     prefect_harness: None, shapes: DevShapes, data_dir: Path, tmp_path: Path
 ) -> None:
-    text = """\
-client: {base_url: BASE}
-resources:
-  - name: linked
-    max_pages: 2
-    endpoint: {path: linked, paginator: header_link}
-"""
-    path = write(tmp_path, text, shapes)
+    path = write(tmp_path, MAX_PAGES_2, shapes)
     result = CliRunner().invoke(app(), ["rest", str(path), "--data-dir", str(data_dir)])
     assert result.exit_code == 3, result.output
     assert "stopped at max_pages=2" in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,24 +42,44 @@ def github() -> Iterator[Server]:
         server.__exit__(None, None, None)
 
 
-def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Settings:
+# github_source's options (the source's own knobs); the other keywords are settings
+OPTIONS = {"per_page", "concurrency", "rate_limit_reserve", "max_wait", "backoff", "limit_retries"}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The settings of a run and the options of its GitHub source (``github_source``)."""
+
+    settings: Settings
+    options: dict[str, Any]
+
+
+def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Setup:
     defaults: dict[str, Any] = {
         "data_dir": data_dir,
         "github_base_url": server.url,
-        "github_retry_base": 0.01,
-        "github_retry_cap": 0.05,
-        "github_secondary_backoff": 0.05,
-        "github_timeout": 5.0,
-        "github_max_wait": 0.0,
-        "github_rate_limit_reserve": 10,
+        "rest_retry_base": 0.01,
+        "rest_retry_cap": 0.05,
+        "backoff": 0.05,
+        "rest_timeout": 5.0,
+        "max_wait": 0.0,
+        "rate_limit_reserve": 10,
     }
-    return Settings(**{**defaults, **kw})
+    given = {**defaults, **kw}
+    return Setup(
+        Settings(**{k: v for k, v in given.items() if k not in OPTIONS}),
+        {k: v for k, v in given.items() if k in OPTIONS},
+    )
 
 
-def run(settings: Settings, repos: list[str], run_id: str, **kw: Any) -> GitHubSummary:
-    summary = fetch_pulls(settings, repos, run_id=run_id, token=TOKEN, **kw)
-    storage.commit_run(settings.data_dir, run_id)  # as the flow's commit-run task does
+def run(setup: Setup, repos: list[str], run_id: str, **kw: Any) -> GitHubSummary:
+    summary = fetch(setup, repos, run_id=run_id, token=TOKEN, **kw)
+    storage.commit_run(setup.settings.data_dir, run_id)  # as the flow's commit-run task does
     return summary
+
+
+def fetch(setup: Setup, repos: list[str], **kw: Any) -> GitHubSummary:
+    return fetch_pulls(setup.settings, repos, **setup.options, **kw)
 
 
 def sql(data_dir: Path, query: str) -> list[tuple[Any, ...]]:
@@ -85,7 +106,7 @@ def test_every_pull_request_exactly_once_within_the_in_flight_limit(
     github: Server, data_dir: Path
 ) -> None:
     server = github(repos={"octo/big": 480, "octo/small": 35, "octo/empty": 0})
-    settings = settings_for(server, data_dir, github_concurrency=8)
+    settings = settings_for(server, data_dir, concurrency=8)
     summary = run(settings, ["octo/big", "octo/small", "octo/empty"], "r1")
     assert summary.complete and not summary.errors and summary.failed_pages == 0
     assert numbers(data_dir, "octo/big") == list(range(1, 481))
@@ -114,7 +135,7 @@ def test_every_pull_request_exactly_once_within_the_in_flight_limit(
 
 def test_explicit_per_page_is_capped_like_github(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/big": 250})
-    summary = run(settings_for(server, data_dir, github_per_page=100), ["octo/big"], "r1")
+    summary = run(settings_for(server, data_dir, per_page=100), ["octo/big"], "r1")
     assert summary.repos[0]["pages"] == 3 and numbers(data_dir, "octo/big") == list(range(1, 251))
 
 
@@ -137,7 +158,7 @@ def test_rerun_with_nothing_changed_spends_no_budget(github: Server, data_dir: P
 
 def test_incremental_run_reads_only_down_to_the_watermark(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/big": 480})
-    settings = settings_for(server, data_dir, github_per_page=20)
+    settings = settings_for(server, data_dir, per_page=20)
     assert run(settings, ["octo/big"], "r1").complete
     server.touch("octo/big", [5, 400], add=1)
     server.reset_stats()
@@ -160,7 +181,7 @@ def test_incremental_run_reads_only_down_to_the_watermark(github: Server, data_d
 def test_budget_never_below_reserve_then_stop_and_resume(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/big": 480})
     server.set_budget(limit=1000, remaining=40, reset_in=3600)
-    settings = settings_for(server, data_dir, github_per_page=10, github_rate_limit_reserve=15)
+    settings = settings_for(server, data_dir, per_page=10, rate_limit_reserve=15)
     first = run(settings, ["octo/big"], "r1")
     # stopped cleanly: what was fetched is stored, the watermark did not advance
     assert not first.complete and first.stopped and "beyond max_wait" in first.stopped
@@ -187,9 +208,7 @@ def test_budget_never_below_reserve_then_stop_and_resume(github: Server, data_di
 def test_waits_for_the_primary_reset_when_within_max_wait(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/small": 50})
     server.set_budget(limit=1000, remaining=12, reset_in=1)
-    settings = settings_for(
-        server, data_dir, github_per_page=5, github_rate_limit_reserve=10, github_max_wait=30
-    )
+    settings = settings_for(server, data_dir, per_page=5, rate_limit_reserve=10, max_wait=30)
     summary = run(settings, ["octo/small"], "r1")
     assert summary.complete and numbers(data_dir, "octo/small") == list(range(1, 51))
 
@@ -203,7 +222,7 @@ def test_retries_502_and_hangs_then_completes(github: Server, data_dir: Path) ->
         ],
         hang_seconds=20,
     )
-    settings = settings_for(server, data_dir, github_per_page=20, github_timeout=0.5)
+    settings = settings_for(server, data_dir, per_page=20, rest_timeout=0.5)
     summary = run(settings, ["octo/big"], "r1")
     assert summary.complete and summary.failed_pages == 0
     assert numbers(data_dir, "octo/big") == list(range(1, 201))
@@ -221,7 +240,7 @@ def test_a_page_failing_all_retries_is_a_row_and_keeps_the_watermark(
     server = github(
         repos={"octo/big": 100}, faults=[{"kind": "502", "match": "page=4", "times": 99}]
     )
-    settings = settings_for(server, data_dir, github_per_page=10, github_max_attempts=3)
+    settings = settings_for(server, data_dir, per_page=10, rest_max_attempts=3)
     summary = run(settings, ["octo/big"], "r1")
     assert not summary.complete and summary.failed_pages == 1
     assert len(numbers(data_dir, "octo/big")) == 90
@@ -238,9 +257,7 @@ def test_secondary_limit_backs_off_and_completes(
         secondary_retry_after=retry_after,
         latency_base_ms=20,
     )
-    settings = settings_for(
-        server, data_dir, github_per_page=10, github_concurrency=12, github_secondary_retries=10
-    )
+    settings = settings_for(server, data_dir, per_page=10, concurrency=12, limit_retries=10)
     summary = run(settings, ["octo/big"], "r1")
     assert summary.complete and summary.failed_pages == 0
     assert server.stats()["secondary"] > 0
@@ -251,7 +268,7 @@ def test_bad_token_is_a_clear_terminal_error(github: Server, data_dir: Path) -> 
     server = github(repos={"octo/big": 10})
     wrong = "ghp_" + "WrongTokenValue0123456789abcdefABCDEF"
     with pytest.raises(AuthError) as info:
-        fetch_pulls(settings_for(server, data_dir), ["octo/big"], run_id="r1", token=wrong)
+        fetch(settings_for(server, data_dir), ["octo/big"], run_id="r1", token=wrong)
     message = str(info.value)
     assert "401" in message and "token" in message and wrong not in message
 
@@ -268,7 +285,7 @@ def test_unknown_repository_is_a_clear_error_and_others_complete(
 
 def test_unauthenticated_runs_within_sixty_per_hour(github: Server, data_dir: Path) -> None:
     server = github(repos={"octo/small": 45}, token=None)
-    summary = fetch_pulls(settings_for(server, data_dir), ["octo/small"], run_id="r1", token=None)
+    summary = fetch(settings_for(server, data_dir), ["octo/small"], run_id="r1", token=None)
     storage.commit_run(data_dir, "r1")
     assert summary.complete and numbers(data_dir, "octo/small") == list(range(1, 46))
     assert server.stats()["remaining"]["anonymous"] >= 6  # a tenth of 60 kept in reserve
@@ -283,10 +300,10 @@ def test_the_token_never_reaches_logs_or_outputs(
         max_in_flight=2,
     )
     caplog.set_level(logging.DEBUG)
-    settings = settings_for(server, data_dir, github_per_page=10)
+    settings = settings_for(server, data_dir, per_page=10)
     run(settings, ["octo/big", "octo/missing"], "r1")
     with pytest.raises(AuthError):
-        fetch_pulls(settings, ["octo/big"], run_id="r2", token=TOKEN[:-1] + "X")
+        fetch(settings, ["octo/big"], run_id="r2", token=TOKEN[:-1] + "X")
     assert caplog.records  # httpx and the retries logged
     for record in caplog.records:
         text = record.getMessage() + str(record.args) + str(record.exc_info or "")

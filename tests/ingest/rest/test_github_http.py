@@ -75,7 +75,7 @@ async def get_all(base_url: str, urls: list[str], **settings_kw: object) -> list
         settings,
         source,
         run_id="t",
-        base_url=None,
+        base_url=source.client.base_url,
         load_block=None,
         remembered=None,
         token=TOKEN,

@@ -489,7 +489,7 @@ def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: 
         api.script("/repos/o/good/pulls", Answer(200, json.dumps(good).encode()))
         api.script("/repos/o/bad/pulls", Answer(200, json.dumps(bad).encode()))
         settings = Settings(
-            data_dir=data_dir, github_base_url=api.url, github_max_attempts=1, github_timeout=5.0
+            data_dir=data_dir, github_base_url=api.url, rest_max_attempts=1, rest_timeout=5.0
         )
         summary = fetch_pulls(settings, ["o/good", "o/bad"], run_id="r1", token=TOKEN)
         storage.commit_run(data_dir, "r1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from pathlib import Path
 
 import pytest
 
@@ -214,22 +215,66 @@ def test_ticket_default_counts_admission() -> None:
 
 
 def test_the_github_options_become_a_dialect_source() -> None:
-    """``ingest github``'s options, the github_* settings as their defaults, declare the
-    source the REST engine runs with the GitHub dialect."""
+    """``ingest github``'s options, the dialect's defaults for what they leave open,
+    declare the source the REST engine runs with the GitHub dialect."""
     from ingest.rest import github
     from ingest.settings import Settings
 
-    settings = Settings(github_state="open", github_rate_limit_reserve=7)
-    source = github.github_source(settings, ["octo/a", "octo/b", "octo/a"], concurrency=9)
+    settings = Settings(github_base_url="https://ghe.test/api/v3")
+    source = github.github_source(
+        settings, ["octo/a", "octo/b", "octo/a"], state="open", rate_limit_reserve=7, concurrency=9
+    )
     assert source.client.dialect == "github" and source.repos == ["octo/a", "octo/b"]
+    assert source.client.base_url == "https://ghe.test/api/v3"  # the worker's API root
     assert source.table(source.resources[0]) == "pull_requests"
     assert github.state_of(source) == "open" and github.per_page_of(source) is None
     assert source.client.rate_limit.reserve == 7 and source.client.concurrency == 9
-    fixed = github.github_source(settings, ["octo/a"], per_page=25, state="all", max_wait=0)
+    fixed = github.github_source(settings, ["octo/a"], per_page=25, max_wait=0, limit_retries=2)
     assert github.per_page_of(fixed) == 25 and github.state_of(fixed) == "all"
-    assert fixed.client.rate_limit.max_wait == 0
+    assert fixed.client.rate_limit.max_wait == 0 and fixed.client.rate_limit.retries == 2
     with pytest.raises(SourceError, match="repos: repository must look like owner/name"):
         github.github_source(settings, ["octo"])
+
+
+def test_the_github_source_file_declares_what_the_command_runs() -> None:
+    """The one GitHub source file and ``ingest github`` (its options left open: the
+    dialect's defaults) declare the same client and listing: the file's knobs are the
+    dialect's."""
+    from ingest.rest import github
+    from ingest.rest.source import load_source
+    from ingest.settings import Settings
+
+    path = Path(__file__).resolve().parents[3] / "sources" / "github.yaml"  # the project's
+    filed = load_source(path)
+    built = github.github_source(Settings(), filed.repos)
+    assert filed.client.base_url.rstrip("/") == built.client.base_url.rstrip("/")
+    skip = {"base_url"}
+    assert filed.client.model_dump(exclude=skip) == built.client.model_dump(exclude=skip)
+    assert github.state_of(filed) == github.state_of(built) == "all"
+    assert filed.client.rate_limit.retries == github.DEFAULTS["retries"]
+    listing = filed.resolved(filed.resources[0]).endpoint
+    assert listing.path == built.resources[0].endpoint.path
+
+
+def test_a_sources_rate_limit_retries_is_its_clients() -> None:
+    """``client.rate_limit.retries`` of a source is how many limit answers one request
+    may take; left out, the ``rest_limit_retries`` setting; the plain dialect and
+    GitHub's read them alike, with every REST source's timeout and retries."""
+    from ingest.rest import github
+    from ingest.rest.dialect import PLAIN
+    from ingest.settings import Settings
+
+    settings = Settings(rest_limit_retries=3, rest_timeout=4.0, rest_max_attempts=2)
+    plain = parse_source(
+        "client: {base_url: 'http://127.0.0.1:1/'}\nresources: [things]\n", "t.yaml"
+    )
+    setup = PLAIN.client_setup(settings, plain, None, None)
+    assert (setup.limit_retries, setup.timeout, setup.retry.max_attempts) == (3, 4.0, 2)
+    gh = github.github_source(settings, ["octo/a"], limit_retries=6)
+    setup = github.GITHUB.client_setup(settings, gh, None, "ghp_" + "x" * 36)
+    assert (setup.limit_retries, setup.timeout, setup.retry.max_attempts) == (6, 4.0, 2)
+    assert setup.headers["X-GitHub-Api-Version"] and setup.who == github.WHO
+    assert github.github_source(settings, ["octo/a"]).client.rate_limit.retries == 5
 
 
 DIALECT = """name: gh

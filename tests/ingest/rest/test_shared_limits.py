@@ -36,11 +36,25 @@ RESERVE = 15
 REMAINING = 15 + 45  # 45 pages may be spent above the reserve; the two runs want 60
 PULLS = 300  # per repository: 30 pages of 10
 
+# the GitHub source's options of each run (github_source's; the command's below)
+OPTIONS = {
+    "per_page": 10,
+    "concurrency": IN_FLIGHT,
+    "rate_limit_reserve": RESERVE,
+    "max_wait": 0,
+    "backoff": 0.05,
+}
+COMMAND_OPTIONS = [
+    *("--per-page", "10", "--concurrency", str(IN_FLIGHT)),
+    *("--rate-limit-reserve", str(RESERVE), "--max-wait", "0"),
+]
+
 CHILD = """
 import json, sys
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
-s = fetch_pulls(Settings(), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3])
+s = fetch_pulls(Settings(), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3],
+                **json.loads(sys.argv[4]))
 print(json.dumps({"requests": s.requests, "max_in_flight": s.max_in_flight,
                   "stopped": s.stopped, "shared_limit": s.shared_limit,
                   "round_trips": s.shared_round_trips, "pulls": s.pulls}))
@@ -91,13 +105,8 @@ def child_env(server: DevGitHub, data_dir: Path, shared_limits: str, name: str) 
         "PREFECT_API_URL": harness_api_url(),
         "INGEST_DATA_DIR": str(data_dir),
         "INGEST_GITHUB_BASE_URL": server.url,
-        "INGEST_GITHUB_PER_PAGE": "10",
-        "INGEST_GITHUB_CONCURRENCY": str(IN_FLIGHT),
         "INGEST_HTTP_INITIAL_WINDOW": str(IN_FLIGHT),  # no slow start: full windows at once
-        "INGEST_GITHUB_RATE_LIMIT_RESERVE": str(RESERVE),
-        "INGEST_GITHUB_MAX_WAIT": "0",
-        "INGEST_GITHUB_SECONDARY_BACKOFF": "0.05",
-        "INGEST_GITHUB_RETRY_BASE": "0.01",
+        "INGEST_REST_RETRY_BASE": "0.01",
         "INGEST_SHARED_LIMITS": shared_limits,
         "INGEST_SHARED_LIMIT_NAME": name,  # one name per test: tests share a Prefect server
         "INGEST_SHARED_LIMIT_BLOCK": "3",
@@ -136,7 +145,7 @@ def test_two_processes_stay_within_one_in_flight_limit_and_one_budget(
     name = "test-two-processes"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CHILD, repo, f"run-{i}", TOKEN],
+            [sys.executable, "-c", CHILD, repo, f"run-{i}", TOKEN, json.dumps(OPTIONS)],
             cwd=ROOT,
             env=child_env(server, tmp_path / f"worker-{i}", "on", name),
             stdout=subprocess.PIPE,
@@ -177,7 +186,7 @@ def test_two_ingest_github_commands_share_limits_and_without_them_overrun(
     name = f"test-commands-{mode}"
     procs = [
         run_cli(
-            ["github", "--repo", repo],
+            ["github", "--repo", repo, *COMMAND_OPTIONS],
             env={
                 **child_env(server, tmp_path / f"worker-{i}", mode, name),
                 "GITHUB_TOKEN": TOKEN,
