@@ -548,7 +548,7 @@ def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
-def print_summary(summary: Any, data_dir: Path | None) -> None:
+def print_summary(summary: Any, data_dir: Path | str | None) -> None:
     from ingest import console
 
     typer.echo(with_final_seconds(console.run_summary(summary), summary.run_id, data_dir))
