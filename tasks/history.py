@@ -202,7 +202,12 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         if stored.start_time is None or stored.end_time is None:  # it never ran
             return
         seconds = (stored.end_time - stored.start_time).total_seconds()
-        final_artifacts(client, run.id, seconds)
+        try:
+            final_artifacts(client, run.id, seconds)
+        except Exception as exc:  # they keep their figure up to the summary, which says so
+            _logger.warning(
+                "artifacts of run %s keep their figure: %s", run.id, report.short(str(exc), 300)
+            )
     if _refused(state):  # its folders were refused: nothing of it is written there
         return
     data_dir = (stored.parameters or {}).get("data_dir")
