@@ -470,6 +470,9 @@ def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
         assert same_instant(row["started_at"], run.start_time), (row, run.start_time)
         assert same_instant(row["ended_at"], run.end_time), (row, run.end_time)
         assert f"**{name}** ({run.state.type.value.lower()}, {interval:.2f} s)" in summary
+        for table in ("source_freshness", "source_nights"):  # the nightly's rows of it
+            [fresh] = rows(data_dir, f"SELECT seconds FROM {table} WHERE flow_run_id = '{run.id}'")
+            assert fresh["seconds"] == pytest.approx(interval, abs=1e-6), (table, name, fresh)
     # The nightly's own row, written as it ended: its start and end on the server.
     own, row = flow_run_of(night_id), stored[str(night_id)]
     assert row["state"] == "failed"
