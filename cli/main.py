@@ -483,7 +483,7 @@ def s3_command(
         listing=cast(Literal["list", "inventory"], listing),
         inventory=inventory,
     )
-    print_summary(summary)
+    print_summary(summary, data_dir)
 
 
 @app.command("reextract")
@@ -537,7 +537,7 @@ def reextract_command(
         reextract_kinds=kind or None,
         reextract_since=since_version,
     )
-    print_summary(summary)
+    print_summary(summary, data_dir)
 
 
 def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
@@ -548,10 +548,26 @@ def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
-def print_summary(summary: Any) -> None:
+def print_summary(summary: Any, data_dir: Path | str | None) -> None:
     from ingest import console
 
-    typer.echo(console.run_summary(summary))
+    typer.echo(with_final_seconds(console.run_summary(summary), summary.run_id, data_dir))
+
+
+def with_final_seconds(text: str, run_id: str, data_dir: Path | str | None) -> str:
+    """A summary written before its run ended, with the run's duration as Prefect recorded
+    it once it ended (its ``flow_runs`` row, which the end-of-run hook wrote); as it was
+    written (its figure "up to this summary") where that row cannot be read."""
+    from ingest import history
+    from ingest.timing import final_seconds
+
+    try:
+        row = history.flow_run(
+            Settings().with_data_dir(str(data_dir) if data_dir else None).location, run_id
+        )
+    except Exception:  # the figure up to the summary, which says what it measures
+        return text
+    return final_seconds(text, float(row["seconds"])) if row and row["seconds"] else text
 
 
 @app.command("github")
@@ -617,7 +633,7 @@ def github_command(
         full_refresh=full_refresh,
         task_runner=runner,
     )
-    typer.echo(headline(summary))
+    typer.echo(with_final_seconds(headline(summary), summary.run_id, data_dir))
     for r in summary.repos:
         note = "complete" if r["complete"] else f"incomplete: {r['stop_reason']}"
         typer.echo(
@@ -671,7 +687,7 @@ def rest_command(
         full_refresh=full_refresh,
         task_runner=runner,
     )
-    typer.echo(headline(summary))
+    typer.echo(with_final_seconds(headline(summary), summary.run_id, data_dir))
     if isinstance(summary, GitHubSummary):  # a source of client.dialect github
         for line in listing_lines(summary):
             typer.echo(f"  {line}")

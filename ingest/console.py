@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ingest.records import needs_ocr_line
-from ingest.timing import human_bytes
+from ingest.timing import human_bytes, seconds_so_far
 
 if TYPE_CHECKING:
     from ingest.report import RunSummary
@@ -78,7 +78,7 @@ def run_summary(summary: RunSummary) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
     lines = [
         f"run {summary.run_id}: {summary.total} objects ({counts}), "
-        f"{human_bytes(summary.bytes)} in {summary.seconds:.2f} s"
+        f"{human_bytes(summary.bytes)}, {seconds_so_far(summary.seconds)}"
     ]
     if summary.note:
         lines.append(summary.note)

@@ -13,7 +13,7 @@ from ingest.errors import TerminalError
 from ingest.history import FlowRunRecord
 from ingest.report import failures_heading, short
 from ingest.rest.summary import requests_text
-from ingest.timing import human_bytes
+from ingest.timing import human_bytes, seconds_so_far
 
 FAILURES_SHOWN = 10
 ENGINE_PREFIX = "Flow run encountered an exception: "
@@ -303,7 +303,7 @@ def markdown(
         "# nightly ingestion",
         "",
         f"{ok} of {len(outcomes)} ingestions completed{together_text(outcomes)}; this "
-        f"nightly run had been {seconds:.2f} s in Running when this summary was written. "
+        f"nightly run: {seconds_so_far(seconds)}. "
         "Each ingestion's duration is its flow run's start to end as Prefect recorded them.",
         "",
     ]

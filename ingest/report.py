@@ -18,7 +18,7 @@ from ingest.records import (
     permanent_object_error,
 )
 from ingest.storage.location import DataDir, locate
-from ingest.timing import human_bytes
+from ingest.timing import human_bytes, seconds_so_far
 
 
 @dataclass(slots=True)
@@ -251,8 +251,7 @@ def markdown(summary: RunSummary, title: str) -> str:
         f"# {md.cell(title)}",
         "",
         f"**{summary.total} objects** ({counts}), {human_bytes(summary.bytes)} downloaded, "
-        f"{summary.seconds:.2f} s in Running up to this summary (Prefect's rule, as its UI "
-        "counts; the finished run's figure there also counts the final commit).",
+        f"{seconds_so_far(summary.seconds)}.",
     ]
     if summary.failing:  # the run ends Failed: said so, not "Completed with ..."
         lines += ["", f"**Failed: {summary.failing}.**"]

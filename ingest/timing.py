@@ -9,6 +9,7 @@ recording task runs (the temporary server drops most of them on large runs).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,3 +87,20 @@ def record(
             [timing.as_row()],
         )
         (logger or log).info("%s", describe(timing, noun))
+
+
+# A run's duration as its summary gives it before the run has ended, and the figure its
+# end-of-run hook puts in its place once Prefect has recorded the end (``final_seconds``).
+_SO_FAR = re.compile(r"(\d+\.\d+) s in Running up to this summary")
+
+
+def seconds_so_far(seconds: float) -> str:
+    """``12.34 s in Running up to this summary``: a run's time in Running by Prefect's rule
+    when its summary was written (its end replaces it: ``final_seconds``)."""
+    return f"{seconds:.2f} s in Running up to this summary"
+
+
+def final_seconds(text: str, seconds: float) -> str:
+    """``text`` with each ``seconds_so_far`` phrase replaced by the run's final duration,
+    its start to end as Prefect recorded them."""
+    return _SO_FAR.sub(f"{seconds:.2f} s in Running (its start to end in Prefect)", text)

@@ -16,7 +16,7 @@ from prefect.context import FlowRunContext
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
-from ingest import freshness, history, report
+from ingest import freshness, history, report, storage, timing
 from ingest import markdown as md
 from ingest.context import RunContext
 from ingest.storage.location import DataDir
@@ -199,8 +199,15 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         parent = ""
         if stored.parent_task_run_id is not None:
             parent = str(client.read_task_run(stored.parent_task_run_id).flow_run_id or "")
-    if stored.start_time is None or stored.end_time is None:  # it never ran
-        return
+        if stored.start_time is None or stored.end_time is None:  # it never ran
+            return
+        seconds = (stored.end_time - stored.start_time).total_seconds()
+        try:
+            final_artifacts(client, run.id, seconds)
+        except Exception as exc:  # they keep their figure up to the summary, which says so
+            _logger.warning(
+                "artifacts of run %s keep their figure: %s", run.id, report.short(str(exc), 300)
+            )
     if _refused(state):  # its folders were refused: nothing of it is written there
         return
     data_dir = (stored.parameters or {}).get("data_dir")
@@ -214,7 +221,7 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
             parent_flow_run_id=parent,
             started_at=stored.start_time,
             ended_at=stored.end_time,
-            seconds=(stored.end_time - stored.start_time).total_seconds(),
+            seconds=seconds,
             items=None,
             bytes=None,
             failed=None,
@@ -223,6 +230,36 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         ),
         staged_by=f"{run.id}-end",
     )
+    if not parent:  # a run of its own committed its freshness rows before it ended
+        days = (stored.start_time, stored.end_time)
+        changed = freshness.take_run_seconds(location, str(run.id), seconds, days)
+        if changed:
+            storage.refresh_warehouse(location, tables=changed)
+
+
+def final_artifacts(client: Any, flow_run_id: Any, seconds: float) -> None:
+    """The run's artifacts written before it ended (its summary, its finished progress
+    bar) say its duration up to then (``timing.seconds_so_far``); each takes ``seconds``,
+    its start to end as Prefect recorded them, in place: the same artifact, its key's
+    latest version, now with the figure the run's page shows."""
+    from prefect.client.schemas.actions import ArtifactUpdate
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    artifacts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+    )
+    for artifact in artifacts:
+        changed: dict[str, Any] = {}
+        if isinstance(artifact.data, str):
+            data = timing.final_seconds(artifact.data, seconds)
+            if data != artifact.data:
+                changed["data"] = data
+        if artifact.description:
+            description = timing.final_seconds(artifact.description, seconds)
+            if description != artifact.description:
+                changed["description"] = description
+        if changed:
+            client.update_artifact(artifact.id, ArtifactUpdate(**changed))
 
 
 def _refused(state: Any) -> bool:

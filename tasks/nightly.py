@@ -23,6 +23,7 @@ from ingest import markdown as md
 from ingest.nightly import ChildOutcome, advice, is_terminal
 from ingest.report import RunSummary
 from ingest.settings import Settings
+from ingest.timing import seconds_so_far
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
 from tasks.runners import run_context
@@ -292,7 +293,7 @@ def publish_nightly_summary(
         "nightly-progress",
         len(outcomes),
         len(outcomes),
-        f"Ingestions done, {seconds:.1f} s in Running up to this summary: "
+        f"Ingestions done, {seconds_so_far(seconds)}: "
         + ", ".join(f"{o.flow_name} {o.verdict} ({o.seconds:.1f} s)" for o in outcomes),
     )
     create_markdown_artifact(

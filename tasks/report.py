@@ -13,7 +13,7 @@ from prefect.states import Completed
 
 from ingest import report
 from ingest.settings import Settings
-from ingest.timing import human_bytes
+from ingest.timing import human_bytes, seconds_so_far
 from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, current_ids, record_current_run
 from tasks.progress import publish_progress
@@ -114,7 +114,7 @@ def publish_summary(
             1,
             1,
             f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
-            f"downloaded in {summary.seconds:.1f} s",
+            f"downloaded, {seconds_so_far(summary.seconds)}",
         )
     return summary
 

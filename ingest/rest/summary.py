@@ -9,6 +9,7 @@ from typing import Any
 
 from ingest import markdown as md
 from ingest.rest.records import GitHubSummary, RestSummary
+from ingest.timing import seconds_so_far
 
 
 def headline(summary: RestSummary) -> str:
@@ -22,7 +23,8 @@ def headline(summary: RestSummary) -> str:
         f"{len(summary.resources)} resources, {summary.requests} requests, "
         f"{summary.limit_answers} limit answers, max in flight {summary.max_in_flight} "
         f"(window {summary.window}"
-        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), {summary.seconds:.2f} s"
+        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
+        f"{seconds_so_far(summary.seconds)}"
     )
     if summary.failed_pages:
         text += f", {summary.failed_pages} failed pages"
@@ -91,7 +93,7 @@ def github_headline(summary: GitHubSummary) -> str:
         f"budget spent {summary.budget_spent}, per_page {summary.per_page}, "
         f"max in flight {summary.max_in_flight} (window {summary.window}"
         f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
-        f"{summary.seconds:.2f} s in Running"
+        f"{seconds_so_far(summary.seconds)}"
     )
     if summary.limit_answers:
         text += f", {summary.limit_answers} limit answers"

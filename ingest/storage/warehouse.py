@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -360,6 +361,16 @@ def query_read_only(data_dir: DataDir, sql: str) -> tuple[list[str], list[tuple[
         return columns, cur.fetchall()
 
 
+_HOLDERS: dict[str, threading.Lock] = {}
+_HOLDERS_LOCK = threading.Lock()
+
+
+def _holding(db: os.PathLike[str]) -> threading.Lock:
+    """This process's lock of the warehouse file ``db``."""
+    with _HOLDERS_LOCK:
+        return _HOLDERS.setdefault(os.path.realpath(db), threading.Lock())
+
+
 def refresh_warehouse(
     data_dir: DataDir, *, tables: Iterable[str] | None = None, wait_seconds: float = 5.0
 ) -> bool:
@@ -379,23 +390,33 @@ def refresh_warehouse(
     db = local / WAREHOUSE
     stamp = local / _STAMP
     owed = local / _OWED  # an earlier refresh found the file busy: all views are owed
-    if tables is None or not db.exists() or owed.exists():
-        bodies = views(data_dir, stored=True)
-        signature: str | None = hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
-        if db.exists() and stamp.exists() and stamp.read_text() == signature:
+    whole = tables is None or not db.exists() or owed.exists()
+    wanted = set() if tables is None else written_with(tables)
+
+    def current() -> tuple[dict[str, str], str | None]:
+        """The views' bodies over the tables' versions as of now, and, for all views, the
+        stamp's signature (None: some views only, the stamp no longer holds)."""
+        if whole:
+            bodies = views(data_dir, stored=True)
+            return bodies, hashlib.sha256(repr(sorted(bodies.items())).encode()).hexdigest()
+        present = set(lake.table_names(data_dir))
+        return {name: stored_view_sql(data_dir, name) for name in sorted(wanted & present)}, None
+
+    if whole:
+        if db.exists() and stamp.exists() and stamp.read_text() == current()[1]:
             owed.unlink(missing_ok=True)
             return True
-    else:
-        present = set(lake.table_names(data_dir))
-        wanted = written_with(tables)
-        bodies = {name: stored_view_sql(data_dir, name) for name in sorted(wanted & present)}
-        signature = None  # the stamp covers all views: it no longer holds
-        if not bodies:
-            return True
+    elif not wanted & set(lake.table_names(data_dir)):
+        return True
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            with duck.connect(str(db)) as con:
+            # Threads of one process (the nightly's two children ending together) share
+            # the file's database, where two transactions replacing one view conflict: they
+            # take turns. Each reads the tables' versions once it holds the file (another
+            # process's commit and refresh in between is not overwritten with older views).
+            with _holding(db), duck.connect(str(db)) as con:
+                bodies, signature = current()
                 # one transaction: a reader sees the views all old or all new, and the
                 # file's log is written once, not once per view
                 con.execute("BEGIN TRANSACTION")

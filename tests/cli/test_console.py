@@ -29,7 +29,9 @@ def test_run_summary_says_counts_extraction_stages_and_first_failures() -> None:
         failures=[(f"k{i}", "boom") for i in range(11)],
     )
     lines = console.run_summary(summary).splitlines()
-    assert lines[0] == "run r1: 13 objects (downloaded 2, failed 11), 2.0 KB in 1.50 s"
+    assert lines[0] == (
+        "run r1: 13 objects (downloaded 2, failed 11), 2.0 KB, 1.50 s in Running up to this summary"
+    )
     assert lines[1] == "text extraction: ok 2"
     assert lines[2].split() == console.STAGE_COLUMNS
     assert lines[4].split()[0] == "download-batch" and lines[5] == "(1 row)"

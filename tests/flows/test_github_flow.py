@@ -149,6 +149,16 @@ def test_cli_github_command(
     assert result.exit_code == 0, result.output
     assert "270 pull requests from 2 repositories" in result.output
     assert "per_page 25" in result.output and TOKEN not in result.output
+    # Printed once the run has ended: its duration is Prefect's start to end of the run,
+    # the figure its flow_runs row holds (and the UI shows)
+    [row] = storage.query(data_dir, "SELECT flow_run_id, seconds FROM flow_runs")[1]
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(row[0])
+    assert row[1] == pytest.approx((run.end_time - run.start_time).total_seconds(), abs=1e-6)
+    assert f"{row[1]:.2f} s in Running (its start to end in Prefect)" in result.output
+    assert "up to this summary" not in result.output
     result = CliRunner().invoke(
         app, ["github", "--repo", "octo/zzz", "--base-url", server.url, "--data-dir", str(data_dir)]
     )

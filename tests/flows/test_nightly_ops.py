@@ -334,10 +334,8 @@ def test_each_child_has_its_own_source_tag_and_the_shared_ones(
         assert {"list-objects", "commit-run"} <= single.keys() or label != "s3-ingest", lines
         for stage, [figure] in single.items():
             [row] = [r for r in summary.splitlines() if r.startswith(f"| {label}: {stage} |")]
-            if row.split("|")[2] != " 1 ":
-                continue  # a stage its task retried (two children committing at once): its
-                # figure sums the attempts, which one log line does not say
-            assert row.split("|")[3] == f" {figure} ", (row, figure)
+            # one attempt each: the two children's commits at once no longer conflict
+            assert row.split("|")[2:4] == [" 1 ", f" {figure} "], (row, figure)
 
 
 def stage_lines(messages: list[str]) -> dict[str, list[str]]:
@@ -472,12 +470,24 @@ def test_children_run_together_and_a_failed_child_keeps_its_task_runs(
         assert same_instant(row["started_at"], run.start_time), (row, run.start_time)
         assert same_instant(row["ended_at"], run.end_time), (row, run.end_time)
         assert f"**{name}** ({run.state.type.value.lower()}, {interval:.2f} s)" in summary
+        for table in ("source_freshness", "source_nights"):  # the nightly's rows of it
+            [fresh] = rows(data_dir, f"SELECT seconds FROM {table} WHERE flow_run_id = '{run.id}'")
+            assert fresh["seconds"] == pytest.approx(interval, abs=1e-6), (table, name, fresh)
     # The nightly's own row, written as it ended: its start and end on the server.
     own, row = flow_run_of(night_id), stored[str(night_id)]
     assert row["state"] == "failed"
     assert row["seconds"] == pytest.approx((own.end_time - own.start_time).total_seconds())
     assert same_instant(row["started_at"], own.start_time)
     assert same_instant(row["ended_at"], own.end_time)
+    # The summaries written before their runs ended give each run's final figure.
+    own_said = f"{row['seconds']:.2f} s in Running (its start to end in Prefect)"
+    night_arts = artifacts(night_id)
+    assert f"this nightly run: {own_said}" in night_arts["nightly-summary"].data
+    assert own_said in night_arts["nightly-progress"].description
+    for name, run in kids.items():
+        interval = (run.end_time - run.start_time).total_seconds()
+        said = f"{interval:.2f} s in Running (its start to end in Prefect)"
+        assert said in artifacts(run.id)["run-summary"].data, name
 
 
 def same_instant(a: Any, b: Any) -> bool:
@@ -506,5 +516,26 @@ def test_a_standalone_run_stores_prefects_interval_and_a_failed_one_its_row(
         assert same_instant(row["started_at"], run.start_time)
         assert same_instant(row["ended_at"], run.end_time)
     assert stored[str(ok.state_details.flow_run_id)]["items"] == 1
+    # Its freshness rows (committed before it ended) and its summary and finished progress
+    # bar (written before it ended) give the same figure, set as it ended.
+    run = flow_run_of(ok.state_details.flow_run_id)
+    interval = (run.end_time - run.start_time).total_seconds()
+    assert run.total_run_time.total_seconds() == pytest.approx(interval, abs=1e-6)
+    for table in ("source_freshness", "source_nights"):
+        [row] = rows(data_dir, f"SELECT seconds FROM {table} WHERE flow_run_id = '{run.id}'")
+        assert row["seconds"] == pytest.approx(interval, abs=1e-6), (table, row, interval)
+    said = f"{interval:.2f} s in Running (its start to end in Prefect)"
+    arts = artifacts(run.id)
+    assert said in arts["run-summary"].data, arts["run-summary"].data
+    assert said in arts["download-progress"].description, arts["download-progress"].description
+    assert "up to this summary" not in arts["run-summary"].data + str(arts["download-progress"])
+    # warehouse.duckdb's views, which the hook refreshed, read the same figure
+    import duckdb
+
+    with duckdb.connect(str(data_dir / "warehouse.duckdb"), read_only=True) as con:
+        got = con.execute(
+            f"SELECT seconds FROM source_nights WHERE flow_run_id = '{run.id}'"
+        ).fetchall()
+    assert got == [(pytest.approx(interval, abs=1e-6),)], got
     failed_row = stored[str(gone.state_details.flow_run_id)]
     assert failed_row["items"] is None and "NoSuchBucket" in (failed_row["message"] or "")

@@ -301,6 +301,12 @@ def test_s3_ingest_into_a_lake_on_object_storage(
     )
     runs = storage.query(elsewhere, "SELECT count(*) FROM flow_runs")[1]
     assert runs == [(2,)]
+    # each run's end gave its freshness rows on the lake its flow_runs figure (Prefect's)
+    figures = {
+        table: dict(storage.query(elsewhere, f"SELECT flow_run_id, seconds FROM {table}")[1])
+        for table in ("flow_runs", "source_nights")
+    }
+    assert figures["source_nights"] == figures["flow_runs"], figures
     # `ingest warehouse`: a snapshot the stock duckdb reads offline, with no extension.
     copied = storage.snapshot_warehouse(elsewhere)
     assert copied["s3_objects"] == 40 and copied["flow_runs"] == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -695,3 +696,61 @@ def test_a_nights_log_view_follows_a_commit_that_names_only_its_state_table(
         with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
             assert con.execute("SELECT count(*) FROM source_nights").fetchone() == (n,)
             assert con.execute("SELECT count(*) FROM source_freshness").fetchone() == (1,)
+
+
+def test_two_children_committing_at_once_lose_and_double_no_row(tmp_path: Path) -> None:
+    """The nightly's two children end together in one process: each commits its own
+    records (flow_runs, source_freshness and its source_nights log, task_timings) and
+    refreshes warehouse.duckdb's views of them at the same moment, night after night.
+    Neither needs a retry (two threads replacing one view in the file's database at once
+    conflicted: "Catalog write-write conflict"), and the lake and the file's views hold
+    every row once."""
+    import duckdb
+
+    nights = 6
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def child(night: int, source: str, barrier: threading.Barrier) -> bool:
+        run = f"{source}-{night}"
+        when = t0 + timedelta(days=night)
+        freshness.record(
+            tmp_path,
+            [
+                freshness.SourceNight(
+                    source=source,
+                    target=f"{source}://t",
+                    state="completed",
+                    flow_run_id=run,
+                    nightly_run_id=f"nightly-{night}",
+                )
+            ],
+            staged_by=run,
+        )
+        history.record_flow_run(
+            tmp_path,
+            history.FlowRunRecord(flow_run_id=run, flow_name=source, started_at=when),
+        )
+        storage.stage(tmp_path, run, "task_timings", "t", [timing_row(f"{run}-task", when)])
+        barrier.wait()
+        report = storage.commit_run(tmp_path, run)
+        return storage.refresh_warehouse(tmp_path, tables=report.rows, wait_seconds=0)
+
+    for night in range(nights):
+        barrier = threading.Barrier(2, timeout=10)
+        with ThreadPoolExecutor(2) as pool:
+            done = [pool.submit(child, night, s, barrier) for s in ("s3-ingest", "github-pulls")]
+            assert [f.result() for f in done] == [True, True]  # raised nothing, views current
+
+    expected = [("github-pulls", nights), ("s3-ingest", nights)]
+    by_source = "SELECT {} , count(*) FROM {} GROUP BY 1 ORDER BY 1"
+    assert q(tmp_path, by_source.format("flow_name", "flow_runs")) == expected
+    assert q(tmp_path, by_source.format("source", "source_nights")) == expected
+    assert q(tmp_path, "SELECT count(DISTINCT flow_run_id) FROM source_nights") == [(2 * nights,)]
+    assert q(tmp_path, "SELECT count(*) FROM task_timings") == [(2 * nights,)]
+    with duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True) as con:
+        for sql in (
+            by_source.format("flow_name", "flow_runs"),
+            by_source.format("source", "source_nights"),
+        ):
+            assert con.execute(sql).fetchall() == expected
+        assert con.execute("SELECT count(*) FROM source_freshness").fetchone() == (2,)
