@@ -294,8 +294,9 @@ def run_flow(files: Sequence[Path], settings: Any, data_dir: Path, pool: Any) ->
     from prefect import flow
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from ingest import context, report, storage
+    from ingest import context, storage
     from ingest.records import BatchSummary
+    from ingest.report import summary as report
     from tasks.extraction import extract_batch
 
     flow_settings = settings.model_copy(update={"data_dir": data_dir})
@@ -342,8 +343,9 @@ def run_overlap(
     import boto3
 
     from dev.servers.s3 import DevServer
-    from ingest import s3, sync
+    from ingest import s3
     from ingest.extract.batch import extract_batch
+    from ingest.s3 import sync
 
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"

@@ -11,7 +11,7 @@ runs ``ingest s3`` once (the first night, text extracted). Then, each round:
 * the folder is renamed on the server (``CopyObject`` to ``projects/f<n>/``, then
   ``DeleteObject``; not timed; a server-side copy keeps the ETag, as S3's does);
 * **moved night**: ``ingest s3`` on the first night's data folder: the moved keys are
-  recognised by ETag and size (``ingest.renames``) and take their files and text;
+  recognised by ETag and size (``ingest.s3.renames``) and take their files and text;
 * **full download**: ``ingest s3`` of the same bucket into an empty data folder: what
   a sync that decides by key pays for the rename (download and extraction of every
   object).

@@ -71,7 +71,7 @@ def task_run_seconds(flow_run_id: Any, name: str) -> float:
 def timed_seconds(data_dir: Path, flow_run_id: Any, name: str) -> float:
     """The task's own ``timed`` figures (``task_timings``), summed over its attempts: the
     run summary's stage figure."""
-    from ingest import report
+    from ingest.report import summary as report
 
     [stage] = [s for s in report.stage_table(data_dir, str(flow_run_id)) if s["stage"] == name]
     return float(stage["busy_seconds"])

@@ -520,7 +520,7 @@ def reextract_command(
     if not bucket:
         raise typer.BadParameter("give --bucket or set INGEST_S3_BUCKET", param_hint="--bucket")
     if since_version is not None:
-        from ingest.changes import release_numbers
+        from ingest.s3.changes import release_numbers
 
         checked(release_numbers, since_version, "--since-version")
     from flows.s3_ingest import s3_ingest
@@ -549,7 +549,7 @@ def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
 
 
 def print_summary(summary: Any, data_dir: Path | str | None) -> None:
-    from ingest import console
+    from ingest.report import console
 
     typer.echo(with_final_seconds(console.run_summary(summary), summary.run_id, data_dir))
 
@@ -558,8 +558,8 @@ def with_final_seconds(text: str, run_id: str, data_dir: Path | str | None) -> s
     """A summary written before its run ended, with the run's duration as Prefect recorded
     it once it ended (its ``flow_runs`` row, which the end-of-run hook wrote); as it was
     written (its figure "up to this summary") where that row cannot be read."""
-    from ingest import history
-    from ingest.timing import final_seconds
+    from ingest.report import history
+    from ingest.report.timing import final_seconds
 
     try:
         row = history.flow_run(
@@ -827,7 +827,7 @@ def _json_default(value: Any) -> Any:
 
 
 def print_table(columns: list[str], rows: list[tuple[Any, ...]], width: int = 60) -> None:
-    from ingest import console
+    from ingest.report import console
 
     typer.echo(console.table(columns, rows, width))
 
@@ -859,7 +859,7 @@ def status_command(
     """Freshness of each source (last success, rows changed, lag now: every s3, github
     and rest run updates its own) and the last nightly runs' outcomes, from the tables (no
     Prefect server needed)."""
-    from ingest import status
+    from ingest.report import status
 
     root = lake_of(data_dir)
     fresh = status.freshness_now(root)

@@ -31,7 +31,8 @@ from dev import samples
 from dev.github_demo import run_github_demo
 from dev.rest_demo import run_rest_demo
 from dev.servers.s3 import DevServer
-from ingest import console, search, storage
+from ingest import search, storage
+from ingest.report import console
 
 BUCKET = "demo-documents"
 PREFIX = "incoming/"

@@ -13,7 +13,8 @@ from pathlib import Path
 import typer
 
 from dev.servers.github import DevGitHub
-from ingest import console, storage
+from ingest import storage
+from ingest.report import console
 from ingest.rest.summary import headline
 
 DEMO_REPOS = {"octo/engine": 480, "octo/docs": 120, "octo/tools": 60}

@@ -21,7 +21,8 @@ import typer
 
 from dev.servers.github import DevGitHub
 from dev.servers.rest import DevRest
-from ingest import console, storage
+from ingest import storage
+from ingest.report import console
 from ingest.rest.summary import headline
 
 DEMO_KEY = "demo-api-key-not-a-secret"

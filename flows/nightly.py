@@ -24,7 +24,7 @@ from flows.parameters import RepoName, deployment_defaults, ingest_flow
 from flows.s3_ingest import s3_ingest
 from ingest import context, security
 from ingest.errors import IngestError
-from ingest.nightly import ChildOutcome, completed_message, failed_message
+from ingest.report.nightly import ChildOutcome, completed_message, failed_message
 from ingest.settings import Settings
 from tasks import limits
 from tasks.history import FINAL_HOOKS

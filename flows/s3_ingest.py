@@ -18,7 +18,7 @@ memory. On a cluster a batch is one ``fetch-batch``: download and extraction of 
 object happen in one task on one worker, so no local path crosses machines.
 Everything else stays in the flow's process on its own threads: ``list-objects`` and
 ``find-changes`` share the run's listing database (an in-process DuckDB,
-``ingest.changes.ListingDatabase``, fed chunk by chunk, closed when the listing is
+``ingest.s3.changes.ListingDatabase``, fed chunk by chunk, closed when the listing is
 compared), a worker would have neither; the listing is a few requests per thousand keys, cheap
 next to the batches; and the checks, the summary and the one commit per table belong
 to the run, not to a batch.
@@ -37,13 +37,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import context, report, security
+from ingest import context, security
 from ingest.errors import IngestError
 from ingest.extract import provenance
-from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
-from ingest.report import RunSummary
-from ingest.schedule import Future, Steps, schedule
+from ingest.report import summary as report
+from ingest.report.summary import RunSummary
+from ingest.s3.scan import ListSpec
+from ingest.s3.schedule import Future, Steps, schedule
 from ingest.settings import Settings
 from tasks import limits
 from tasks.extraction import extract_batch, extract_stored

@@ -6,10 +6,10 @@ client, the DuckDB database for small queries; its settings' ``lake`` is bound t
 so every library function given ``ctx.settings`` or ``ctx.lake`` reaches the lake
 through it), its S3 connection (``ingest.s3.S3Connection``, built on first use from
 the settings, or handed in: a test's client), its listing database
-(``ingest.changes.ListingDatabase``), its extraction pools
+(``ingest.s3.changes.ListingDatabase``), its extraction pools
 (``ingest.extract.pool.WorkerPool``, whose worker processes start with the first
 document a parser reads), the local paths its batches gave out
-(``ingest.keys.RunClaims``), its files as they landed (``ingest.extract.landed.Landed``:
+(``ingest.s3.keys.RunClaims``), its files as they landed (``ingest.extract.landed.Landed``:
 what their first bytes decided, or the parse started on its workers), when it started
 extracting (its extraction budget), and what it works out once per run (``once``: its
 ids on the Prefect server, its progress bars). Closing it closes what it opened: the
@@ -42,12 +42,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ingest.changes import ListingDatabase
 from ingest.extract.batch import ocr_pool_config, parse_as_landed, pool_config
 from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
-from ingest.keys import RunClaims
+from ingest.s3.changes import ListingDatabase
 from ingest.s3.client import S3Connection
+from ingest.s3.keys import RunClaims
 from ingest.settings import Settings
 from ingest.storage.location import LakeLocation, LakeSession
 

@@ -251,7 +251,7 @@ class ListedChunk:
 
     shard: Shard
     chunk: int
-    name: str  # the listing's part in the run's staging (``ingest.listing.listing_path``)
+    name: str  # the listing's part in the run's staging (``ingest.s3.scan.listing_path``)
     count: int
     after: str | None
     upto: str | None

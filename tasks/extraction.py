@@ -18,9 +18,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from ingest import fetch, sync
 from ingest.extract import batch, structure
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
+from ingest.s3 import fetch, sync
 from ingest.settings import Settings
 from tasks.runners import run_context
 from tasks.s3 import pools
@@ -80,7 +80,7 @@ def extract_stored(
 ) -> ExtractSummary:
     """Extract unchanged objects whose text is missing or outdated: from their files where
     this worker can read them, else from their copy on object storage or the source
-    (``ingest.fetch.materialize``; on a cluster the file may be on another machine)."""
+    (``ingest.s3.fetch.materialize``; on a cluster the file may be on another machine)."""
     settings = run_context(settings, run_id).settings
     stored = objects.stored()
     # a file elsewhere than the run's download folders (an earlier download folder) is

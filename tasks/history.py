@@ -1,4 +1,4 @@
-"""Prefect glue for ``ingest.history``: ids come from the running flow.
+"""Prefect glue for ``ingest.report.history``: ids come from the running flow.
 
 The deployment of a run started by a deployment is that deployment; a child
 flow run (``s3-ingest`` under ``nightly``) inherits its parent's, so its
@@ -16,12 +16,14 @@ from prefect.context import FlowRunContext
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_UI_URL
 
-from ingest import freshness, history, report, storage, timing
 from ingest import markdown as md
+from ingest import storage
 from ingest.context import RunContext
+from ingest.report import freshness, history, timing
+from ingest.report import summary as report
 from ingest.storage.location import DataDir
 
-_logger = logging.getLogger("ingest.history")
+_logger = logging.getLogger("ingest.report.history")
 
 
 def current_ids(ctx: RunContext) -> dict[str, str]:

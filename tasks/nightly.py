@@ -18,12 +18,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
-from ingest import chart, freshness, history, nightly, nights, report
 from ingest import markdown as md
-from ingest.nightly import ChildOutcome, advice, is_terminal
-from ingest.report import RunSummary
+from ingest.report import chart, freshness, history, nightly, nights
+from ingest.report import summary as report
+from ingest.report.nightly import ChildOutcome, advice, is_terminal
+from ingest.report.summary import RunSummary
+from ingest.report.timing import seconds_so_far
 from ingest.settings import Settings
-from ingest.timing import seconds_so_far
 from tasks.history import current_ids, previous_of_current_run, record_current_run, run_link
 from tasks.progress import publish_progress
 from tasks.runners import run_context

@@ -22,7 +22,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from ingest.context import RunContext
 from ingest.records import BatchSummary
-from ingest.timing import human_bytes
+from ingest.report.timing import human_bytes
 
 
 @dataclass(slots=True)

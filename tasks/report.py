@@ -11,9 +11,9 @@ from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 from prefect.states import Completed
 
-from ingest import report
+from ingest.report import summary as report
+from ingest.report.timing import human_bytes, seconds_so_far
 from ingest.settings import Settings
-from ingest.timing import human_bytes, seconds_so_far
 from tasks.artifacts import Sends
 from tasks.history import compare_with_previous, current_ids, record_current_run
 from tasks.progress import publish_progress

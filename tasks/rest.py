@@ -24,7 +24,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from ingest import report
+from ingest.report import summary as report
 from ingest.rest import github, store
 from ingest.rest.dialects import dialect_of
 from ingest.rest.records import GitHubSummary, RepoState, RestSummary

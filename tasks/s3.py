@@ -22,15 +22,16 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from ingest import fetch, listing, s3, storage, sync
+from ingest import s3, storage
 from ingest.backoff import Backoff
 from ingest.context import RunContext
 from ingest.errors import TerminalError
 from ingest.extract import batch as extraction
 from ingest.extract import structure
-from ingest.listing import ListSpec
 from ingest.records import BatchSummary, ChunkResult, ListedChunk, ObjectBatch
-from ingest.s3 import chunks
+from ingest.s3 import chunks, fetch, sync
+from ingest.s3 import scan as listing
+from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
 from tasks.runners import run_context
 from tasks.timing import timed
@@ -180,7 +181,7 @@ def fetch_batch(
     extractor: str = extraction.DEFAULT_EXTRACTOR,
 ) -> BatchSummary:
     """Download a batch, extract it and place or drop its files, all on this worker
-    (``ingest.fetch``); stage its ``s3_objects`` and ``documents`` rows as parts named by
+    (``ingest.s3.fetch``); stage its ``s3_objects`` and ``documents`` rows as parts named by
     the batch (a re-run on another worker overwrites them instead of adding rows).
 
     No task retries, as ``download-batch``: per-object failures are rows. A worker lost

@@ -1,4 +1,4 @@
-"""Prefect glue for ``ingest.timing``: ids come from the running task."""
+"""Prefect glue for ``ingest.report.timing``: ids come from the running task."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run, task_run
 
-from ingest import timing
 from ingest.records import TaskTiming
+from ingest.report import timing
 from ingest.storage.location import DataDir
 from tasks.runners import worker_name
 

@@ -33,7 +33,7 @@ RULES = {
     "flows": {"cli", "deployments", *DEV_TOOLS},
     "deployments": {"flows", "tasks", "cli", *DEV_TOOLS},  # flows by entrypoint, not import
     "cli": DEV_TOOLS,
-    "dev": {"cli"},  # the demo prints through ingest.console, as the command does
+    "dev": {"cli"},  # the demo prints through ingest.report.console, as the command does
     "benchmarks": {"cli"},  # they run the command as a user does: python -m cli.main
 }
 DYNAMIC = {"import_module", "__import__"}  # importlib.import_module("flows.x"), __import__(...)
@@ -282,3 +282,52 @@ def test_the_engine_check_sees_an_import_through_another_module(tmp_path: Path) 
     graph = import_graph(tmp_path, ("ingest",))
     bad = [m for m in engine_modules(graph) if "ingest.rest.github" in reachable(graph, m)]
     assert bad == ["ingest.rest.helper", "ingest.rest.run"]
+
+
+# --- Homes per concern -------------------------------------------------------------------
+# The S3 source's run modules live in ingest/s3, the reporting modules in ingest/report,
+# and the library's top folder keeps only what every source shares: at most MAX_FLAT
+# modules besides its __init__.
+MAX_FLAT = 12
+HOMES = {
+    "s3": {"changes", "fetch", "keys", "renames", "scan", "schedule", "sync"},
+    "report": {
+        "chart",
+        "console",
+        "freshness",
+        "history",
+        "nightly",
+        "nights",
+        "status",
+        "summary",
+        "timing",
+    },
+}
+
+
+def flat_modules(root: Path) -> list[str]:
+    """The modules directly in ingest/, its ``__init__`` aside."""
+    return sorted(p.stem for p in (root / "ingest").glob("*.py") if p.stem != "__init__")
+
+
+def test_the_library_top_holds_at_most_a_dozen_modules() -> None:
+    flat = flat_modules(ROOT)
+    assert len(flat) <= MAX_FLAT, f"{len(flat)} modules directly in ingest/: {flat}"
+
+
+@pytest.mark.parametrize("package", sorted(HOMES))
+def test_each_concern_lives_in_its_package(package: str) -> None:
+    home = ROOT / "ingest" / package
+    assert (home / "__init__.py").is_file()
+    missing = sorted(m for m in HOMES[package] if not (home / f"{m}.py").is_file())
+    assert missing == [], f"not in ingest/{package}: {missing}"
+    flat = set(flat_modules(ROOT))
+    assert sorted(flat & HOMES[package]) == [], "a module of this concern sits in ingest/"
+
+
+def test_the_homes_check_counts_the_top_folder(tmp_path: Path) -> None:
+    (tmp_path / "ingest" / "s3").mkdir(parents=True)
+    for name in ("__init__", *(f"m{i}" for i in range(MAX_FLAT + 1))):
+        (tmp_path / "ingest" / f"{name}.py").write_text("")
+    (tmp_path / "ingest" / "s3" / "sync.py").write_text("")
+    assert len(flat_modules(tmp_path)) == MAX_FLAT + 1

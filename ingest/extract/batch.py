@@ -2,7 +2,7 @@
 
 Plain functions over injected settings and pools: ``tasks/extraction.py``
 wraps them for Prefect; tests and the benchmark call them directly.
-Which objects need extraction is decided with the listing (``ingest.changes``):
+Which objects need extraction is decided with the listing (``ingest.s3.changes``):
 new and changed objects, and unchanged ones whose ``documents`` row has another
 ETag or extractor (``ingest.extract.provenance``).
 """
@@ -66,7 +66,7 @@ def run_deadline(started: float | None, budget: float | None) -> float | None:
 @functools.cache
 def work_root() -> Path:
     """This process's folder for the temporary folders of batches whose files are not kept
-    (``ingest.fetch.work_folder``, ``tasks.extraction``): one folder, made once, so that
+    (``ingest.s3.fetch.work_folder``, ``tasks.extraction``): one folder, made once, so that
     the parsers' fence grants it and not the whole temporary folder. Removed at exit."""
     root = Path(tempfile.mkdtemp(prefix="ingest-work-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)

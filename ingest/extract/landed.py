@@ -11,7 +11,7 @@ beside the downloads still in flight. The batch's extraction takes each file's l
 of starting one after the batch's last byte has arrived.
 
 One ``Landed`` per run, held by its context (``ingest.context.RunContext``) or by a
-batch that downloads and extracts on a worker (``ingest.fetch``): only those downloads
+batch that downloads and extracts on a worker (``ingest.s3.fetch``): only those downloads
 fill it, only that extraction takes from it, and what is left (a batch whose extraction
 failed) goes with it at the run's end.
 """

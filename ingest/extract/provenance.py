@@ -16,7 +16,7 @@ and the options that change its output.
   a document's characters, chunk size and overlap for all).
 
 The nightly run compares each stored ``documents`` row with the string for the row's
-kind (``ingest.changes.diff_chunk``) and re-extracts exactly the documents whose string
+kind (``ingest.s3.changes.diff_chunk``) and re-extracts exactly the documents whose string
 differs; ``ingest reextract`` does the same on demand.
 """
 

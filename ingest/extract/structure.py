@@ -140,7 +140,7 @@ def deleted_rows(
 ) -> Any:
     """The rows of ``table`` (a ``storage.scan`` expression) of the deleted objects
     ``keys``, marked ``deleted`` with this run and time (so the MERGE takes them);
-    queried in ``db``, the run's ``ingest.changes.ListingDatabase``."""
+    queried in ``db``, the run's ``ingest.s3.changes.ListingDatabase``."""
     import pyarrow as pa
 
     if not keys:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ingest import markdown as md
+from ingest.report.timing import seconds_so_far
 from ingest.rest.records import GitHubSummary, RestSummary
-from ingest.timing import seconds_so_far
 
 
 def headline(summary: RestSummary) -> str:

@@ -16,6 +16,17 @@ Modules, one per concern:
 - ``download``: one object (``fetch_small``) or many on the shared lanes
   (``BatchDownloader``).
 
+A run over a bucket, one module per step:
+
+- ``scan``: a listed chunk compared with the stored state, its deletions staged and its
+  changed objects cut into batches (the ``list-objects`` and ``find-changes`` tasks).
+- ``changes``: what changed in one listed key range, computed in DuckDB.
+- ``renames``: renamed and copied objects recognised by ETag and size.
+- ``schedule``: the order of a run's work, from listed chunks to download batches.
+- ``keys``: S3 keys mapped to local paths that cannot leave the download folder.
+- ``sync``: a batch downloaded, every outcome a row.
+- ``fetch``: a batch's whole job where it runs (download, extract, keep or drop).
+
 Retry layers, one per failure kind:
 
 1. Each GET request is retried in ``get._get_obstore`` (obstore's own retries

@@ -5,7 +5,7 @@ A listing is split into **shards**, contiguous key ranges listed concurrently
 delimiter), and each shard is listed a **chunk** (a few pages) at a time
 (``list_chunk``). S3 returns keys in UTF-8 byte order, so every chunk covers a
 known key range: ``(after, last]`` for a chunk inside its shard, and up to the
-shard's end for its last chunk. The change detection (``ingest.changes``)
+shard's end for its last chunk. The change detection (``ingest.s3.changes``)
 compares exactly that range with the stored state, which also finds the keys
 deleted from it; nothing holds the whole bucket in memory.
 
@@ -23,9 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest import keys
 from ingest.records import Cursor, Shard
-from ingest.s3 import inventory, rawlist
+from ingest.s3 import inventory, keys, rawlist
 from ingest.s3.client import S3Connection
 from ingest.s3.errors import translate_errors
 from ingest.s3.listing import list_page

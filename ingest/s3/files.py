@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 
 from ingest.errors import ItemError, TerminalError
-from ingest.keys import TMP_DIR_NAME
 from ingest.s3 import resume
+from ingest.s3.keys import TMP_DIR_NAME
 
 # Folders this process made or found (one mkdir per folder, not per object: at ~10 us a
 # call it was a fifth of the client's CPU per small object). A folder removed under a
@@ -112,7 +112,7 @@ def _pid_alive(pid: int) -> bool:
 def _publish(tmp: str, dest: str) -> None:
     """Atomically move a complete file to its final name. Not synced here, one by one: the
     batch syncs once after its renames and before its rows are written
-    (``ingest.sync.download_batch``), so a power loss never leaves a renamed but empty file
+    (``ingest.s3.sync.download_batch``), so a power loss never leaves a renamed but empty file
     that a stored row calls downloaded."""
     try:
         folder = os.path.dirname(dest)

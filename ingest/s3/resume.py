@@ -26,8 +26,8 @@ import os
 import time
 from pathlib import Path
 
-from ingest.keys import TMP_DIR_NAME
 from ingest.records import S3Object
+from ingest.s3.keys import TMP_DIR_NAME
 
 PREFIX = "resume-"
 # Leftovers of objects no run asked for again (deleted since, or now smaller than the

@@ -160,7 +160,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("worker", pa.string()),
         ]
     ),
-    # One row per finished flow run (ingest.history): which deployment it belongs to, so a
+    # One row per finished flow run (ingest.report.history): which deployment it belongs to, so a
     # run's summary can compare its stages with the previous run of the same deployment.
     "flow_runs": pa.schema(
         [
@@ -178,7 +178,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("message", pa.string()),
         ]
     ),
-    # Each source (ingest.freshness): its last successful sync and its lag, one row per
+    # Each source (ingest.report.freshness): its last successful sync and its lag, one row per
     # flow and target, written by every run (a nightly run writes its children's rows) and
     # logged, one row per run.
     "source_freshness": pa.schema(

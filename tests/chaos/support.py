@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ingest import storage
-from ingest.keys import TMP_DIR_NAME
+from ingest.s3.keys import TMP_DIR_NAME
 from ingest.storage.lake import LAKE_DIR
 
 FULL = os.environ.get("CHAOS_FULL") == "1"

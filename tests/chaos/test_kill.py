@@ -39,7 +39,7 @@ import pytest
 from dev.servers.faultproxy import FaultProxy
 from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
-from ingest.keys import TMP_DIR_NAME
+from ingest.s3.keys import TMP_DIR_NAME
 from tests.chaos.conftest import s3_client
 from tests.chaos.support import (
     FULL,

@@ -1,9 +1,9 @@
-"""What the commands and the demo print: ``ingest.console``."""
+"""What the commands and the demo print: ``ingest.report.console``."""
 
 from __future__ import annotations
 
-from ingest import console
-from ingest.report import RunSummary
+from ingest.report import console
+from ingest.report.summary import RunSummary
 
 
 def test_table_aligns_columns_cuts_long_cells_and_counts_rows() -> None:

@@ -21,7 +21,8 @@ from flows.github_pulls import github_pulls
 from flows.nightly import nightly
 from flows.rest_ingest import rest_ingest
 from flows.s3_ingest import s3_ingest
-from ingest import status, storage
+from ingest import storage
+from ingest.report import status
 from tests.helpers import ROOT, put_many, rows
 
 pytestmark = pytest.mark.flow

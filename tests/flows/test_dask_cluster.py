@@ -202,7 +202,7 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     from prefect import flow
 
     from ingest import context
-    from ingest.listing import ListSpec
+    from ingest.s3.scan import ListSpec
     from ingest.storage import staging
     from tasks.runners import batch_runner, submit
     from tasks.s3 import fetch_batch

@@ -360,7 +360,7 @@ def test_freshness_and_comparisons_are_per_target(
     s3: Any, s3_server: Any, bucket: str, data_dir: Path
 ) -> None:
     from flows.s3_ingest import s3_ingest
-    from ingest import freshness
+    from ingest.report import freshness
 
     put_many(s3, bucket, {"a/1.txt": b"one", "a/2.txt": b"two", "b/1.txt": b"three"})
 

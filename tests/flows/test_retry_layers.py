@@ -13,8 +13,8 @@ import pytest
 from prefect import flow
 
 from ingest import context
-from ingest.listing import ListSpec
 from ingest.records import Cursor, ObjectBatch, Shard
+from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
 from tasks.s3 import download_batch, list_objects
 from tests.helpers import put_many

@@ -20,7 +20,7 @@ from prefect.logging.handlers import APILogHandler
 
 import flows  # noqa: F401  (attaches the handler, as every process running a flow does)
 from ingest import context
-from ingest.listing import ListSpec
+from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
 from tasks.s3 import download_batch
 from tests.helpers import batch_of
@@ -63,7 +63,7 @@ def test_per_object_failures_are_stored_with_the_run(
     failures = [(n, lvl, m) for n, lvl, m in logs if "gone.txt failed" in m]
     assert len(failures) == 1, logs
     name, level, message = failures[0]
-    assert name == "ingest.sync" and level == logging.WARNING
+    assert name == "ingest.s3.sync" and level == logging.WARNING
     assert "NoSuchKey" in message or "404" in message
     assert ("ingest.test", logging.WARNING, "outside a task, inside the flow") in logs
     assert not [m for _, _, m in logs if m == "an INFO line stays local"]

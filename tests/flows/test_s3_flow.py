@@ -15,7 +15,7 @@ import pytest
 
 from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
-from ingest.keys import TMP_DIR_NAME
+from ingest.s3.keys import TMP_DIR_NAME
 from tests.helpers import body_for, files_under, harness_api_url, put_many, rows, run_cli
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]

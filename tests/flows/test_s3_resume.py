@@ -12,7 +12,7 @@ import pytest
 from dev.servers.faultproxy import FaultProxy
 from dev.servers.s3 import DevServer
 from flows.s3_ingest import s3_ingest
-from ingest.keys import TMP_DIR_NAME
+from ingest.s3.keys import TMP_DIR_NAME
 from ingest.s3.resume import Journal
 from tests.helpers import body_for, harness_api_url, run_cli
 from tests.ingest.s3.test_s3_resume import asked

@@ -11,7 +11,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ingest import markdown as md
-from ingest import nightly, report
+from ingest.report import nightly
+from ingest.report import summary as report
 from ingest.rest.records import RestSummary
 from ingest.rest.summary import markdown as rest_markdown
 

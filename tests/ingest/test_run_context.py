@@ -19,10 +19,10 @@ from dev.servers.rest import DevRest
 from flows.github_pulls import github_pulls
 from flows.nightly import nightly
 from flows.rest_ingest import ingest_source, rest_ingest
-from ingest import context, duck, storage, sync
-from ingest.listing import ListSpec
+from ingest import context, duck, storage
 from ingest.rest.source import load_source, source_path
-from ingest.s3 import S3Connection
+from ingest.s3 import S3Connection, sync
+from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
 from ingest.storage import staging
 from ingest.storage.location import LakeSession

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest import keys
 from ingest import s3 as s3lib
 from ingest.extract import extract_by_head, settle_by_head
 from ingest.extract.batch import extract_batch, parse_as_landed
@@ -21,6 +20,7 @@ from ingest.extract.detect import HEAD
 from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.records import S3Object
+from ingest.s3 import keys
 from ingest.settings import Settings
 from tests.ingest.extract.test_extract_by_head import candidates, generated
 from tests.ingest.s3.test_request_lanes import listed

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ingest.extract.batch import extract_batch, summarize
 from ingest.extract.pool import PoolConfig, WorkerPool
-from ingest.report import RunSummary
+from ingest.report.summary import RunSummary
 from ingest.settings import Settings
 from tests.extract_support import layered_pdf
 

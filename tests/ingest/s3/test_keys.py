@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest import keys
 from ingest.errors import UnsafeKeyError
 from ingest.redact import redact, register_secret
+from ingest.s3 import keys
 
 
 @pytest.mark.parametrize(

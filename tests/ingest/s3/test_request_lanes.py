@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from ingest import keys
 from ingest import s3 as s3lib
 from ingest.errors import ObjectChangedError
 from ingest.records import S3Object
+from ingest.s3 import keys
 from ingest.s3.client import RequestLanes
 from ingest.settings import Settings
 

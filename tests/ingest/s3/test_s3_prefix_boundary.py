@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from flows.s3_ingest import s3_ingest
-from ingest.keys import PathClaims
+from ingest.s3.keys import PathClaims
 from tests.helpers import files_under, put_many, rows
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]

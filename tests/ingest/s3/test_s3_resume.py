@@ -14,8 +14,8 @@ import pytest
 from dev.servers.faultproxy import FaultProxy
 from dev.servers.s3 import DevServer
 from ingest.errors import DownloadError
-from ingest.keys import TMP_DIR_NAME
 from ingest.s3 import BatchDownloader, Fetched, S3Connection
+from ingest.s3.keys import TMP_DIR_NAME
 from ingest.s3.resume import Journal
 from ingest.settings import Settings
 from tests.helpers import body_for

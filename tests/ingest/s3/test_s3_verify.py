@@ -21,10 +21,10 @@ import pytest
 
 from dev.servers.s3 import DevServer
 from ingest.errors import IntegrityError
-from ingest.keys import TMP_DIR_NAME
 from ingest.records import S3Object
 from ingest.s3 import BatchDownloader, Fetched, S3Connection
 from ingest.s3.download import fetch_small, integrity_passes
+from ingest.s3.keys import TMP_DIR_NAME
 from ingest.s3.verify import implied_part_sizes, verify
 from ingest.settings import Settings
 from tests.helpers import body_for

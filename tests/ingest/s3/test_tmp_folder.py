@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.keys import TMP_DIR_NAME
 from ingest.s3 import files
+from ingest.s3.keys import TMP_DIR_NAME
 
 
 def dead_pid() -> int:

@@ -289,7 +289,7 @@ def test_s3_ingest_into_a_lake_on_object_storage(
     assert len(__import__("json").loads(found.stdout)) == 40
     assert (machine_c / "data" / "search.sqlite").exists()  # the index lives where it is used
     # `ingest status` reads the same way (in this process, with machine C's settings).
-    from ingest import status
+    from ingest.report import status
 
     elsewhere = lake_at(lake_server, lake_uri, machine_c / "data")
     # every run updates its source's freshness, on the lake wherever it is

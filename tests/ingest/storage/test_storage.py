@@ -16,7 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import changes, freshness, history, listing, storage
+from ingest import storage
+from ingest.report import freshness, history
+from ingest.s3 import changes
+from ingest.s3 import scan as listing
 from ingest.settings import Settings
 from ingest.storage import commit, lake, staging
 from ingest.storage.tables import SPECS, STATE_PARTS
@@ -369,8 +372,8 @@ def test_renames_are_synced_before_anything_points_at_them(
     batch's files are synced once, after their renames and before the batch's
     rows exist (a power loss must not leave a renamed but empty file that a row calls
     downloaded). The real calls run; the order of the system calls is recorded."""
-    from ingest import sync
     from ingest.records import S3Object
+    from ingest.s3 import sync
     from ingest.settings import Settings
 
     calls: list[tuple[str, str]] = []

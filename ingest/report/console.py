@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ingest.records import needs_ocr_line
-from ingest.timing import human_bytes, seconds_so_far
+from ingest.report.timing import human_bytes, seconds_so_far
 
 if TYPE_CHECKING:
-    from ingest.report import RunSummary
+    from ingest.report.summary import RunSummary
 
 STAGE_COLUMNS = ["stage", "task_runs", "items", "bytes", "wall_seconds", "items_per_s", "mb_per_s"]
 

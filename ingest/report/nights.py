@@ -3,7 +3,7 @@ changed, failures, bytes), the trend, and the nights that were much slower than
 the ones before them, with the stage that grew.
 
 The nights come from ``source_nights`` (one row per source per nightly run, see
-``ingest.freshness``); the stages of a night come from ``task_timings`` of that
+``ingest.report.freshness``); the stages of a night come from ``task_timings`` of that
 night's child flow run. A night is flagged when it took more than ``SLOW_FACTOR``
 times the median of the nights before it (at least ``MIN_PREVIOUS`` of them);
 the stage named is the one whose wall time grew most over its own median.
@@ -18,8 +18,8 @@ from typing import Any
 
 from ingest import markdown as md
 from ingest import storage
+from ingest.report.timing import human_bytes
 from ingest.storage.location import DataDir, locate
-from ingest.timing import human_bytes
 
 NIGHTS = 14
 SLOW_FACTOR = 2.0

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import history, nightly, report, storage
+from ingest import storage
 from ingest.errors import BucketNotFoundError
 from ingest.records import TaskTiming
+from ingest.report import history, nightly
+from ingest.report import summary as report
 from tests.helpers import write_rows
 
 

@@ -2,7 +2,7 @@
 object already has takes that object's file and extracted rows, with no GET and no parse.
 
 The content key is the ETag with the size (an MD5 for single-part uploads; a multipart
-ETag with its part count): a key the comparison (``ingest.changes``) would fetch, new or
+ETag with its part count): a key the comparison (``ingest.s3.changes``) would fetch, new or
 changed, whose ``(etag, size)`` a stored object of the same bucket has gets an
 ``s3_objects`` row with status ``copied``, and its file as the run keeps files
 (``files``):
@@ -43,8 +43,9 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import keys, storage
-from ingest.changes import ListingDatabase, _file_sizes
+from ingest import storage
+from ingest.s3 import keys
+from ingest.s3.changes import ListingDatabase, _file_sizes
 from ingest.s3.files import _publish, remove, temp_path
 
 log = logging.getLogger(__name__)

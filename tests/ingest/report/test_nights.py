@@ -8,8 +8,9 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ingest import chart, freshness, nights, storage
+from ingest import storage
 from ingest.records import TaskTiming
+from ingest.report import chart, freshness, nights
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 11, 1, 17, 0, tzinfo=UTC)
@@ -132,7 +133,7 @@ def test_freshness_keeps_the_last_success_of_a_failed_source(tmp_path: Path) -> 
 
 
 def test_one_night_and_a_near_zero_stage_read_right(tmp_path: Path) -> None:
-    from ingest import history
+    from ingest.report import history
 
     seed_nights(tmp_path, count=1, slow_night=-1, rng=random.Random(1))
     text = nights.markdown(nights.load(tmp_path))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest import freshness, storage
+from ingest import storage
+from ingest.report import freshness
 from ingest.storage.location import DataDir, locate
 
 

@@ -33,11 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from ingest import duck, keys, storage
+from ingest import duck, storage
 from ingest.records import permanent_object_error
+from ingest.s3 import keys
 from ingest.storage.location import DataDir
 
-_STORED = ("downloaded", "skipped", "copied")  # copied: ingest.renames
+_STORED = ("downloaded", "skipped", "copied")  # copied: ingest.s3.renames
 T = TypeVar("T")
 
 

@@ -1,4 +1,4 @@
-"""A batch's whole job on one worker (``ingest.fetch``): download, extract, then keep,
+"""A batch's whole job on one worker (``ingest.s3.fetch``): download, extract, then keep,
 copy to object storage or drop the files; and files made readable again for a later
 extraction. Real moto server process, no Prefect."""
 
@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from dev.servers.s3 import DevServer
-from ingest import fetch
 from ingest.extract import fence
 from ingest.extract.batch import pool_config
 from ingest.extract.pool import WorkerPool
 from ingest.records import S3Object
-from ingest.s3 import S3Connection
+from ingest.s3 import S3Connection, fetch
 from ingest.settings import Settings
 
 

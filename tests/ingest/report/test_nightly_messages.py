@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ingest.nightly import (
+from ingest.report.nightly import (
     FAILED_PREFIX,
     MESSAGE_CHARS,
     ChildOutcome,
@@ -14,7 +14,7 @@ from ingest.nightly import (
     fit,
     together_text,
 )
-from ingest.report import RunSummary, markdown, short, too_many_failures
+from ingest.report.summary import RunSummary, markdown, short, too_many_failures
 
 LONG_CAUSE = (
     "Flow run encountered an exception: NoSuchBucket: the bucket "

@@ -10,10 +10,10 @@ from typing import Any
 
 from ingest import markdown as md
 from ingest.errors import TerminalError
-from ingest.history import FlowRunRecord
-from ingest.report import failures_heading, short
+from ingest.report.history import FlowRunRecord
+from ingest.report.summary import failures_heading, short
+from ingest.report.timing import human_bytes, seconds_so_far
 from ingest.rest.summary import requests_text
-from ingest.timing import human_bytes, seconds_so_far
 
 FAILURES_SHOWN = 10
 ENGINE_PREFIX = "Flow run encountered an exception: "
@@ -281,7 +281,7 @@ def headline(outcome: ChildOutcome) -> str:
 
 def task_seconds_text(stage: dict[str, Any]) -> str:
     """A stage's task time: the sum of its attempts' figures, each the one its task's
-    log line gives (``ingest.timing.describe``)."""
+    log line gives (``ingest.report.timing.describe``)."""
     seconds = stage.get("busy_seconds")
     return "" if seconds is None else f"{seconds:.2f}"
 

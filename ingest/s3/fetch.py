@@ -1,7 +1,7 @@
 """A batch's whole job where it runs: download, extract, then place or drop the files.
 
 On one machine the download and the extraction of a batch may be two tasks that
-meet through a local folder (``ingest.sync``, ``ingest.extract.batch``). Across
+meet through a local folder (``ingest.s3.sync``, ``ingest.extract.batch``). Across
 machines no local path may cross from one task to another, so a batch is one
 job on the worker that runs it: its objects are downloaded into a folder of this
 worker, extracted there, and then
@@ -25,12 +25,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ingest import keys, sync
 from ingest.extract import batch
 from ingest.extract.landed import Landed
 from ingest.extract.pool import WorkerPool
 from ingest.records import Document, ObjectResult, S3Object
-from ingest.s3 import S3Connection
+from ingest.s3 import S3Connection, keys, sync
 from ingest.settings import Settings
 
 log = logging.getLogger(__name__)

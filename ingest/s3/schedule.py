@@ -34,7 +34,7 @@ from ingest.records import (
     ObjectBatch,
     Shard,
 )
-from ingest.report import RunSummary
+from ingest.report.summary import RunSummary
 
 T = TypeVar("T", covariant=True)
 

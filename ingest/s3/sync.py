@@ -13,12 +13,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest import keys, s3, storage
+from ingest import s3, storage
 from ingest.errors import ItemError, NotFetchedError, TerminalError
 from ingest.extract.detect import HEAD
 from ingest.extract.landed import Landed
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
+from ingest.s3 import keys
 from ingest.settings import Settings
 from ingest.storage import durable
 from ingest.storage.location import DataDir
@@ -36,7 +37,7 @@ def download_batch(
     claims: keys.RunClaims | None = None,
     landed: Landed | None = None,
 ) -> list[ObjectResult]:
-    """Fetch a batch of new and changed objects (``ingest.changes`` chose them); one
+    """Fetch a batch of new and changed objects (``ingest.s3.changes`` chose them); one
     result per object. ``claims``: the local paths the run's batches gave out (its
     context's), else this batch's own. ``landed``: where each small object's outcome is
     settled from its first bytes as it lands (its extraction follows in this process).

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from ingest import duck, report, storage
+from ingest import duck, storage
+from ingest.report import summary as report
 from ingest.storage import lake
 from ingest.storage.location import DataDir, locate
 

@@ -7,7 +7,7 @@ deletions and cuts the changed objects into batches for the download tasks.
 Two tasks, so that the next chunk is listed while this one is compared: the
 listing, the part that waits on the network, never waits for the rest. What
 either returns is bounded by the chunk, whatever the bucket's size; the stored
-state is read per key range (``ingest.changes``), never loaded whole.
+state is read per key range (``ingest.s3.changes``), never loaded whole.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ingest import changes, keys, renames, storage
+from ingest import storage
 from ingest.records import ChunkResult, ListedChunk, ObjectBatch
-from ingest.s3 import S3Connection, chunks
+from ingest.s3 import S3Connection, changes, chunks, keys, renames
 from ingest.settings import Settings
 from ingest.storage.location import DataDir
 
@@ -167,7 +167,7 @@ def find_changes(
 ) -> ChunkResult:
     """Sort a listed chunk's objects by what the run must do: batches to fetch and to
     extract, deletions (staged here), objects whose content is stored under another key
-    (copied here, ``ingest.renames``), and counts; compared in ``db``, the run's listing
+    (copied here, ``ingest.s3.renames``), and counts; compared in ``db``, the run's listing
     database. ``claims``: the local paths the run gave out (its context's); ``connect``: the
     source's S3 client, asked for only to copy stored copies on object storage."""
     shard = listed.shard
@@ -250,7 +250,7 @@ def copy_stored(
 ) -> renames.Copied | None:
     """Give the chunk's keys to fetch whose content is stored under another key that
     object's rows, and its file where the run keeps files in a local folder
-    (``ingest.renames``), staged here as parts ``copied-<name>``; None when none was.
+    (``ingest.s3.renames``), staged here as parts ``copied-<name>``; None when none was.
 
     On every task runner: this runs in the flow's process, where a stored file in a local
     folder counts only if it is here (on a Dask worker's own disk it is not, and the key
@@ -306,7 +306,7 @@ def copy_stored(
 def _remote_copier(connect: Callable[[], Any], url: str, prefix: str) -> Callable[[str, str], str]:
     """A function copying a stored copy (``s3://bucket/key``) on object storage to the
     address of ``key`` under the destination ``url``, by one CopyObject; the new address."""
-    from ingest.fetch import destination_of
+    from ingest.s3.fetch import destination_of
 
     def copy(src: str, key: str) -> str:
         src_bucket, _, src_key = src.removeprefix("s3://").partition("/")

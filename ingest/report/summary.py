@@ -17,8 +17,8 @@ from ingest.records import (
     needs_ocr_line,
     permanent_object_error,
 )
+from ingest.report.timing import human_bytes, seconds_so_far
 from ingest.storage.location import DataDir, locate
-from ingest.timing import human_bytes, seconds_so_far
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""The s3-ingest run's scheduler (``ingest.schedule``), without Prefect: its pieces are
+"""The s3-ingest run's scheduler (``ingest.s3.schedule``), without Prefect: its pieces are
 submitted to a thread pool and return ``concurrent.futures`` futures."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ingest.records import (
     ObjectBatch,
     Shard,
 )
-from ingest.report import RunSummary
-from ingest.schedule import Steps, schedule
+from ingest.report.summary import RunSummary
+from ingest.s3.schedule import Steps, schedule
 
 
 def first_done(futures):

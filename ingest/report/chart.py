@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from ingest.nights import Night
+from ingest.report.nights import Night
 
 WIDTH, HEIGHT = 720, 300
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 48
