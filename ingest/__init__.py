@@ -12,16 +12,31 @@ import sys
 
 __version__ = "0.1.0"
 
-# Arrow's default allocator on Linux wheels is mimalloc, which keeps the pages of every
-# thread that touched it: a run's many short-lived Arrow tables (a staged part per batch,
-# state lookups) on a dozen task threads left 55-65 MB resident that Arrow itself counted
-# as free (at most 3 MB allocated). Side by side on a first run over 200,000 objects,
-# the C library's allocator: peak RSS 452 MB against 526-538 MB, flow body 10-16 %
-# shorter. Set before pyarrow makes its first allocation (or switched, when pyarrow came
-# first); an explicit ARROW_DEFAULT_MEMORY_POOL wins. Child processes (Dask workers)
-# inherit the setting.
-if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
-    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
-    if "pyarrow" in sys.modules:
-        _pa = sys.modules["pyarrow"]
-        _pa.set_memory_pool(_pa.system_memory_pool())
+
+def setup_process() -> None:
+    """Set up this process for a run: the one call the command (``cli``) and every process
+    that runs a flow (``flows``, which a worker's entrypoint module imports) make before
+    their work. Importing the library changes nothing: a program or a test that imports
+    it keeps its environment.
+
+    Arrow's default allocator on Linux wheels is mimalloc, which keeps the pages of every
+    thread that touched it: a run's many short-lived Arrow tables (a staged part per
+    batch, state lookups) on a dozen task threads left 55-65 MB resident that Arrow
+    itself counted as free (at most 3 MB allocated). Side by side on a first run over
+    200,000 objects, the C library's allocator: peak RSS 452 MB against 526-538 MB, flow
+    body 10-16 % shorter. Set before pyarrow makes its first allocation (or switched, when
+    pyarrow came first); an explicit ``ARROW_DEFAULT_MEMORY_POOL`` wins. Child processes
+    (Dask workers) inherit the setting.
+
+    numpy comes in with pyarrow, and its OpenBLAS starts a thread per core that spins for
+    a while after the import: ~60 ms of another core's CPU in every command, taken from
+    the Prefect and S3 servers on a small machine. No run does linear algebra; a value the
+    user set is kept, and the processes started from here inherit it. It only acts when
+    set before numpy is first imported (the command's package does so before anything).
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+        if "pyarrow" in sys.modules:
+            pa = sys.modules["pyarrow"]
+            pa.set_memory_pool(pa.system_memory_pool())

@@ -131,9 +131,14 @@ def warm(runner: Any) -> None:
 
 
 def preload() -> None:
-    """Import what a batch task needs (run on each worker by ``warm``)."""
+    """Set the worker's process up as the flow's is (``ingest.setup_process``: a worker
+    started with ``dask worker`` runs no flow module) and import what a batch task needs
+    (run on each worker by ``warm``)."""
     import importlib
 
+    import ingest
+
+    ingest.setup_process()
     for name in ("prefect.task_engine", "tasks.s3", "tasks.extraction", "tasks.rest"):
         importlib.import_module(name)
 
