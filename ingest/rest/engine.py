@@ -46,8 +46,10 @@ from ingest.errors import TerminalError
 from ingest.redact import redact
 from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
 from ingest.rest.paging import MAX_PLANNED, MissingFieldError, Paginator
+from ingest.rest.sizing import PROBE_SIZES
 
 if TYPE_CHECKING:
+    from ingest.rest.sizing import SizePlanner
     from ingest.rest.source import Resource
 
 log = logging.getLogger(__name__)
@@ -288,3 +290,38 @@ def _settle(outcomes: Sequence[Any], result: Walk, label: str) -> bool:
     if result.failed and result.stop_reason is None and not stop:
         return False
     return stop
+
+
+# What a probe's answers tell the planner: the items the listing holds (None: unknown),
+# each answer's (items, seconds on the wire), and whether its pages can be read at once.
+ProbeFigures = tuple[int | None, list[tuple[int, float]], bool]
+
+
+async def probe_page_one(
+    listing: Listing,
+    planner: SizePlanner,
+    get: Callable[[int], Awaitable[Any]],
+    measure: Callable[[list[Any]], ProbeFigures],
+) -> list[Any] | None:
+    """Page 1 at each of ``PROBE_SIZES`` at once (``get(size)``) for the planner, which
+    sets the listing's page size from what ``measure`` reads in the answers. The answers,
+    or None (the listing's outcome set) when the probe failed as a first page would; the
+    planner is left when it was never reported to."""
+    reported = False
+    try:
+        planner.probing()
+        answers = list(await asyncio.gather(*(get(size) for size in PROBE_SIZES)))
+        total, samples, parallel = measure(answers)
+        reported = True
+        listing.page_size = await planner.size_for(total, samples, parallel=parallel)
+    except RateLimitStop as exc:
+        listing.stop_reason = str(exc)
+        return None
+    except PageError as exc:
+        listing.failed += 1
+        listing.stop_reason = f"page failed: {exc}"
+        return None
+    finally:
+        if not reported:
+            planner.leave()
+    return answers

@@ -75,7 +75,7 @@ from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient, safe_url
 from ingest.rest.dialect import ApiLimits, Dialect, Run, RunStart
-from ingest.rest.engine import Listing, Page
+from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
 from ingest.rest.errors import (
     AuthError,
     MalformedPageError,
@@ -287,34 +287,25 @@ class GitHubDialect(Run):
         if planner is None:
             return []
         assert paginator is not None
-        reported = False
-        try:
-            # page 1 at two sizes at once: the one-item answer's rel="last" is the
-            # listing's exact size; the two latencies tell a page's fixed time from its
-            # time per item
-            planner.probing()
-            answers = await asyncio.gather(
-                *(
-                    gh.get(pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False)
-                    for size in PROBE_SIZES
-                )
-            )
+
+        def measure(answers: list[Any]) -> ProbeFigures:
             answer = answers[0]
             total = paginator.total_items(answer.url, answer.headers, answer.data)
-            reported = True
-            listing.page_size = await planner.size_for(
-                total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers]
-            )
-        except RateLimitStop as exc:
-            listing.stop_reason = str(exc)
+            return total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers], True
+
+        # page 1 at two sizes at once: the one-item answer's rel="last" is the listing's
+        # exact size; the two latencies tell a page's fixed time from its time per item
+        answers = await probe_page_one(
+            listing,
+            planner,
+            lambda size: gh.get(
+                pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False
+            ),
+            measure,
+        )
+        if answers is None:
             return None
-        except PageError as exc:
-            listing.failed += 1
-            listing.stop_reason = f"page failed: {exc}"
-            return None
-        finally:
-            if not reported:
-                planner.leave()
+        answer = answers[0]
         return paginator.sized_urls(answer.url, answer.headers, answer.data, listing.page_size)
 
     async def close(self, gh: RestClient, listing: Listing) -> None:

@@ -66,13 +66,11 @@ from ingest.rest.aio import run_async
 from ingest.rest.auth import SecretLoader
 from ingest.rest.client import RestClient, make_http, warm_up
 from ingest.rest.dialect import PLAIN, Dialect, Run, RunStart
-from ingest.rest.engine import Listing, Page, walk
+from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one, walk
 from ingest.rest.errors import (
     AuthError,
     MalformedPageError,
     NotFoundError,
-    PageError,
-    RateLimitStop,
     RequestError,
     StepError,
 )
@@ -532,34 +530,25 @@ class _Plain(Run):
         if planner is None or param is None or listing.paginator is None:
             return []
         base = self.first_url(listing)
-        reported = False
-        try:
-            planner.probing()
-            answers = await asyncio.gather(
-                *(
-                    client.get(set_param(base, param, size), label=listing.label, paced=False)
-                    for size in PROBE_SIZES
-                )
-            )
+        probe = _resized(resource, listing.paginator, 1, param)
+
+        def measure(answers: list[Any]) -> ProbeFigures:
             listing.requests += sum(a.attempts for a in answers)
             first = answers[0]
-            selector = resource.endpoint.data_selector or find_records_path(first.data)
-            probe = _resized(resource, listing.paginator, 1, param)
-            probe.items_path = selector
+            probe.items_path = resource.endpoint.data_selector or find_records_path(first.data)
             total = probe.total_items(first.url, first.headers, first.data)
             samples = [(len(probe.items(a.data)), a.wire_seconds) for a in answers]
-            reported = True
-            listing.page_size = await planner.size_for(total, samples, parallel=total is not None)
-        except RateLimitStop as exc:
-            listing.stop_reason = str(exc)
+            return total, samples, total is not None
+
+        answers = await probe_page_one(
+            listing,
+            planner,
+            lambda size: client.get(set_param(base, param, size), label=listing.label, paced=False),
+            measure,
+        )
+        if answers is None:
             return None
-        except PageError as exc:
-            listing.failed += 1
-            listing.stop_reason = f"page failed: {exc}"
-            return None
-        finally:
-            if not reported:
-                planner.leave()
+        first = answers[0]
         listing.paginator = _resized(resource, listing.paginator, listing.page_size, param)
         if isinstance(listing.paginator, LinkHeaderPaginator):
             return listing.paginator.sized_urls(
