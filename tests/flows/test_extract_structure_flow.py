@@ -241,13 +241,13 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     it, a night as it ran before DWG was read (every DWG ``unsupported``, with the
     detection's version string): the next night reads them again."""
     from ingest.extract import dwg, provenance
-    from tests.ingest.extract.test_extract_dwg import r2000_pair
+    from tests.ingest.extract.test_extract_dwg import R12_DRAWING, r2000_pair
 
     dwg_path, dxf_path = r2000_pair(tmp_path)
     objects = {
         "in/plan.dwg": dwg_path.read_bytes(),
         "in/plan.dxf": dxf_path.read_bytes(),
-        "in/old.dwg": b"AC1009" + bytes(range(256)) * 8,  # R12
+        "in/old.dwg": R12_DRAWING.read_bytes(),  # R12
     }
     put_many(s3, bucket, objects)
     kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
