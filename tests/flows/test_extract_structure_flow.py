@@ -309,6 +309,18 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     assert [(r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dwg"] == [
         (r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dxf"
     ]
+    chunks = rows(
+        data_dir,
+        f"""SELECT t.key, t.page_start, t.heading, t.text FROM document_chunks t
+            JOIN documents d ON {CURRENT} WHERE t.key LIKE 'in/plan.%'
+            ORDER BY t.key, t.position""",
+    )
+    by_key = {
+        key: [(r["page_start"], r["heading"], r["text"]) for r in chunks if r["key"] == key]
+        for key in ("in/plan.dwg", "in/plan.dxf")
+    }
+    assert by_key["in/plan.dwg"] == by_key["in/plan.dxf"]
+    assert any("DWGNO: A-101" in text for _, _, text in by_key["in/plan.dwg"])
 
     hits = search.search(data_dir, "Valve")
     assert {h.key for h in hits} == {"in/plan.dwg", "in/plan.dxf"}
