@@ -308,18 +308,38 @@ def test_a_real_r12_dwg_is_unsupported_naming_its_version_and_what_to_do(tmp_pat
 
 @pytest.mark.parametrize(
     ("magic", "release"),
-    [(b"AC1009", "R12"), (b"AC1006", "R10"), (b"AC1004", "R9"), (b"AC1.50", "R2.05")],
+    [
+        (b"AC1009", "R12"),
+        (b"AC1006", "R10"),
+        (b"AC1004", "R9"),
+        (b"AC1001", "R2.22"),
+        (b"AC2.10", "R2.10"),
+        (b"AC1.50", "R2.05"),
+        (b"AC1.40", "R1.4"),
+        (b"AC1.2", "R1.2"),
+        (b"MC0.0", "R1.0"),
+    ],
 )
 def test_an_older_dwg_is_unsupported_naming_its_version(
     tmp_path: Path, magic: bytes, release: str
 ) -> None:
-    path = tmp_path / "old.dwg"
-    path.write_bytes(magic + bytes(range(256)) * 40)
+    """Each is known by its first bytes (the magic, then the zeros of its header), with
+    or without a name that says DWG."""
+    data = magic + bytes(range(256)) * 40
     message = f"DWG {release} ({magic.decode()}): not readable; save it as DXF or a newer DWG"
-    for x in (extract_document(path), extract_document(path.read_bytes(), "old.dwg")):
-        assert (x.kind, x.status, x.error) == ("dwg", "unsupported", message)
-    settled = extract_by_head(path, "old.dwg")  # no worker needed: the first bytes decide
-    assert settled is not None and (settled.status, settled.error) == ("unsupported", message)
+    for name in ("old.dwg", "old"):
+        path = tmp_path / name
+        path.write_bytes(data)
+        for x in (extract_document(path), extract_document(data, name)):
+            assert (x.kind, x.status, x.error) == ("dwg", "unsupported", message), name
+        settled = extract_by_head(path, name)  # no worker needed: the first bytes decide
+        assert settled is not None, name
+        assert (settled.kind, settled.status, settled.error) == ("dwg", "unsupported", message)
+
+
+def test_a_text_file_that_starts_like_an_old_dwg_magic_is_text() -> None:
+    x = extract_document(b"AC1.50 pump, AC1.40 valve\n" * 20, "notes")
+    assert (x.kind, x.status) == ("txt", "ok")
 
 
 def run_rows(tmp_path: Path, files: dict[str, bytes]) -> tuple[dict[str, Any], Any, Any]:
