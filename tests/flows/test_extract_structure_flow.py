@@ -267,11 +267,19 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     docs = {
         r["key"]: r
         for r in rows(
-            data_dir, "SELECT key, kind, status, error, text, extractor_version FROM documents"
+            data_dir,
+            "SELECT key, kind, status, error, text, extractor_version, pages, chars, "
+            "needs_ocr, markdown, metadata FROM documents",
         )
     }
     assert (docs["in/plan.dwg"]["kind"], docs["in/plan.dwg"]["status"]) == ("dwg", "ok")
     assert docs["in/plan.dwg"]["text"] == docs["in/plan.dxf"]["text"]
+    for column in ("pages", "chars", "needs_ocr", "markdown"):
+        assert docs["in/plan.dwg"][column] == docs["in/plan.dxf"][column], column
+    dwg_meta, dxf_meta = (json.loads(docs[k]["metadata"]) for k in ("in/plan.dwg", "in/plan.dxf"))
+    for field in ("dxf_version", "release", "layouts", "codepage", "encoding", "page_count"):
+        assert dwg_meta[field] == dxf_meta[field], field
+    assert dwg_meta["layouts"] == ["Model", "Layout1"]
     assert "Valve V-101" in docs["in/plan.dwg"]["text"]
     assert f"dwg/{provenance.CODE['dwg']} ezdwg=" in docs["in/plan.dwg"]["extractor_version"]
     assert docs["in/old.dwg"]["status"] == "unsupported"
