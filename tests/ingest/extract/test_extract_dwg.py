@@ -92,6 +92,7 @@ def test_a_dwg_gives_what_the_same_drawing_as_dxf_gives(
     got = extract_document(path)
     want = dxf_reading(dxf_version)
     assert (got.kind, got.status, got.extractor, got.error) == ("dwg", "ok", "ezdwg", None)
+    assert "warnings" not in got.metadata  # no entity refused by the model
 
     assert lines(got.text, version) == lines(want.text, "")
     assert len(got.structure["pages"]) == len(want.structure["pages"]) == 4
@@ -141,6 +142,7 @@ def test_an_r14_dwg_gives_the_text_and_attributes_of_the_drawing_as_dxf(tmp_path
     got = extract_document(unpack("acadsharp_sample_AC1014.dwg.xz", tmp_path))
     want = dxf_reading("AC1018")
     assert (got.kind, got.status, got.extractor, got.error) == ("dwg", "ok", "ezdwg", None)
+    assert "warnings" not in got.metadata
     assert (got.metadata["dxf_version"], got.metadata["release"]) == ("AC1014", "R14")
     assert lines(got.text, "AC1014") == lines(want.text, "")
     for mine, theirs in zip(got.structure["pages"], want.structure["pages"], strict=True):
