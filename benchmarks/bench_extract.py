@@ -892,8 +892,8 @@ def drawings_markdown(r: dict[str, Any]) -> str:
         f"{2 * p['files'] / p['cpu']['dwg']:.1f} and {2 * p['files'] / p['cpu']['dxf']:.1f} "
         "drawings/s.",
         "",
-        "CPU time does not depend on what else runs on the machine (wall times do: see "
-        "the load average above).",
+        "CPU time depends less than wall time on what else runs on the machine (see the "
+        "load average above).",
         "",
     ]
     return "\n".join(lines)
