@@ -29,7 +29,9 @@ TEXT_KINDS = {
 }
 _CLAIMED_BINARY = {"pdf": "pdf", "docx": "docx", "dwg": "dwg", "dxf": "dxf"}
 
-_DWG = re.compile(rb"^(AC1\d{3}|AC2\.\d\d|MC0\.0)")
+# DWG magics: AC1001 to AC1032, and the oldest (R1.x to R2.x) with a dot, the three named
+# AC1.x followed by the zeros of their headers (a text file may start "AC1.5").
+_DWG = re.compile(rb"^(AC1\d{3}|AC1\.(?:2|40|50)\x00|AC2\.\d\d|MC0\.0)")
 _DXF_ASCII = re.compile(rb"^\s*(?:999\s*\r?\n[^\n]*\n\s*)*0\s*\r?\n\s*SECTION\s*\r?\n")
 _HTML = re.compile(rb"<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>]|<meta\s|<title>", re.I)
 _IMAGES = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"II*\x00", b"MM\x00*", b"RIFF", b"BM")

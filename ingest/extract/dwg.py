@@ -10,8 +10,10 @@ attributes and drawing data a DXF gets, from the same walk:
 * TEXT, MTEXT (its raw text with the formatting codes, which ezdxf's ``plain_text``
   strips as it does a DXF's), ATTDEF, INSERT and MINSERT with their ATTRIBs, DIMENSION
   (override, measurement and the block that shows it), each in its layout or block;
-* ``$INSUNITS``, ``$EXTMIN`` and ``$EXTMAX``; the code page from the file header (ezdwg
-  has decoded the text with it already: the metadata says which it was).
+* ``$INSUNITS`` (R13 and R14 predate it: their units are unknown, not the new model's
+  default), ``$EXTMIN`` and ``$EXTMAX`` (ezdwg gives none for R14: no extents); the code
+  page from the file header (ezdwg has decoded the text with it already: the metadata
+  says which it was).
 
 Geometry is not copied: no line, arc or hatch carries text. ezdwg does not read
 MULTILEADER entities, so their text, which a DXF gives, is missing from a DWG.
@@ -48,7 +50,7 @@ READABLE = {
 OLDER = {
     "MC0.0": "R1.0",
     "AC1.2": "R1.2",
-    "AC1.40": "R1.40",
+    "AC1.40": "R1.4",
     "AC1.50": "R2.05",
     "AC2.10": "R2.10",
     "AC1001": "R2.22",
@@ -233,6 +235,8 @@ class _Builder:
         header = self.source.header_variables()
         if header.get("insunits") is not None:
             self.doc.header["$INSUNITS"] = int(header["insunits"])
+        else:  # R13 and R14 have none: unknown, not ezdxf.new's default (meters)
+            del self.doc.header["$INSUNITS"]
         for name in ("extmin", "extmax"):
             point = header.get(name)
             if point is not None and len(point) == 3:

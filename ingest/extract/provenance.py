@@ -35,7 +35,8 @@ CODE: dict[str, int] = {
     "pdf": 3,  # 2: pages, markdown with font-size headings, common metadata, chunks;
     # 3: pages and markdown within extract_max_chars, heading-like text lines escaped
     "dxf": 3,  # 2: pages per layout, attributes, drawing data, header dates; 3: extents
-    "dwg": 1,  # 1: read with ezdwg into the DXF model (before: unsupported, by ``detect``)
+    "dwg": 2,  # 1: read with ezdwg into the DXF model (before: unsupported, by ``detect``);
+    # 2: R13 and R14 without units (1 gave them the model's default, meters)
     "docx": 3,  # 2: markdown from styles, modified and application; 3: heading-like text escaped
     "html": 3,  # 2: markdown from tags, encoding confidence; 3: <meta> author/generator,
     # heading-like text escaped

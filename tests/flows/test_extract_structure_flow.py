@@ -241,13 +241,13 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     it, a night as it ran before DWG was read (every DWG ``unsupported``, with the
     detection's version string): the next night reads them again."""
     from ingest.extract import dwg, provenance
-    from tests.ingest.extract.test_extract_dwg import r2000_pair
+    from tests.ingest.extract.test_extract_dwg import R12_DRAWING, r2000_pair
 
     dwg_path, dxf_path = r2000_pair(tmp_path)
     objects = {
         "in/plan.dwg": dwg_path.read_bytes(),
         "in/plan.dxf": dxf_path.read_bytes(),
-        "in/old.dwg": b"AC1009" + bytes(range(256)) * 8,  # R12
+        "in/old.dwg": R12_DRAWING.read_bytes(),  # R12
     }
     put_many(s3, bucket, objects)
     kw = {"bucket": bucket, "endpoint_url": s3_server.url, "data_dir": str(data_dir)}
@@ -267,11 +267,19 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     docs = {
         r["key"]: r
         for r in rows(
-            data_dir, "SELECT key, kind, status, error, text, extractor_version FROM documents"
+            data_dir,
+            "SELECT key, kind, status, error, text, extractor_version, pages, chars, "
+            "needs_ocr, markdown, metadata FROM documents",
         )
     }
     assert (docs["in/plan.dwg"]["kind"], docs["in/plan.dwg"]["status"]) == ("dwg", "ok")
     assert docs["in/plan.dwg"]["text"] == docs["in/plan.dxf"]["text"]
+    for column in ("pages", "chars", "needs_ocr", "markdown"):
+        assert docs["in/plan.dwg"][column] == docs["in/plan.dxf"][column], column
+    dwg_meta, dxf_meta = (json.loads(docs[k]["metadata"]) for k in ("in/plan.dwg", "in/plan.dxf"))
+    for field in ("dxf_version", "release", "layouts", "codepage", "encoding", "page_count"):
+        assert dwg_meta[field] == dxf_meta[field], field
+    assert dwg_meta["layouts"] == ["Model", "Layout1"]
     assert "Valve V-101" in docs["in/plan.dwg"]["text"]
     assert f"dwg/{provenance.CODE['dwg']} ezdwg=" in docs["in/plan.dwg"]["extractor_version"]
     assert docs["in/old.dwg"]["status"] == "unsupported"
@@ -309,6 +317,18 @@ def test_dwg_rows_like_dxf_rows_and_last_nights_unsupported_dwgs_read_again(
     assert [(r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dwg"] == [
         (r["page"], r["text"]) for r in pages if r["key"] == "in/plan.dxf"
     ]
+    chunks = rows(
+        data_dir,
+        f"""SELECT t.key, t.page_start, t.heading, t.text FROM document_chunks t
+            JOIN documents d ON {CURRENT} WHERE t.key LIKE 'in/plan.%'
+            ORDER BY t.key, t.position""",
+    )
+    by_key = {
+        key: [(r["page_start"], r["heading"], r["text"]) for r in chunks if r["key"] == key]
+        for key in ("in/plan.dwg", "in/plan.dxf")
+    }
+    assert by_key["in/plan.dwg"] == by_key["in/plan.dxf"]
+    assert any("DWGNO: A-101" in text for _, _, text in by_key["in/plan.dwg"])
 
     hits = search.search(data_dir, "Valve")
     assert {h.key for h in hits} == {"in/plan.dwg", "in/plan.dxf"}

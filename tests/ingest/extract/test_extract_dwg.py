@@ -1,15 +1,19 @@
 """DWG drawings give what the same drawing saved as DXF gives: the same text lines, the same
 pages, the same (tag, value) pairs and attribute rows, the same drawing data.
 
-R2000 is generated here twice from one description, once as DWG (ezdwg's writer) and once
-as DXF (ezdxf); R2004 to R2018 are one drawing AutoCAD saved in each release and as DXF
-(``tests/fixtures/dwg/SOURCES.md``). Older DWG is refused by its version; a truncated
-or damaged one is a ``failed`` row from the isolated workers.
+R2000 to R2018 are one drawing AutoCAD saved in each release and as DXF, and R14 the same
+drawing AutoCAD saved as R14 (``tests/fixtures/dwg/SOURCES.md``); an R2000 drawing is also
+generated here twice from one description, once as DWG (ezdwg's writer) and once as DXF
+(ezdxf). Older DWG (a real R12 drawing, and the magic of older ones) is refused by its
+version; a truncated
+or damaged one is a ``failed`` row from the isolated workers, under a run's pool limits.
 """
 
 from __future__ import annotations
 
+import functools
 import lzma
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,22 +22,28 @@ import pytest
 
 from ingest.extract import extract_by_head, extract_document
 from ingest.extract.base import Extraction
-from ingest.extract.batch import extract_batch
+from ingest.extract.batch import extract_batch, pool_config
 from ingest.extract.dxf import extract_drawing, read_drawing
-from ingest.extract.pool import PoolConfig, WorkerPool
+from ingest.extract.pool import WorkerPool
 from ingest.settings import Settings
 
 DWG_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dwg"
+# (the DWG's version, its release, the DXF it is compared with): AutoCAD's R2000 DXF for
+# its R2000 DWG, its R2004 DXF for the later releases.
 RELEASES = [
-    ("AC1018", "R2004"),
-    ("AC1021", "R2007"),
-    ("AC1024", "R2010"),
-    ("AC1027", "R2013"),
-    ("AC1032", "R2018"),
+    ("AC1015", "R2000", "AC1015"),
+    ("AC1018", "R2004", "AC1018"),
+    ("AC1021", "R2007", "AC1018"),
+    ("AC1024", "R2010", "AC1018"),
+    ("AC1027", "R2013", "AC1018"),
+    ("AC1032", "R2018", "AC1018"),
 ]
-# The drawing's one multi-line attribute: R2018 keeps it; AutoCAD, saving the drawing as
-# R2004 (the DXF compared with), renamed its tag, as releases before R2018 have none.
+# The drawing's one multi-line attribute: R2018 keeps it; AutoCAD, saving the drawing in an
+# earlier release (each DXF compared with), renamed its tag, as releases before R2018 have
+# none.
 R2018_TAG, R2004_TAG = "MULTI_LINE_ATT", "MULTI_LINE_ATT_001"
+R12_DRAWING = DWG_FIXTURES / "cad-format-dwg-ac1009_TEXT1.dwg"  # AC1009: one TEXT, "FOO"
+R12_ERROR = "DWG R12 (AC1009): not readable; save it as DXF or a newer DWG"
 
 
 def unpack(name: str, into: Path) -> Path:
@@ -42,12 +52,13 @@ def unpack(name: str, into: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def dxf_reading() -> Extraction:
-    """ezdxf's reading of the drawing saved as DXF, less its MULTILEADER entities: ezdwg
-    does not read those (the only entity with text a DXF gives and a DWG does not)."""
-    data = lzma.decompress((DWG_FIXTURES / "acadsharp_sample_AC1018_ascii.dxf.xz").read_bytes())
-    doc, warnings = read_drawing(data)
+@functools.cache
+def dxf_reading(version: str) -> Extraction:
+    """ezdxf's reading of the drawing AutoCAD saved as DXF of ``version``, less its
+    MULTILEADER entities: ezdwg does not read those (the only entity with text a DXF
+    gives and a DWG does not)."""
+    packed = DWG_FIXTURES / f"acadsharp_sample_{version}_ascii.dxf.xz"
+    doc, warnings = read_drawing(lzma.decompress(packed.read_bytes()))
     assert not warnings
     for layout in [*doc.layouts, *doc.blocks]:
         for entity in list(layout.query("MULTILEADER")):
@@ -73,14 +84,15 @@ def attribute_rows(x: Extraction, version: str) -> list[tuple[Any, ...]]:
     return sorted(rows)
 
 
-@pytest.mark.parametrize(("version", "release"), RELEASES)
+@pytest.mark.parametrize(("version", "release", "dxf_version"), RELEASES)
 def test_a_dwg_gives_what_the_same_drawing_as_dxf_gives(
-    tmp_path: Path, dxf_reading: Extraction, version: str, release: str
+    tmp_path: Path, version: str, release: str, dxf_version: str
 ) -> None:
     path = unpack(f"acadsharp_sample_{version}.dwg.xz", tmp_path)
     got = extract_document(path)
-    want = dxf_reading
+    want = dxf_reading(dxf_version)
     assert (got.kind, got.status, got.extractor, got.error) == ("dwg", "ok", "ezdwg", None)
+    assert "warnings" not in got.metadata  # no entity refused by the model
 
     assert lines(got.text, version) == lines(want.text, "")
     assert len(got.structure["pages"]) == len(want.structure["pages"]) == 4
@@ -99,9 +111,10 @@ def test_a_dwg_gives_what_the_same_drawing_as_dxf_gives(
     assert (mine["acadver"], mine["release"]) == (version, release)
     for key in ("insunits", "units", "layouts", "text_heights"):
         assert mine[key] == theirs[key], key
+    assert mine["units"] == "inches"
     # What AutoCAD's saves differ in (each release's DXF, read by ezdxf, differs alike): a
-    # dynamic block's definition is kept from R2010 on, R2004 keeps only its anonymous
-    # copies; R2004 and R2007 keep two layers of an inserted drawing ("... @ 1").
+    # dynamic block's definition is kept from R2010 on, R2000 and R2004 keep only its
+    # anonymous copies; R2000 to R2007 keep two layers of an inserted drawing ("... @ 1").
     later = version >= "AC1024"
     dynamic = {"my-dynamic-block"} if later else set()
     inserted = {"0 @ 1", "Layer_color_80 @ 1"} if later else set()
@@ -119,6 +132,42 @@ def test_a_dwg_gives_what_the_same_drawing_as_dxf_gives(
     assert got.metadata["encoding"] == ("utf-8" if version >= "AC1021" else "cp1252")
     assert got.metadata["page_count"] == 4  # the common metadata (ingest.extract.metadata)
     assert got.structure.get("markdown") == want.structure.get("markdown")  # none for drawings
+
+
+def test_an_r14_dwg_gives_the_text_and_attributes_of_the_drawing_as_dxf(tmp_path: Path) -> None:
+    """R14 (AC1014, read into the R2000 model ezdxf starts at): the same text, pages and
+    attributes as the drawing's R2004 DXF. AutoCAD itself, saving R14, upper-cased the
+    names of blocks and layers and replaced " @ " (not allowed in R14 names); R14 has no
+    units variable, so the units are unknown rather than the model's default."""
+    got = extract_document(unpack("acadsharp_sample_AC1014.dwg.xz", tmp_path))
+    want = dxf_reading("AC1018")
+    assert (got.kind, got.status, got.extractor, got.error) == ("dwg", "ok", "ezdwg", None)
+    assert "warnings" not in got.metadata
+    assert (got.metadata["dxf_version"], got.metadata["release"]) == ("AC1014", "R14")
+    assert lines(got.text, "AC1014") == lines(want.text, "")
+    for mine, theirs in zip(got.structure["pages"], want.structure["pages"], strict=True):
+        assert lines(mine, "AC1014") == lines(theirs, "")
+
+    def named_as_r14(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return sorted((r[0], r[1].upper(), *r[2:4], r[4].upper(), *r[5:]) for r in rows)
+
+    assert named_as_r14(attribute_rows(got, "")) == named_as_r14(attribute_rows(want, ""))
+    assert sorted((r[2], r[3]) for r in attribute_rows(got, "")) == sorted(
+        (r[2], r[3]) for r in attribute_rows(want, "")
+    )
+    mine, theirs = got.structure["drawing"], want.structure["drawing"]
+    assert (mine["acadver"], mine["release"]) == ("AC1014", "R14")
+    assert (mine["insunits"], mine["units"]) == (None, "")  # theirs: inches, set in R2004
+    # (case aside: AutoCAD keeps "Defpoints" as it is)
+    assert sorted(n.upper() for n in mine["layers"]) == sorted(
+        n.upper().replace(" @ ", "___") for n in theirs["layers"]
+    )
+    assert sorted(mine["blocks"]) == sorted(n.upper() for n in theirs["blocks"])
+    for key in ("layouts", "text_heights"):
+        assert mine[key] == theirs[key], key
+    assert got.metadata["entities"] == want.metadata["entities"]
+    assert "extents" not in got.metadata  # ezdwg reads no $EXTMIN/$EXTMAX of R14
+    assert (got.metadata["codepage"], got.metadata["encoding"]) == ("ANSI_1252", "cp1252")
 
 
 # ------------------------------------------------------------------------- R2000, generated
@@ -250,44 +299,109 @@ def test_korean_text_of_an_r2000_dwg_in_its_code_page(tmp_path: Path) -> None:
 # -------------------------------------------------------------------- refused, and failed
 
 
+def test_a_real_r12_dwg_is_unsupported_naming_its_version_and_what_to_do(tmp_path: Path) -> None:
+    data = R12_DRAWING.read_bytes()
+    assert data[:6] == b"AC1009" and b"FOO" in data  # its one TEXT, which is not read
+    for x in (extract_document(R12_DRAWING), extract_document(data, "TEXT1.DWG")):
+        assert (x.kind, x.status, x.error, x.text) == ("dwg", "unsupported", R12_ERROR, "")
+    settled = extract_by_head(R12_DRAWING)  # no worker needed: the first bytes decide
+    assert settled is not None and (settled.status, settled.error) == ("unsupported", R12_ERROR)
+
+
 @pytest.mark.parametrize(
     ("magic", "release"),
-    [(b"AC1009", "R12"), (b"AC1006", "R10"), (b"AC1004", "R9"), (b"AC1.50", "R2.05")],
+    [
+        (b"AC1009", "R12"),
+        (b"AC1006", "R10"),
+        (b"AC1004", "R9"),
+        (b"AC1001", "R2.22"),
+        (b"AC2.10", "R2.10"),
+        (b"AC1.50", "R2.05"),
+        (b"AC1.40", "R1.4"),
+        (b"AC1.2", "R1.2"),
+        (b"MC0.0", "R1.0"),
+    ],
 )
 def test_an_older_dwg_is_unsupported_naming_its_version(
     tmp_path: Path, magic: bytes, release: str
 ) -> None:
-    path = tmp_path / "old.dwg"
-    path.write_bytes(magic + bytes(range(256)) * 40)
+    """Each is known by its first bytes (the magic, then the zeros of its header), with
+    or without a name that says DWG."""
+    data = magic + bytes(range(256)) * 40
     message = f"DWG {release} ({magic.decode()}): not readable; save it as DXF or a newer DWG"
-    for x in (extract_document(path), extract_document(path.read_bytes(), "old.dwg")):
-        assert (x.kind, x.status, x.error) == ("dwg", "unsupported", message)
-    settled = extract_by_head(path, "old.dwg")  # no worker needed: the first bytes decide
-    assert settled is not None and (settled.status, settled.error) == ("unsupported", message)
+    for name in ("old.dwg", "old"):
+        path = tmp_path / name
+        path.write_bytes(data)
+        for x in (extract_document(path), extract_document(data, name)):
+            assert (x.kind, x.status, x.error) == ("dwg", "unsupported", message), name
+        settled = extract_by_head(path, name)  # no worker needed: the first bytes decide
+        assert settled is not None, name
+        assert (settled.kind, settled.status, settled.error) == ("dwg", "unsupported", message)
 
 
-def test_truncated_and_damaged_dwgs_are_failed_rows_from_the_workers(tmp_path: Path) -> None:
-    whole = unpack("acadsharp_sample_AC1027.dwg.xz", tmp_path).read_bytes()
-    generated, _ = r2000_pair(tmp_path)
-    files = {
-        "half-r2013.dwg": whole[: len(whole) // 2],
-        "head-r2013.dwg": whole[:3000],
-        "half-r2000.dwg": generated.read_bytes()[: generated.stat().st_size // 2],
-        "whole-r2013.dwg": whole,
-    }
+def test_a_text_file_that_starts_like_an_old_dwg_magic_is_text() -> None:
+    x = extract_document(b"AC1.50 pump, AC1.40 valve\n" * 20, "notes")
+    assert (x.kind, x.status) == ("txt", "ok")
+
+
+def run_rows(tmp_path: Path, files: dict[str, bytes]) -> tuple[dict[str, Any], Any, Any]:
+    """The rows of ``files`` through a pool configured as a run configures its own (the
+    settings' workers, time and memory limits, the fence), with the pool's counts."""
+    settings = Settings(data_dir=tmp_path / "data")
+    objects = settings.local_path / "objects"  # where a run's parsers may read
+    objects.mkdir(parents=True)
     stored = []
     for i, (name, data) in enumerate(files.items()):
-        (tmp_path / name).write_bytes(data)
-        stored.append((name, f"etag-{i}", str(tmp_path / name)))
-    with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        docs = {d.key: d for d in extract_batch(Settings(), "b", stored, run_id="r", pool=pool)}
-        stats = pool.stats
-    for name in ("half-r2013.dwg", "head-r2013.dwg", "half-r2000.dwg"):
+        (objects / name).write_bytes(data)
+        stored.append((name, f"etag-{i}", str(objects / name)))
+    config = pool_config(settings)
+    with WorkerPool(config) as pool:
+        docs = {d.key: d for d in extract_batch(settings, "b", stored, run_id="r", pool=pool)}
+        return docs, pool.stats, config
+
+
+def test_truncated_dwgs_are_failed_rows_from_the_workers(tmp_path: Path) -> None:
+    r2013 = unpack("acadsharp_sample_AC1027.dwg.xz", tmp_path).read_bytes()
+    r2000 = unpack("acadsharp_sample_AC1015.dwg.xz", tmp_path).read_bytes()
+    r14 = unpack("acadsharp_sample_AC1014.dwg.xz", tmp_path).read_bytes()
+    generated, _ = r2000_pair(tmp_path)
+    files = {
+        "half-r2013.dwg": r2013[: len(r2013) // 2],
+        "head-r2013.dwg": r2013[:3000],
+        "half-r2000.dwg": r2000[: len(r2000) // 2],
+        "half-r14.dwg": r14[: len(r14) // 2],
+        "half-generated-r2000.dwg": generated.read_bytes()[: generated.stat().st_size // 2],
+        "whole-r2013.dwg": r2013,
+    }
+    docs, stats, config = run_rows(tmp_path, files)
+    assert config.time_limit == 120 and config.memory_limit_mb == 2048  # the run's defaults
+    for name in files.keys() - {"whole-r2013.dwg"}:
         assert (docs[name].kind, docs[name].status) == ("dwg", "failed"), name
         assert (docs[name].error or "").startswith("unreadable DWG: "), name
-    assert docs["whole-r2013.dwg"].status == "ok"  # the same worker reads the next drawing
+    assert docs["whole-r2013.dwg"].status == "ok"  # the workers read the next drawing
     assert "Hello this is a single line text" in docs["whole-r2013.dwg"].text
-    assert (stats.jobs, stats.crashes, stats.timeouts) == (4, 0, 0)
+    assert (stats.jobs, stats.crashes, stats.timeouts) == (len(files), 0, 0)
+
+
+def test_damaged_dwgs_of_every_release_are_rows_never_a_crash(tmp_path: Path) -> None:
+    """Bytes flipped at random (seeded) in the AutoCAD drawing of each release: each file is
+    a row, read or ``failed`` with ezdwg's error, and no worker crashes or runs out of
+    time."""
+    rng = random.Random(39)
+    files = {}
+    for version in ("AC1014", "AC1015", "AC1018", "AC1021", "AC1024", "AC1027", "AC1032"):
+        whole = unpack(f"acadsharp_sample_{version}.dwg.xz", tmp_path).read_bytes()
+        for i in range(4):
+            damaged = bytearray(whole)
+            for _ in range(8):
+                damaged[rng.randrange(64, 0x10000)] = rng.randrange(256)
+            files[f"{version}-{i}.dwg"] = bytes(damaged)
+    docs, stats, _ = run_rows(tmp_path, files)
+    assert sorted(docs) == sorted(files)
+    failed = {k: d.error or "" for k, d in docs.items() if d.status == "failed"}
+    assert {d.status for d in docs.values()} <= {"ok", "failed"}
+    assert failed and all(e.startswith("unreadable DWG: ") for e in failed.values()), failed
+    assert (stats.jobs, stats.crashes, stats.timeouts) == (len(files), 0, 0)
 
 
 def test_a_dwg_given_as_bytes_reads_as_from_its_path(tmp_path: Path) -> None:
