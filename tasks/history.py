@@ -70,13 +70,15 @@ def record_current_run(
     target: str = "",
     changed: int = 0,
 ) -> history.FlowRunRecord:
-    """Write the running flow's ``flow_runs`` row (overwritten if written again); ``ids``
-    from ``current_ids``.
+    """Stage the running flow's ``flow_runs`` row (overwritten if written again); ``ids``
+    from ``current_ids``. It is staged apart (``history.end_staging``): the run's
+    end-of-run hook commits it with Prefect's start and end (``record_final_run``).
 
     With ``target`` (what the run reads: ``s3://bucket/prefix``, the repositories, the
     source), a run of its own, not a child of a nightly run (which records its children's
     freshness itself), also updates the freshness of that target (``ingest status``), with
-    ``changed`` as the rows it changed."""
+    ``changed`` as the rows it changed, staged and committed with that row."""
+    staged_by = history.end_staging(ids["flow_run_id"])
     ended = datetime.now(UTC)
     record = history.FlowRunRecord(
         **ids,
@@ -89,7 +91,8 @@ def record_current_run(
         state=state,
         message=message,
     )
-    history.record_flow_run(data_dir, record)
+    history.record_flow_run(data_dir, record, staged_by=staged_by)
+    storage.staging.touch(data_dir, staged_by)  # a killed run's: recovered by the next run
     if target and not record.parent_flow_run_id:
         freshness.record(
             data_dir,
@@ -105,7 +108,7 @@ def record_current_run(
                     flow_run_id=record.flow_run_id,
                 )
             ],
-            staged_by=record.flow_run_id,
+            staged_by=staged_by,
         )
     return record
 
@@ -214,7 +217,11 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         return
     data_dir = (stored.parameters or {}).get("data_dir")
     location = Settings().with_data_dir(data_dir).location
-    history.record_end(
+    # One commit: the row the run staged (history.end_staging), or Prefect's record of a
+    # run that staged none, with Prefect's start and end, and the run's freshness rows
+    # with that duration; then the views of those tables.
+    staged_by = history.end_staging(str(run.id))
+    history.stage_end(
         location,
         history.FlowRunRecord(
             flow_run_id=str(run.id),
@@ -230,13 +237,11 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
             state=state.type.value.lower(),
             message=report.short(state.message, 500) if state.message else None,
         ),
-        staged_by=f"{run.id}-end",
+        staged_by=staged_by,
     )
-    if not parent:  # a run of its own committed its freshness rows before it ended
-        days = (stored.start_time, stored.end_time)
-        changed = freshness.take_run_seconds(location, str(run.id), seconds, days)
-        if changed:
-            storage.refresh_warehouse(location, tables=changed)
+    if not parent:  # a child's freshness rows are its parent's, with Prefect's figure
+        freshness.take_run_seconds(location, staged_by, str(run.id), seconds)
+    storage.finish_run(location, staged_by)
 
 
 def final_artifacts(client: Any, flow_run_id: Any, seconds: float) -> None:
