@@ -8,6 +8,8 @@ previous run is the same child of the previous nightly run.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +26,14 @@ from ingest.report import summary as report
 from ingest.storage.location import DataDir
 
 _logger = logging.getLogger("ingest.report.history")
+
+# Runs whose end-of-run hook committed their row in this process, by flow-run id: the
+# duration committed (Prefect's start to end), for the command that ran the flow to print
+# it from memory instead of reading the row back from the lake (``ended_seconds``). A
+# command ends one run; a nightly's children add theirs: the last few are kept.
+_ended: OrderedDict[str, float] = OrderedDict()
+_ended_lock = threading.Lock()
+_ENDED_KEPT = 16
 
 
 def current_ids(ctx: RunContext) -> dict[str, str]:
@@ -242,6 +252,18 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
     if not parent:  # a child's freshness rows are its parent's, with Prefect's figure
         freshness.take_run_seconds(location, staged_by, str(run.id), seconds)
     storage.finish_run(location, staged_by)
+    with _ended_lock:
+        _ended[str(run.id)] = seconds
+        while len(_ended) > _ENDED_KEPT:
+            _ended.popitem(last=False)
+
+
+def ended_seconds(flow_run_id: str) -> float | None:
+    """The duration (Prefect's start to end) that this process's end-of-run hook committed
+    in ``flow_run_id``'s ``flow_runs`` row; None when it committed none here (another
+    process ran it, or the row could not be written: the lake's row is then the word)."""
+    with _ended_lock:
+        return _ended.pop(str(flow_run_id), None)
 
 
 def final_artifacts(client: Any, flow_run_id: Any, seconds: float) -> None:
