@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -207,8 +208,6 @@ def record_final_run(flow: Any, run: Any, state: Any) -> None:
 def _record_final_run(flow: Any, run: Any, state: Any) -> None:
     from prefect.client.orchestration import get_client
 
-    from ingest.settings import Settings
-
     with get_client(sync_client=True) as client:
         stored = client.read_flow_run(run.id)
         parent = ""
@@ -217,14 +216,27 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         if stored.start_time is None or stored.end_time is None:  # it never ran
             return
         seconds = (stored.end_time - stored.start_time).total_seconds()
-        try:
-            final_artifacts(client, run.id, seconds)
-        except Exception as exc:  # they keep their figure up to the summary, which says so
-            _logger.warning(
-                "artifacts of run %s keep their figure: %s", run.id, report.short(str(exc), 300)
-            )
-    if _refused(state):  # its folders were refused: nothing of it is written there
-        return
+        # The artifacts' requests beside the lake's commit: neither waits for the other.
+        with ThreadPoolExecutor(1, "final-artifacts") as pool:
+            pool.submit(_final_artifacts_or_warn, client, run.id, seconds)
+            if not _refused(state):  # refused folders: nothing of it is written there
+                _commit_final_row(flow, run, state, stored, parent, seconds)
+
+
+def _final_artifacts_or_warn(client: Any, flow_run_id: Any, seconds: float) -> None:
+    try:
+        final_artifacts(client, flow_run_id, seconds)
+    except Exception as exc:  # they keep their figure up to the summary, which says so
+        _logger.warning(
+            "artifacts of run %s keep their figure: %s", flow_run_id, report.short(str(exc), 300)
+        )
+
+
+def _commit_final_row(
+    flow: Any, run: Any, state: Any, stored: Any, parent: str, seconds: float
+) -> None:
+    from ingest.settings import Settings
+
     data_dir = (stored.parameters or {}).get("data_dir")
     location = Settings().with_data_dir(data_dir).location
     # One commit: the row the run staged (history.end_staging), or Prefect's record of a
