@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_moved                 # 1,000 objects, 2 rounds
     .venv/bin/python -m benchmarks.bench_moved --objects 300 --rounds 1 --no-save
+    .venv/bin/python -m benchmarks.bench_moved --not-kept     # INGEST_KEEP_FILES=false
 
 One run starts the project's S3 dev server (moto behind keep-alive, ``--rtt-ms``
 added to every request) and one ``prefect server start`` (SQLite in a scratch
@@ -11,7 +12,9 @@ runs ``ingest s3`` once (the first night, text extracted). Then, each round:
 * the folder is renamed on the server (``CopyObject`` to ``projects/f<n>/``, then
   ``DeleteObject``; not timed; a server-side copy keeps the ETag, as S3's does);
 * **moved night**: ``ingest s3`` on the first night's data folder: the moved keys are
-  recognised by ETag and size (``ingest.s3.renames``) and take their files and text;
+  recognised by ETag and size (``ingest.s3.renames``) and take their files and text
+  (with ``--not-kept``, every command runs with ``INGEST_KEEP_FILES=false``: no file is
+  kept, so a moved key takes its stored rows alone);
 * **full download**: ``ingest s3`` of the same bucket into an empty data folder: what
   a sync that decides by key pays for the rename (download and extraction of every
   object).
@@ -19,9 +22,11 @@ runs ``ingest s3`` once (the first night, text extracted). Then, each round:
 The two commands alternate their order round by round and run one after the other on
 the same servers, so the ratio compares them under the same load. Each command is a
 child process: wall seconds (with Prefect's start-up), the flow body (the seconds of
-its summary line), object GETs counted at the server, parses (the documents
-the run's ``extract-batch`` tasks extracted, from its log lines) and the objects
-copied (``s3_objects`` rows ``copied``). Results are printed and appended to
+its summary line), object GETs counted by the server (its request counts, reset before
+each command), parses (the ``documents`` rows the run wrote that are neither copies
+of stored ones nor old keys marked deleted: ``parsed`` below), the objects copied
+(``s3_objects`` rows ``copied``) and the files left under the moved folder at the
+download destination. Results are printed and appended to
 benchmarks/moved.md with the machine, date and load.
 """
 
@@ -49,7 +54,8 @@ OUT = Path(__file__).resolve().parent / "moved.md"
 WORK = Path(__file__).resolve().parent / ".work"
 BUCKET = "moved"
 _EXTRACTED = re.compile(r"extract-batch (\d+) documents")
-_BODY = re.compile(r"^run \S+: .* in ([\d.]+) s$", re.M)  # the flow's summary line
+# the flow's summary line: its run id, and its seconds (Prefect's start to end)
+_BODY = re.compile(r"^run (\S+): .* ([\d.]+) s in Running", re.M)
 
 
 def body(i: int) -> bytes:
@@ -87,9 +93,11 @@ def run_ingest(
     return {
         "wall": wall,
         "gets": int(s3.stats().get("GET object", 0)),
-        "parsed": sum(int(n) for n in _EXTRACTED.findall(output)),
-        "body": float(found.group(1)) if (found := _BODY.search(output)) else float("nan"),
+        "parsed": parsed(data_dir, found.group(1)) if (found := _BODY.search(output)) else -1,
+        "parse lines": sum(int(n) for n in _EXTRACTED.findall(output)),
+        "body": float(found.group(2)) if found else float("nan"),
         "copied": copied(data_dir, folder),
+        "files": files_under(data_dir, folder),
         "log": [line for line in output.splitlines() if " in " in line and " s" in line],
     }
 
@@ -105,6 +113,31 @@ def copied(data_dir: Path, folder: str = "") -> int:
     return int(values[0][0])
 
 
+def parsed(data_dir: Path, run_id: str) -> int:
+    """Documents the run extracted: its ``documents`` rows but the old keys' it marked
+    ``deleted``, less those it copied from a stored object (a copy carries the run's id
+    too; its ``s3_objects`` row says ``copied``). With files kept the run's
+    ``extract-batch`` lines give the same count; with files not kept the parses happen in
+    ``fetch-batch``, whose line does not say."""
+    from ingest import storage
+
+    _, values = storage.query(
+        data_dir,
+        f"""SELECT (SELECT count(*) FROM documents WHERE run_id = '{run_id}'
+                    AND status IS DISTINCT FROM 'deleted')
+                 - (SELECT count(*) FROM s3_objects WHERE run_id = '{run_id}'
+                    AND status = 'copied')""",
+    )
+    return int(values[0][0])
+
+
+def files_under(data_dir: Path, folder: str) -> int:
+    """Files the run left at the download destination under ``folder`` (none when files
+    are not kept)."""
+    root = data_dir / "objects" / BUCKET / folder
+    return sum(1 for p in root.rglob("*") if p.is_file()) if folder and root.is_dir() else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--objects", type=int, default=1000)
@@ -112,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rtt-ms", type=float, default=20.0)
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--show-log", action="store_true", help="print each run's timing lines")
+    p.add_argument(
+        "--not-kept",
+        action="store_true",
+        help="every command with INGEST_KEEP_FILES=false (no downloaded file is kept)",
+    )
     a = p.parse_args(argv)
 
     from deployments.serve import PrefectServer
@@ -123,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moved-", dir=WORK)))
         env = child_env(scratch)
         env["PREFECT_HOME"] = str(scratch / "prefect-home")
+        if a.not_kept:
+            env["INGEST_KEEP_FILES"] = "false"
         os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
         s3 = stack.enter_context(DevServer(latency_ms=a.rtt_ms, env=env))
         log = stack.enter_context(open(scratch / "prefect-server.log", "w"))
@@ -158,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             m, f = got["moved"], got["full"]
             rows.append(
                 f"| {r} ({' then '.join(order)}) | {m['wall']:.1f} s | {m['body']:.1f} s "
-                f"| {m['gets']} | {m['parsed']} | {m['copied']} | {f['wall']:.1f} s "
+                f"| {m['gets']} | {m['parsed']} | {m['copied']} | {m['files']} | {f['wall']:.1f} s "
                 f"| {f['body']:.1f} s | {f['gets']} | {f['parsed']} "
                 f"| **{m['wall'] / f['wall']:.2f}x** | **{m['body'] / f['body']:.2f}x** |"
             )
@@ -166,15 +206,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join(
         [
             f"## {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {a.objects} objects renamed, "
-            f"{a.rtt_ms:g} ms a request",
+            f"{a.rtt_ms:g} ms a request"
+            + (", files not kept (INGEST_KEEP_FILES=false)" if a.not_kept else ""),
             "",
-            f"`python -m benchmarks.bench_moved --objects {a.objects} --rounds {a.rounds}`; "
+            f"`python -m benchmarks.bench_moved --objects {a.objects} --rounds {a.rounds}"
+            f"{' --not-kept' if a.not_kept else ''}`; "
             f"{cpu_model()}, {os.cpu_count()} CPUs, load average at the end {load}; "
             f"first night {first['wall']:.1f} s ({first['gets']} GETs, {first['parsed']} parsed).",
             "",
-            "| round | moved night | its flow body | GETs | parsed | copied "
+            "| round | moved night | its flow body | GETs | parsed | copied | files left "
             "| full download | its flow body | GETs | parsed | moved / full | bodies |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
         ]

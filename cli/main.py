@@ -556,11 +556,16 @@ def print_summary(summary: Any, data_dir: Path | str | None) -> None:
 
 def with_final_seconds(text: str, run_id: str, data_dir: Path | str | None) -> str:
     """A summary written before its run ended, with the run's duration as Prefect recorded
-    it once it ended (its ``flow_runs`` row, which the end-of-run hook wrote); as it was
+    it once it ended (what the end-of-run hook wrote in its ``flow_runs`` row: from memory
+    when this process ran the hook, else read from the row); as it was
     written (its figure "up to this summary") where that row cannot be read."""
     from ingest.report import history
     from ingest.report.timing import final_seconds
+    from tasks.history import ended_seconds
 
+    seconds = ended_seconds(run_id)  # what this process's end-of-run hook committed
+    if seconds is not None:
+        return final_seconds(text, seconds)
     try:
         row = history.flow_run(
             Settings().with_data_dir(str(data_dir) if data_dir else None).location, run_id

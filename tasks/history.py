@@ -8,6 +8,9 @@ previous run is the same child of the previous nightly run.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +27,14 @@ from ingest.report import summary as report
 from ingest.storage.location import DataDir
 
 _logger = logging.getLogger("ingest.report.history")
+
+# Runs whose end-of-run hook committed their row in this process, by flow-run id: the
+# duration committed (Prefect's start to end), for the command that ran the flow to print
+# it from memory instead of reading the row back from the lake (``ended_seconds``). A
+# command ends one run; a nightly's children add theirs: the last few are kept.
+_ended: OrderedDict[str, float] = OrderedDict()
+_ended_lock = threading.Lock()
+_ENDED_KEPT = 16
 
 
 def current_ids(ctx: RunContext) -> dict[str, str]:
@@ -70,13 +81,15 @@ def record_current_run(
     target: str = "",
     changed: int = 0,
 ) -> history.FlowRunRecord:
-    """Write the running flow's ``flow_runs`` row (overwritten if written again); ``ids``
-    from ``current_ids``.
+    """Stage the running flow's ``flow_runs`` row (overwritten if written again); ``ids``
+    from ``current_ids``. It is staged apart (``history.end_staging``): the run's
+    end-of-run hook commits it with Prefect's start and end (``record_final_run``).
 
     With ``target`` (what the run reads: ``s3://bucket/prefix``, the repositories, the
     source), a run of its own, not a child of a nightly run (which records its children's
     freshness itself), also updates the freshness of that target (``ingest status``), with
-    ``changed`` as the rows it changed."""
+    ``changed`` as the rows it changed, staged and committed with that row."""
+    staged_by = history.end_staging(ids["flow_run_id"])
     ended = datetime.now(UTC)
     record = history.FlowRunRecord(
         **ids,
@@ -89,7 +102,8 @@ def record_current_run(
         state=state,
         message=message,
     )
-    history.record_flow_run(data_dir, record)
+    history.record_flow_run(data_dir, record, staged_by=staged_by)
+    storage.staging.touch(data_dir, staged_by)  # a killed run's: recovered by the next run
     if target and not record.parent_flow_run_id:
         freshness.record(
             data_dir,
@@ -105,7 +119,7 @@ def record_current_run(
                     flow_run_id=record.flow_run_id,
                 )
             ],
-            staged_by=record.flow_run_id,
+            staged_by=staged_by,
         )
     return record
 
@@ -194,8 +208,6 @@ def record_final_run(flow: Any, run: Any, state: Any) -> None:
 def _record_final_run(flow: Any, run: Any, state: Any) -> None:
     from prefect.client.orchestration import get_client
 
-    from ingest.settings import Settings
-
     with get_client(sync_client=True) as client:
         stored = client.read_flow_run(run.id)
         parent = ""
@@ -204,17 +216,34 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
         if stored.start_time is None or stored.end_time is None:  # it never ran
             return
         seconds = (stored.end_time - stored.start_time).total_seconds()
-        try:
-            final_artifacts(client, run.id, seconds)
-        except Exception as exc:  # they keep their figure up to the summary, which says so
-            _logger.warning(
-                "artifacts of run %s keep their figure: %s", run.id, report.short(str(exc), 300)
-            )
-    if _refused(state):  # its folders were refused: nothing of it is written there
-        return
+        # The artifacts' requests beside the lake's commit: neither waits for the other.
+        with ThreadPoolExecutor(1, "final-artifacts") as pool:
+            pool.submit(_final_artifacts_or_warn, client, run.id, seconds)
+            if not _refused(state):  # refused folders: nothing of it is written there
+                _commit_final_row(flow, run, state, stored, parent, seconds)
+
+
+def _final_artifacts_or_warn(client: Any, flow_run_id: Any, seconds: float) -> None:
+    try:
+        final_artifacts(client, flow_run_id, seconds)
+    except Exception as exc:  # they keep their figure up to the summary, which says so
+        _logger.warning(
+            "artifacts of run %s keep their figure: %s", flow_run_id, report.short(str(exc), 300)
+        )
+
+
+def _commit_final_row(
+    flow: Any, run: Any, state: Any, stored: Any, parent: str, seconds: float
+) -> None:
+    from ingest.settings import Settings
+
     data_dir = (stored.parameters or {}).get("data_dir")
     location = Settings().with_data_dir(data_dir).location
-    history.record_end(
+    # One commit: the row the run staged (history.end_staging), or Prefect's record of a
+    # run that staged none, with Prefect's start and end, and the run's freshness rows
+    # with that duration; then the views of those tables.
+    staged_by = history.end_staging(str(run.id))
+    history.stage_end(
         location,
         history.FlowRunRecord(
             flow_run_id=str(run.id),
@@ -230,13 +259,23 @@ def _record_final_run(flow: Any, run: Any, state: Any) -> None:
             state=state.type.value.lower(),
             message=report.short(state.message, 500) if state.message else None,
         ),
-        staged_by=f"{run.id}-end",
+        staged_by=staged_by,
     )
-    if not parent:  # a run of its own committed its freshness rows before it ended
-        days = (stored.start_time, stored.end_time)
-        changed = freshness.take_run_seconds(location, str(run.id), seconds, days)
-        if changed:
-            storage.refresh_warehouse(location, tables=changed)
+    if not parent:  # a child's freshness rows are its parent's, with Prefect's figure
+        freshness.take_run_seconds(location, staged_by, str(run.id), seconds)
+    storage.finish_run(location, staged_by)
+    with _ended_lock:
+        _ended[str(run.id)] = seconds
+        while len(_ended) > _ENDED_KEPT:
+            _ended.popitem(last=False)
+
+
+def ended_seconds(flow_run_id: str) -> float | None:
+    """The duration (Prefect's start to end) that this process's end-of-run hook committed
+    in ``flow_run_id``'s ``flow_runs`` row; None when it committed none here (another
+    process ran it, or the row could not be written: the lake's row is then the word)."""
+    with _ended_lock:
+        return _ended.pop(str(flow_run_id), None)
 
 
 def final_artifacts(client: Any, flow_run_id: Any, seconds: float) -> None:

@@ -5,8 +5,9 @@ A source is a flow and what it reads (``s3-ingest`` and ``s3://bucket/prefix``,
 ``github-pulls`` and its repositories, ``rest-ingest`` and the source's name).
 Every run stages one ``source_freshness`` row for its source: a run of its own
 at its end (``tasks.history.record_current_run``; its end-of-run hook then sets
-its duration to Prefect's start to end, ``take_run_seconds``), a nightly run one per
-child (each child's duration Prefect's already: the child had ended).
+its duration to Prefect's start to end and commits it, ``take_run_seconds``), a
+nightly run one per child (each child's duration Prefect's already: the child had
+ended).
 The row replaces the stored one of the same source, and the same row is
 appended to ``source_nights``, the run-by-run history; the nightly summary reads
 the nightly runs' rows of it (``nightly_run_id`` set), ``ingest status`` the
@@ -21,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingest import duck, storage
-from ingest.storage import lake
 from ingest.storage.location import DataDir, locate
 
 TABLE = "source_freshness"
@@ -74,7 +74,9 @@ def settle(night: SourceNight, stored: dict[str, Any] | None, now: datetime) -> 
 
 def record(data_dir: DataDir, nights: list[SourceNight], *, staged_by: str) -> list[SourceNight]:
     """Settle and stage tonight's rows (committed with the nightly run); returns them."""
-    stored = current(data_dir)
+    # A completed night is its own last success: the stored rows matter only otherwise.
+    failed = any(n.state != "completed" for n in nights)
+    stored = current(data_dir) if failed else {}
     now = datetime.now(UTC)
     settled = [settle(n, stored.get((n.source, n.target)), now) for n in nights]
     if settled:
@@ -82,24 +84,24 @@ def record(data_dir: DataDir, nights: list[SourceNight], *, staged_by: str) -> l
     return settled
 
 
-def take_run_seconds(
-    data_dir: DataDir, flow_run_id: str, seconds: float, days: tuple[datetime, datetime]
-) -> list[str]:
-    """Give run ``flow_run_id``'s rows (its ``source_freshness`` row while it is its
-    source's latest, its ``source_nights`` row) ``seconds``, its start to end by Prefect's
-    clock. A run of its own commits them before it ends, with the time it had been
-    Running then; its end-of-run hook, once Prefect has recorded that end, sets the
-    figure the UI shows. ``days``: the run's start and end (its row's ``day`` lies
-    between). Returns the tables changed."""
-    run = "'" + flow_run_id.replace("'", "''") + "'"
-    which = f"flow_run_id = {run} AND seconds <> {float(seconds)!r}"
-    first, last = (d.astimezone(UTC).date().isoformat() for d in days)
-    in_days = f"day >= '{first}' AND day <= '{last}' AND {which}"  # reads those days only
-    changed = []
-    for table, predicate in ((TABLE, which), ("source_nights", in_days)):
-        if lake.update(data_dir, table, predicate, {"seconds": float(seconds)}):
-            changed.append(table)
-    return changed
+def take_run_seconds(data_dir: DataDir, staged_by: str, flow_run_id: str, seconds: float) -> bool:
+    """Give run ``flow_run_id``'s staged freshness rows (under ``staged_by``, its
+    ``history.end_staging``) ``seconds``, its start to end by Prefect's clock. A run of
+    its own stages them at its end with the time it had been Running then; its end-of-run
+    hook, once Prefect has recorded that end, sets the figure the UI shows and commits
+    them with its ``flow_runs`` row. Returns whether any row was staged."""
+    keys = storage.staging.parts(data_dir, staged_by, TABLE)
+    for key in keys:
+        part = storage.staging.read_part(data_dir, key)
+        if part is None:
+            continue
+        rows = part.to_pylist()
+        for row in rows:
+            if row["flow_run_id"] == flow_run_id:
+                row["seconds"] = float(seconds)
+        name = key.rsplit("/", 1)[-1].removesuffix(".parquet")
+        storage.stage(data_dir, staged_by, TABLE, name, rows)
+    return bool(keys)
 
 
 def lag_text(seconds: float | None) -> str:

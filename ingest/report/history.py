@@ -58,7 +58,7 @@ def record_flow_run(data_dir: DataDir, record: FlowRunRecord, *, staged_by: str 
         data_dir,
         staged_by or record.flow_run_id,
         "flow_runs",
-        f"flow-run-{record.flow_run_id}",
+        _part(record.flow_run_id),
         [row],
     )
     assert path is not None
@@ -104,7 +104,7 @@ def record_child_run(
         stored = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
         if observed.started_at is not None and observed.ended_at == stored.ended_at:
             record.ended_at = stored.ended_at
-            if record == stored:  # the child recorded its end itself (``record_end``)
+            if record == stored:  # the child recorded its end itself (``stage_end``)
                 return record
         # Replaces the child's row only as a newer one: the child ended after it recorded.
         ended, seen = record.ended_at, observed.ended_at or datetime.now(UTC)
@@ -116,22 +116,46 @@ def record_child_run(
     return record
 
 
-def record_end(
-    data_dir: DataDir,
-    ended: FlowRunRecord,
-    *,
-    staged_by: str,
-) -> FlowRunRecord | None:
-    """Commit an ended run's ``flow_runs`` row with the server's start and end (``ended``:
-    the run as the server recorded it, counts None). The row the run recorded itself before
-    its end keeps its counts and takes that start, end and duration, and the final state
-    when the run did not complete; a run that failed before recording anything gets
-    ``ended`` (unknown counts stay NULL). None when the stored row already says it all."""
-    own = flow_run(data_dir, ended.flow_run_id)
-    record = ended
-    if own is not None:
+def end_staging(flow_run_id: str) -> str:
+    """The staging of a run's own ``flow_runs`` row and freshness rows: apart from its
+    other rows, so that the run's commit leaves them and its end-of-run hook commits them
+    once, with Prefect's start and end (``stage_end``). A process that dies before its
+    hook leaves them to the next run's recovery, which commits them as staged."""
+    return f"{flow_run_id}-end"
+
+
+def staged_row(data_dir: DataDir, staged_by: str, flow_run_id: str) -> FlowRunRecord | None:
+    """The ``flow_runs`` row of ``flow_run_id`` staged under ``staged_by`` (one small
+    staged file, not a query of the lake), if any."""
+    names = {f.name for f in fields(FlowRunRecord)}
+    key = storage.staging.run_key(storage.staging.safe_name(staged_by))
+    part = storage.staging.read_part(
+        data_dir, f"{key}/flow_runs/{storage.staging.safe_name(_part(flow_run_id))}.parquet"
+    )
+    for row in part.to_pylist() if part is not None else ():
+        if row["flow_run_id"] == flow_run_id:
+            return FlowRunRecord(**{k: v for k, v in row.items() if k in names})
+    return None
+
+
+def stage_end(data_dir: DataDir, ended: FlowRunRecord, *, staged_by: str) -> FlowRunRecord | None:
+    """Stage an ended run's ``flow_runs`` row with the server's start and end (``ended``:
+    the run as the server recorded it, counts None) under ``staged_by``, for one commit
+    with the rest of that staging. The row the run staged itself before its end (under
+    ``staged_by``, ``end_staging``), or else committed, keeps its counts and takes that
+    start, end and duration, and the final state when the run did not complete; a run
+    that recorded nothing gets ``ended`` (unknown counts stay NULL). None when the
+    committed row already says it all."""
+    own = staged_row(data_dir, staged_by, ended.flow_run_id)
+    committed = None
+    if own is None:  # it failed before recording itself, or recovery committed its row
+        row = flow_run(data_dir, ended.flow_run_id)
         names = {f.name for f in fields(FlowRunRecord)}
-        record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        committed = FlowRunRecord(**{k: v for k, v in row.items() if k in names}) if row else None
+    base = own or committed
+    record = ended
+    if base is not None:
+        record = FlowRunRecord(**asdict(base))
         record.parent_flow_run_id = record.parent_flow_run_id or ended.parent_flow_run_id
         record.deployment_id = record.deployment_id or ended.deployment_id
         record.started_at, record.ended_at = ended.started_at, ended.ended_at
@@ -139,12 +163,15 @@ def record_end(
         if ended.state != "completed":
             record.state = ended.state
             record.message = record.message or ended.message
-        stored = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
-        if record == stored:
+        if record == committed:
             return None
     record_flow_run(data_dir, record, staged_by=staged_by)
-    storage.finish_run(data_dir, staged_by)
     return record
+
+
+def _part(flow_run_id: str) -> str:
+    """The name of a run's ``flow_runs`` part (``record_flow_run``)."""
+    return f"flow-run-{flow_run_id}"
 
 
 def previous_run(

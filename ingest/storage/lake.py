@@ -293,22 +293,6 @@ def merge(
     return totals
 
 
-def update(data_dir: DataDir, table: str, predicate: str, values: dict[str, Any]) -> int:
-    """Set ``values`` (column: Python value) in the rows of ``table`` that ``predicate``
-    (a Delta SQL condition) selects: one commit, none when no row matches. Returns the
-    rows changed. For a figure known only after its row was committed (a run's duration
-    by Prefect's clock, known once the run has ended)."""
-    dt = open_table(data_dir, table)
-    if dt is None:
-        return 0
-
-    def write() -> int:
-        dt.update_incremental()
-        return int(dt.update(new_values=values, predicate=predicate).get("num_updated_rows", 0))
-
-    return with_commit_retries(write, table)
-
-
 def fill_empty(dt: DeltaTable, table: str, data: pa.Table, *, merge_schema: bool = False) -> bool:
     """Write ``data`` (one row per key) into the state table when the version ``dt``
     holds has no rows (a table created empty just now): what the MERGE would insert, for

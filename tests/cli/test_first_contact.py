@@ -133,6 +133,40 @@ def test_missing_bucket_says_what_to_fix(
     assert "Traceback" in out  # --debug shows what the run's logs keep
 
 
+def test_the_printed_duration_is_the_one_stored_when_the_run_ended(
+    prefect_harness: None,
+    s3: Any,
+    s3_server: DevServer,
+    bucket: str,
+    data_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """The command prints the run's duration as Prefect recorded it once the run ended:
+    the figure its end-of-run hook committed to the run's ``flow_runs`` row and freshness
+    rows, in the one commit that leaves nothing of the run staged."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import get_current_settings
+
+    put_many(s3, bucket, {"in/a.txt": b"a", "in/b.txt": b"b"})
+    env = new_user_env(tmp_path)
+    env["PREFECT_API_URL"] = str(get_current_settings().api.url)  # the session's server
+    args = ["s3", "--bucket", bucket, "--prefix", "in/", "--endpoint-url", s3_server.url]
+    proc = run_cli([*args, "--data-dir", str(data_dir)], env=env)
+    out = finish(proc)
+    assert proc.returncode == 0, out
+    said = re.search(r"run (\S+): .* ([\d.]+) s in Running \(its start to end in Prefect\)", out)
+    assert said is not None and "up to this summary" not in out, out
+    run_id, printed = said.group(1), said.group(2)
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(run_id)
+    interval = (run.end_time - run.start_time).total_seconds()
+    assert printed == f"{interval:.2f}", (printed, interval)
+    for table in ("flow_runs", "source_freshness", "source_nights"):
+        [row] = rows(data_dir, f"SELECT seconds FROM {table} WHERE flow_run_id = '{run_id}'")
+        assert row["seconds"] == pytest.approx(interval, abs=1e-6), (table, row)
+    assert not list((data_dir / "staging").glob(f"{run_id}*")), "the run left staged rows"
+
+
 @pytest.fixture
 def slow_s3(tmp_path: Path) -> Iterator[DevServer]:
     """A link where every request takes 150 ms: a run of 600 objects at 8 in flight takes
