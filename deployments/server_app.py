@@ -7,13 +7,19 @@ names (seconds; fractions are accepted) or, without one, after 2 s, 4 s, 8 s, 16
 Such a lock lasts milliseconds, so those waits were the delay: the nightly's second child
 started 2-13 s after the first (benchmarks/nightly_children.md).
 
-``RetryAfter`` adds the header to each 503 that has none: ``BASE_SECONDS`` while 503s
-are rare, then ``FACTOR`` times the age of the current spell of 503s (at most
-``CAP_SECONDS``; a spell ends once no 503 came for ``QUIET_SECONDS`` after every client
-it answered was due back). So a lock that lasts still gets about Prefect's patience: a
-client gives up after 5 retries, about 50 s of waits here (62 s without the header).
-The client adds its own jitter (up to +20 %) to the named wait. On PostgreSQL, which has
-no database-wide lock, such 503s are rare and the header is harmless.
+``RetryAfter`` adds the header to each 503 that has none: ``BASE_SECONDS``, or
+``FACTOR`` times the age of the current spell of 503s (at most ``CAP_SECONDS``; a spell
+ends once no 503 came for ``QUIET_SECONDS`` after every client it answered was due
+back). Two such answers in a row within half a second are usual under load (the lock
+is met again on the retry), and Prefect's client gives up after 5 retries: short waits
+alone would cut its patience from 62 s to about 2 s. So while a spell is younger than
+``UNCOUNTED_SECONDS`` the 503 also says ``Prefect-Maintenance: true``, with which
+Prefect's client does not count the retry against its limit (its documented
+behaviour, meant for a server that is briefly unavailable); after that the retries
+count again, and a lock that lasts fails a lone client after about 90 s (Prefect's
+own waits, 2 + 4 + 8 + 16 + 32 s: 62 s). The client adds its own jitter
+(up to +20 %) to a named wait. On PostgreSQL, which has no database-wide lock, such 503s
+are rare and the headers harmless.
 
 * ``create_app``: the factory uvicorn runs for a command's own server
   (``uvicorn --factory deployments.server_app:create_app``, ``local_api.TemporaryServer``).
@@ -39,19 +45,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BASE_SECONDS = 0.25  # a lock is held for milliseconds: ask again soon
-FACTOR = 3.0  # a client alone on a lasting lock: 0.25, 0.9, 3.7, 16, 30 s
-CAP_SECONDS = 30.0
+FACTOR = 0.25  # of a spell's age: a lock met again and again is asked about less often
+CAP_SECONDS = 10.0
 QUIET_SECONDS = 1.0  # no 503 for this long after the clients were due back ends a spell
+UNCOUNTED_SECONDS = 30.0  # retries of a younger spell do not count against the client's 5
 JITTER = 0.2  # the most Prefect's client adds to a named wait (PREFECT_CLIENT_RETRY_JITTER_FACTOR)
 
 
 class RetryWait:
-    """The ``Retry-After`` seconds for the 503 answered at each call's time: ``base``,
-    or ``factor`` times the age of the current spell of 503s, at most ``cap``.
+    """For the 503 answered at each call's time: the ``Retry-After`` seconds (``base``,
+    or ``factor`` times the age of the current spell of 503s, at most ``cap``) and
+    whether the client's retry goes uncounted (the spell is younger than ``uncounted``).
 
     A spell lasts while 503s keep coming: it ends only ``quiet`` seconds after the
     latest client it answered was due back (its wait plus Prefect's jitter), so one
-    client meeting a lasting lock alone is told to wait longer each time."""
+    client meeting a lasting lock alone keeps the spell going."""
 
     def __init__(
         self,
@@ -60,26 +68,30 @@ class RetryWait:
         factor: float = FACTOR,
         cap: float = CAP_SECONDS,
         quiet: float = QUIET_SECONDS,
+        uncounted: float = UNCOUNTED_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base, self.factor, self.cap, self.quiet = base, factor, cap, quiet
+        self.uncounted = uncounted
         self.clock = clock
         self._spell_start = 0.0
         self._spell_end = float("-inf")
 
-    def __call__(self) -> float:
+    def __call__(self) -> tuple[float, bool]:
         now = self.clock()
         if now > self._spell_end:
             self._spell_start = now
-        wait = min(self.cap, max(self.base, self.factor * (now - self._spell_start)))
+        age = now - self._spell_start
+        wait = min(self.cap, max(self.base, self.factor * age))
         self._spell_end = max(self._spell_end, now + wait * (1 + JITTER) + self.quiet)
-        return wait
+        return wait, age < self.uncounted
 
 
 class RetryAfter:
-    """ASGI middleware: a 503 response without ``Retry-After`` gets one from ``wait``."""
+    """ASGI middleware: a 503 response without ``Retry-After`` gets one from ``wait``,
+    and ``Prefect-Maintenance: true`` when ``wait`` says the retry goes uncounted."""
 
-    def __init__(self, app: ASGIApp, wait: Callable[[], float] | None = None) -> None:
+    def __init__(self, app: ASGIApp, wait: Callable[[], tuple[float, bool]] | None = None) -> None:
         self.app = app
         self.wait = wait or RetryWait()
 
@@ -96,7 +108,10 @@ class RetryAfter:
             if message["type"] == "http.response.start" and message["status"] == 503:
                 headers = list(message.get("headers", []))
                 if not any(name.lower() == b"retry-after" for name, _ in headers):
-                    headers.append((b"retry-after", f"{self.wait():.2f}".encode()))
+                    seconds, uncounted = self.wait()
+                    headers.append((b"retry-after", f"{seconds:.2f}".encode()))
+                    if uncounted:
+                        headers.append((b"prefect-maintenance", b"true"))
                     message = {**message, "headers": headers}
             await send(message)
 
