@@ -1,7 +1,8 @@
 """The deployments of prefect.yaml on a real Prefect server.
 
-One ``prefect server start`` on a free loopback port for this module (SQLite in
-a temporary folder, the recorder batching of ``deployments.serve.SERVER_ENV``); the work pool is
+One Prefect server as ``ingest serve`` starts it (what ``prefect server start`` runs,
+``deployments.server_app``) on a free loopback port for this module (SQLite in a
+temporary folder, the recorder batching of ``deployments.serve.SERVER_ENV``); the work pool is
 created, ``prefect deploy --all --no-prompt`` deploys prefect.yaml, and one
 ``prefect worker start`` runs what is triggered. The demo S3, GitHub and
 ticket API servers are the ones the demo of the checkout (``dev/serve_demo.py``)
