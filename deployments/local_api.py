@@ -226,10 +226,11 @@ class TemporaryServer:
 
         self.port = _free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
+        # Prefect's app, its 503s with a short Retry-After (deployments.server_app).
         cmd = [
             sys.executable, "-m", "uvicorn",
             "--app-dir", str(Path(prefect.__file__).parent.parent),
-            "--factory", "prefect.server.api.server:create_app",
+            "--factory", "deployments.server_app:create_app",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--log-level", "error", "--lifespan", "on",
         ]  # fmt: skip

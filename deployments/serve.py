@@ -1,7 +1,8 @@
 """``ingest serve``: the deployments of ``prefect.yaml`` on one machine.
 
 1. Use the configured Prefect API (``PREFECT_API_URL``) when there is one;
-   otherwise start ``prefect server start`` on loopback (SQLite under
+   otherwise start what ``prefect server start`` runs (``deployments.server_app``:
+   Prefect's app, its 503s answered with a short ``Retry-After``) on loopback (SQLite under
    ``PREFECT_HOME``, or the PostgreSQL database of ``--database-url``; the
    task-run recorder batching of ``SERVER_ENV``, analytics off), with an auth string
    on every API request (``deployments.auth``) and ``--host`` to serve other machines.
@@ -104,7 +105,8 @@ def stop(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
 
 
 class PrefectServer:
-    """``prefect server start`` on loopback in a child process.
+    """What ``prefect server start`` runs (``deployments.server_app``: Prefect's UI, API
+    and services, 503s with a short ``Retry-After``), on loopback in a child process.
 
     Its database is SQLite under ``PREFECT_HOME`` unless ``database_url`` names
     another (PostgreSQL), which only the server's environment receives. Without
@@ -154,7 +156,10 @@ class PrefectServer:
 
     def __enter__(self) -> PrefectServer:
         require_free_port(self.port, "the Prefect server")
-        cmd = [prefect_exe(), "server", "start", "--host", self.host, "--port", str(self.port)]
+        # `prefect server start`, with Prefect's app inside a short Retry-After on its 503s
+        # (deployments.server_app: the command takes no app of ours).
+        cmd = [sys.executable, "-m", "deployments.server_app"]
+        cmd += ["--host", self.host, "--port", str(self.port)]
         out = self.log
         if out is None:
             out = self._own_log = tempfile.TemporaryFile("w+")
