@@ -38,6 +38,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -236,6 +237,15 @@ def worktrees(refs: Sequence[str]) -> Iterator[list[Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def share_benchmarks(source: Side, side: Side) -> None:
+    """``source``'s benchmarks/ over ``side``'s: one instrument on both sides, for a
+    benchmark whose older copy no longer reads what the code prints."""
+    sha = source.commit.split()[0]
+    subprocess.run(
+        ["git", "checkout", sha, "--", "benchmarks"], cwd=side.tree, check=True, capture_output=True
+    )
+
+
 def install(side: Side) -> None:
     """The side's environment from its own lock, by its own ``make setup``, with this
     checkout's uv (``UV=``) where there is one, else the one its Makefile installs."""
@@ -255,32 +265,47 @@ def markdown_of(tree: Path) -> dict[str, list[str]]:
     return {p.name: p.read_text().splitlines() for p in (tree / "benchmarks").glob("*.md")}
 
 
-def run_one(side: Side, name: str, timeout: float) -> Run:
+def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> Run:
     """One run of benchmark ``name`` on ``side``: the tables it printed or added to its
-    Markdown files, its wall time and an error ('' when it exited 0). The first set of
-    options the side's benchmark accepts is remembered for the later rounds."""
+    Markdown files, its wall time and an error ('' when it exited 0); what it printed goes
+    to ``log``. The first set of options the side's benchmark accepts is remembered for
+    the later rounds. A run past ``timeout`` is stopped with every process it started (its
+    servers too: it runs in a session of its own)."""
     mode = MODES[name]
     first = side.chosen.get(name, 0)
     for index in range(first, len(mode.options)):
         before = markdown_of(side.tree)
         cmd = [str(side.python), "-m", f"benchmarks.{mode.module}", *mode.options[index]]
         started = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=side.tree,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            proc = subprocess.run(
-                cmd, cwd=side.tree, env=clean_env(), capture_output=True, text=True, timeout=timeout
-            )
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            return Run({}, time.monotonic() - started, f"no result within {timeout:.0f} s")
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
         seconds = time.monotonic() - started
-        if proc.returncode == 2 and REFUSED.search(proc.stderr) and index + 1 < len(mode.options):
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"$ {shlex.join(cmd)}\nexit {proc.returncode}\n\n{stdout}\n{stderr}")
+        if proc.returncode == 2 and REFUSED.search(stderr) and index + 1 < len(mode.options):
             continue  # an older benchmark without these options: the next set
         side.chosen[name] = index
-        lines = proc.stdout.splitlines()  # a benchmark that only prints its tables
+        lines = stdout.splitlines()  # a benchmark that only prints its tables
         for file, now in markdown_of(side.tree).items():
             lines += new_tables(before.get(file, []), now)
         error = ""
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        if seconds >= timeout:
+            error = f"no result within {timeout:.0f} s"
+        elif proc.returncode != 0:
+            last = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
             error = f"exit {proc.returncode}: {last[0][:200]}"
         return Run(tables(lines), seconds, error)
     raise AssertionError("unreachable: the last set of options always returns")
@@ -439,8 +464,14 @@ def report(
         "",
         "`python -m benchmarks.bench_ab " + shlex.join(args.argv) + "`",
         "",
-        f"* before: `{before.ref}` = {before.commit}",
-        f"* after: `{after.ref}` = {after.commit}",
+        f"* before: `{before.ref}` = {before.commit[:9]}{before.commit[40:]}",
+        f"* after: `{after.ref}` = {after.commit[:9]}{after.commit[40:]}",
+        "* benchmark code: "
+        + (
+            "each ref's own benchmarks/"
+            if args.benchmarks_from == "own"
+            else f"the {args.benchmarks_from} ref's benchmarks/ on both sides"
+        ),
         f"* machine: {os.cpu_count()} cores (nproc {len(os.sched_getaffinity(0))}), "
         f"{memory_gib():.0f} GiB RAM, {cpu_model()}, Python of each side's own environment",
         "* load average (1/5/15 min): "
@@ -525,7 +556,19 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--label", default="Run", help="the section's title (e.g. 'Harness trial')")
     p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     p.add_argument("--no-save", action="store_true", help="print only")
+    p.add_argument(
+        "--benchmarks-from",
+        choices=("own", "before", "after"),
+        default="own",
+        help="whose benchmarks/ both sides run: each its own (default), or one ref's on both",
+    )
     p.add_argument("--list", action="store_true", help="print the benchmarks and their modes")
+    p.add_argument(
+        "--logs",
+        type=Path,
+        default=ROOT / "benchmarks" / ".work" / f"ab-{datetime.now(UTC):%Y%m%d-%H%M%S}",
+        help="folder for what each run printed (default benchmarks/.work/ab-<time>)",
+    )
     args = p.parse_args(argv)
     args.argv = list(argv)
     args.names = args.only.split(",") if args.only else list(MODES)
@@ -552,14 +595,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sides = [Side("before", args.before, trees[0]), Side("after", args.after, trees[1])]
         for side in sides:
             side.commit = subprocess.run(
-                ["git", "log", "-1", "--format=%h %s"],
+                ["git", "log", "-1", "--format=%H %s"],
                 cwd=side.tree,
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.strip()[:100]
+        if args.benchmarks_from != "own":
+            source = next(side for side in sides if side.name == args.benchmarks_from)
+            for side in sides:
+                if side is not source:
+                    share_benchmarks(source, side)
+        for side in sides:
             install(side)
-            print(f"{side.name}: {side.commit} installed in {side.install_s:.0f} s", flush=True)
+            said = f"{side.commit[:9]}{side.commit[40:60]}"
+            print(f"{side.name}: {said} installed in {side.install_s:.0f} s", flush=True)
         runs: dict[str, dict[str, list[Run]]] = {}
         skipped: dict[str, str] = {}
         for name in args.names:
@@ -571,7 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs[name] = {side.name: [] for side in sides}
             for r in range(args.rounds):
                 for side in sides if r % 2 == 0 else sides[::-1]:
-                    run = run_one(side, name, args.timeout)
+                    log = args.logs / f"{name}-{r + 1}-{side.name}.log"
+                    run = run_one(side, name, args.timeout, log)
                     runs[name][side.name].append(run)
                     print(
                         f"{name} round {r + 1} {side.name}: {run.seconds:.0f} s"

@@ -135,3 +135,43 @@ def test_a_failing_benchmark_is_an_error_of_its_run(
 
     assert run.error == "exit 1: no server"
     assert run.tables == {}
+
+
+HANGS = """\
+import subprocess, sys, time
+from pathlib import Path
+
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+(Path(__file__).parent / "child.pid").write_text(str(child.pid))
+time.sleep(600)
+"""
+
+
+def stopped(pid: int) -> bool:
+    """Gone, or a zombie waiting for its new parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_run_past_its_time_is_stopped_with_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "__init__.py").write_text("")
+    (tree / "benchmarks" / "bench_hangs.py").write_text(HANGS)
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, tree / ".venv" / "bin" / "python")
+    monkeypatch.setitem(bench_ab.MODES, "hangs", Mode("bench_hangs", ((),), ()))
+    log = tmp_path / "logs" / "hangs.log"
+
+    run = run_one(Side("after", "v2", tree), "hangs", timeout=3, log=log)
+
+    assert run.error == "no result within 3 s"
+    child = int((tree / "benchmarks" / "child.pid").read_text())
+    assert stopped(child), "the benchmark's own child outlived the time limit"
+    assert log.read_text().startswith(
+        f"$ {tree / '.venv' / 'bin' / 'python'} -m benchmarks.bench_hangs"
+    )
