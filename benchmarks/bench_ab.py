@@ -269,8 +269,8 @@ def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> R
     """One run of benchmark ``name`` on ``side``: the tables it printed or added to its
     Markdown files, its wall time and an error ('' when it exited 0); what it printed goes
     to ``log``. The first set of options the side's benchmark accepts is remembered for
-    the later rounds. A run past ``timeout`` is stopped with every process it started (its
-    servers too: it runs in a session of its own)."""
+    the later rounds. It runs in a session of its own: past ``timeout``, and at its end,
+    every process of that session still running (a server it started) is stopped."""
     mode = MODES[name]
     first = side.chosen.get(name, 0)
     for index in range(first, len(mode.options)):
@@ -292,6 +292,7 @@ def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> R
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
         seconds = time.monotonic() - started
+        stop_session(proc.pid)  # what it left running would load the next run
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(f"$ {shlex.join(cmd)}\nexit {proc.returncode}\n\n{stdout}\n{stderr}")
@@ -309,6 +310,18 @@ def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> R
             error = f"exit {proc.returncode}: {last[0][:200]}"
         return Run(tables(lines), seconds, error)
     raise AssertionError("unreachable: the last set of options always returns")
+
+
+def stop_session(pgid: int, wait: float = 10.0) -> None:
+    """Kill every process left in the process group ``pgid`` and wait (up to ``wait``
+    seconds) until none is left."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def new_tables(old: list[str], lines: list[str]) -> list[str]:

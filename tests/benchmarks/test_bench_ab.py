@@ -175,3 +175,35 @@ def test_a_run_past_its_time_is_stopped_with_what_it_started(
     assert log.read_text().startswith(
         f"$ {tree / '.venv' / 'bin' / 'python'} -m benchmarks.bench_hangs"
     )
+
+
+LEAVES = """\
+import subprocess, sys
+from pathlib import Path
+
+cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
+child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+(Path(__file__).parent / "child.pid").write_text(str(child.pid))
+print("| step | wall s |")
+print("|---|---|")
+print("| left | 1.5 |")
+"""
+
+
+def test_what_a_finished_run_left_running_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "__init__.py").write_text("")
+    (tree / "benchmarks" / "bench_leaves.py").write_text(LEAVES)
+    (tree / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, tree / ".venv" / "bin" / "python")
+    monkeypatch.setitem(bench_ab.MODES, "leaves", Mode("bench_leaves", ((),), ()))
+
+    run = run_one(Side("before", "v1", tree), "leaves", timeout=60)
+
+    assert run.error == ""
+    assert headline(run.tables, r"left", r"wall s") == 1.5
+    child = int((tree / "benchmarks" / "child.pid").read_text())
+    assert stopped(child), "a process the benchmark left running outlived its run"
