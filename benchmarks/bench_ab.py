@@ -12,6 +12,9 @@ checkout's uv and uv's cache, so the packages are linked from the cache and an i
 takes seconds. Each side then runs its own benchmark modules against its own code
 (``<worktree>/.venv/bin/python -m benchmarks.bench_<name>`` in its worktree), so two refs
 with different module layouts, or different benchmark code, each measure themselves.
+Where the before ref's copy of a benchmark no longer reads what its code prints (bench_s3
+before the summary line changed), ``--after-code s3`` runs the after ref's module of that
+benchmark on both sides: one instrument, each side's own code under it.
 
 Every benchmark runs in a quick mode (``MODES``: smaller sets, fewer inner rounds, still
 the figures a user waits for); a mode's options the older benchmark does not know
@@ -237,12 +240,15 @@ def worktrees(refs: Sequence[str]) -> Iterator[list[Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def share_benchmarks(source: Side, side: Side) -> None:
-    """``source``'s benchmarks/ over ``side``'s: one instrument on both sides, for a
-    benchmark whose older copy no longer reads what the code prints."""
+def share_module(source: Side, side: Side, module: str) -> None:
+    """``source``'s ``benchmarks/<module>.py`` over ``side``'s: one instrument on both
+    sides, for a benchmark whose older copy no longer reads what the code prints."""
     sha = source.commit.split()[0]
     subprocess.run(
-        ["git", "checkout", sha, "--", "benchmarks"], cwd=side.tree, check=True, capture_output=True
+        ["git", "checkout", sha, "--", f"benchmarks/{module}.py"],
+        cwd=side.tree,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -291,6 +297,9 @@ def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> R
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
+        except BaseException:  # Ctrl-C: the run's own session would outlive the harness
+            stop_session(proc.pid)
+            raise
         seconds = time.monotonic() - started
         stop_session(proc.pid)  # what it left running would load the next run
         if log is not None:
@@ -479,11 +488,11 @@ def report(
         "",
         f"* before: `{before.ref}` = {before.commit[:9]}{before.commit[40:]}",
         f"* after: `{after.ref}` = {after.commit[:9]}{after.commit[40:]}",
-        "* benchmark code: "
+        "* benchmark code: each ref's own"
         + (
-            "each ref's own benchmarks/"
-            if args.benchmarks_from == "own"
-            else f"the {args.benchmarks_from} ref's benchmarks/ on both sides"
+            f", but the after ref's module of {', '.join(args.after_code)} on both sides"
+            if args.after_code
+            else ""
         ),
         f"* machine: {os.cpu_count()} cores (nproc {len(os.sched_getaffinity(0))}), "
         f"{memory_gib():.0f} GiB RAM, {cpu_model()}, Python of each side's own environment",
@@ -530,6 +539,11 @@ def report(
             errors = [r.error for r in by_side[side.name] if r.error]
             if errors:
                 notes.append(f"* {name}, {side.name}: {len(errors)} run(s) failed: {errors[0]}")
+        failed = {s.name for s in sides if any(r.error for r in by_side[s.name])}
+        if failed == {"before"} and name not in args.after_code:
+            notes.append(
+                f"  (if only the before ref's copy of the benchmark fails: --after-code {name})"
+            )
     lines += [
         "",
         "Every figure both sides report (all rows and columns of every table), per "
@@ -570,10 +584,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument(
-        "--benchmarks-from",
-        choices=("own", "before", "after"),
-        default="own",
-        help="whose benchmarks/ both sides run: each its own (default), or one ref's on both",
+        "--after-code",
+        default="",
+        help="comma list of benchmarks whose module of the after ref runs on both sides "
+        "(one instrument, where the before ref's copy no longer reads what its code prints)",
     )
     p.add_argument("--list", action="store_true", help="print the benchmarks and their modes")
     p.add_argument(
@@ -585,7 +599,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.argv = list(argv)
     args.names = args.only.split(",") if args.only else list(MODES)
-    unknown = [n for n in args.names if n not in MODES]
+    args.after_code = [n for n in args.after_code.split(",") if n]
+    unknown = [n for n in [*args.names, *args.after_code] if n not in MODES]
     if unknown:
         p.error(f"unknown benchmarks: {', '.join(unknown)} (known: {', '.join(MODES)})")
     if not args.before and not args.list:
@@ -614,11 +629,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 text=True,
                 check=True,
             ).stdout.strip()[:100]
-        if args.benchmarks_from != "own":
-            source = next(side for side in sides if side.name == args.benchmarks_from)
-            for side in sides:
-                if side is not source:
-                    share_benchmarks(source, side)
+        for name in args.after_code:
+            share_module(sides[1], sides[0], MODES[name].module)
         for side in sides:
             install(side)
             said = f"{side.commit[:9]}{side.commit[40:60]}"
