@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -302,6 +302,7 @@ def run_one(side: Side, name: str, timeout: float, log: Path | None = None) -> R
             raise
         seconds = time.monotonic() - started
         stop_session(proc.pid)  # what it left running would load the next run
+        stop_strays(side.tree)
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(f"$ {shlex.join(cmd)}\nexit {proc.returncode}\n\n{stdout}\n{stderr}")
@@ -331,6 +332,37 @@ def stop_session(pgid: int, wait: float = 10.0) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
+
+
+def stop_strays(tree: Path, wait: float = 10.0) -> None:
+    """Stop the processes still running a program of ``tree`` (its environment's
+    interpreter) once its run is over: a server a benchmark's command detached into a
+    session of its own (the local Prefect server ``ingest`` keeps for the next commands)
+    outlives the run's session. SIGTERM first, SIGKILL after ``wait`` seconds."""
+    prefix = f"{tree}/"
+
+    def strays() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if argv0.startswith(prefix):
+                found.append(int(entry.name))
+        return found
+
+    deadline = time.monotonic() + wait
+    sig = signal.SIGTERM
+    while (pids := strays()) and time.monotonic() < deadline + wait:
+        if time.monotonic() > deadline:
+            sig = signal.SIGKILL
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        time.sleep(0.1)
 
 
 def new_tables(old: list[str], lines: list[str]) -> list[str]:

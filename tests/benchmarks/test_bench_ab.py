@@ -184,6 +184,11 @@ from pathlib import Path
 cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
 child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 (Path(__file__).parent / "child.pid").write_text(str(child.pid))
+# a server that detaches into a session of its own, as ingest's kept Prefect server does
+kept = subprocess.Popen(
+    cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+)
+(Path(__file__).parent / "kept.pid").write_text(str(kept.pid))
 print("| step | wall s |")
 print("|---|---|")
 print("| left | 1.5 |")
@@ -207,3 +212,5 @@ def test_what_a_finished_run_left_running_is_stopped(
     assert headline(run.tables, r"left", r"wall s") == 1.5
     child = int((tree / "benchmarks" / "child.pid").read_text())
     assert stopped(child), "a process the benchmark left running outlived its run"
+    kept = int((tree / "benchmarks" / "kept.pid").read_text())
+    assert stopped(kept), "a server the benchmark detached outlived its run"
