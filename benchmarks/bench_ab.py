@@ -533,7 +533,8 @@ def report(
         + " at the start, "
         + " / ".join(f"{x:.1f}" for x in load_end)
         + f" at the end; {(datetime.now(UTC) - started).total_seconds() / 60:.0f} min in all",
-        f"* {args.rounds} rounds of each benchmark, the sides alternating (before, after; "
+        f"* {args.rounds} round{'s' if args.rounds != 1 else ''} of each benchmark, the sides "
+        "alternating (before, after; "
         "then after, before); environments installed from each ref's lock in "
         f"{before.install_s:.0f} s and {after.install_s:.0f} s",
         "",
