@@ -14,7 +14,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # 12,000 modules on start-up (1.9 s -> 1.0 s for `import prefect` where .pyc are not written).
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup demo serve dev-s3 test test-servers test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-tiny-extract bench-scale bench-dask bench-server-db clean
+.PHONY: setup demo serve dev-s3 test test-servers test-cluster chaos limits lint format docs docs-reference bench-s3 bench-whole bench-github bench-extract bench-tiny-extract bench-scale bench-dask bench-server-db bench-ab clean
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -140,6 +140,12 @@ bench-dask: setup
 # (needs Debian's postgresql package); ARGS="--clients 4 --tasks 500".
 bench-server-db: setup
 	$(VENV)/bin/python -m benchmarks.bench_server_db $(ARGS)
+
+# The shared benchmarks on two git refs side by side, rounds interleaved, each ref in a
+# temporary worktree with its own environment (benchmarks/bench_ab.py): writes
+# benchmarks/refactor.md. ARGS="--before REF [--after REF] [--only whole,github] [--rounds N]".
+bench-ab: setup
+	$(VENV)/bin/python -m benchmarks.bench_ab $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) data site .pytest_cache .ruff_cache .mypy_cache

@@ -414,8 +414,10 @@ def ingest_options() -> tuple[str, ...]:
 
 def flow_info(output: str, data_dir: Path) -> dict[str, Any]:
     """Run id, flow seconds and per-stage timing (from ``task_timings``) of one run."""
+    # "..., 1.2 MB in 3.45 s" before the runs took Prefect's clock, "..., 1.2 MB, 3.45 s in
+    # Running (...)" since
     m = re.search(
-        r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B) in ([\d.]+) s", output, re.M
+        r"^run (\S+): (\d+) objects \((.*?)\), ([\d.]+ [KMG]?B)(?: in|,) ([\d.]+) s", output, re.M
     )
     if not m:
         raise RuntimeError(f"no run summary in the output of ingest:\n{output[-3000:]}")
