@@ -18,7 +18,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import httpx
@@ -26,6 +26,7 @@ import httpx
 from ingest.redact import redact
 from ingest.rest import store
 from ingest.rest.client import RestClient
+from ingest.rest.config import RestConfig
 from ingest.rest.dialect import Run
 from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
 from ingest.rest.errors import MalformedPageError, NotFoundError, RequestError, StepError
@@ -46,12 +47,9 @@ from ingest.rest.sizing import (
     SizePlanner,
     choose_per_page,
 )
-from ingest.rest.source import ProcessingStep, Resource, fill_placeholders
+from ingest.rest.source import ProcessingStep, Resource, Source, fill_placeholders
 from ingest.rest.spec import make_paginator
 from ingest.rest.steps import resolve as resolve_step
-
-if TYPE_CHECKING:
-    from ingest.rest.run import SourceRun
 
 DEFAULT_PAGE_SIZE = 100
 
@@ -70,6 +68,21 @@ def record_key(record: dict[str, Any], keys: list[str]) -> str | None:
     return "/".join(str(v) for v in values)
 
 
+class SourceRunView(Protocol):
+    """What the plain hooks read of their run (``ingest.rest.run.SourceRun``, which
+    imports this module)."""
+
+    config: RestConfig
+    source: Source
+    client: RestClient
+    state: store.SourceState
+    run_id: str
+    full_refresh: bool
+    listings: dict[str, list[Listing]]
+
+    def path_of(self, resource: Resource, parent: dict[str, Any] | None) -> str: ...
+
+
 class PlainRun(Run):
     """The engine's own paging of a declared source (the plain dialect's run): the
     watermark of each listing's last complete sync, the declared or automatic page
@@ -79,7 +92,7 @@ class PlainRun(Run):
     malformed_is_error = True
     detects_paginator = True
 
-    def __init__(self, run: SourceRun) -> None:
+    def __init__(self, run: SourceRunView) -> None:
         self.run = run
         # per resource whose page size the file leaves open and whose listings are probed
         self.planners: dict[str, SizePlanner] = {}

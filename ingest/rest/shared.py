@@ -83,35 +83,6 @@ def shared_base(shared: SharedSettings, task_runner: str, base_url: str) -> str 
     return limit_base(base_url, shared.limit_name)
 
 
-@contextlib.asynccontextmanager
-async def shared_for(
-    settings: SharedSettings,
-    task_runner: str,
-    base_url: str,
-    *,
-    in_flight: int,
-    remembered: tuple[int, int | None] | None,
-) -> AsyncIterator[SharedLimits | None]:
-    """The run's shared limits of the host of ``base_url``, or None when not shared.
-
-    The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
-    ceiling an earlier run learned for the host when lower; a limit that exists
-    already keeps its size (set by the first run, or by hand in the UI)."""
-    base = shared_base(settings, task_runner, base_url)
-    if base is None:
-        yield None
-        return
-    if remembered and remembered[1]:
-        in_flight = min(in_flight, remembered[1])
-    async with open_shared(
-        base,
-        in_flight=in_flight,
-        block=settings.limit_block,
-        lease_seconds=settings.lease_seconds,
-    ) as shared:
-        yield shared
-
-
 async def with_shared_limits(
     settings: SharedSettings,
     task_runner: str,
@@ -121,10 +92,22 @@ async def with_shared_limits(
     in_flight: int,
     remembered: tuple[int, int | None] | None,
 ) -> T:
-    """``await fetch(shared)`` inside the run's shared limits of ``base_url`` (None when
-    not shared): the limits are held for the whole fetch and returned after it."""
-    async with shared_for(
-        settings, task_runner, base_url, in_flight=in_flight, remembered=remembered
+    """``await fetch(shared)`` inside the run's shared limits of the host of ``base_url``
+    (None when not shared): the limits are held for the whole fetch and returned after it.
+
+    The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
+    ceiling an earlier run learned for the host when lower; a limit that exists
+    already keeps its size (set by the first run, or by hand in the UI)."""
+    base = shared_base(settings, task_runner, base_url)
+    if base is None:
+        return await fetch(None)
+    if remembered and remembered[1]:
+        in_flight = min(in_flight, remembered[1])
+    async with open_shared(
+        base,
+        in_flight=in_flight,
+        block=settings.limit_block,
+        lease_seconds=settings.lease_seconds,
     ) as shared:
         return await fetch(shared)
 

@@ -58,10 +58,10 @@ from ingest.rest.spec import (
     AUTH_TYPES,
     BearerAuth,
     Client,
+    DeclaredPaginator,
     PaginatorSpec,
     Strict,
     json_path,
-    paginator_form,
     refuse,
 )
 
@@ -201,14 +201,9 @@ class Endpoint(Strict):
         description="Path of the records in a page (dots, or JSONPath: $.data); empty: the "
         "page itself.",
     )
-    paginator: PaginatorSpec | None = None
+    paginator: DeclaredPaginator = None
     incremental: Incremental | None = None
     response_actions: list[ResponseAction] = Field(default_factory=list)
-
-    @field_validator("paginator", mode="before")
-    @classmethod
-    def _short_paginator(cls, v: Any) -> Any:
-        return paginator_form(v)
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from ingest.rest.paging import (
     AutoPaginator,
@@ -270,6 +277,10 @@ def paginator_form(value: Any) -> Any:
     return value
 
 
+# a paginator where a file declares one: a spec, or one of dlt's short forms
+DeclaredPaginator = Annotated[PaginatorSpec | None, BeforeValidator(paginator_form)]
+
+
 class RateLimit(Strict):
     reserve: int = Field(0, ge=0, description="Requests of an announced budget never spent.")
     max_wait: float = Field(
@@ -297,14 +308,9 @@ class Client(Strict):
     base_url: str
     auth: Auth | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    paginator: PaginatorSpec | None = None
+    paginator: DeclaredPaginator = None
     concurrency: int = Field(32, ge=1, le=256, description="Most requests in flight.")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
-
-    @field_validator("paginator", mode="before")
-    @classmethod
-    def _short_paginator(cls, v: Any) -> Any:
-        return paginator_form(v)
 
     @field_validator("auth", mode="before")
     @classmethod
