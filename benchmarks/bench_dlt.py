@@ -88,6 +88,7 @@ def config(url: str, initial: str) -> dict[str, Any]:
 
 def run_ingest(url: str, folder: str, initial: str) -> dict[str, Any]:
     from ingest import storage
+    from ingest.rest.config import RestConfig
     from ingest.rest.run import fetch_source
     from ingest.rest.source import parse_source
     from ingest.settings import Settings
@@ -97,7 +98,7 @@ def run_ingest(url: str, folder: str, initial: str) -> dict[str, Any]:
     data = Path(folder)
     run_id = f"bench-{time.time_ns()}"
     started, cpu = time.perf_counter(), time.process_time()
-    fetch_source(Settings(data_dir=data), source, run_id=run_id)
+    fetch_source(RestConfig.of(Settings(data_dir=data)), source, run_id=run_id)
     storage.commit_run(data, run_id)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     shape = {}

@@ -105,6 +105,7 @@ import httpx
 from benchmarks.measure import cpu_model
 from dev.servers.github import DevGitHub
 from ingest import storage
+from ingest.rest.config import RestConfig
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
 
@@ -187,7 +188,7 @@ def run_scenario(
         def ingest(data_dir: Path, **kw: Any) -> tuple[int, int]:
             run_id = f"r{time.time_ns()}"
             s = fetch_pulls(
-                settings(data_dir),
+                RestConfig.of(settings(data_dir)),
                 names,
                 run_id=run_id,
                 token=TOKEN,
@@ -337,6 +338,11 @@ def commit_cost(job):
         except ImportError:  # a revision from before the GitHub dialect joined ingest.rest
             from ingest.github.run import fetch_pulls
     from ingest.settings import Settings
+    try:
+        from ingest.rest.config import RestConfig
+        config = RestConfig.of
+    except ImportError:  # a revision from before RestConfig: the fetch took the Settings
+        config = lambda settings: settings
 
     settings = Settings(data_dir=job["data_dir"], github_base_url=job["base_url"])
     out = {}
@@ -344,7 +350,7 @@ def commit_cost(job):
         run_id = f"commit-{label}-{time.time_ns()}"
         storage.prepare(settings.location, current_run=run_id)
         fetch_pulls(
-            settings, [job["repo"]], run_id=run_id, token=os.environ["GITHUB_TOKEN"],
+            config(settings), [job["repo"]], run_id=run_id, token=os.environ["GITHUB_TOKEN"],
             full_refresh=full,
         )
         t0 = time.perf_counter()
@@ -937,7 +943,7 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                 )
                 run_id = f"r{time.time_ns()}"
                 s = fetch_pulls(
-                    settings,
+                    RestConfig.of(settings),
                     names,
                     run_id=run_id,
                     token=TOKEN,

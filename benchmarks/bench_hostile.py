@@ -133,6 +133,7 @@ def source(
 
 
 def fetch(folder: Path, src: Any, **settings: Any) -> Any:
+    from ingest.rest.config import RestConfig
     from ingest.rest.run import fetch_source
     from ingest.settings import Settings
 
@@ -143,7 +144,7 @@ def fetch(folder: Path, src: Any, **settings: Any) -> Any:
         "rest_max_attempts": 2,
         **settings,
     }
-    return fetch_source(Settings(**values), src, run_id="probe")
+    return fetch_source(RestConfig.of(Settings(**values)), src, run_id="probe")
 
 
 def fresh(base: Path) -> Path:
@@ -156,8 +157,9 @@ QUERY = {"type": "api_key", "name": "api_key", "location": "query", "env": "TRAC
 
 def probe_redirects(base: Path, rows: list[Row]) -> None:
     from dev.servers.rest import DevRest
-    from ingest.rest.client import RestClient, make_http
+    from ingest.rest.client import RestClient
     from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
+    from ingest.rest.transport import make_http
     from ingest.security import endpoint_of
 
     for name, auth in (("API key header", HEADER), ("API key in the query", QUERY)):

@@ -58,9 +58,14 @@ CHILD = """
 import json, sys
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
+try:
+    from ingest.rest.config import RestConfig
+    config = RestConfig.of(Settings())
+except ImportError:  # a revision from before RestConfig: the fetch took the Settings
+    config = Settings()
 # the source's options (this revision's; an older one read them from INGEST_GITHUB_*)
 opts = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-s = fetch_pulls(Settings(), sys.argv[1].split(","), run_id="bench", token=sys.argv[2], **opts)
+s = fetch_pulls(config, sys.argv[1].split(","), run_id="bench", token=sys.argv[2], **opts)
 print(json.dumps({"seconds": s.seconds, "requests": s.requests}))
 """
 

@@ -95,6 +95,7 @@ def run_dlt(python: str, url: str, index: int) -> dict[str, Any]:
 
 def run_ingest(url: str, form: Form) -> tuple[dict[str, int], bool, str]:
     from ingest import storage
+    from ingest.rest.config import RestConfig
     from ingest.rest.errors import SourceError
     from ingest.rest.run import fetch_source
     from ingest.rest.source import load_source
@@ -110,7 +111,8 @@ def run_ingest(url: str, form: Form) -> tuple[dict[str, int], bool, str]:
         data = Path(folder) / "data"
         complete, why = True, ""
         for night in range(nights(form)):
-            summary = fetch_source(Settings(data_dir=data), source, run_id=f"n{night}")
+            config = RestConfig.of(Settings(data_dir=data))
+            summary = fetch_source(config, source, run_id=f"n{night}")
             storage.commit_run(data, f"n{night}")
             complete, why = summary.complete, summary.stopped or ""
         counts = {}

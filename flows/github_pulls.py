@@ -122,7 +122,7 @@ def github_pulls(
         deployment_defaults(),
     )
     source = github_source(
-        settings,
+        settings.github,
         repos,
         state=state,
         per_page=per_page,

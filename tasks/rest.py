@@ -26,6 +26,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ingest.report import summary as report
 from ingest.rest import github, store
+from ingest.rest.config import RestConfig
 from ingest.rest.dialects import dialect_of
 from ingest.rest.records import GitHubSummary, RepoState, RestSummary
 from ingest.rest.run import fetch_source as fetch_source_plain
@@ -85,7 +86,7 @@ def fetch_source(
         settings.location, noun="pull requests" if source.client.dialect else "records"
     ) as t:
         summary = fetch_source_plain(
-            settings,
+            RestConfig.of(settings),
             source,
             run_id=run_id,
             base_url=base_url,

@@ -1,6 +1,6 @@
 """Credentials of a declared source: resolved at run time, never written anywhere.
 
-A source file names where a credential lives (``ingest.rest.source.SecretRef``):
+A source file names where a credential lives (``ingest.rest.spec.SecretRef``):
 a Prefect ``Secret`` block or an environment variable. ``resolve`` reads it
 (the block through a loader the caller injects, so this module needs no
 Prefect), registers the value with ``ingest.redact`` so it is masked in every
@@ -19,7 +19,7 @@ import httpx
 
 from ingest.redact import register_secret
 from ingest.rest.errors import AuthError
-from ingest.rest.source import (
+from ingest.rest.spec import (
     ApiKeyAuth,
     BasicAuth,
     BearerAuth,

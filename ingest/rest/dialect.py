@@ -32,11 +32,12 @@ from ingest.rest.ratelimit import RetryPolicy
 
 if TYPE_CHECKING:
     from ingest.rest.client import RestClient
+    from ingest.rest.config import RestConfig
     from ingest.rest.engine import Listing, Page
     from ingest.rest.records import ApiRequest, RestSummary
     from ingest.rest.shared import SharedLimits
     from ingest.rest.source import Resource, Source
-    from ingest.settings import Settings
+    from ingest.storage.location import LakeLocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class ClientSetup:
 class RunStart:
     """What a dialect's ``start`` is given of one run of a source."""
 
-    settings: Settings
+    config: RestConfig
     source: Source
     run_id: str
     state: Any  # what the dialect's load_state read
@@ -142,7 +143,7 @@ class Dialect:
 
     def credentials(
         self,
-        settings: Settings,
+        config: RestConfig,
         source: Source,
         load_block: SecretLoader | None,
         token: str | None,
@@ -152,28 +153,26 @@ class Dialect:
 
     def client_setup(
         self,
-        settings: Settings,
+        config: RestConfig,
         source: Source,
         load_block: SecretLoader | None,
         token: str | None,
     ) -> ClientSetup:
         """The client of ``source``: the dialect's credentials, headers and ``who``, the
         ``rest_*`` settings' timeout and retries, the source's ``rate_limit.retries``."""
-        declared = source.client.rate_limit.retries
+        declared, rest = source.client.rate_limit.retries, config.rest
         return ClientSetup(
-            credentials=self.credentials(settings, source, load_block, token),
+            credentials=self.credentials(config, source, load_block, token),
             headers={**self.headers, **source.client.headers},
-            timeout=settings.rest.timeout,
+            timeout=rest.timeout,
             retry=RetryPolicy(
-                max_attempts=settings.rest.max_attempts,
-                base=settings.rest.retry_base,
-                cap=settings.rest.retry_cap,
+                max_attempts=rest.max_attempts, base=rest.retry_base, cap=rest.retry_cap
             ),
-            limit_retries=settings.rest.limit_retries if declared is None else declared,
+            limit_retries=rest.limit_retries if declared is None else declared,
             who=self.who,
         )
 
-    def load_state(self, settings: Settings, source: Source, full_refresh: bool) -> Any:
+    def load_state(self, location: LakeLocation, source: Source, full_refresh: bool) -> Any:
         """What the dialect keeps between runs; the plain one: nothing."""
         return None
 

@@ -224,6 +224,22 @@ class LinkHeaderPaginator(Paginator):
         return numbered(sized, self.page_param, range(2, -(-total // size) + 1)[:limit])
 
 
+def _total(
+    data: Any, headers: Mapping[str, str], path: str | None, header: str | None, noun: str
+) -> int | None:
+    """The total of ``noun`` a page announces at ``path`` in its body, else in its
+    ``header``; None when neither is declared, a ``MissingFieldError`` when one is and
+    the answer lacks it (or holds no number there)."""
+    total = dig(data, path) if path else None
+    if total is None and header:
+        total = headers.get(header)
+    found = _count(total)
+    if found is None and (path or header):
+        where = path or f"header {header}"
+        raise MissingFieldError(f"the total of {noun} at {where} is missing or not a number")
+    return found
+
+
 class PageNumberPaginator(Paginator):
     """``?page=N``, with dlt's stop rules: an empty page ends the listing
     (``stop_after_empty_page``), and so do the total number of pages (``total_pages_path``
@@ -268,14 +284,7 @@ class PageNumberPaginator(Paginator):
         return int(value) if value and value.lstrip("-").isdigit() else self.start_page
 
     def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
-        total = dig(data, self.total_pages_path) if self.total_pages_path else None
-        if total is None and self.total_pages_header:
-            total = headers.get(self.total_pages_header)
-        found = _count(total)
-        if found is None and (self.total_pages_path or self.total_pages_header):
-            where = self.total_pages_path or f"header {self.total_pages_header}"
-            raise MissingFieldError(f"the total of pages at {where} is missing or not a number")
-        return found
+        return _total(data, headers, self.total_pages_path, self.total_pages_header, "pages")
 
     def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
         """The total of pages times the page size this answer was asked at (exact for a
@@ -354,14 +363,7 @@ class OffsetPaginator(Paginator):
         return int(value) if value and value.isdigit() else self.start
 
     def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
-        total = dig(data, self.total_path) if self.total_path else None
-        if total is None and self.total_header:
-            total = headers.get(self.total_header)
-        found = _count(total)
-        if found is None and (self.total_path or self.total_header):
-            where = self.total_path or f"header {self.total_header}"
-            raise MissingFieldError(f"the total of items at {where} is missing or not a number")
-        return found
+        return _total(data, headers, self.total_path, self.total_header, "items")
 
     def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
         """The total of items the answer announces; None without one."""

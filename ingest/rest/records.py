@@ -7,15 +7,20 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 
-def as_row(record: Any) -> dict[str, Any]:
-    """A dataclass record's fields as a row: a shallow copy. ``dataclasses.asdict`` copies
-    every list and dict inside, recursively: 17 ms for a page's worth of 480 pull
-    requests, against 1 ms this way (their lists go to the row as they are)."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
+class Row:
+    """A dataclass record that is one row of a table."""
+
+    __slots__ = ()
+
+    def as_row(self) -> dict[str, Any]:
+        """The record's fields as a row: a shallow copy. ``dataclasses.asdict`` copies
+        every list and dict inside, recursively: 17 ms for a page's worth of 480 pull
+        requests, against 1 ms this way (their lists go to the row as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
-class ApiRequest:
+class ApiRequest(Row):
     """One row of ``api_requests``: one HTTP request (one attempt), sanitised.
 
     ``repo`` names what the request was for: a GitHub repository, or
@@ -36,12 +41,9 @@ class ApiRequest:
     error: str | None
     requested_at: datetime
 
-    def as_row(self) -> dict[str, Any]:
-        return as_row(self)
-
 
 @dataclass(slots=True)
-class HostWindow:
+class HostWindow(Row):
     """One row of ``api_windows``: what a host allowed in flight, remembered for the next run."""
 
     host: str
@@ -51,9 +53,6 @@ class HostWindow:
     requests: int
     run_id: str
     updated_at: datetime
-
-    def as_row(self) -> dict[str, Any]:
-        return as_row(self)
 
 
 @dataclass
@@ -115,7 +114,7 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 @dataclass(slots=True)
-class PullRequest:
+class PullRequest(Row):
     """One row of ``pull_requests``."""
 
     repo: str
@@ -162,12 +161,9 @@ class PullRequest:
             run_id=run_id,
         )
 
-    def as_row(self) -> dict[str, Any]:
-        return as_row(self)
-
 
 @dataclass(slots=True)
-class PageRecord:
+class PageRecord(Row):
     """One row of ``github_pages``: what a page looked like when last fetched.
 
     The ETag is sent back as ``If-None-Match``; on a 304 the stored ``link``
@@ -188,12 +184,9 @@ class PageRecord:
     run_id: str
     fetched_at: datetime
 
-    def as_row(self) -> dict[str, Any]:
-        return as_row(self)
-
 
 @dataclass(slots=True)
-class SyncRecord:
+class SyncRecord(Row):
     """One row of ``github_syncs``: how far one run got with one (repo, state).
 
     ``watermark`` is the newest ``updated_at`` below which everything is known
@@ -215,9 +208,6 @@ class SyncRecord:
     run_id: str
     started_at: datetime
     ended_at: datetime
-
-    def as_row(self) -> dict[str, Any]:
-        return as_row(self)
 
 
 @dataclass(slots=True)

@@ -52,7 +52,7 @@ import httpx
 from ingest.backoff import Backoff
 
 if TYPE_CHECKING:
-    from ingest.settings import Settings
+    from ingest.settings import SharedSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,57 +74,41 @@ def limit_base(base_url: str, name: str | None = None) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", raw.lower()).strip("-")
 
 
-def shared_base(settings: Settings, base_url: str) -> str | None:
+def shared_base(shared: SharedSettings, task_runner: str, base_url: str) -> str | None:
     """The base of the limit names when this run shares its limits, else None."""
     if not enabled(
-        settings.shared.limits,
-        task_runner=settings.task_runner,
-        name=settings.shared.limit_name,
-        api_url=_api_url,
+        shared.limits, task_runner=task_runner, name=shared.limit_name, api_url=_api_url
     ):
         return None
-    return limit_base(base_url, settings.shared.limit_name)
-
-
-@contextlib.asynccontextmanager
-async def shared_for(
-    settings: Settings,
-    base_url: str,
-    *,
-    in_flight: int,
-    remembered: tuple[int, int | None] | None,
-) -> AsyncIterator[SharedLimits | None]:
-    """The run's shared limits of the host of ``base_url``, or None when not shared.
-
-    The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
-    ceiling an earlier run learned for the host when lower; a limit that exists
-    already keeps its size (set by the first run, or by hand in the UI)."""
-    base = shared_base(settings, base_url)
-    if base is None:
-        yield None
-        return
-    if remembered and remembered[1]:
-        in_flight = min(in_flight, remembered[1])
-    async with open_shared(
-        base,
-        in_flight=in_flight,
-        block=settings.shared.limit_block,
-        lease_seconds=settings.shared.lease_seconds,
-    ) as shared:
-        yield shared
+    return limit_base(base_url, shared.limit_name)
 
 
 async def with_shared_limits(
-    settings: Settings,
+    settings: SharedSettings,
+    task_runner: str,
     base_url: str,
     fetch: Callable[[SharedLimits | None], Awaitable[T]],
     *,
     in_flight: int,
     remembered: tuple[int, int | None] | None,
 ) -> T:
-    """``await fetch(shared)`` inside the run's shared limits of ``base_url`` (None when
-    not shared): the limits are held for the whole fetch and returned after it."""
-    async with shared_for(settings, base_url, in_flight=in_flight, remembered=remembered) as shared:
+    """``await fetch(shared)`` inside the run's shared limits of the host of ``base_url``
+    (None when not shared): the limits are held for the whole fetch and returned after it.
+
+    The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
+    ceiling an earlier run learned for the host when lower; a limit that exists
+    already keeps its size (set by the first run, or by hand in the UI)."""
+    base = shared_base(settings, task_runner, base_url)
+    if base is None:
+        return await fetch(None)
+    if remembered and remembered[1]:
+        in_flight = min(in_flight, remembered[1])
+    async with open_shared(
+        base,
+        in_flight=in_flight,
+        block=settings.limit_block,
+        lease_seconds=settings.lease_seconds,
+    ) as shared:
         return await fetch(shared)
 
 

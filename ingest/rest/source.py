@@ -44,33 +44,25 @@ defaults to the file's name, ``auth: {env: ...}`` without a type is bearer, an
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ingest.rest import steps
 from ingest.rest.errors import SourceError
-from ingest.rest.paging import (
-    AutoPaginator,
-    BodyCursorPaginator,
-    HeaderCursorPaginator,
-    JsonLinkPaginator,
-    LinkHeaderPaginator,
-    OffsetPaginator,
-    PageNumberPaginator,
-    Paginator,
-    SinglePagePaginator,
+from ingest.rest.paging import dig
+from ingest.rest.spec import (
+    AUTH_TYPES,
+    BearerAuth,
+    Client,
+    DeclaredPaginator,
+    PaginatorSpec,
+    Strict,
+    json_path,
+    refuse,
 )
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -78,269 +70,36 @@ REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 PLACEHOLDER = re.compile(r"\{resources\.([A-Za-z0-9_]+)\.([A-Za-z0-9_.]+)\}")
 
 
+def fill_placeholders(text: str, parent: dict[str, Any] | None, *, quote_it: bool) -> str:
+    """``text`` with each ``{resources.NAME.FIELD}`` replaced by the parent record's field
+    (URL-quoted for a path); a field the parent lacks is a ``KeyError`` naming it."""
+
+    def value(match: Any) -> str:
+        found = dig(parent, match.group(2)) if parent is not None else None
+        if found is None:
+            raise KeyError(match.group(2))
+        return quote(str(found), safe="") if quote_it else str(found)
+
+    return PLACEHOLDER.sub(value, text)
+
+
 INCREMENTAL = re.compile(r"^\{incremental\.(start_value|end_value)\}$")
 _ANY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_JSON_NAME = re.compile(r"\[\s*'([^']*)'\s*\]|\[\s*\"([^\"]*)\"\s*\]")
-
-
-def json_path(value: str | None) -> str | None:
-    """dlt's JSONPath for one field (``$.data``, ``$.meta.next``, ``$['next']``) as the dotted
-    path the engine digs (``data``, ``meta.next``); ``$`` is the page itself. A path that
-    selects several values (``*``, ``..``, a filter, an index) is refused: the engine reads
-    one field, and a path it cannot follow would page silently short."""
-    if value is None:
-        return None
-    path = value.strip()
-    if not path.startswith("$"):
-        return path
-    path = _JSON_NAME.sub(lambda m: "." + (m.group(1) or m.group(2) or ""), path[1:])
-    if any(t in path for t in ("*", "..", "?", "[", "]", "@")):
-        raise ValueError(
-            f"JSONPath {value!r} selects more than one field; use a path to one field "
-            "($.a.b), which is what this engine follows"
-        )
-    return path.lstrip(".")
-
-
-def resolve_function(path: str) -> Callable[..., Any]:
-    """The function a source file names (``processing_steps``, ``incremental.convert``):
-    one the project ships, by name, or an import path ``module:function`` the worker's
-    settings register (``ingest.rest.steps``); raises ``ValueError`` saying what is wrong.
-    A source file is data: it never chooses code to import."""
-    return steps.resolve(path)
 
 
 def _importable(path: str) -> str:
-    resolve_function(path)  # at load: a wrong path is told with its line, before any request
+    """The function a source file names (``processing_steps``, ``incremental.convert``):
+    one the project ships, by name, or an import path ``module:function`` the worker's
+    settings register (``ingest.rest.steps``), checked at load: a wrong path is told with
+    its line, before any request. A source file is data: it never chooses code to import."""
+    steps.resolve(path)
     return path
 
 
 FunctionPath = Annotated[str, AfterValidator(_importable)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# keys that would hold a credential in the file (dlt's auth fields among them)
-LITERAL_CREDENTIALS = (
-    "token",
-    "password",
-    "api_key",
-    "client_secret",
-    "access_token",
-    "key",
-    "value",
-)
-
-
-def literal_refused(literal: str, kind: str) -> str:
-    """One line: the key that would hold a credential, and what to write instead (worded
-    so that redaction, which hides any ``secret: X``, leaves it readable)."""
-    return (
-        f"'{literal}' puts a credential in the file; write env with the name of an "
-        "environment variable that holds it, or secret with the name of a Prefect Secret "
-        f"block (auth: {{type: {kind}, env: API_{literal.upper()}}})"
-    )
-
-
-class SecretRef(_Strict):
-    """Where a credential comes from: a Prefect Secret block, else an environment variable."""
-
-    secret: str | None = Field(None, description="Name of a Prefect Secret block.")
-    env: str | None = Field(None, description="Name of an environment variable.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literals(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for literal in LITERAL_CREDENTIALS:
-                if literal in data:
-                    raise ValueError(literal_refused(literal, str(data.get("type", "bearer"))))
-        return data
-
-    @model_validator(mode="after")
-    def _one_source(self) -> SecretRef:
-        if not self.secret and not self.env:
-            raise ValueError("give 'secret:' (a Prefect Secret block) or 'env:' (a variable)")
-        return self
-
-
-class BearerAuth(SecretRef):
-    type: Literal["bearer"]
-
-
-class ApiKeyAuth(SecretRef):
-    type: Literal["api_key"]
-    name: str = Field("Authorization", description="Header or query parameter name.")
-    location: Literal["header", "query"] = "header"
-
-
-class BasicAuth(SecretRef):
-    """HTTP basic: the user name is not a secret; the password comes from secret/env."""
-
-    type: Literal["http_basic"]
-    username: str
-
-
-class OAuth2ClientCredentials(SecretRef):
-    """OAuth 2 client credentials (dlt's ``oauth2_client_credentials``): the client
-    secret (from secret/env) and the client id are posted to ``access_token_url`` once a
-    run, and the access token it answers goes out as a bearer token."""
-
-    type: Literal["oauth2_client_credentials"]
-    access_token_url: str
-    client_id: str
-    access_token_request_data: dict[str, str] = Field(
-        default_factory=dict, description="More form fields of the token request (scope=...)."
-    )
-    default_token_expiration: int = Field(3600, ge=1)
-
-
-_AUTH_TYPES = ("bearer", "api_key", "http_basic", "oauth2_client_credentials")
-Auth = Annotated[
-    BearerAuth | ApiKeyAuth | BasicAuth | OAuth2ClientCredentials, Field(discriminator="type")
-]
-
-
-class PaginatorSpec(_Strict):
-    """dlt's paginator types and options (those that apply to each type), with dlt's
-    defaults: ``page_number`` counts from ``base_page`` 0 and reads the total of pages at
-    ``total`` (``total_path: null``: no total), ``offset`` the total of items at
-    ``total``; both stop at an empty page unless ``stop_after_empty_page: false``; the
-    ``cursor`` is read at ``cursors.next``, the ``header_cursor`` from the ``next``
-    header. ``page_size`` (with ``page_size_param``) is this engine's: left out, no size
-    is sent but what the file's ``params`` or ``limit`` say; ``auto``, the engine picks."""
-
-    type: Literal[
-        "header_link",
-        "page_number",
-        "offset",
-        "cursor",
-        "header_cursor",
-        "json_link",
-        "single_page",
-    ]
-    # page_number
-    page_param: str = "page"
-    base_page: int = 0
-    page: int | None = Field(None, description="The first page asked for (base_page).")
-    maximum_page: int | None = None
-    total_path: str | None = "total"  # page_number: total pages; offset: total items
-    total_header: str | None = None  # the same in a response header
-    stop_after_empty_page: bool | None = None  # None: dlt's default of the type
-    has_more_path: str | None = None
-    # page_number and offset: the page size, and the parameter that carries it
-    page_size: int | Literal["auto"] | None = None
-    page_size_param: str | None = None
-    # offset
-    offset_param: str = "offset"
-    limit_param: str = "limit"
-    limit: int | None = None
-    offset: int = Field(0, ge=0, description="The first offset asked for.")
-    maximum_offset: int | None = None
-    # cursor / header_cursor / json_link / header_link
-    cursor_path: str = "cursors.next"
-    cursor_param: str = "cursor"
-    cursor_key: str = "next"
-    next_url_path: str = "next"
-    links_next_key: str = "next"
-
-    @field_validator("cursor_path", "next_url_path", "total_path", "has_more_path")
-    @classmethod
-    def _paths(cls, v: str | None) -> str | None:
-        return json_path(v)
-
-    @field_validator("page_size", "limit")
-    @classmethod
-    def _positive(cls, v: Any) -> Any:
-        if isinstance(v, int) and not 1 <= v <= 10_000:
-            raise ValueError("must be between 1 and 10000")
-        return v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refused(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            refuse(data, "paginator")
-        return data
-
-    @model_validator(mode="after")
-    def _stops(self) -> PaginatorSpec:
-        """dlt refuses a page_number or offset paginator that has no way to end."""
-        if self.type in ("page_number", "offset"):
-            maximum = self.maximum_page if self.type == "page_number" else self.maximum_offset
-            bound = "maximum_page" if self.type == "page_number" else "maximum_offset"
-            if (
-                self.total is None
-                and self.total_header is None
-                and maximum is None
-                and self.has_more_path is None
-                and self.stop_after_empty_page is False
-            ):
-                raise ValueError(
-                    "stop_after_empty_page: false leaves the listing no end; give "
-                    f"total_path, has_more_path or {bound}"
-                )
-        return self
-
-    @property
-    def stops_on_empty(self) -> bool:
-        if self.stop_after_empty_page is not None:
-            return self.stop_after_empty_page
-        return self.type != "cursor"
-
-    @property
-    def total(self) -> str | None:
-        """The total's path as the file means it: declared, else dlt's ``total`` unless a
-        header carries the total instead."""
-        if "total_path" in self.model_fields_set or self.total_header is None:
-            return self.total_path
-        return None
-
-
-# dlt forms this engine does not take, by where they stand, and what to write instead
-# (refused at load)
-REFUSED = {
-    "paginator": {
-        "page_body_path": "pages are asked for by a query parameter here; write page_param",
-        "offset_body_path": "offsets are sent as a query parameter here; write offset_param",
-        "limit_body_path": "the limit is sent as a query parameter here; write limit_param",
-        "cursor_body_path": "the cursor is sent as a query parameter here; write cursor_param",
-    },
-    "endpoint": {
-        "json": "a request body is not sent here (listings are GET requests); put the values "
-        "in params",
-        "data": "a request body is not sent here (listings are GET requests); put the values "
-        "in params",
-        "auth": "one auth per source here; declare it under client.auth",
-        "headers": "headers are declared once per source here; write them under client.headers",
-    },
-}
-
-
-def refuse(data: dict[str, Any], where: str) -> None:
-    """A dlt form ``REFUSED`` at ``where`` (paginator, endpoint) is one line naming its key
-    and what to write instead."""
-    for key, instead in REFUSED[where].items():
-        if key in data:
-            raise ValueError(f"{key}: {instead}")
-
-
-def _paginator(value: Any) -> Any:
-    """dlt's short forms: a paginator named by its type (``paginator: json_link``), and
-    ``auto`` (or ``{type: auto}``), which leaves the paginator to be detected from the first
-    response, as does a paginator left out."""
-    if value == "auto" or (isinstance(value, dict) and value.get("type", "auto") == "auto"):
-        if isinstance(value, dict) and set(value) - {"type"}:
-            raise ValueError("a detected paginator (auto) takes no options; name its type")
-        return None
-    if isinstance(value, str):
-        return {"type": value}
-    return value
-
-
-class Incremental(_Strict):
+class Incremental(Strict):
     """The incremental cursor: a field of each record whose largest value is kept
     (the watermark) once a listing completes."""
 
@@ -370,7 +129,7 @@ class Incremental(_Strict):
 
     def sent(self, value: Any) -> Any:
         """A start or end value as its parameter sends it (``convert`` applied)."""
-        return resolve_function(self.convert)(value) if self.convert else value
+        return steps.resolve(self.convert)(value) if self.convert else value
 
     @field_validator("cursor_path")
     @classmethod
@@ -382,7 +141,7 @@ Disposition = Literal["append", "replace", "merge"]
 ContractMode = Literal["evolve", "freeze", "discard_row", "discard_value"]
 
 
-class WriteDisposition(_Strict):
+class WriteDisposition(Strict):
     """dlt's long form, ``{disposition: merge, strategy: upsert}``: both merge strategies
     dlt names for a primary key upsert the same way here."""
 
@@ -390,7 +149,7 @@ class WriteDisposition(_Strict):
     strategy: Literal["delete-insert", "upsert"] | None = None
 
 
-class SchemaContract(_Strict):
+class SchemaContract(Strict):
     """dlt's schema contract, per entity: what a new table (a nested list's, once its
     parent's table exists), a new column, or a value of another type than its column's
     does: ``evolve`` (added; a variant column), ``freeze`` (the run fails, naming the
@@ -402,14 +161,14 @@ class SchemaContract(_Strict):
     data_type: ContractMode = "evolve"
 
 
-class ColumnHint(_Strict):
+class ColumnHint(Strict):
     """dlt's column hints that apply here: ``hard_delete`` (a true value deletes the
     stored row, and its child rows, instead of storing it)."""
 
     hard_delete: bool = False
 
 
-class ResponseAction(_Strict):
+class ResponseAction(Strict):
     """dlt's ``response_actions`` entry this engine takes: ``{status_code: 404, action:
     ignore}``, an answer of that status read as an empty last page (a child whose parent
     has none, say). Matching on ``content`` and actions other than ``ignore`` are refused."""
@@ -418,7 +177,7 @@ class ResponseAction(_Strict):
     action: Literal["ignore"]
 
 
-class ProcessingStep(_Strict):
+class ProcessingStep(Strict):
     """One of dlt's ``processing_steps``: ``{filter: module:function}`` keeps the records
     for which the function returns true, ``{map: module:function}`` stores what the
     function returns for each record (a mapping). Steps run in the order written, on
@@ -434,7 +193,7 @@ class ProcessingStep(_Strict):
         return self
 
 
-class Endpoint(_Strict):
+class Endpoint(Strict):
     path: str | None = None
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
     data_selector: str | None = Field(
@@ -442,14 +201,9 @@ class Endpoint(_Strict):
         description="Path of the records in a page (dots, or JSONPath: $.data); empty: the "
         "page itself.",
     )
-    paginator: PaginatorSpec | None = None
+    paginator: DeclaredPaginator = None
     incremental: Incremental | None = None
     response_actions: list[ResponseAction] = Field(default_factory=list)
-
-    @field_validator("paginator", mode="before")
-    @classmethod
-    def _short_paginator(cls, v: Any) -> Any:
-        return _paginator(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -525,7 +279,7 @@ def _endpoint(value: Any) -> Any:
     return {"path": value} if isinstance(value, str) else value
 
 
-class Resource(_Strict):
+class Resource(Strict):
     name: str
     table_name: str | None = None
     primary_key: str | list[str] | None = None
@@ -617,7 +371,7 @@ class Resource(_Strict):
         return None
 
 
-class ResourceDefaults(_Strict):
+class ResourceDefaults(Strict):
     primary_key: str | list[str] | None = None
     write_disposition: Disposition | WriteDisposition | None = None
     merge_key: str | list[str] | None = None
@@ -631,84 +385,7 @@ class ResourceDefaults(_Strict):
         return _endpoint(v)
 
 
-class RateLimit(_Strict):
-    reserve: int = Field(0, ge=0, description="Requests of an announced budget never spent.")
-    max_wait: float = Field(
-        900.0, ge=0, description="Longest wait for a spent budget to reset, in seconds."
-    )
-    backoff: float = Field(
-        1.0, ge=0, description="First pause after a limit answer without Retry-After."
-    )
-    retries: int | None = Field(
-        None,
-        ge=0,
-        le=50,
-        description="Limit answers (429, 403 with Retry-After ...) one request may take before "
-        "failing; empty: INGEST_REST_LIMIT_RETRIES.",
-    )
-
-
-class Client(_Strict):
-    dialect: Literal["github"] | None = Field(
-        None,
-        description="github: what is GitHub's own (its headers, page ETags sent back as "
-        "If-None-Match, the /rate_limit probe, budget-sized pages, the pull_requests table); "
-        "see ingest.rest.github.",
-    )
-    base_url: str
-    auth: Auth | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    paginator: PaginatorSpec | None = None
-    concurrency: int = Field(32, ge=1, le=256, description="Most requests in flight.")
-    rate_limit: RateLimit = Field(default_factory=RateLimit)
-
-    @field_validator("paginator", mode="before")
-    @classmethod
-    def _short_paginator(cls, v: Any) -> Any:
-        return _paginator(v)
-
-    @field_validator("auth", mode="before")
-    @classmethod
-    def _auth_forms(cls, v: Any) -> Any:
-        """dlt's forms: ``auth: {token: ...}`` is bearer (the type implied), and a literal
-        credential is refused in one line naming its key and what to write instead."""
-        if isinstance(v, str):
-            raise ValueError(
-                f"{v!r}: an auth named by its type alone has nowhere to read its credential "
-                f"from; write {{type: {v}, env: VARIABLE}} (or a Prefect Secret block's name "
-                "as secret)"
-            )
-        if isinstance(v, dict):
-            if "type" not in v:
-                v = {"type": "bearer", **v}
-            if v["type"] not in _AUTH_TYPES:
-                raise ValueError(
-                    f"type: {v['type']!r} is not an auth type here; write one of "
-                    + ", ".join(_AUTH_TYPES)
-                )
-            for literal in LITERAL_CREDENTIALS:
-                if literal in v:
-                    raise ValueError(literal_refused(literal, str(v["type"])))
-        return v
-
-    @field_validator("headers")
-    @classmethod
-    def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        # Headers go to every host a listing reaches; a credential goes under auth, which
-        # sends it to the API's own origin only. Refused by what the name says it carries
-        # (X-Auth-Token, Private-Token, X-Session-Id, Proxy-Authorization ...).
-        for name in v:
-            if _CREDENTIAL_HEADER.search(name):
-                raise ValueError(f"header {name!r} carries a credential; declare it under auth")
-        return v
-
-
-_CREDENTIAL_HEADER = re.compile(
-    r"(?i)auth|token|secret|passw|api[-_]?key|cookie|session|signature|credential|^key$"
-)
-
-
-class Source(_Strict):
+class Source(Strict):
     """A whole source file."""
 
     name: str = Field(
@@ -838,69 +515,6 @@ def check_repo(repo: str) -> str:
     return repo
 
 
-def make_paginator(
-    spec: PaginatorSpec | None,
-    data_selector: str | None,
-    page_size: int | None,
-    *,
-    detect: bool = False,
-) -> Paginator:
-    """The paging strategy a spec names, with dlt's defaults. None: detected from the
-    first response (``detect``, a declared source's), else ``header_link``. ``page_size``
-    is the size the engine sends, None when the file leaves it unsent."""
-    if spec is None:
-        return AutoPaginator(data_selector) if detect else LinkHeaderPaginator()
-    kind = spec.type
-    if kind == "header_link":
-        return LinkHeaderPaginator(page_param=spec.page_param, next_rel=spec.links_next_key)
-    if kind == "page_number":
-        return PageNumberPaginator(
-            page_param=spec.page_param,
-            size_param=spec.page_size_param or "per_page",
-            page_size=page_size,
-            first_page=spec.base_page,
-            start_page=spec.page,
-            total_pages_path=spec.total,
-            total_pages_header=spec.total_header,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
-            maximum_page=spec.maximum_page,
-        )
-    if kind == "offset":
-        return OffsetPaginator(
-            offset_param=spec.offset_param,
-            limit_param=spec.page_size_param or spec.limit_param,
-            limit=page_size or DEFAULT_LIMIT,
-            total_path=spec.total,
-            total_header=spec.total_header,
-            items_path=data_selector,
-            start=spec.offset,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
-            maximum_offset=spec.maximum_offset,
-        )
-    if kind == "cursor":
-        return BodyCursorPaginator(
-            cursor_path=spec.cursor_path,
-            cursor_param=spec.cursor_param,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
-        )
-    if kind == "header_cursor":
-        return HeaderCursorPaginator(
-            cursor_header=spec.cursor_key, cursor_param=spec.cursor_param, items_path=data_selector
-        )
-    if kind == "json_link":
-        return JsonLinkPaginator(next_url_path=spec.next_url_path, items_path=data_selector)
-    return SinglePagePaginator(items_path=data_selector)
-
-
-# an offset paginator's limit when the file gives none (dlt requires one)
-DEFAULT_LIMIT = 100
-
-
 # --------------------------------------------------------------------------- loading
 
 
@@ -966,7 +580,7 @@ def parse_source(text: str, name: str = "<source>") -> Source:
             loc = [
                 p
                 for p in err["loc"]
-                if not (isinstance(p, str) and (p[:1].isupper() or p in _AUTH_TYPES))
+                if not (isinstance(p, str) and (p[:1].isupper() or p in AUTH_TYPES))
             ]
             msg = err["msg"].removeprefix("Value error, ")
             if not loc and msg.startswith("resources."):  # a whole-source check naming its place

@@ -393,11 +393,3 @@ def pull_rows(data_dir: DataDir, result: RepoResult) -> pa.Table:
         if column not in PULL_FIELDS:
             fixed = fixed.append_column(pa.field(column, array.type), array)
     return fixed
-
-
-def write_requests(
-    data_dir: DataDir, run_id: str, part: str, requests: Sequence[ApiRequest]
-) -> None:
-    """Requests that belong to no repository (the ``/rate_limit`` probe)."""
-    if requests:
-        storage.stage(data_dir, run_id, "api_requests", part, [r.as_row() for r in requests])

@@ -28,21 +28,28 @@ def headline(summary: RestSummary) -> str:
     )
     if summary.failed_pages:
         text += f", {summary.failed_pages} failed pages"
-    if summary.size_plan:
-        text += f"\npage size: {summary.size_plan}"
-    if summary.stopped:
-        text += f"\nstopped early: {summary.stopped}"
-    return text
+    return text + _plan_and_stop(summary)
+
+
+def _plan_and_stop(summary: RestSummary) -> str:
+    """The lines that end a headline: the planned page size, why the run stopped early."""
+    text = f"\npage size: {summary.size_plan}" if summary.size_plan else ""
+    return text + (f"\nstopped early: {summary.stopped}" if summary.stopped else "")
+
+
+def _top(summary: RestSummary, headline: str, title: str, link: Callable[[str], str] | None) -> str:
+    """An artifact's title and headline; ``link`` makes the run id a link to the run."""
+    text = headline.replace("\n", "  \n")
+    if link is not None:
+        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
+    return f"# {md.cell(title)}\n\n{text}\n"
 
 
 def markdown(summary: RestSummary, title: str, link: Callable[[str], str] | None = None) -> str:
     """The run-summary artifact; ``link`` makes the run id a link to the run."""
     if isinstance(summary, GitHubSummary):
         return github_markdown(summary, title, link)
-    text = headline(summary).replace("\n", "  \n")
-    if link is not None:
-        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
-    lines = [f"# {md.cell(title)}", "", text, ""]
+    lines = [_top(summary, headline(summary), title, link)]
     lines += [
         "| resource | table | listings | complete | records | pages | requests | failed pages "
         "| page size | note |",
@@ -104,11 +111,7 @@ def github_headline(summary: GitHubSummary) -> str:
             f"\nshared limits: {summary.shared_limit} and the budget of its host, "
             f"{summary.shared_round_trips} calls to the Prefect server"
         )
-    if summary.size_plan:
-        text += f"\npage size: {summary.size_plan}"
-    if summary.stopped:
-        text += f"\nstopped early: {summary.stopped}"
-    return text
+    return text + _plan_and_stop(summary)
 
 
 TERMS = (
@@ -125,10 +128,7 @@ def github_markdown(
     summary: GitHubSummary, title: str, link: Callable[[str], str] | None = None
 ) -> str:
     """The run-summary artifact; ``link`` makes the run id a link to the run."""
-    text = github_headline(summary).replace("\n", "  \n")
-    if link is not None:
-        text = text.replace(f"run {summary.run_id}:", f"run {link(summary.run_id)}:", 1)
-    lines = [f"# {md.cell(title)}", "", text, "", TERMS, ""]
+    lines = [_top(summary, github_headline(summary), title, link), TERMS, ""]
     lines += [
         "| repo | complete | pull requests | requests | not modified | failed pages | note |",
         "|---|---|---|---|---|---|---|",

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from dev.dlt_forms import DEFAULTS, DEPARTURES, FORMS, NIGHTS, Form
 from dev.servers.shapes import DevShapes
 from ingest import storage
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import SourceError
 from ingest.rest.paging import detect_paginator, find_records_path
 from ingest.rest.records import RestSummary
@@ -51,7 +52,7 @@ def write(tmp_path: Path, text: str, server: DevShapes, file: str = "source.yaml
 
 def run(data_dir: Path, source: Source, run_id: str = "r1") -> RestSummary:
     settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
-    summary = fetch_source(settings, source, run_id=run_id)
+    summary = fetch_source(RestConfig.of(settings), source, run_id=run_id)
     storage.commit_run(data_dir, run_id)  # as the flow's commit-run task does
     return summary
 

@@ -16,6 +16,7 @@ import pytest
 
 from dev.servers.github import DevGitHub
 from ingest import storage
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import AuthError
 from ingest.rest.github import fetch_pulls
 from ingest.rest.records import GitHubSummary
@@ -79,7 +80,7 @@ def run(setup: Setup, repos: list[str], run_id: str, **kw: Any) -> GitHubSummary
 
 
 def fetch(setup: Setup, repos: list[str], **kw: Any) -> GitHubSummary:
-    return fetch_pulls(setup.settings, repos, **setup.options, **kw)
+    return fetch_pulls(RestConfig.of(setup.settings), repos, **setup.options, **kw)
 
 
 def sql(data_dir: Path, query: str) -> list[tuple[Any, ...]]:

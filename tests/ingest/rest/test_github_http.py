@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.rest.config import RestConfig
 from ingest.rest.github import GITHUB, github_source
 from ingest.rest.run import make_client
 from ingest.settings import Settings
@@ -70,9 +71,9 @@ def servers() -> Iterator[list[Server]]:
 
 async def get_all(base_url: str, urls: list[str], **settings_kw: object) -> list[int]:
     settings = Settings(**settings_kw)
-    source = github_source(settings, ["octo/hello"], base_url=base_url, concurrency=2)
+    source = github_source(settings.github, ["octo/hello"], base_url=base_url, concurrency=2)
     gh = make_client(
-        settings,
+        RestConfig.of(settings),
         source,
         run_id="t",
         base_url=source.client.base_url,

@@ -18,12 +18,14 @@ import pytest
 
 from dev.servers.rest import DevRest
 from ingest import storage
-from ingest.rest.client import RestClient, make_http
+from ingest.rest.client import RestClient
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import HopRefusedError, PageTooLargeError
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
+from ingest.rest.transport import make_http
 from ingest.security import endpoint_of
 from ingest.settings import Settings
 from tests.scripted_server import Answer, ScriptedServer
@@ -92,7 +94,7 @@ def run(data_dir: Path, source: Source, **settings: Any) -> RestSummary:
         "rest_max_attempts": 2,
         **settings,
     }
-    summary = fetch_source(Settings(**values), source, run_id="r1")
+    summary = fetch_source(RestConfig.of(Settings(**values)), source, run_id="r1")
     storage.commit_run(data_dir, "r1")
     return summary
 
@@ -263,7 +265,8 @@ def test_json_nested_100000_deep_fails_its_listing_not_the_run(data_dir: Path) -
 def test_a_location_repeating_the_key_loses_it_on_another_origin(recorder: ScriptedServer) -> None:
     """A careless (or hostile) API echoes the key into the next URL: the client sends no
     parameter holding a credential of its own to another origin, whatever its name."""
-    from ingest.rest.client import RestClient, make_http
+    from ingest.rest.client import RestClient
+    from ingest.rest.transport import make_http
 
     recorder.script("/next", Answer(200, b"[]"))
     with ScriptedServer() as origin:
@@ -491,7 +494,9 @@ def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: 
         settings = Settings(
             data_dir=data_dir, github_base_url=api.url, rest_max_attempts=1, rest_timeout=5.0
         )
-        summary = fetch_pulls(settings, ["o/good", "o/bad"], run_id="r1", token=TOKEN)
+        summary = fetch_pulls(
+            RestConfig.of(settings), ["o/good", "o/bad"], run_id="r1", token=TOKEN
+        )
         storage.commit_run(data_dir, "r1")
     assert not summary.complete
     said = json.dumps(summary.repos, default=str)

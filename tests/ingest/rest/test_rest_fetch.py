@@ -17,6 +17,7 @@ import pytest
 from dev.servers.rest import DevRest
 from ingest import storage
 from ingest.rest import store
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import AuthError
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
@@ -121,7 +122,7 @@ def settings_for(data_dir: Path, **kw: Any) -> Settings:
 
 
 def run(settings: Settings, source: Source, run_id: str, **kw: Any) -> RestSummary:
-    summary = fetch_source(settings, source, run_id=run_id, **kw)
+    summary = fetch_source(RestConfig.of(settings), source, run_id=run_id, **kw)
     storage.commit_run(settings.data_dir, run_id)  # as the flow's commit-run task does
     return summary
 

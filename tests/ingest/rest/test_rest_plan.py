@@ -15,6 +15,7 @@ import pytest
 from dev.servers.github import DevGitHub
 from dev.servers.rest import DevRest
 from ingest import storage
+from ingest.rest.config import RestConfig
 from ingest.rest.records import RestSummary
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source
@@ -49,7 +50,7 @@ def source(paginator: dict[str, Any], params: dict[str, Any] | None = None) -> S
 
 def fetch(server: DevGitHub, data_dir: Path, src: Source) -> RestSummary:
     settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
-    summary = fetch_source(settings, src, run_id="r1", base_url=server.url)
+    summary = fetch_source(RestConfig.of(settings), src, run_id="r1", base_url=server.url)
     storage.commit_run(data_dir, "r1")
     return summary
 
@@ -141,9 +142,9 @@ def test_an_incremental_rerun_is_not_probed(
     src = Source.model_validate(declared)
     settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
     with DevGitHub(repos={"octo/big": 120}, token=TOKEN) as server:
-        first = fetch_source(settings, src, run_id="r1", base_url=server.url)
+        first = fetch_source(RestConfig.of(settings), src, run_id="r1", base_url=server.url)
         storage.commit_run(data_dir, "r1")
-        second = fetch_source(settings, src, run_id="r2", base_url=server.url)
+        second = fetch_source(RestConfig.of(settings), src, run_id="r2", base_url=server.url)
     assert first.complete and first.size_plan is not None
     assert second.complete and second.size_plan is None
     assert second.requests == 1  # page 1 only: it reaches the watermark
@@ -193,7 +194,9 @@ def test_page_number_and_offset_sources_are_planned_from_their_totals(
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("PLAN_REST_KEY", key)
             settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
-            summary = fetch_source(settings, Source.model_validate(declared), run_id="r1")
+            summary = fetch_source(
+                RestConfig.of(settings), Source.model_validate(declared), run_id="r1"
+            )
         stats = server.stats()
     storage.commit_run(data_dir, "r1")
     _, rows = storage.query(data_dir, "SELECT data FROM tracker__tickets")

@@ -1,5 +1,5 @@
 """The source's HTTP client splits its connections into small pools
-(``ingest.rest.client.ShardedTransport``): as many requests in flight as one pool of the
+(``ingest.rest.transport.ShardedTransport``): as many requests in flight as one pool of the
 same size, each pool given its open requests back, against a real server on loopback."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from dev.servers.github import DevGitHub
-from ingest.rest.client import SHARD_CONNECTIONS, ShardedTransport, make_http
+from ingest.rest.transport import SHARD_CONNECTIONS, ShardedTransport, make_http
 
 TOKEN = "ghp_" + "PoolTokenValue0123456789abcdefABCDEFG"  # fake
 

@@ -16,9 +16,11 @@ import pytest
 from dev.servers.github import link_header
 from ingest.rest import store
 from ingest.rest.client import RestClient
+from ingest.rest.config import RestConfig
 from ingest.rest.engine import Page, walk
-from ingest.rest.github import LISTING_MOVED, GitHubDialect, SyncOptions, github_source
+from ingest.rest.github import github_source
 from ingest.rest.paging import LinkHeaderPaginator
+from ingest.rest.pulls import LISTING_MOVED, GitHubDialect, SyncOptions
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy
 from ingest.rest.records import RepoResult, RepoState
 from ingest.rest.run import SourceRun
@@ -255,8 +257,8 @@ async def sync_repos(
     hooks (nothing stored: the dialect is given no ``on_result``)."""
     settings = Settings()
     run = SourceRun(
-        settings,
-        github_source(settings, repos, base_url="https://api.test"),
+        RestConfig.of(settings),
+        github_source(settings.github, repos, base_url="https://api.test"),
         gh,
         store.SourceState(),
         run_id="r1",
@@ -433,7 +435,7 @@ def test_a_ceiling_the_host_showed_bounds_the_plan_and_the_window() -> None:
 
     window = AdaptiveWindow(initial=4, maximum=100, ceiling=20)
     governor = RateLimitGovernor(reserve=10)
-    planner = planner_for(Settings(), 1, window, governor)
+    planner = planner_for(Settings().rest, 1, window, governor)
 
     async def go() -> None:
         await planner.size_for(480, [(1, 0.088), (1, 0.088), (3, 0.104)])

@@ -19,6 +19,7 @@ from cli.main import app
 from dev.servers.shop import ShopServer, order
 from ingest import storage
 from ingest.rest import steps
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import SourceError
 from ingest.rest.run import fetch_source
 from ingest.rest.source import load_source, parse_source
@@ -110,9 +111,9 @@ def test_the_shipped_functions_convert_by_name(data_dir: Path) -> None:
     with ShopServer([order(n, updated_at=s) for n, s in enumerate(stamps, 1)]) as shop:
         source = parse_source(text.replace("{url}", shop.url), "shop.yaml")
         settings = Settings(data_dir=data_dir)
-        assert fetch_source(settings, source, run_id="run-1").complete
+        assert fetch_source(RestConfig.of(settings), source, run_id="run-1").complete
         storage.commit_run(data_dir, "run-1")
-        fetch_source(settings, source, run_id="run-2")
+        fetch_source(RestConfig.of(settings), source, run_id="run-2")
     start = int(datetime(2025, 5, 1, tzinfo=UTC).timestamp())
     sent = [r for r in shop.requests if r.startswith("/orders")]
     assert sent == [f"/orders?since_epoch={start}", f"/orders?since_epoch={start + 600}"]

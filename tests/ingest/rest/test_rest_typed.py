@@ -21,6 +21,7 @@ from cli.main import app
 from dev.servers.shop import IssuesServer, ShopServer, order
 from ingest import storage
 from ingest.rest import typed
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import AuthError, SchemaContractError, SourceError
 from ingest.rest.run import fetch_source
 from ingest.rest.source import Source, parse_source
@@ -50,7 +51,7 @@ def shop_source(shop: ShopServer, **orders: Any) -> Source:
 
 def run(shop: ShopServer, data_dir: Path, run_id: str, **orders: Any) -> None:
     source = shop_source(shop, **orders)
-    summary = fetch_source(Settings(data_dir=data_dir), source, run_id=run_id)
+    summary = fetch_source(RestConfig.of(Settings(data_dir=data_dir)), source, run_id=run_id)
     assert summary.complete
     storage.commit_run(data_dir, run_id)
 
@@ -112,7 +113,9 @@ def test_the_warehouse_file_sees_the_column_changes_of_each_run(data_dir: Path) 
             if coupon:
                 shop.orders = [order(n) for n in range(11, 21)]
                 shop.orders[0]["coupon"] = coupon
-            summary = fetch_source(Settings(data_dir=data_dir), shop_source(shop), run_id=run_id)
+            summary = fetch_source(
+                RestConfig.of(Settings(data_dir=data_dir)), shop_source(shop), run_id=run_id
+            )
             assert summary.complete
             report = storage.commit_run(data_dir, run_id)
             assert "schema_history" not in report.rows
@@ -246,7 +249,7 @@ def test_schema_changes_in_the_summary_and_by_ingest_schema(data_dir: Path) -> N
     with ShopServer([order(n) for n in range(1, 6)]) as shop:
         run(shop, data_dir, "run-1")
         shop.orders = [order(6, total="n/a", gift=True)]
-        summary = fetch_source(settings, shop_source(shop), run_id="run-2")
+        summary = fetch_source(RestConfig.of(settings), shop_source(shop), run_id="run-2")
     lines = {schema_line(c) for c in summary.schema_changes}
     assert lines == {
         "shop__orders.gift: added (BOOLEAN)",
@@ -392,7 +395,7 @@ def test_a_frozen_contract_fails_the_run_naming_the_field(
         shop.orders = [order(2, **change)]
         with pytest.raises(SchemaContractError, match=field):
             fetch_source(
-                Settings(data_dir=data_dir),
+                RestConfig.of(Settings(data_dir=data_dir)),
                 shop_source(shop, schema_contract=contract),
                 run_id="run-2",
             )
@@ -436,7 +439,7 @@ def test_a_source_written_as_dlt_documents_it_runs_and_pages_to_the_end(data_dir
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 31)]) as shop:
         source = parse_source(DLT_STYLE.format(url=shop.url), "dlt.yaml")
         settings = Settings(data_dir=data_dir)
-        first = fetch_source(settings, source, run_id="run-1")
+        first = fetch_source(RestConfig.of(settings), source, run_id="run-1")
         storage.commit_run(data_dir, "run-1")
         assert first.complete
         # the JSONPath cursor followed past the first page, the placeholder filled in
@@ -448,7 +451,7 @@ def test_a_source_written_as_dlt_documents_it_runs_and_pages_to_the_end(data_dir
         assert notes["_orders_status"] == "VARCHAR" and notes["text"] == "VARCHAR"
         shop.orders[4]["updated_at"] = stamp(100)
         shop.requests.clear()
-        fetch_source(settings, source, run_id="run-2")
+        fetch_source(RestConfig.of(settings), source, run_id="run-2")
         storage.commit_run(data_dir, "run-2")
     since = [r for r in shop.requests if r.startswith("/orders?")]
     assert since == ["/orders?limit=10&since=2025-05-01T00%3A30%3A00Z"]  # the watermark
@@ -458,7 +461,7 @@ def test_unselected_parent_feeds_its_children_only(data_dir: Path) -> None:
     text = DLT_STYLE.replace("  - name: orders\n", "  - name: orders\n    selected: false\n")
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
         source = parse_source(text.format(url=shop.url), "dlt.yaml")
-        fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        fetch_source(RestConfig.of(Settings(data_dir=data_dir)), source, run_id="run-1")
         storage.commit_run(data_dir, "run-1")
     assert storage.open_table(data_dir, "shop__orders") is None
     assert count(data_dir, "SELECT count(*) FROM shop__notes") == [(6,)]
@@ -493,14 +496,18 @@ def test_oauth2_client_credentials(data_dir: Path, monkeypatch: pytest.MonkeyPat
         shop.token = "access-token-0123456789abcdef"  # fake
         shop.client = {"client_id": "shop-app", "client_secret": secret, "scope": "orders"}
         summary = fetch_source(
-            Settings(data_dir=data_dir), parse_source(text.format(url=shop.url)), run_id="run-1"
+            RestConfig.of(Settings(data_dir=data_dir)),
+            parse_source(text.format(url=shop.url)),
+            run_id="run-1",
         )
         assert summary.complete and summary.records == 3 + 6
         assert shop.requests[0] == "POST /oauth/token"
         shop.client["client_secret"] = "another"  # rejected: a clear error, no secret in it
         with pytest.raises(AuthError, match="token request answered 401") as caught:
             fetch_source(
-                Settings(data_dir=data_dir), parse_source(text.format(url=shop.url)), run_id="r2"
+                RestConfig.of(Settings(data_dir=data_dir)),
+                parse_source(text.format(url=shop.url)),
+                run_id="r2",
             )
         assert secret not in str(caught.value)
 
@@ -514,13 +521,15 @@ def test_response_actions_ignore_reads_a_status_as_an_empty_page(data_dir: Path)
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
         shop.gone = {"2"}
         plain = fetch_source(
-            Settings(data_dir=data_dir / "plain"),
+            RestConfig.of(Settings(data_dir=data_dir / "plain")),
             parse_source(DLT_STYLE.format(url=shop.url)),
             run_id="run-0",
         )
         assert not plain.complete  # without the action, the 404 is an error of the listing
         summary = fetch_source(
-            Settings(data_dir=data_dir), parse_source(ignoring.format(url=shop.url)), run_id="r1"
+            RestConfig.of(Settings(data_dir=data_dir)),
+            parse_source(ignoring.format(url=shop.url)),
+            run_id="r1",
         )
         storage.commit_run(data_dir, "r1")
     assert summary.complete
@@ -592,7 +601,7 @@ def test_dlt_documented_github_example_loads_unchanged(
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "ExampleToken0123456789abcdefABCDEFGHij")  # fake
     with IssuesServer(issues=150) as api:
         source = parse_source(DLT_GITHUB_EXAMPLE.format(url=api.url), "github.yaml")
-        summary = fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        summary = fetch_source(RestConfig.of(Settings(data_dir=data_dir)), source, run_id="run-1")
         storage.commit_run(data_dir, "run-1")
     assert summary.complete
     assert count(data_dir, "SELECT count(*), min(created_at) FROM github__issues") == [
@@ -627,10 +636,10 @@ def test_processing_steps_filter_and_map_by_import_path(data_dir: Path) -> None:
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 14)]) as shop:
         source = parse_source(text.format(url=shop.url), "dlt.yaml")
         settings = Settings(data_dir=data_dir)
-        assert fetch_source(settings, source, run_id="run-1").complete
+        assert fetch_source(RestConfig.of(settings), source, run_id="run-1").complete
         storage.commit_run(data_dir, "run-1")
         shop.requests.clear()
-        fetch_source(settings, source, run_id="run-2")
+        fetch_source(RestConfig.of(settings), source, run_id="run-2")
     paid = [n for n in range(1, 14) if n % 3 == 0]
     rows = count(data_dir, "SELECT id, band FROM shop__orders ORDER BY id")
     assert rows == [(n, "big" if n * 10 >= 100 else "small") for n in paid]
@@ -653,9 +662,9 @@ def test_incremental_convert_by_import_path(data_dir: Path) -> None:
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 6)]) as shop:
         source = parse_source(text.format(url=shop.url), "dlt.yaml")
         settings = Settings(data_dir=data_dir)
-        fetch_source(settings, source, run_id="run-1")
+        fetch_source(RestConfig.of(settings), source, run_id="run-1")
         storage.commit_run(data_dir, "run-1")
-        fetch_source(settings, source, run_id="run-2")
+        fetch_source(RestConfig.of(settings), source, run_id="run-2")
     sent = [r for r in shop.requests if r.startswith("/orders?")]
     start = int(datetime(2025, 5, 1, tzinfo=UTC).timestamp())
     assert sent == [
@@ -698,7 +707,7 @@ def test_a_step_that_raises_stops_its_listing_naming_the_step(data_dir: Path) ->
     )
     with ShopServer([order(n, updated_at=stamp(n)) for n in range(1, 4)]) as shop:
         source = parse_source(text.format(url=shop.url), "dlt.yaml")
-        summary = fetch_source(Settings(data_dir=data_dir), source, run_id="run-1")
+        summary = fetch_source(RestConfig.of(Settings(data_dir=data_dir)), source, run_id="run-1")
         storage.commit_run(data_dir, "run-1")
     assert not summary.complete
     [error] = [e for name, e in summary.errors if name == "orders"]

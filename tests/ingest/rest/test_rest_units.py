@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.rest.config import RestConfig
 from ingest.rest.errors import SourceError
 from ingest.rest.ratelimit import parse_budget
 from ingest.rest.source import parse_source
@@ -222,18 +223,24 @@ def test_the_github_options_become_a_dialect_source() -> None:
 
     settings = Settings(github_base_url="https://ghe.test/api/v3")
     source = github.github_source(
-        settings, ["octo/a", "octo/b", "octo/a"], state="open", rate_limit_reserve=7, concurrency=9
+        settings.github,
+        ["octo/a", "octo/b", "octo/a"],
+        state="open",
+        rate_limit_reserve=7,
+        concurrency=9,
     )
     assert source.client.dialect == "github" and source.repos == ["octo/a", "octo/b"]
     assert source.client.base_url == "https://ghe.test/api/v3"  # the worker's API root
     assert source.table(source.resources[0]) == "pull_requests"
     assert github.state_of(source) == "open" and github.per_page_of(source) is None
     assert source.client.rate_limit.reserve == 7 and source.client.concurrency == 9
-    fixed = github.github_source(settings, ["octo/a"], per_page=25, max_wait=0, limit_retries=2)
+    fixed = github.github_source(
+        settings.github, ["octo/a"], per_page=25, max_wait=0, limit_retries=2
+    )
     assert github.per_page_of(fixed) == 25 and github.state_of(fixed) == "all"
     assert fixed.client.rate_limit.max_wait == 0 and fixed.client.rate_limit.retries == 2
     with pytest.raises(SourceError, match="repos: repository must look like owner/name"):
-        github.github_source(settings, ["octo"])
+        github.github_source(settings.github, ["octo"])
 
 
 def test_the_github_source_file_declares_what_the_command_runs() -> None:
@@ -246,7 +253,7 @@ def test_the_github_source_file_declares_what_the_command_runs() -> None:
 
     path = Path(__file__).resolve().parents[3] / "sources" / "github.yaml"  # the project's
     filed = load_source(path)
-    built = github.github_source(Settings(), filed.repos)
+    built = github.github_source(Settings().github, filed.repos)
     assert filed.client.base_url.rstrip("/") == built.client.base_url.rstrip("/")
     skip = {"base_url"}
     assert filed.client.model_dump(exclude=skip) == built.client.model_dump(exclude=skip)
@@ -268,13 +275,13 @@ def test_a_sources_rate_limit_retries_is_its_clients() -> None:
     plain = parse_source(
         "client: {base_url: 'http://127.0.0.1:1/'}\nresources: [things]\n", "t.yaml"
     )
-    setup = PLAIN.client_setup(settings, plain, None, None)
+    setup = PLAIN.client_setup(RestConfig.of(settings), plain, None, None)
     assert (setup.limit_retries, setup.timeout, setup.retry.max_attempts) == (3, 4.0, 2)
-    gh = github.github_source(settings, ["octo/a"], limit_retries=6)
-    setup = github.GITHUB.client_setup(settings, gh, None, "ghp_" + "x" * 36)
+    gh = github.github_source(settings.github, ["octo/a"], limit_retries=6)
+    setup = github.GITHUB.client_setup(RestConfig.of(settings), gh, None, "ghp_" + "x" * 36)
     assert (setup.limit_retries, setup.timeout, setup.retry.max_attempts) == (6, 4.0, 2)
     assert setup.headers["X-GitHub-Api-Version"] and setup.who == github.WHO
-    assert github.github_source(settings, ["octo/a"]).client.rate_limit.retries == 5
+    assert github.github_source(settings.github, ["octo/a"]).client.rate_limit.retries == 5
 
 
 DIALECT = """name: gh

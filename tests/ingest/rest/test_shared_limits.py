@@ -51,9 +51,10 @@ COMMAND_OPTIONS = [
 
 CHILD = """
 import json, sys
+from ingest.rest.config import RestConfig
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
-s = fetch_pulls(Settings(), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3],
+s = fetch_pulls(RestConfig.of(Settings()), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3],
                 **json.loads(sys.argv[4]))
 print(json.dumps({"requests": s.requests, "max_in_flight": s.max_in_flight,
                   "stopped": s.stopped, "shared_limit": s.shared_limit,

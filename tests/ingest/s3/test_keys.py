@@ -190,7 +190,7 @@ def test_the_missing_credentials_message_reads_whole_after_redaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from ingest.rest.auth import AuthError, resolve
-    from ingest.rest.source import SecretRef
+    from ingest.rest.spec import SecretRef
 
     monkeypatch.delenv("TICKETS_API_KEY", raising=False)
     with pytest.raises(AuthError) as caught:
