@@ -17,10 +17,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal, cast
 
+from prefect import flow
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import RepoName, deployment_defaults, described, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, flow_body, run_form
 from flows.rest_ingest import ingest_source
 from ingest import security
 from ingest.rest.github import github_source
@@ -30,15 +31,16 @@ from tasks import limits
 from tasks.history import FINAL_HOOKS
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="github-pulls",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
     validate_parameters=True,
 )
-@described
+@flow_body
 def github_pulls(
     repos: Annotated[
         list[RepoName],

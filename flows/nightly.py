@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
+from prefect import flow
 from prefect.runtime import flow_run
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import RepoName, deployment_defaults, ingest_flow
+from flows.parameters import RepoName, deployment_defaults, flow_body, run_form
 from flows.s3_ingest import s3_ingest
 from ingest import context, security
 from ingest.errors import IngestError
@@ -42,10 +43,11 @@ class NightlyFailedError(IngestError):
     reports_failures = True
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="nightly",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
@@ -53,6 +55,7 @@ class NightlyFailedError(IngestError):
     task_runner=ThreadPoolTaskRunner(max_workers=2),  # type: ignore[arg-type]
     validate_parameters=True,
 )
+@flow_body
 def nightly(
     bucket: Annotated[str, Field(min_length=3, max_length=63)],
     repos: Annotated[list[RepoName], Field(max_length=500)],

@@ -18,11 +18,11 @@ import time
 from contextlib import ExitStack
 from typing import Annotated, Literal, cast
 
-from prefect import get_run_logger
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
+from flows.parameters import deployment_defaults, flow_body, run_form
 from ingest import context, security
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.github import TABLES as GITHUB_TABLES
@@ -46,16 +46,17 @@ class TooManyFailedPagesError(RestTerminalError):
     """More pages failed after their retries than ``max_failed_ratio`` allows."""
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="rest-ingest",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "
     "and DuckDB views (one table per resource).",
     validate_parameters=True,
 )
-@described
+@flow_body
 def rest_ingest(
     source: Annotated[
         str,

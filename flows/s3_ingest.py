@@ -31,12 +31,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Annotated, Any, Literal, NamedTuple, cast
 
+from prefect import flow
 from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
+from flows.parameters import deployment_defaults, flow_body, run_form
 from ingest import context, security
 from ingest.errors import IngestError
 from ingest.extract import provenance
@@ -95,10 +96,11 @@ class TooManyFailuresError(IngestError):
     """More objects failed than ``max_failed_ratio`` allows."""
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="s3-ingest",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
@@ -106,7 +108,7 @@ class TooManyFailuresError(IngestError):
     task_runner=ThreadPoolTaskRunner(max_workers=8),  # type: ignore[arg-type]
     validate_parameters=True,
 )
-@described
+@flow_body
 def s3_ingest(
     bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=63)],
     prefix: Annotated[str, Field(description="Only keys under this prefix.")] = "",
