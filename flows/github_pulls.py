@@ -21,14 +21,12 @@ from prefect import flow
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import RepoName, deployment_defaults, flow_body, run_form
+from flows.parameters import RepoName, flow_body, run_form
 from flows.rest_ingest import ingest_source
-from ingest import security
-from ingest.rest.github import github_source
 from ingest.rest.records import GitHubSummary
-from ingest.settings import Settings
 from tasks import limits
 from tasks.history import FINAL_HOOKS
+from tasks.runs import github_run
 
 
 @run_form
@@ -115,16 +113,9 @@ def github_pulls(
     ] = "thread",
 ) -> GitHubSummary:
     started = time.perf_counter()
-    worker = Settings()
-    settings = worker.with_data_dir(data_dir)
-    settings = settings.model_copy(update={"task_runner": task_runner})
-    security.check_github_run(
-        worker,
-        settings.updated(github_base_url=base_url or worker.github.base_url),
-        deployment_defaults(),
-    )
-    source = github_source(
-        settings,
+    settings, source = github_run(
+        data_dir,
+        task_runner,
         repos,
         state=state,
         per_page=per_page,

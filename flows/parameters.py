@@ -20,9 +20,7 @@ deployment's unset endpoint) still passes, and the flow's own default is None.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
@@ -36,6 +34,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import CoreSchema
 
 from ingest.rest.source import REPO_NAME
+from tasks.runs import stops_on_sigterm
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -43,31 +42,6 @@ R = TypeVar("R")
 # A GitHub repository as the flows take it (owner/name): the pattern is in the parameter
 # schema, so the run form and the server refuse ``octo`` before a run is created.
 RepoName = Annotated[str, StringConstraints(pattern=REPO_NAME.pattern)]
-
-
-def deployment_defaults() -> dict[str, Any] | None:
-    """None for a flow called in a process of its own (an ``ingest`` command, a test); for a
-    run of a deployment, the default parameters this worker's own checkout declares
-    (``ingest.security.project_defaults`` of its ``prefect.yaml``), never the copy the
-    Prefect server holds: whoever reaches the API can change that copy, and what
-    ``ingest.security`` allows must not move with it."""
-    from prefect.context import FlowRunContext
-    from prefect.runtime import deployment
-
-    from ingest import security
-    from ingest.rest.source import PROJECT_ROOT
-
-    ctx = FlowRunContext.get()
-    run = ctx.flow_run if ctx is not None else None
-    if run is not None and run.parent_task_run_id is None:
-        # A run of its own (no parent's deployment to inherit): its record is at hand;
-        # prefect.runtime's deployment.id asks the API for it again (~50 ms a run).
-        deployment_id = run.deployment_id
-    else:
-        deployment_id = deployment.id
-    if not deployment_id:
-        return None
-    return security.project_defaults(PROJECT_ROOT / "prefect.yaml")
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
@@ -169,28 +143,6 @@ def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
             for p in signature.parameters.values()
         ]
     )
-
-
-def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
-    """``fn`` run inside ``ingest.interrupt.on_terminate``: a SIGTERM (Prefect cancelling
-    the run from the UI, systemd or Kubernetes stopping the worker) stops the run's threads
-    at once, as Ctrl-C does, before Prefect's own handler ends the run. The process is
-    made non-dumpable first (``ingest.security.keep_memory_private``)."""
-    from ingest import interrupt, security
-
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        # The run's process holds its credentials while its parsers read documents that
-        # may be hostile: its memory and environment are kept from them (non-dumpable).
-        security.keep_memory_private()
-        with interrupt.on_terminate():
-            return fn(*args, **kwargs)
-
-    # With the globals of ``fn``'s module (it uses only its closure): Prefect resolves the
-    # parameters' annotations in the namespace of the function it is given.
-    wrapped = types.FunctionType(
-        run.__code__, fn.__globals__, fn.__name__, run.__defaults__, run.__closure__
-    )
-    return cast(Callable[P, R], functools.update_wrapper(wrapped, fn))
 
 
 def flow_body(fn: F) -> F:
