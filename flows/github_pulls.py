@@ -17,28 +17,28 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal, cast
 
+from prefect import flow
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import RepoName, deployment_defaults, described, ingest_flow
+from flows.parameters import RepoName, flow_body, run_form
 from flows.rest_ingest import ingest_source
-from ingest import security
-from ingest.rest.github import github_source
 from ingest.rest.records import GitHubSummary
-from ingest.settings import Settings
 from tasks import limits
 from tasks.history import FINAL_HOOKS
+from tasks.runs import github_run
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="github-pulls",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
     validate_parameters=True,
 )
-@described
+@flow_body
 def github_pulls(
     repos: Annotated[
         list[RepoName],
@@ -113,16 +113,9 @@ def github_pulls(
     ] = "thread",
 ) -> GitHubSummary:
     started = time.perf_counter()
-    worker = Settings()
-    settings = worker.with_data_dir(data_dir)
-    settings = settings.model_copy(update={"task_runner": task_runner})
-    security.check_github_run(
-        worker,
-        settings.updated(github_base_url=base_url or worker.github.base_url),
-        deployment_defaults(),
-    )
-    source = github_source(
-        settings.github,
+    settings, source = github_run(
+        data_dir,
+        task_runner,
         repos,
         state=state,
         per_page=per_page,

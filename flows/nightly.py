@@ -14,24 +14,23 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
+from prefect import flow
 from prefect.runtime import flow_run
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import RepoName, deployment_defaults, ingest_flow
+from flows.parameters import RepoName, flow_body, run_form
 from flows.s3_ingest import s3_ingest
-from ingest import context, security
 from ingest.errors import IngestError
 from ingest.report.nightly import ChildOutcome, completed_message, failed_message
-from ingest.settings import Settings
 from tasks import limits
 from tasks.history import FINAL_HOOKS
 from tasks.nightly import publish_nightly_summary, run_children
 from tasks.progress import publish_progress
 from tasks.report import add_tags, failure_tags
-from tasks.storage import run_staging
+from tasks.runs import nightly_settings, opened_run
 from tasks.timing import running_seconds
 
 
@@ -42,10 +41,11 @@ class NightlyFailedError(IngestError):
     reports_failures = True
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="nightly",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
@@ -53,6 +53,7 @@ class NightlyFailedError(IngestError):
     task_runner=ThreadPoolTaskRunner(max_workers=2),  # type: ignore[arg-type]
     validate_parameters=True,
 )
+@flow_body
 def nightly(
     bucket: Annotated[str, Field(min_length=3, max_length=63)],
     repos: Annotated[list[RepoName], Field(max_length=500)],
@@ -93,11 +94,7 @@ def nightly(
             dask (the cluster at INGEST_DASK_ADDRESS, else a LocalCluster).
     """
     started = time.perf_counter()
-    worker = Settings()
-    settings = worker.with_data_dir(data_dir)
-    # Checked before this run writes anything (its children check theirs again).
-    asked = settings.updated(github_base_url=github_base_url or "")
-    security.check_github_run(worker, asked, deployment_defaults())
+    settings = nightly_settings(data_dir, github_base_url)
     s3_parameters = {
         "bucket": bucket,
         "prefix": prefix,
@@ -120,7 +117,8 @@ def nightly(
     # The children commit their own rows; this run stages the summary rows it records
     # (the children's flow_runs rows under this parent) and commits them as it ends.
     run_id = str(flow_run.id or "local")
-    with context.opened(settings, run_id) as ctx, run_staging(ctx.settings, run_id):
+    with opened_run(settings, run_id, runner=False) as run:
+        ctx = run.ctx
         children: list[tuple[Any, dict[str, Any], str]] = [
             (s3_ingest, s3_parameters, f"s3://{bucket}/{prefix or ''}")
         ]

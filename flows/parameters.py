@@ -1,4 +1,6 @@
-"""Parameter descriptions that reach the Prefect UI's run form.
+"""What the flows' parameters look like in the Prefect UI's run form, and how a flow's
+function is run. The flows are plain ``prefect.flow``s; these helpers go under
+(``flow_body``) and over (``run_form``) the decorator.
 
 Prefect 3.9 builds a flow's parameter schema from the signature but drops a
 ``description`` given as ``Annotated[T, Field(description=...)]`` (bounds
@@ -7,7 +9,7 @@ survive); it reads descriptions from the docstring's ``Args:`` section.
 description is written once, beside its parameter, and says the field's bounds
 (the run form shows the description, not the schema's minimum and maximum).
 
-``ingest_flow`` also gives each optional parameter (``X | None = None``) the schema of
+``run_form`` also gives each optional parameter (``X | None = None``) the schema of
 ``X`` without a default: the UI's run form shows a schema of ``anyOf [X, null]`` whose
 default is null as its ``None`` choice ("Property is type None"), and one of type ``X``
 whose default is null as an input in error ("None is not of type 'string'"), where an
@@ -18,15 +20,13 @@ deployment's unset endpoint) still passes, and the flow's own default is None.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 from prefect import Flow
-from prefect.utilities.callables import ParameterSchema, parameter_schema
+from prefect.utilities.callables import parameter_schema
 from prefect.utilities.hashing import file_hash
 from pydantic import GetJsonSchemaHandler, StringConstraints
 from pydantic.experimental.missing_sentinel import MISSING
@@ -34,6 +34,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import CoreSchema
 
 from ingest.rest.source import REPO_NAME
+from tasks.runs import stops_on_sigterm
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -41,33 +42,6 @@ R = TypeVar("R")
 # A GitHub repository as the flows take it (owner/name): the pattern is in the parameter
 # schema, so the run form and the server refuse ``octo`` before a run is created.
 RepoName = Annotated[str, StringConstraints(pattern=REPO_NAME.pattern)]
-# What goes to the API as it is: JSON's own types (str keys for objects).
-_JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-def deployment_defaults() -> dict[str, Any] | None:
-    """None for a flow called in a process of its own (an ``ingest`` command, a test); for a
-    run of a deployment, the default parameters this worker's own checkout declares
-    (``ingest.security.project_defaults`` of its ``prefect.yaml``), never the copy the
-    Prefect server holds: whoever reaches the API can change that copy, and what
-    ``ingest.security`` allows must not move with it."""
-    from prefect.context import FlowRunContext
-    from prefect.runtime import deployment
-
-    from ingest import security
-    from ingest.rest.source import PROJECT_ROOT
-
-    ctx = FlowRunContext.get()
-    run = ctx.flow_run if ctx is not None else None
-    if run is not None and run.parent_task_run_id is None:
-        # A run of its own (no parent's deployment to inherit): its record is at hand;
-        # prefect.runtime's deployment.id asks the API for it again (~50 ms a run).
-        deployment_id = run.deployment_id
-    else:
-        deployment_id = deployment.id
-    if not deployment_id:
-        return None
-    return security.project_defaults(PROJECT_ROOT / "prefect.yaml")
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
@@ -114,18 +88,6 @@ def described(fn: F) -> F:
         doc = inspect.cleandoc(fn.__doc__ or f"The {fn.__name__} flow.")
         fn.__doc__ = doc + "\n\nArgs:\n" + "\n".join(lines) + "\n"
     return fn
-
-
-def _plain(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, _JSON_SCALARS):
-        return not isinstance(value, float) or value == value  # NaN goes the long way
-    if depth > 8:
-        return False
-    if isinstance(value, list):
-        return all(_plain(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
-    return False
 
 
 class FormInput:
@@ -183,117 +145,23 @@ def form_signature(fn: Callable[..., Any]) -> inspect.Signature:
     )
 
 
-def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
-    """``fn`` run inside ``ingest.interrupt.on_terminate``: a SIGTERM (Prefect cancelling
-    the run from the UI, systemd or Kubernetes stopping the worker) stops the run's threads
-    at once, as Ctrl-C does, before Prefect's own handler ends the run. The process is
-    made non-dumpable first (``ingest.security.keep_memory_private``)."""
-    from ingest import interrupt, security
-
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        # The run's process holds its credentials while its parsers read documents that
-        # may be hostile: its memory and environment are kept from them (non-dumpable).
-        security.keep_memory_private()
-        with interrupt.on_terminate():
-            return fn(*args, **kwargs)
-
-    # With the globals of ``fn``'s module (it uses only its closure): Prefect resolves the
-    # parameters' annotations in the namespace of the function it is given.
-    wrapped = types.FunctionType(
-        run.__code__, fn.__globals__, fn.__name__, run.__defaults__, run.__closure__
-    )
-    return cast(Callable[P, R], functools.update_wrapper(wrapped, fn))
+def flow_body(fn: F) -> F:
+    """The function a flow runs (put under ``@flow``): its ``Args:`` section written from
+    its fields (``described``), its optional parameters inputs of their type in the run
+    form (``form_inputs``), and run so that SIGTERM stops it (``stops_on_sigterm``)."""
+    return cast(F, stops_on_sigterm(form_inputs(described(fn))))
 
 
-class IngestFlow(Flow[P, R]):
-    """A Prefect flow whose plain JSON parameters reach the API as they are.
-
-    Prefect's ``Flow.serialize_parameters`` passes every value through FastAPI's
-    ``jsonable_encoder``, so each flow run imports FastAPI (0.11 s of a command's start,
-    whatever the parameters). A command's parameters are strings, numbers, booleans and
-    lists of them, which that encoder returns unchanged; anything else still goes through
-    it.
-
-    Its optional parameters show as inputs of their type in the run form
-    (``form_signature``), and its time limit may be a function read as each run starts.
-    The run form's schema (``parameters``) is built when read (by a deployment, a test),
-    not as the flow is decorated: a command's run never reads it (~12 ms each build).
-    """
-
-    def __init__(
-        self,
-        fn: Callable[P, R],
-        *,
-        timeout_seconds: float | Callable[[], float] | None = None,
-        **options: Any,
-    ) -> None:
-        # A callable limit is read when Prefect asks for it, as each run starts
-        # (tasks.limits.flow_seconds: the settings of the process running the flow), not
-        # when the flow is decorated at import.
-        self._limit = timeout_seconds
-        if "version" not in options:  # Prefect's default, the hash of the flow's own file
-            source = inspect.getsourcefile(fn)
-            if source:
-                options["version"] = file_hash(source)
-        super().__init__(stops_on_sigterm(fn), timeout_seconds=None, **options)
-        self._form_schema()
-
-    def _form_schema(self) -> None:
-        """The signature of the run form (``form_signature``), for what reads
-        ``inspect.signature`` of the flow: ``prefect deploy``, ``serve`` and
-        ``to_deployment`` (``parameter_schema(flow)``), and this flow's ``parameters``."""
-        self.__signature__ = form_signature(self.fn)
-        self.__dict__.pop("_form", None)
-
-    @property  # type: ignore[override]
-    def parameters(self) -> ParameterSchema:
-        """The run form's parameter schema (``form_signature``), built on first read."""
-        schema = self.__dict__.get("_form")
-        if schema is None:
-            schema = self.__dict__["_form"] = parameter_schema(self)
-        return cast(ParameterSchema, schema)
-
-    @parameters.setter
-    def parameters(self, value: ParameterSchema) -> None:
-        # Flow.__init__ sets the schema of the bare function; the form's is built on read.
-        self.__dict__.pop("_form", None)
-
-    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
-        plain = {k: v for k, v in parameters.items() if _plain(v)}
-        rest = {k: v for k, v in parameters.items() if k not in plain}
-        if rest:
-            plain.update(super().serialize_parameters(rest))
-        return {k: plain[k] for k in parameters if k in plain}
-
-    @property  # type: ignore[override]
-    def timeout_seconds(self) -> float | None:
-        """The run's time limit: a number given, or what the callable given says now."""
-        limit = self.__dict__.get("_limit")
-        return float(limit()) if callable(limit) else limit
-
-    @timeout_seconds.setter
-    def timeout_seconds(self, value: float | None) -> None:
-        # Flow.__init__ sets None for the callable it was not given: keep the callable.
-        if value is not None or not callable(self.__dict__.get("_limit")):
-            self.__dict__["_limit"] = value
-
-    def with_options(self, **options: Any) -> IngestFlow[P, R]:  # type: ignore[override]
-        limit = options.get("timeout_seconds")
-        new = cast("IngestFlow[P, R]", super().with_options(**options))
-        new.__class__ = type(self)  # Flow.with_options builds a plain Flow
-        # ... whose __init__ stored a number where this flow holds a callable: the copy
-        # keeps the callable unless given a limit of its own.
-        new.__dict__.pop("timeout_seconds", None)
-        new.__dict__["_limit"] = self._limit if limit is None else limit
-        new._form_schema()
-        return new
-
-
-def ingest_flow(**options: Any) -> Callable[[Callable[P, R]], IngestFlow[P, R]]:
-    """``@flow(**options)`` building an ``IngestFlow``, its optional parameters shown as
-    inputs of their type in the run form (``form_inputs``)."""
-
-    def decorate(fn: Callable[P, R]) -> IngestFlow[P, R]:
-        return IngestFlow(fn=form_inputs(fn), **options)
-
-    return decorate
+def run_form(flow: Flow[P, R]) -> Flow[P, R]:
+    """The flow (put over ``@flow``) with the run form's parameter schema
+    (``form_signature``) as its signature, which what deploys and serves it reads
+    (``parameter_schema(flow)``: ``prefect deploy``, ``serve``, ``to_deployment``), and as
+    its ``parameters``; its version the hash of its own file, as Prefect gives a flow by
+    default (Prefect hashed the file of ``stops_on_sigterm``'s wrapper)."""
+    fn = inspect.unwrap(flow.fn)
+    flow.__signature__ = form_signature(fn)  # type: ignore[attr-defined]
+    flow.parameters = parameter_schema(flow)
+    source = inspect.getsourcefile(fn)
+    if source:
+        flow.version = file_hash(source)
+    return flow

@@ -15,47 +15,45 @@ run's id.
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import Annotated, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from prefect import get_run_logger
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import context, security
+from flows.parameters import flow_body, run_form
 from ingest.rest.errors import RestTerminalError
-from ingest.rest.github import TABLES as GITHUB_TABLES
-from ingest.rest.github import merge_summaries
-from ingest.rest.records import GitHubSummary, RestSummary
-from ingest.rest.source import PROJECT_ROOT, Source, load_source, source_path
+from ingest.rest.records import RestSummary
+from ingest.rest.source import Source
 from ingest.rest.summary import too_many_failed_pages
-from ingest.settings import Settings
-from ingest.storage.location import LakeSession
 from tasks import limits
 from tasks.history import FINAL_HOOKS
-from tasks.rest import fetch_pulls, fetch_source, load_sync_state, publish_summary
-from tasks.runners import batch_runner, submit
-from tasks.storage import prepare_storage, publish_and_commit, run_staging, start_upkeep
+from tasks.report import publish_summary
+from tasks.rest import fetch_all, tables_of
+from tasks.runs import opened_run, rest_run
+from tasks.storage import prepare_storage, publish_and_commit, start_upkeep
 from tasks.timing import running_seconds
 
-REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
+if TYPE_CHECKING:
+    from ingest.settings import Settings
+    from ingest.storage.location import LakeSession
 
 
 class TooManyFailedPagesError(RestTerminalError):
     """More pages failed after their retries than ``max_failed_ratio`` allows."""
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="rest-ingest",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "
     "and DuckDB views (one table per resource).",
     validate_parameters=True,
 )
-@described
+@flow_body
 def rest_ingest(
     source: Annotated[
         str,
@@ -93,25 +91,13 @@ def rest_ingest(
     ] = "thread",
 ) -> RestSummary:
     started = time.perf_counter()
-    worker = Settings()
-    settings = worker.with_data_dir(data_dir)
-    settings = settings.model_copy(update={"task_runner": task_runner})
-    path = source_path(source)
-    deployed = deployment_defaults()
-    security.check_source_file(worker, deployed, path, PROJECT_ROOT / "sources")
-    declared = load_source(path)  # a clear error, with the line, before anything runs
-    auth = declared.client.auth
-    security.check_rest_run(
-        worker,
-        settings,
-        deployed,
-        file_base_url=declared.client.base_url,
+    settings, declared = rest_run(
+        source,
         base_url=base_url,
-        env_names=[auth.env if auth else None],
+        concurrency=concurrency,
+        data_dir=data_dir,
+        task_runner=task_runner,
     )
-    if concurrency:
-        client = declared.client.model_copy(update={"concurrency": concurrency})
-        declared = declared.model_copy(update={"client": client})
     return ingest_source(
         settings,
         declared,
@@ -140,37 +126,18 @@ def ingest_source(
     run's failure when listings failed. A GitHub source loads its stored state first and,
     on Dask, is fetched by one task per repository. ``lake``: a session handed in (a
     test's), used and left open."""
-    with ExitStack() as stack:
-        ctx = stack.enter_context(context.opened(settings, run_id, lake=lake))
-        settings = ctx.settings
-        stack.enter_context(run_staging(settings, run_id))
-        runner = stack.enter_context(batch_runner(settings, run_id=run_id))
+    with opened_run(settings, run_id, lake=lake) as run:
+        settings = run.ctx.settings
         prepare_storage(settings, run_id)
         upkeep = start_upkeep(settings, tables_of(source))
-        fetch = dict(settings=settings, run_id=run_id, base_url=base_url, full_refresh=full_refresh)
-        if source.client.dialect == "github":
-            priors = load_sync_state(settings, run_id, source, full_refresh)
-            shares = (
-                [source]
-                if settings.task_runner == "thread"
-                else [source.model_copy(update={"repos": [r]}) for r in source.repos]
-            )
-            futures = [
-                submit(
-                    runner,
-                    fetch_pulls,
-                    **fetch,
-                    source=share,
-                    priors={r: priors[r] for r in share.repos},
-                    part="" if len(shares) == 1 else f"-{i}",
-                )
-                for i, share in enumerate(shares)
-            ]
-            summary: RestSummary = merge_summaries(
-                run_id, [cast(GitHubSummary, f.result()) for f in futures]
-            )
-        else:
-            summary = submit(runner, fetch_source, **fetch, source=source).result()
+        summary = fetch_all(
+            run.runner,
+            settings,
+            source,
+            run_id=run_id,
+            base_url=base_url,
+            full_refresh=full_refresh,
+        )
         if upkeep is not None:  # none was due
             upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
@@ -195,10 +162,3 @@ def ingest_source(
     if failed:
         raise TooManyFailedPagesError(failed)
     return summary
-
-
-def tables_of(source: Source) -> list[str]:
-    """The tables a run of the source writes, which its runs keep trimmed and compacted."""
-    if source.client.dialect == "github":
-        return list(GITHUB_TABLES)
-    return [*(source.table(r) for r in source.resources), *REST_TABLES]

@@ -27,46 +27,22 @@ to the run, not to a batch.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from typing import Annotated, Any, Literal, NamedTuple, cast
+from typing import Annotated, Literal
 
-from prefect.futures import PrefectFuture, as_completed
+from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import deployment_defaults, described, ingest_flow
-from ingest import context, security
+from flows.parameters import flow_body, run_form
 from ingest.errors import IngestError
-from ingest.extract import provenance
-from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
-from ingest.report import summary as report
-from ingest.report.summary import RunSummary
-from ingest.s3.scan import ListSpec
-from ingest.s3.schedule import Future, Steps, schedule
-from ingest.settings import Settings
+from ingest.report.summary import RunSummary, too_many_failures
 from tasks import limits
-from tasks.extraction import extract_batch, extract_stored
 from tasks.history import FINAL_HOOKS
-from tasks.progress import track_batch
 from tasks.report import finish, publish_summary
-from tasks.runners import batch_runner, submit
-from tasks.s3 import (
-    check_bucket,
-    download_batch,
-    fetch_batch,
-    find_changes,
-    list_objects,
-    plan_listing,
-)
-from tasks.storage import (
-    hold_target,
-    prepare_storage,
-    publish_and_commit,
-    run_staging,
-    start_upkeep,
-)
+from tasks.runs import list_spec, opened_run, run_batches, run_settings
+from tasks.s3 import check_bucket
+from tasks.storage import prepare_storage, publish_and_commit, start_upkeep
 from tasks.timing import running_seconds
 
 # The tables this flow writes, which its runs keep trimmed and compacted.
@@ -95,10 +71,11 @@ class TooManyFailuresError(IngestError):
     """More objects failed than ``max_failed_ratio`` allows."""
 
 
-@ingest_flow(
+@run_form
+@flow(
     name="s3-ingest",
     **FINAL_HOOKS,
-    timeout_seconds=limits.flow_seconds,
+    on_running=[limits.read_flow_limit],
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
@@ -106,7 +83,7 @@ class TooManyFailuresError(IngestError):
     task_runner=ThreadPoolTaskRunner(max_workers=8),  # type: ignore[arg-type]
     validate_parameters=True,
 )
-@described
+@flow_body
 def s3_ingest(
     bucket: Annotated[str, Field(description="Bucket to ingest.", min_length=3, max_length=63)],
     prefix: Annotated[str, Field(description="Only keys under this prefix.")] = "",
@@ -217,7 +194,7 @@ def s3_ingest(
         inventory=inventory if listing == "inventory" else None,
         inventory_listing=listing == "inventory",
     )
-    with opened_run(settings, run_id, target) as run:
+    with opened_run(settings, run_id, target=target, threads=BATCH_THREADS) as run:
         if run.skipped is not None:  # another live run holds the target
             return RunSummary(run_id=run_id, note=run.skipped)
         settings = run.ctx.settings
@@ -227,10 +204,12 @@ def s3_ingest(
         # runs beside the listing, which waits on the network: nothing of the run is
         # committed before it ends, and the listing reads the state's files as they were.
         upkeep = start_upkeep(settings, list(S3_TABLES))
-        summary = schedule(
-            plan_listing(settings, spec),
-            batch_steps(run.ctx, spec, run.runner, extract=extract),
-            RunSummary(run_id=run_id),
+        summary = run_batches(
+            run.ctx,
+            spec,
+            run.runner,
+            extract=extract,
+            summary=RunSummary(run_id=run_id),
             # On a cluster the workers, not this process, decide how many batches run at once.
             ahead=None if settings.task_runner == "dask" else BATCHES_AHEAD - 1,
         )
@@ -238,7 +217,7 @@ def s3_ingest(
         if upkeep is not None:  # none was due
             upkeep.result()
         summary.seconds = running_seconds(time.perf_counter() - started)
-        summary.failing = report.too_many_failures(summary, settings.max_failed_ratio)
+        summary.failing = too_many_failures(summary, settings.max_failed_ratio)
         summary = publish_and_commit(
             settings,
             run_id,
@@ -246,76 +225,6 @@ def s3_ingest(
         )
     check_failed_share(summary)
     return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
-
-
-def run_settings(data_dir: str | None, **given: Any) -> Settings:
-    """The run's settings: the worker's, with the run's parameters that were given (by the
-    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder,
-    refused when the deployment's data folders forbid them (``ingest.security``)."""
-    worker = Settings()
-    settings = worker.updated(**{k: v for k, v in given.items() if v is not None})
-    settings = settings.with_data_dir(data_dir)
-    security.check_data_dirs(worker, settings, deployment_defaults())
-    return settings
-
-
-class OpenRun(NamedTuple):
-    ctx: context.RunContext
-    runner: Any  # the batches' task runner
-    skipped: str | None  # why the run ends at once: another live run holds its target
-
-
-@contextmanager
-def opened_run(settings: Settings, run_id: str, target: str) -> Iterator[OpenRun]:
-    """What the run holds open for its block, closed at its end: its context (lake
-    session, S3 connection, listing database: ``ingest.context``, where its tasks find
-    it by the run's id), its lease on ``target`` (one run at a time per bucket and prefix
-    in this lake, ``INGEST_S3_SAME_TARGET``), its staging and the batches' runner."""
-    with ExitStack() as stack:
-        ctx = stack.enter_context(context.opened(settings, run_id))
-        skipped = stack.enter_context(hold_target(ctx.settings, target, run_id))
-        if skipped is not None:
-            yield OpenRun(ctx, None, skipped)
-            return
-        stack.enter_context(run_staging(ctx.settings, run_id))
-        runner = stack.enter_context(batch_runner(ctx.settings, BATCH_THREADS, run_id=run_id))
-        yield OpenRun(ctx, runner, None)
-
-
-def list_spec(
-    settings: Settings,
-    run_id: str,
-    bucket: str,
-    prefix: str,
-    *,
-    include: list[str] | None,
-    exclude: list[str] | None,
-    full_refresh: bool,
-    extract: bool,
-    reextract_kinds: list[str] | None,
-    reextract_since: str | None,
-    inventory: str | None,
-    inventory_listing: bool,
-) -> ListSpec:
-    """What the run lists and compares; a ValueError, before anything is written, for an
-    inventory listing without its report or a download folder over the lake's files."""
-    if inventory_listing and not inventory:
-        raise ValueError("listing='inventory' needs inventory: the s3://... of the report")
-    overlap = settings.download_overlap(bucket)
-    if overlap:  # keys must never land on the lake's files
-        raise ValueError(overlap)
-    return ListSpec(
-        run_id=run_id,
-        bucket=bucket,
-        prefix=prefix,
-        include=list(settings.s3.include if include is None else include),
-        exclude=list(settings.s3.exclude if exclude is None else exclude),
-        full_refresh=full_refresh,
-        extract_version=provenance.versions(settings) if extract else None,
-        reextract_kinds=tuple(reextract_kinds or ()),
-        reextract_since=reextract_since,
-        inventory=inventory,
-    )
 
 
 def check_failed_share(summary: RunSummary) -> None:
@@ -328,49 +237,3 @@ def check_failed_share(summary: RunSummary) -> None:
             f"SELECT key, error FROM s3_objects WHERE status = 'failed' "
             f"AND run_id = '{summary.run_id}'"
         )
-
-
-def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool) -> Steps:
-    """The run's tasks as ``schedule`` submits them: the listing and comparison on the
-    flow's threads, the batches on ``runner``. A batch is one ``fetch-batch`` (download
-    and extraction together) when it may run on another machine or its files do not stay
-    in a local folder a later task could read, else ``download-batch`` then
-    ``extract-batch``."""
-    settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
-    whole = settings.task_runner == "dask" or not settings.files_stay_local
-
-    def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
-        task = fetch_batch if whole else download_batch
-        return submit(runner, task, settings=settings, spec=spec, batch=batch, extract=extract)
-
-    def extract_fetched(downloaded: Future[BatchSummary]) -> PrefectFuture[ExtractSummary]:
-        # Prefect resolves the future to its result when the task starts.
-        return submit(
-            runner,
-            extract_batch,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            downloaded=downloaded,
-        )
-
-    def stored(batch: ObjectBatch) -> PrefectFuture[ExtractSummary]:
-        return submit(
-            runner,
-            extract_stored,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            objects=batch,
-            prefix=spec.prefix,
-        )
-
-    return Steps(
-        list_chunk=lambda shard, cursor: list_objects.submit(settings, spec, shard, cursor),
-        compare=lambda listed: find_changes.submit(settings, spec, listed),
-        fetch=fetch,
-        first_done=lambda futures: next(as_completed(cast(list[PrefectFuture[Any]], futures))),
-        extract_fetched=extract_fetched if extract and not whole else None,
-        extract_stored=stored,
-        on_batch=lambda part, handed_out: track_batch(ctx, part, batches=handed_out),
-    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -13,12 +13,15 @@ from prefect.states import Completed
 
 from ingest.report import summary as report
 from ingest.report.timing import human_bytes, seconds_so_far
+from ingest.rest import summary as rest_summary
+from ingest.rest.records import GitHubSummary, RestSummary
 from ingest.settings import Settings
 from tasks.artifacts import Sends
-from tasks.history import compare_with_previous, current_ids, record_current_run
+from tasks.history import compare_with_previous, current_ids, record_current_run, run_link
 from tasks.progress import publish_progress
 from tasks.runners import run_context
 
+S = TypeVar("S", report.RunSummary, RestSummary)
 FAILED_OBJECTS_TAG = "failed-objects"
 FAILED_EXTRACTIONS_TAG = "failed-extractions"
 
@@ -44,18 +47,97 @@ def add_tags(tags: set[str]) -> None:
 
 
 @task(name="publish-summary", cache_policy=NO_CACHE)
-def publish_summary(
-    settings: Settings, summary: report.RunSummary, title: str, target: str = ""
-) -> report.RunSummary:
-    """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
+def publish_summary(settings: Settings, summary: S, title: str, target: str = "") -> S:
+    """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow
+    run, a REST run's listings too, and record the run's ``flow_runs`` row (what the next
+    run compares itself with). An S3 run's stages and failed objects are logged as well,
+    and its progress bar says what was done."""
     ctx = run_context(settings, summary.run_id)
     settings = ctx.settings
     ids = current_ids(ctx)
-    summary.stages = report.stage_table(
-        settings.location, summary.run_id, since=report.first_day(summary.seconds)
+    with Sends() as send:  # each artifact beside the history work, not after it
+        if isinstance(summary, RestSummary):
+            send(
+                create_table_artifact,
+                key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
+                table=summary.listings,
+                description=f"{title}: per listing",
+            )
+        summary.stages = report.stage_table(
+            settings.location, summary.run_id, since=report.first_day(summary.seconds)
+        )
+        if isinstance(summary, report.RunSummary):
+            log_stages(summary.stages)
+            figures = s3_figures(summary)
+        else:
+            # What the run read, as the nightly names it: the repositories, or the source.
+            target = (
+                ", ".join(r["repo"] for r in summary.repos)
+                if isinstance(summary, GitHubSummary)
+                else summary.source
+            )
+            figures = rest_figures(summary)
+        send(
+            create_table_artifact,
+            key="stage-timing",
+            table=summary.stages,
+            description=f"{title}: per-stage timing",
+        )
+        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
+        record_current_run(
+            settings.location, ids, seconds=summary.seconds, target=target, **figures
+        )
+        outcome = (
+            report.markdown(summary, title)
+            if isinstance(summary, report.RunSummary)
+            else rest_summary.markdown(summary, title, link=run_link)
+        )
+        send(
+            create_markdown_artifact,
+            key="run-summary",
+            markdown=outcome + "\n" + comparison,
+            description=title,
+        )
+        if isinstance(summary, report.RunSummary):
+            log_failed(summary)
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
+            send(  # the finished bar says what was done, not only "100 %"
+                publish_progress,
+                ctx,
+                "download-progress",
+                1,
+                1,
+                f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
+                f"downloaded, {seconds_so_far(summary.seconds)}",
+            )
+    return summary
+
+
+def s3_figures(summary: report.RunSummary) -> dict[str, Any]:
+    """An S3 run's figures in its ``flow_runs`` row."""
+    return dict(
+        items=summary.total,
+        size=summary.bytes,
+        failed=summary.failed,
+        state="failed" if summary.failing else "completed",
+        changed=sum(summary.counts.get(k, 0) for k in ("downloaded", "copied", "deleted")),
     )
+
+
+def rest_figures(summary: RestSummary) -> dict[str, Any]:
+    """A REST run's figures in its ``flow_runs`` row."""
+    return dict(
+        items=summary.items,
+        failed=summary.failed_pages,
+        state="failed" if summary.errors else "completed",
+        changed=summary.items,
+    )
+
+
+def log_stages(stages: list[dict[str, Any]]) -> None:
+    """A log line per stage of the run."""
     logger = get_run_logger()
-    for s in summary.stages:
+    for s in stages:
         logger.info(
             "stage %s: %s task runs (%.2f s in tasks, the sum of their lines' figures), "
             "%s items, %s bytes, wall %.2f s",
@@ -66,57 +148,25 @@ def publish_summary(
             s["bytes"],
             s["wall_seconds"] or 0,
         )
-    with Sends() as send:  # each artifact beside the history work, not after it
-        send(
-            create_table_artifact,
-            key="stage-timing",
-            table=summary.stages,
-            description=f"{title}: per-stage timing",
+
+
+def log_failed(summary: report.RunSummary) -> None:
+    """A warning per failed document the summary names, and one for the rest."""
+    logger = get_run_logger()
+    for key, error, permanent in report.failed_items(summary):  # one line per document
+        logger.warning(
+            "failed%s: %s: %s",
+            " (permanent)"
+            if permanent
+            else " (archived: restore it)"
+            if report.archived_object_error(error)
+            else "",
+            key,
+            report.short(error, 300),
         )
-        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
-        too_many = bool(summary.failing)
-        record_current_run(
-            settings.location,
-            ids,
-            seconds=summary.seconds,
-            items=summary.total,
-            size=summary.bytes,
-            failed=summary.failed,
-            state="failed" if too_many else "completed",
-            target=target,
-            changed=sum(summary.counts.get(k, 0) for k in ("downloaded", "copied", "deleted")),
-        )
-        send(
-            create_markdown_artifact,
-            key="run-summary",
-            markdown=report.markdown(summary, title) + "\n" + comparison,
-            description=title,
-        )
-        for key, error, permanent in report.failed_items(summary):  # one line per document
-            logger.warning(
-                "failed%s: %s: %s",
-                " (permanent)"
-                if permanent
-                else " (archived: restore it)"
-                if report.archived_object_error(error)
-                else "",
-                key,
-                report.short(error, 300),
-            )
-        unnamed = summary.failed + summary.failed_extractions - len(report.failed_items(summary))
-        if unnamed > 0:
-            logger.warning("%s more failed; the run-summary artifact has the query", unnamed)
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items())) or "nothing"
-        send(  # the finished bar says what was done, not only "100 %"
-            publish_progress,
-            ctx,
-            "download-progress",
-            1,
-            1,
-            f"Finished: {summary.total} objects ({counts}), {human_bytes(summary.bytes)} "
-            f"downloaded, {seconds_so_far(summary.seconds)}",
-        )
-    return summary
+    unnamed = summary.failed + summary.failed_extractions - len(report.failed_items(summary))
+    if unnamed > 0:
+        logger.warning("%s more failed; the run-summary artifact has the query", unnamed)
 
 
 def finish(summary: report.RunSummary) -> Any:

@@ -20,22 +20,20 @@ HTTP client stays the fetch's own: it lives on the fetch's event loop, one per t
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from ingest.report import summary as report
 from ingest.rest import github, store
 from ingest.rest.config import RestConfig
 from ingest.rest.dialects import dialect_of
 from ingest.rest.records import GitHubSummary, RepoState, RestSummary
-from ingest.rest.run import fetch_source as fetch_source_plain
+from ingest.rest.run import fetch_source
 from ingest.rest.source import Source
-from ingest.rest.summary import listing_lines, markdown
+from ingest.rest.summary import listing_lines
 from ingest.settings import Settings
-from tasks.artifacts import Sends
-from tasks.history import compare_with_previous, current_ids, record_current_run, run_link
-from tasks.runners import run_context
+from tasks.runners import run_context, submit
 from tasks.timing import timed
 
 
@@ -68,7 +66,7 @@ def load_sync_state(
 
 
 @task(name="fetch-rest-source", cache_policy=NO_CACHE)
-def fetch_source(
+def fetch_rest_source(
     settings: Settings,
     source: Source,
     run_id: str,
@@ -85,7 +83,7 @@ def fetch_source(
     with timed(
         settings.location, noun="pull requests" if source.client.dialect else "records"
     ) as t:
-        summary = fetch_source_plain(
+        summary = fetch_source(
             RestConfig.of(settings),
             source,
             run_id=run_id,
@@ -104,53 +102,49 @@ def fetch_source(
 
 
 # A GitHub source's fetch under the name its runs have always shown in the UI and tables.
-fetch_pulls = fetch_source.with_options(name="fetch-pulls")
+fetch_pulls = fetch_rest_source.with_options(name="fetch-pulls")
 
 
-@task(name="publish-summary", cache_policy=NO_CACHE)
-def publish_summary(settings: Settings, summary: RestSummary, title: str) -> RestSummary:
-    """Per-stage timing and per-listing figures as artifacts on the flow run, and the
-    run's ``flow_runs`` row (what the next run compares itself with)."""
-    ctx = run_context(settings, summary.run_id)
-    settings = ctx.settings
-    ids = current_ids(ctx)
-    with Sends() as send:  # each artifact beside the history work, not after it
-        send(
-            create_table_artifact,
-            key="github-repos" if isinstance(summary, GitHubSummary) else "rest-resources",
-            table=summary.listings,
-            description=f"{title}: per listing",
+# The tables every plain REST source's runs write beside its resources' own.
+REST_TABLES = ("api_requests", "api_windows", "rest_syncs")
+
+
+def tables_of(source: Source) -> list[str]:
+    """The tables a run of the source writes, which its runs keep trimmed and compacted."""
+    if source.client.dialect == "github":
+        return list(github.TABLES)
+    return [*(source.table(r) for r in source.resources), *REST_TABLES]
+
+
+def fetch_all(
+    runner: Any,
+    settings: Settings,
+    source: Source,
+    *,
+    run_id: str,
+    base_url: str | None,
+    full_refresh: bool,
+) -> RestSummary:
+    """Every listing of the source fetched on ``runner``: one task, or for a GitHub
+    source, its stored state loaded first and, on Dask, one task per repository."""
+    fetch = dict(settings=settings, run_id=run_id, base_url=base_url, full_refresh=full_refresh)
+    if source.client.dialect != "github":
+        return cast(RestSummary, submit(runner, fetch_rest_source, **fetch, source=source).result())
+    priors = load_sync_state(settings, run_id, source, full_refresh)
+    shares = (
+        [source]
+        if settings.task_runner == "thread"
+        else [source.model_copy(update={"repos": [r]}) for r in source.repos]
+    )
+    futures = [
+        submit(
+            runner,
+            fetch_pulls,
+            **fetch,
+            source=share,
+            priors={r: priors[r] for r in share.repos},
+            part="" if len(shares) == 1 else f"-{i}",
         )
-        summary.stages = report.stage_table(
-            settings.location, summary.run_id, since=report.first_day(summary.seconds)
-        )
-        # What the run read, as the nightly names it: the repositories, or the source.
-        target = (
-            ", ".join(r["repo"] for r in summary.repos)
-            if isinstance(summary, GitHubSummary)
-            else summary.source
-        )
-        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
-        record_current_run(
-            settings.location,
-            ids,
-            seconds=summary.seconds,
-            items=summary.items,
-            failed=summary.failed_pages,
-            state="failed" if summary.errors else "completed",
-            target=target,
-            changed=summary.items,
-        )
-        send(
-            create_table_artifact,
-            key="stage-timing",
-            table=summary.stages,
-            description=f"{title}: per-stage timing",
-        )
-        send(
-            create_markdown_artifact,
-            key="run-summary",
-            markdown=markdown(summary, title, link=run_link) + "\n" + comparison,
-            description=title,
-        )
-    return summary
+        for i, share in enumerate(shares)
+    ]
+    return github.merge_summaries(run_id, [cast(GitHubSummary, f.result()) for f in futures])

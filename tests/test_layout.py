@@ -235,7 +235,11 @@ def test_the_tests_mirror_the_packages() -> None:
             continue
         assert (ROOT / rel / "__init__.py").is_file(), f"tests/{rel.as_posix()} mirrors no package"
         assert list(folder.glob("test_*.py")) or any(folder.iterdir()), rel
-    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_docs.py", "test_layout.py"]
+    assert sorted(p.name for p in tests.glob("test_*.py")) == [
+        "test_docs.py",
+        "test_layout.py",
+        "test_layout_prefect.py",
+    ]
 
 
 # The REST engine is handed a dialect object (ingest.rest.dialect); GitHub's modules (the

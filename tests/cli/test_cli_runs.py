@@ -6,7 +6,7 @@ import pytest
 from prefect import flow
 from prefect.settings import get_current_settings
 
-from cli.main import foreground
+from cli.running import foreground
 
 
 @flow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -12,7 +13,6 @@ from dev import serve_demo
 from flows.github_pulls import github_pulls
 from flows.nightly import nightly
 from flows.s3_ingest import s3_ingest
-from tests.helpers import ROOT
 
 
 @pytest.mark.parametrize("flow", [s3_ingest, github_pulls, nightly], ids=lambda f: f.name)
@@ -76,7 +76,6 @@ def test_every_parameter_has_an_input_in_the_run_form(flow) -> None:
     assert optional, schema
     for name in optional:
         assert flow.validate_parameters({name: None, **required_values(flow)})[name] is None
-    assert flow.with_options(name="other").parameters.model_dump() == schema
 
 
 def required_values(flow: Any) -> dict[str, Any]:
@@ -118,63 +117,35 @@ def test_bucket_bounds_agree_between_flows() -> None:
     assert (s3["minLength"], s3["maxLength"]) == (both["minLength"], both["maxLength"]) == (3, 63)
 
 
-def test_parameters_reach_the_api_as_prefect_would_send_them() -> None:
-    """The flows' plain parameters skip FastAPI's encoder; the values sent are the
-    encoder's, for plain and other values alike, and the order is kept."""
-    import datetime as dt
-    import subprocess
-    import sys
-    from pathlib import PurePosixPath
+@pytest.mark.flow
+def test_the_time_limit_is_read_when_a_run_starts(
+    prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flows were imported above, before INGEST_FLOW_TIMEOUT is set: every flow reads
+    its limit as each run starts (its on_running hook), and the limit Prefect's clock
+    enforces is the environment's of that moment: a run past it ends TimedOut with it,
+    the next run reads the next value."""
+    from prefect import flow
+    from prefect.context import FlowRunContext
 
-    from prefect import Flow
+    from flows.rest_ingest import rest_ingest
+    from tasks import limits
 
-    from flows.parameters import IngestFlow
+    for each in (s3_ingest, github_pulls, nightly, rest_ingest):
+        assert limits.read_flow_limit in each.on_running_hooks, each.name
 
-    parameters = {
-        "bucket": "docs",
-        "concurrency": 64,
-        "ratio": 0.5,
-        "extract": True,
-        "endpoint_url": None,
-        "repos": ["a/b", "c/d"],
-        "nested": {"k": [1, 2.5, None]},
-        "when": dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
-        "path": PurePosixPath("/data/x"),
-        "pair": ("a", 1),
-        "nan": float("nan"),
-    }
-    assert isinstance(s3_ingest, IngestFlow)
-    ours = s3_ingest.serialize_parameters(parameters)
-    theirs = Flow.serialize_parameters(s3_ingest, parameters)
-    assert list(ours) == list(parameters)
-    assert {k: v for k, v in ours.items() if k != "nan"} == {
-        k: v for k, v in theirs.items() if k != "nan"
-    }
-    assert ours["when"] == "2026-12-01T00:00:00+00:00" and ours["pair"] == ["a", 1]
-    assert type(s3_ingest.with_options(name="other")) is IngestFlow
-    # A command's plain parameters never import FastAPI.
-    probe = (
-        "import sys; from flows.s3_ingest import s3_ingest; "
-        "s3_ingest.serialize_parameters({'bucket': 'b', 'n': 1, 'xs': ['a']}); "
-        "print('fastapi' in sys.modules)"
-    )
-    root = ROOT
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=root
-    )
-    assert out.stdout.strip() == "False"
+    @flow(on_running=[limits.read_flow_limit])
+    def limited(seconds: float) -> float | None:
+        ctx = FlowRunContext.get()
+        assert ctx is not None and ctx.flow is not None
+        time.sleep(seconds)  # the run's work, which the limit cuts short
+        return ctx.flow.timeout_seconds
 
-
-def test_the_time_limit_is_read_when_a_run_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The flows were imported above, before INGEST_FLOW_TIMEOUT is set: the limit Prefect
-    reads at a run's start is the environment's of that moment; a copy keeps reading it,
-    and a copy given a limit of its own keeps that one."""
-    monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "8")
-    assert s3_ingest.timeout_seconds == 8.0
-    assert s3_ingest.with_options(name="other").timeout_seconds == 8.0
-    assert s3_ingest.with_options(timeout_seconds=3).timeout_seconds == 3.0
+    monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "0.5")
+    state = limited(5.0, return_state=True)
+    assert state.name == "TimedOut" and "0.5 second" in (state.message or ""), state
     monkeypatch.setenv("INGEST_FLOW_TIMEOUT", "9.5")
-    assert nightly.timeout_seconds == 9.5
+    assert limited(0.0) == 9.5
 
 
 @pytest.mark.parametrize("flow", [github_pulls, nightly], ids=lambda f: f.name)

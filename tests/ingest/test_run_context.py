@@ -26,7 +26,7 @@ from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
 from ingest.storage import staging
 from ingest.storage.location import LakeSession
-from tasks.rest import fetch_source, load_sync_state
+from tasks.rest import fetch_rest_source, load_sync_state
 from tasks.s3 import check_bucket, download_batch
 from tests.helpers import batch_of, put_many
 
@@ -149,7 +149,7 @@ def test_the_rest_tasks_use_their_runs_lake_session(
         with context.opened(lake_settings, "rest-given", lake=given) as ctx:
             assert ctx.lake.session is given and lake_settings.location.session is None
             assert load_sync_state(lake_settings, "rest-given", source, False) == {}
-            return fetch_source(lake_settings, source, "rest-given", base_url=api.url)
+            return fetch_rest_source(lake_settings, source, "rest-given", base_url=api.url)
 
     summary = fetching()
     assert summary.records == 2 + 10 and not summary.errors

@@ -25,7 +25,7 @@ SECRET = "aws-secret-held-by-the-flow-0123456789"  # fake
 
 FLOW = """
 import os, sys
-from flows.parameters import stops_on_sigterm
+from tasks.runs import stops_on_sigterm
 from ingest.extract.pool import PoolConfig, WorkerPool
 
 def body():
