@@ -155,15 +155,39 @@ def error_classes(root: Path) -> dict[str, list[str]]:
     return where
 
 
+def drawing(root: Path) -> dict[str, str | None]:
+    """Each class drawn in ``ingest/errors.py``'s docstring tree, with its parent there
+    (None at the root): a name's column is its depth."""
+    doc = (
+        ast.get_docstring(ast.parse((root / "ingest" / "errors.py").read_text()), clean=False) or ""
+    )
+    parents: dict[str, str | None] = {}
+    path: list[tuple[int, str]] = []  # the names on the way down to this line
+    for line in doc.splitlines():
+        match = re.match(r"^([\s│├└─]*)([A-Z]\w*)(\s|$)", line)
+        if match is None or not line.startswith("    "):  # the tree is an indented block
+            continue
+        column = len(match.group(1))
+        while path and path[-1][0] >= column:
+            path.pop()
+        parents[match.group(2)] = path[-1][1] if path else None
+        path.append((column, match.group(2)))
+    return parents
+
+
 def drawn(root: Path) -> set[str]:
     """The class names drawn in ``ingest/errors.py``'s docstring tree."""
-    doc = ast.get_docstring(ast.parse((root / "ingest" / "errors.py").read_text())) or ""
-    names = set()
-    for line in doc.splitlines():
-        words = line.replace("│", " ").replace("├──", " ").replace("└──", " ").split()
-        if words and words[0].isidentifier() and words[0][0].isupper():
-            names.add(words[0])
-    return names
+    return set(drawing(root))
+
+
+def test_the_tree_draws_each_class_under_its_base() -> None:
+    bases = {name: names for _, name, names in classes(ROOT)}
+    wrong = {
+        name: (parent, bases.get(name))
+        for name, parent in drawing(ROOT).items()
+        if parent is not None and parent not in bases.get(name, [])
+    }
+    assert not wrong, f"drawn under a class that is not their base: {wrong}"
 
 
 def test_every_error_class_is_in_the_one_tree() -> None:
@@ -196,7 +220,7 @@ def test_the_tree_check_sees_an_error_defined_elsewhere(tmp_path: Path) -> None:
         "class Plain:\n    pass\n"
     )
     (tmp_path / "cli" / "y.py").write_text("class Quiet(KeyError):\n    pass\n")
-    assert drawn(tmp_path) == {"IngestError", "DrawnError"}
+    assert drawing(tmp_path) == {"IngestError": None, "DrawnError": "IngestError"}
     assert error_classes(tmp_path) == {
         "IngestError": ["ingest/errors.py"],
         "DrawnError": ["tasks/x.py"],

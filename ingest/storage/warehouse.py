@@ -54,6 +54,7 @@ import duckdb
 import pyarrow as pa
 
 from ingest import duck
+from ingest.errors import IngestError
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, bound_for_call, locate
 from ingest.storage.tables import SPECS, TableSpec, evolving
@@ -313,7 +314,7 @@ def query(
         return columns, cur.fetchall()
 
 
-class ReadOnlyQueryError(ValueError):
+class ReadOnlyQueryError(IngestError, ValueError):
     """A statement ``ingest query`` refuses: only ``SELECT`` and ``EXPLAIN`` run."""
 
 
