@@ -118,7 +118,7 @@ def github_pulls(
     settings = settings.model_copy(update={"task_runner": task_runner})
     security.check_github_run(
         worker,
-        settings.updated(github_base_url=base_url or worker.github.base_url),
+        settings.updated(github={"base_url": base_url or worker.github.base_url}),
         deployment_defaults(),
     )
     source = github_source(

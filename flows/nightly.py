@@ -96,7 +96,7 @@ def nightly(
     worker = Settings()
     settings = worker.with_data_dir(data_dir)
     # Checked before this run writes anything (its children check theirs again).
-    asked = settings.updated(github_base_url=github_base_url or "")
+    asked = settings.updated(github={"base_url": github_base_url or ""})
     security.check_github_run(worker, asked, deployment_defaults())
     s3_parameters = {
         "bucket": bucket,

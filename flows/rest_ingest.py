@@ -146,7 +146,7 @@ def ingest_source(
         stack.enter_context(run_staging(settings, run_id))
         runner = stack.enter_context(batch_runner(settings, run_id=run_id))
         prepare_storage(settings, run_id)
-        upkeep = start_upkeep(settings, tables_of(source))
+        upkeep = start_upkeep(settings, tables_of(source), run_id)
         fetch = dict(settings=settings, run_id=run_id, base_url=base_url, full_refresh=full_refresh)
         if source.client.dialect == "github":
             priors = load_sync_state(settings, run_id, source, full_refresh)

@@ -195,10 +195,10 @@ def s3_ingest(
     started = time.perf_counter()
     settings = run_settings(
         data_dir,
-        s3_endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
-        s3_concurrency=concurrency,
-        s3_list_shards=list_shards,
-        s3_download_dir=download_dir or None,
+        endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
+        concurrency=concurrency,
+        list_shards=list_shards,
+        download_dir=download_dir or None,
         keep_files=keep_files if not keep_files else None,
         task_runner=task_runner,
     )
@@ -226,7 +226,7 @@ def s3_ingest(
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
         # runs beside the listing, which waits on the network: nothing of the run is
         # committed before it ends, and the listing reads the state's files as they were.
-        upkeep = start_upkeep(settings, list(S3_TABLES))
+        upkeep = start_upkeep(settings, list(S3_TABLES), run_id)
         summary = schedule(
             plan_listing(settings, spec),
             batch_steps(run.ctx, spec, run.runner, extract=extract),
@@ -248,12 +248,32 @@ def s3_ingest(
     return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
 
 
-def run_settings(data_dir: str | None, **given: Any) -> Settings:
-    """The run's settings: the worker's, with the run's parameters that were given (by the
-    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder,
-    refused when the deployment's data folders forbid them (``ingest.security``)."""
+def run_settings(
+    data_dir: str | None,
+    *,
+    endpoint_url: str | None,
+    concurrency: int | None,
+    list_shards: int | None,
+    download_dir: str | None,
+    keep_files: bool | None,
+    task_runner: str | None,
+) -> Settings:
+    """The run's settings: the worker's, with the run's parameters that were given (None:
+    the worker's own; the S3 ones are the ``s3`` group's fields of the same names) and its
+    data folder, refused when the deployment's data folders forbid them
+    (``ingest.security``)."""
     worker = Settings()
-    settings = worker.updated(**{k: v for k, v in given.items() if v is not None})
+    s3 = dict(
+        endpoint_url=endpoint_url,
+        concurrency=concurrency,
+        list_shards=list_shards,
+        download_dir=download_dir,
+    )
+    run = dict(keep_files=keep_files, task_runner=task_runner)
+    settings = worker.updated(
+        s3={k: v for k, v in s3.items() if v is not None},
+        **{k: v for k, v in run.items() if v is not None},
+    )
     settings = settings.with_data_dir(data_dir)
     security.check_data_dirs(worker, settings, deployment_defaults())
     return settings
@@ -311,7 +331,7 @@ def list_spec(
         include=list(settings.s3.include if include is None else include),
         exclude=list(settings.s3.exclude if exclude is None else exclude),
         full_refresh=full_refresh,
-        extract_version=provenance.versions(settings) if extract else None,
+        extract_version=provenance.versions(settings.extracting) if extract else None,
         reextract_kinds=tuple(reextract_kinds or ()),
         reextract_since=reextract_since,
         inventory=inventory,
@@ -337,7 +357,7 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
     in a local folder a later task could read, else ``download-batch`` then
     ``extract-batch``."""
     settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
-    whole = settings.task_runner == "dask" or not settings.files_stay_local
+    whole = settings.task_runner == "dask" or not settings.downloads.stay_local
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,7 +18,6 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
-    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -25,7 +25,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ingest.storage.location import SCHEME, LakeLocation, LakeSession, parse_root
+from ingest.records import Downloads
+from ingest.storage.location import SCHEME, LakeLocation, parse_root
 
 MiB = 1024 * 1024
 
@@ -487,14 +488,26 @@ class RestSettings(BaseModel):
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Extracting:
+    """What a run's extraction reads of its settings (``Settings.extracting``): the
+    extract, chunk and OCR groups, and its downloads (the parsers' fence grants their
+    folder)."""
+
+    extract: ExtractSettings
+    chunk: ChunkSettings
+    ocr: OcrSettings
+    downloads: Downloads
+
+
 class Settings(BaseSettings):
     """Defaults for every run; see the field descriptions.
 
     A concern's settings are grouped in a sub-model (``s3``: ``S3Settings``) whose
     variables keep the flat names: ``INGEST_S3_CONCURRENCY`` is ``s3.concurrency``
     (the first ``_`` after the prefix splits the group from its field). Code reads the
-    group's field (``settings.s3.concurrency``); a keyword argument and ``updated`` take
-    the flat name as well (``Settings(s3_bucket="b")``, ``settings.updated(s3_bucket="b")``).
+    group's field (``settings.s3.concurrency``) and sets it through the group
+    (``Settings(s3={"bucket": "b"})``, ``settings.updated(s3={"bucket": "b"})``).
     """
 
     model_config = SettingsConfigDict(
@@ -505,9 +518,6 @@ class Settings(BaseSettings):
         env_nested_delimiter="_",
         env_nested_max_split=1,
     )
-    # The run's lake session (``with_lake_session``): not a setting, never pickled.
-    _lake_session: LakeSession | None = PrivateAttr(default=None)
-
     data_dir: Path | str = Field(
         Path("data"),
         description="Where the lake lives: a local folder (the tables, warehouse.duckdb and "
@@ -672,59 +682,38 @@ class Settings(BaseSettings):
             return None
         return found.annotation.model_fields.get(sub)  # type: ignore[union-attr]
 
-    @classmethod
-    def flat_names(cls) -> dict[str, str]:
-        """Each group's field by its flat name, the one its variable has without the
-        prefix: ``{"s3_bucket": "s3.bucket", ...}``."""
-        return {
-            f"{name}_{sub}": f"{name}.{sub}"
-            for name, field in cls.model_fields.items()
-            if _group(field)
-            for sub in field.annotation.model_fields  # type: ignore[union-attr]
-        }
-
     @model_validator(mode="before")
     @classmethod
-    def _fold_flat(cls, data: Any) -> Any:
-        """A keyword argument by its flat name (``Settings(s3_bucket="b")``, as the variable
-        names it) sets the group's field, over the environment's value; the group's other
-        fields stay as the environment and the defaults have them."""
-        if not isinstance(data, dict):
-            return data
-        for key in data:
-            if key.startswith("github_") and key.removeprefix("github_") in RETIRED_GITHUB:
-                raise ValueError(f"{key}: {RETIRED_GITHUB[key.removeprefix('github_')]}")
-        flat = cls.flat_names()
-        if not any(key in flat for key in data):
-            return data
-        data = dict(data)
-        for key in [k for k in data if k in flat]:
-            group, _, sub = flat[key].partition(".")
-            current = data.get(group) or {}
-            if isinstance(current, BaseModel):
-                current = dict(current)  # its fields' values, secrets as they are
-            data[group] = {**current, sub: data.pop(key)}
+    def _no_flat_names(cls, data: Any) -> Any:
+        """A group's field is set through its group (``Settings(s3={"bucket": "b"})``); a
+        keyword by the variable's flat name (``s3_bucket=``) is an error, not a value
+        silently ignored."""
+        if isinstance(data, dict):
+            for key in data:
+                group, _, sub = key.partition("_")
+                found = cls.model_fields.get(group)
+                if key not in cls.model_fields and found is not None and _group(found):
+                    raise ValueError(f"{key}: set through its group, {group}={{{sub!r}: ...}}")
         return data
 
     def updated(self, **changes: Any) -> Settings:
-        """A copy with the fields ``changes`` names replaced, each by its flat name
-        (``data_dir=``, ``s3_bucket=``): a group's field is replaced in a copy of its
-        group, so this object keeps its own. Like ``model_copy(update=...)``, the values
-        are not validated; a name that is no setting is a KeyError."""
-        flat = self.flat_names()
+        """A copy with the fields ``changes`` names replaced: a plain field by its name
+        (``data_dir=``), a group's fields as a mapping under the group's name
+        (``s3={"bucket": "b"}``), replaced in a copy of the group so that this object
+        keeps its own. Like ``model_copy(update=...)``, the values are not validated; a
+        name that is no setting is a KeyError."""
         fields = type(self).model_fields
         update: dict[str, Any] = {}
-        groups: dict[str, dict[str, Any]] = {}
         for key, value in changes.items():
-            if key in flat:
-                group, _, sub = flat[key].partition(".")
-                groups.setdefault(group, {})[sub] = value
-            elif key in fields:
-                update[key] = value
-            else:
+            if key not in fields:
                 raise KeyError(f"no setting {key}")
-        for group, subs in groups.items():
-            update[group] = update.get(group, getattr(self, group)).model_copy(update=subs)
+            if _group(fields[key]) and isinstance(value, dict):
+                group = getattr(self, key)
+                unknown = set(value) - set(type(group).model_fields)
+                if unknown:
+                    raise KeyError(f"no setting {key}.{sorted(unknown)[0]}")
+                value = group.model_copy(update=value)
+            update[key] = value
         return self.model_copy(update=update)
 
     @classmethod
@@ -767,35 +756,17 @@ class Settings(BaseSettings):
     def location(self) -> LakeLocation:
         """Where the tables are, and how to reach them (what the storage functions take):
         data_dir, with the ``lake`` group's endpoint, region and credentials when it is on
-        object storage; bound to the run's lake session when these are the run's settings
-        (``with_lake_session``, ``ingest.context.RunContext.settings``)."""
+        object storage. Unbound: a run reaches it through its lake session
+        (``ingest.context.RunContext.lake``)."""
         if isinstance(self.data_dir, str):
-            loc = LakeLocation(
+            return LakeLocation(
                 root=self.data_dir,
                 local_dir=self.local_dir,
                 endpoint_url=self.lake.endpoint_url or None,
                 region=self.lake.region or None,
                 credentials_block=self.lake.credentials_block or None,
             )
-        else:
-            loc = LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
-        session = self._lake_session
-        # A copy with another lake (with_data_dir) is not reached through this one's session.
-        return loc.bound(session) if session is not None and session.location == loc else loc
-
-    def with_lake_session(self, session: LakeSession | None) -> Settings:
-        """A copy whose ``location`` is reached through ``session`` (a run's, which closes it)."""
-        copy = self.model_copy()
-        copy._lake_session = session
-        return copy
-
-    def __getstate__(self) -> dict[Any, Any]:
-        # A session stays in its process: pickled settings (a Dask task's) arrive unbound.
-        state = dict(super().__getstate__())
-        private = state.get("__pydantic_private__") or {}
-        if private.get("_lake_session") is not None:
-            state["__pydantic_private__"] = {**private, "_lake_session": None}
-        return state
+        return LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
 
     @property
     def local_path(self) -> Path:
@@ -814,24 +785,23 @@ class Settings(BaseSettings):
         return self.local_path / "warehouse.duckdb"
 
     @property
-    def download_url(self) -> str | None:
-        """The download destination when it is object storage (``s3://bucket/prefix``)."""
-        d = self.s3.download_dir
-        return d.rstrip("/") if d and d.startswith("s3://") else None
+    def downloads(self) -> Downloads:
+        """Where the run's downloads go, and whether they are kept."""
+        return Downloads(self.s3.download_dir, self.local_path, self.keep_files)
 
     @property
-    def files_stay_local(self) -> bool:
-        """True when downloads are kept in a local folder that later stages read from."""
-        return self.keep_files and self.download_url is None
+    def extracting(self) -> Extracting:
+        """What the run's extraction reads of these settings."""
+        return Extracting(self.extract, self.chunk, self.ocr, self.downloads)
 
     def download_overlap(self, bucket: str) -> str | None:
         """Why the local download folder may not be used, or None: it must not hold the data
         folder, nor lie inside it except under its ``objects/`` folder (a key could then
         land on the lake's own files, ``warehouse.duckdb``, or a run's staged rows)."""
-        if self.download_url is not None:
+        if self.downloads.url is not None:
             return None
         data = self.local_path.resolve()
-        root = self.download_root(bucket).resolve()
+        root = self.downloads.root(bucket).resolve()
         if root == data or data.is_relative_to(root):
             return (
                 f"the download folder {root} holds the data folder {data}: objects could "
@@ -844,9 +814,3 @@ class Settings(BaseSettings):
                 "or a folder apart from the data folder"
             )
         return None
-
-    def download_root(self, bucket: str) -> Path:
-        """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""
-        if self.s3.download_dir and self.download_url is None:
-            return Path(self.s3.download_dir)
-        return self.local_path / "objects" / bucket

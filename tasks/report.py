@@ -49,10 +49,9 @@ def publish_summary(
 ) -> report.RunSummary:
     """Attach per-stage timing (a table artifact) and the outcome (markdown) to the flow run."""
     ctx = run_context(settings, summary.run_id)
-    settings = ctx.settings
     ids = current_ids(ctx)
     summary.stages = report.stage_table(
-        settings.location, summary.run_id, since=report.first_day(summary.seconds)
+        ctx.lake, summary.run_id, since=report.first_day(summary.seconds)
     )
     logger = get_run_logger()
     for s in summary.stages:
@@ -73,10 +72,10 @@ def publish_summary(
             table=summary.stages,
             description=f"{title}: per-stage timing",
         )
-        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
+        _, comparison = compare_with_previous(ctx.lake, summary.stages, ids, target=target)
         too_many = bool(summary.failing)
         record_current_run(
-            settings.location,
+            ctx.lake,
             ids,
             seconds=summary.seconds,
             items=summary.total,

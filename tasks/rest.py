@@ -13,8 +13,9 @@ a Prefect ``Secret`` block or an environment variable; they are never a paramete
 
 Each task finds its run's context by the run's id (``tasks.runners.run_context``:
 the flow's, or on a Dask worker the one it opens there, closed by the flow's batch
-runner at the run's end) and works with its settings, whose lake is reached through
-the run's lake session (credentials, client, the database for small queries). The
+runner at the run's end) and works with its settings and its lake (``ctx.lake``),
+reached through the run's lake session (credentials, client, the database for small
+queries). The
 HTTP client stays the fetch's own: it lives on the fetch's event loop, one per task.
 """
 
@@ -54,14 +55,12 @@ def load_sync_state(
     settings: Settings, run_id: str, source: Source, full_refresh: bool
 ) -> dict[str, RepoState]:
     """A ``dialect: github`` source's stored ETags and watermarks (none on a full refresh)."""
-    settings = run_context(settings, run_id).settings
-    with timed(settings.location, noun="pages") as t:
+    lake = run_context(settings, run_id).lake
+    with timed(lake, noun="pages") as t:
         if full_refresh:
             states = {r: RepoState() for r in source.repos}
         else:
-            states = store.load_repo_states(
-                settings.location, source.repos, github.state_of(source)
-            )
+            states = store.load_repo_states(lake, source.repos, github.state_of(source))
         t.items = sum(len(s.pages) for s in states.values())
     return states
 
@@ -80,10 +79,9 @@ def fetch_source(
 
     ``priors``: a GitHub source's stored state (``load-sync-state``); ``part`` tells
     apart the staged parts of several such tasks of one run."""
-    settings = run_context(settings, run_id).settings
-    with timed(
-        settings.location, noun="pull requests" if source.client.dialect else "records"
-    ) as t:
+    ctx = run_context(settings, run_id)
+    settings = ctx.settings
+    with timed(ctx.lake, noun="pull requests" if source.client.dialect else "records") as t:
         summary = fetch_source_plain(
             settings,
             source,
@@ -94,6 +92,7 @@ def fetch_source(
             priors=priors,
             part=part,
             dialect=dialect_of(source),
+            lake=ctx.lake,
         )
         t.items = summary.items
     logger = get_run_logger()
@@ -111,7 +110,6 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
     """Per-stage timing and per-listing figures as artifacts on the flow run, and the
     run's ``flow_runs`` row (what the next run compares itself with)."""
     ctx = run_context(settings, summary.run_id)
-    settings = ctx.settings
     ids = current_ids(ctx)
     with Sends() as send:  # each artifact beside the history work, not after it
         send(
@@ -121,7 +119,7 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             description=f"{title}: per listing",
         )
         summary.stages = report.stage_table(
-            settings.location, summary.run_id, since=report.first_day(summary.seconds)
+            ctx.lake, summary.run_id, since=report.first_day(summary.seconds)
         )
         # What the run read, as the nightly names it: the repositories, or the source.
         target = (
@@ -129,9 +127,9 @@ def publish_summary(settings: Settings, summary: RestSummary, title: str) -> Res
             if isinstance(summary, GitHubSummary)
             else summary.source
         )
-        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
+        _, comparison = compare_with_previous(ctx.lake, summary.stages, ids, target=target)
         record_current_run(
-            settings.location,
+            ctx.lake,
             ids,
             seconds=summary.seconds,
             items=summary.items,

@@ -263,11 +263,14 @@ def test_library_functions_take_the_settings_group_they_use() -> None:
 def test_settings_have_no_flat_name_layer_and_no_live_session() -> None:
     from ingest.settings import S3Settings, Settings
 
-    assert not hasattr(Settings, "flat_names") and not hasattr(Settings, "updated")
-    assert "_lake_session" not in Settings.__private_attributes__
+    assert not hasattr(Settings, "flat_names") and not hasattr(Settings, "with_lake_session")
+    assert not Settings.__private_attributes__  # no live session (nor anything) kept aside
     with pytest.raises(ValueError, match="s3_bucket"):
         Settings(s3_bucket="b")  # type: ignore[call-arg]
+    with pytest.raises(KeyError, match="s3_bucket"):
+        Settings().updated(s3_bucket="b")
     assert Settings(s3=S3Settings(bucket="b")).s3.bucket == "b"
+    assert Settings().updated(s3={"bucket": "b"}).s3.bucket == "b"
 
 
 if __name__ == "__main__":

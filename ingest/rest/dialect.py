@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ingest.rest.shared import SharedLimits
     from ingest.rest.source import Resource, Source
     from ingest.settings import Settings
+    from ingest.storage.location import LakeLocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class RunStart:
     run_id: str
     state: Any  # what the dialect's load_state read
     full_refresh: bool
+    lake: LakeLocation  # the run's tables, reached through its lake session
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +175,7 @@ class Dialect:
             who=self.who,
         )
 
-    def load_state(self, settings: Settings, source: Source, full_refresh: bool) -> Any:
+    def load_state(self, lake: LakeLocation, source: Source, full_refresh: bool) -> Any:
         """What the dialect keeps between runs; the plain one: nothing."""
         return None
 

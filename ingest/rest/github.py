@@ -103,6 +103,7 @@ from ingest.rest.sizing import estimate_seconds as estimate_seconds
 from ingest.rest.source import Resource, Source
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
+from ingest.storage.location import LakeLocation
 
 log = logging.getLogger(__name__)
 
@@ -617,12 +618,12 @@ class GitHub(Dialect):
     credentials = staticmethod(credentials)
 
     def load_state(
-        self, settings: Settings, source: Source, full_refresh: bool
+        self, lake: LakeLocation, source: Source, full_refresh: bool
     ) -> dict[str, RepoState]:
         """The repositories' stored ETags and watermarks (none on a full refresh)."""
         if full_refresh:
             return {r: RepoState() for r in source.repos}
-        return store.load_repo_states(settings.location, source.repos, state_of(source))
+        return store.load_repo_states(lake, source.repos, state_of(source))
 
     async def start(self, client: RestClient, run: RunStart) -> GitHubDialect:
         return await plan(
@@ -632,6 +633,7 @@ class GitHub(Dialect):
             run_id=run.run_id,
             priors=run.state,
             full_refresh=run.full_refresh,
+            lake=run.lake,
         )
 
 
@@ -709,6 +711,7 @@ async def plan(
     run_id: str,
     priors: dict[str, RepoState],
     full_refresh: bool,
+    lake: LakeLocation,
 ) -> GitHubDialect:
     """The dialect of one run of ``source`` through ``gh``: each repository's page size
     (fixed, kept from its last sync, or automatic: planned after probes, or chosen up
@@ -760,12 +763,12 @@ async def plan(
         )
 
     async def stage_rows(result: RepoResult) -> None:
-        await asyncio.to_thread(store.write_pull_rows, settings.location, run_id, result)
+        await asyncio.to_thread(store.write_pull_rows, lake, run_id, result)
 
     async def on_result(result: RepoResult) -> None:
-        await asyncio.to_thread(store.write_repo_result, settings.location, run_id, result)
+        await asyncio.to_thread(store.write_repo_result, lake, run_id, result)
 
-    dialect = GitHubDialect(repos, opts_for, priors, on_result, location=settings.location)
+    dialect = GitHubDialect(repos, opts_for, priors, on_result, location=lake)
     dialect.planner, dialect.per_page = planner, fixed or auto
     return dialect
 

@@ -104,6 +104,7 @@ from ingest.rest.source import (
 )
 from ingest.rest.window import AdaptiveWindow
 from ingest.settings import Settings
+from ingest.storage.location import LakeLocation
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,10 @@ class SourceRun:
         run_id: str,
         full_refresh: bool,
         hooks: Run | None = None,
+        lake: LakeLocation | None = None,
     ) -> None:
         self.settings, self.source, self.client = settings, source, client
+        self.lake = lake if lake is not None else settings.location
         self.state, self.run_id, self.full_refresh = state, run_id, full_refresh
         # a dialect's hooks, else the engine's own paging (the plain dialect's)
         self.hooks: Run = hooks if hooks is not None else _Plain(self)
@@ -180,7 +183,7 @@ class SourceRun:
         staged: a rerun with nothing changed writes no row. Children still see them as
         parents (``records``)."""
         fetched = {k: r["data"] for x in listings for k, r in x.rows.items()}
-        same = store.unchanged_keys(self.settings.location, table, fetched)
+        same = store.unchanged_keys(self.lake, table, fetched)
         if not same:
             return
         for x in listings:
@@ -193,7 +196,7 @@ class SourceRun:
         parents: dict[str, Any] = {}
         parent_resource = next(r for r in self.source.resources if r.name == parent_name)
         parent_table = self.source.table(parent_resource)
-        for key, record in store.stored_records(self.settings.location, parent_table):
+        for key, record in store.stored_records(self.lake, parent_table):
             parents[key] = record
         for listing in self.listings.get(parent_name, []):
             parents.update(dict(listing.records))
@@ -609,7 +612,7 @@ class _Plain(Run):
             part = store.part_name(listing.resource.name, listing.parent_key)
             await asyncio.to_thread(
                 store.write_listing,
-                run.settings.location,
+                run.lake,
                 run.run_id,
                 listing.table,
                 part,
@@ -790,9 +793,13 @@ def fetch_source(
     priors: Any = None,
     part: str = "",
     dialect: Dialect | None = None,
+    lake: LakeLocation | None = None,
 ) -> RestSummary:
     """Page every resource of ``source`` and stage its rows; returns the run's summary
     (the dialect's, for a source that has one).
+
+    ``lake``: the run's tables, bound to its lake session (``ingest.context.RunContext.
+    lake``); None: the settings' own, unbound.
 
     ``dialect``: the API's own ways (``ingest.rest.dialect``), handed in by the caller
     (``ingest.rest.dialects.dialect_of``); None for a source that declares none.
@@ -812,20 +819,21 @@ def fetch_source(
             )
         dialect = PLAIN
     warm_up()  # the HTTP client's set-up, while the state is read below
+    lake = lake if lake is not None else settings.location
     state = store.SourceState()
     if dialect.engine_state and not full_refresh:
         # rows per listing: what page_size auto sizes pages by (a scan of each table)
         tables = {
             r.name: source.table(r) for r in source.resources if _auto_sized(source.resolved(r))
         }
-        state = store.load_state(settings.location, source.name, tables)
+        state = store.load_state(lake, source.name, tables)
     if priors is None:
-        priors = dialect.load_state(settings, source, full_refresh)
+        priors = dialect.load_state(lake, source, full_refresh)
     base_url = base_url or source.client.base_url  # resolved once, here
     host = store.host_of(base_url)
-    remembered = store.load_window(settings.location, host)
+    remembered = store.load_window(lake, host)
     opened = Opened(
-        settings, source, run_id, base_url, load_block, transport, token, host, part, dialect
+        settings, source, run_id, base_url, load_block, transport, token, host, part, dialect, lake
     )
     return run_async(
         with_shared_limits(
@@ -852,6 +860,7 @@ class Opened:
     host: str
     part: str
     dialect: Dialect
+    lake: LakeLocation
 
 
 async def _fetch(
@@ -882,7 +891,7 @@ async def _fetch(
     try:
         async with client.http:
             hooks = await run.dialect.start(
-                client, RunStart(settings, source, run_id, priors, full_refresh)
+                client, RunStart(settings, source, run_id, priors, full_refresh, run.lake)
             )
             runner = SourceRun(
                 settings,
@@ -892,6 +901,7 @@ async def _fetch(
                 run_id=run_id,
                 full_refresh=full_refresh,
                 hooks=hooks,
+                lake=run.lake,
             )
             await runner.run()
     finally:
@@ -901,7 +911,7 @@ async def _fetch(
         assert window is not None
         size, ceiling = window.remembered()
         store.write_run(
-            settings.location,
+            run.lake,
             run_id,
             f"rest-{source.name}{run.part}",
             # what the listings did not stage as each ended
@@ -927,7 +937,7 @@ async def _fetch(
             summary.size_plan = "; ".join(f"{n}: {p.describe()}" for n, p in plans.items())
             summary.size_plan_figures = {n: p.figures() for n, p in plans.items()}
         summary.schema_changes = store.staged_schema_changes(
-            settings.location, run_id, store.source_tables(source.name)
+            run.lake, run_id, store.source_tables(source.name)
         )
     summary.seconds = time.perf_counter() - started
     return summary

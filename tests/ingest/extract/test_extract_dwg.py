@@ -280,7 +280,10 @@ def test_truncated_and_damaged_dwgs_are_failed_rows_from_the_workers(tmp_path: P
         (tmp_path / name).write_bytes(data)
         stored.append((name, f"etag-{i}", str(tmp_path / name)))
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        docs = {d.key: d for d in extract_batch(Settings(), "b", stored, run_id="r", pool=pool)}
+        docs = {
+            d.key: d
+            for d in extract_batch(Settings().extracting, "b", stored, run_id="r", pool=pool)
+        }
         stats = pool.stats
     for name in ("half-r2013.dwg", "head-r2013.dwg", "half-r2000.dwg"):
         assert (docs[name].kind, docs[name].status) == ("dwg", "failed"), name
