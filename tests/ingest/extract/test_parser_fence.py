@@ -158,7 +158,7 @@ def test_without_landlock_the_workers_run_unfenced_and_the_log_says_so(
     container's filter answers), the workers run as they would unfenced, and the run says
     so once, never that they are fenced."""
     monkeypatch.setattr(fence, "landlock_abi", lambda: 0)
-    monkeypatch.setattr("ingest.extract.pool._said", set())
+    monkeypatch.setattr("ingest.extract.spawn._said", set())
     config = PoolConfig(workers=1, read_roots=(str(tmp_path),))
     with caplog.at_level(logging.INFO, logger="ingest.extract.pool"):
         first = probe(config, ["~/.aws/credentials"], [], listener)
