@@ -54,11 +54,6 @@ class S3Object:
     size: int
     last_modified: datetime
 
-    @property
-    def is_multipart(self) -> bool:
-        """Multipart ETags (``"<md5>-<parts>"``) are not the MD5 of the body."""
-        return "-" in self.etag
-
 
 @dataclass(slots=True)
 class ObjectResult:

@@ -288,12 +288,6 @@ def stored_view_sql(data_dir: DataDir, name: str) -> str:
     return view_sql(spec, files, schema=schema, relative_to=str(loc.local_dir))
 
 
-def create_views(con: duckdb.DuckDBPyConnection, data_dir: DataDir, *, temp: bool) -> None:
-    kind = "TEMP VIEW" if temp else "VIEW"
-    for name, body in views(data_dir, stored=not temp).items():
-        con.execute(f'CREATE OR REPLACE {kind} "{name}" AS {body}')
-
-
 def connect(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per table at its current version."""
     with bound_for_call(data_dir) as loc:
