@@ -239,7 +239,7 @@ def start_pool(files: Sequence[Path], settings: Any, copies: int) -> dict[str, A
     def started() -> Any:
         # The pool starts on its first jobs: its fork server (subprocess, importing the
         # parsers), then one forked worker per core.
-        pool = WorkerPool(fenced_for(pool_config(settings), files))
+        pool = WorkerPool(fenced_for(pool_config(settings.extracting), files))
         pool.map("os:getpid", [()] * pool.config.size)
         return pool
 
@@ -247,7 +247,9 @@ def start_pool(files: Sequence[Path], settings: Any, copies: int) -> dict[str, A
     # One pass over one copy first: each worker's first file of a kind pays lazy
     # initialisation (ezdxf's recover and render modules, pdfium's fonts ...) that a
     # long-lived pool pays once; the in-process contenders had theirs in the warm-up too.
-    warm, _ = timed(lambda: extract_batch(settings, "bench", warmup, run_id="warm", pool=pool))
+    warm, _ = timed(
+        lambda: extract_batch(settings.extracting, "bench", warmup, run_id="warm", pool=pool)
+    )
     return {"pool": pool, "start_seconds": cold, "warmup_seconds": warm}
 
 
@@ -260,7 +262,9 @@ def run_pool(files: Sequence[Path], settings: Any, pool: Any) -> dict[str, Any]:
         seconds, results = timed(
             lambda: list(
                 ex.map(
-                    lambda b: extract_batch(settings, "bench", b, run_id="bench", pool=pool),
+                    lambda b: extract_batch(
+                        settings.extracting, "bench", b, run_id="bench", pool=pool
+                    ),
                     batches_of(files),
                 )
             )
@@ -377,7 +381,7 @@ def run_overlap(
         # One connection for every round (as one run's tasks share theirs): the rounds
         # differ only in their data_dir.
         conn = s3.S3Connection.open(
-            settings.updated(s3_endpoint_url=server.url, s3_concurrency=concurrency)
+            settings.updated(s3={"endpoint_url": server.url, "concurrency": concurrency}).s3
         )
 
         def listing(cfg: Any) -> list[Any]:
@@ -390,15 +394,15 @@ def run_overlap(
                 token = page.next_token
 
         def download(cfg: Any, batch: list[Any], i: int) -> list[tuple[str, str, str]]:
-            results = sync.download_batch(conn, cfg, batch, prefix="in/", run_id=f"r{i}")
+            root = cfg.downloads.root("bench")
+            results = sync.download_batch(conn, root, batch, prefix="in/", run_id=f"r{i}")
             return [(r.key, r.etag or "", r.local_path) for r in results if r.local_path]
 
         for mode in ("sequential", "overlapped") * rounds:
             series["round"].append(len(series["round"]))
             cfg = settings.updated(
                 data_dir=work / f"{mode}-{len(series['round'])}",
-                s3_endpoint_url=server.url,
-                s3_concurrency=concurrency,
+                s3={"endpoint_url": server.url, "concurrency": concurrency},
             )
             objects = listing(cfg)
             groups = [objects[i : i + BATCH] for i in range(0, len(objects), BATCH)]
@@ -413,7 +417,7 @@ def run_overlap(
                     list(
                         ex.map(
                             lambda s, cfg=cfg: extract_batch(
-                                cfg, "bench", s, run_id="x", pool=pool
+                                cfg.extracting, "bench", s, run_id="x", pool=pool
                             ),
                             stored,
                         )
@@ -427,7 +431,7 @@ def run_overlap(
                         futures.append(
                             ex.submit(
                                 lambda d=d, cfg=cfg: extract_batch(
-                                    cfg, "bench", d.result(), run_id="x", pool=pool
+                                    cfg.extracting, "bench", d.result(), run_id="x", pool=pool
                                 )
                             )
                         )
@@ -810,9 +814,11 @@ def run_drawings(work: Path, rounds: int, copies: int) -> dict[str, Any]:
     settings = Settings(data_dir=work / "data")
     pooled: dict[str, list[float]] = defaultdict(list)
     pooled_cpu: dict[str, list[float]] = defaultdict(list)
-    with WorkerPool(fenced_for(pool_config(settings), [*dwgs, *dxfs])) as pool:
+    with WorkerPool(fenced_for(pool_config(settings.extracting), [*dwgs, *dxfs])) as pool:
         pool.map("os:getpid", [()] * pool.config.size)
-        extract_batch(settings, "bench", batches_of(dwgs[:5] + dxfs[:5])[0], run_id="w", pool=pool)
+        extract_batch(
+            settings.extracting, "bench", batches_of(dwgs[:5] + dxfs[:5])[0], run_id="w", pool=pool
+        )
         for _ in range(rounds):
             for kind, files in (("dwg", dwgs), ("dxf", dxfs)):
                 result = run_pool(files, settings, pool)

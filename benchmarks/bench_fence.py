@@ -60,9 +60,9 @@ def one_pool(config: PoolConfig, stored: list[tuple[str, str, str]]) -> dict[str
     with WorkerPool(config) as pool:
         pool.map("os:getpid", [()] * config.size)
         ready = time.perf_counter()
-        docs = extract_batch(Settings(), "bench", stored, run_id="first", pool=pool)
+        docs = extract_batch(Settings().extracting, "bench", stored, run_id="first", pool=pool)
         first = time.perf_counter()
-        extract_batch(Settings(), "bench", stored, run_id="second", pool=pool)
+        extract_batch(Settings().extracting, "bench", stored, run_id="second", pool=pool)
         second = time.perf_counter()
     bad = [d.key for d in docs if d.status not in ("ok", "empty", "encrypted", "failed")]
     assert not bad, bad

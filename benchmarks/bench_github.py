@@ -181,7 +181,7 @@ def run_scenario(
         names = list(repos)
 
         def settings(data_dir: Path) -> Settings:
-            return Settings(data_dir=data_dir, github_base_url=server.url)
+            return Settings(data_dir=data_dir, github={"base_url": server.url})
 
         staged: list[tuple[Path, str]] = []
 
@@ -344,7 +344,7 @@ def commit_cost(job):
     except ImportError:  # a revision from before RestConfig: the fetch took the Settings
         config = lambda settings: settings
 
-    settings = Settings(data_dir=job["data_dir"], github_base_url=job["base_url"])
+    settings = Settings(data_dir=job["data_dir"], github={"base_url": job["base_url"]})
     out = {}
     for label, full in (("first", False), ("again", True)):
         run_id = f"commit-{label}-{time.time_ns()}"
@@ -938,7 +938,7 @@ def run_ceilings(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
             ) -> tuple[int, int]:
                 settings = Settings(
                     data_dir=data_dir,
-                    github_base_url=server.url,
+                    github={"base_url": server.url},
                     **({"http": http} if http is not None else {}),
                 )
                 run_id = f"r{time.time_ns()}"

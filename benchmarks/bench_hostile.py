@@ -137,14 +137,9 @@ def fetch(folder: Path, src: Any, **settings: Any) -> Any:
     from ingest.rest.run import fetch_source
     from ingest.settings import Settings
 
-    values = {
-        "data_dir": folder,
-        "rest_retry_base": 0.01,
-        "rest_retry_cap": 0.05,
-        "rest_max_attempts": 2,
-        **settings,
-    }
-    return fetch_source(RestConfig.of(Settings(**values)), src, run_id="probe")
+    rest = {"retry_base": 0.01, "retry_cap": 0.05, "max_attempts": 2}
+    settings = Settings(data_dir=folder, rest=rest, **settings)
+    return fetch_source(RestConfig.of(settings), src, run_id="probe")
 
 
 def fresh(base: Path) -> Path:
@@ -485,7 +480,9 @@ def probe_extraction(base: Path, rows: list[Row]) -> None:
     with WorkerPool(PoolConfig(workers=1, time_limit=120)) as pool:
         for _ in range(3):
             start = time.perf_counter()
-            (doc,) = extract_batch(Settings(), "b", [("m", "e", str(marks))], run_id="m", pool=pool)
+            (doc,) = extract_batch(
+                Settings().extracting, "b", [("m", "e", str(marks))], run_id="m", pool=pool
+            )
             row.trial(doc.status == "ok")
             row.notes.append(f"{time.perf_counter() - start:.2f} s")
         for n in (10_000, 20_000, 40_000):  # what NFC alone costs on such a run, for scale
@@ -495,7 +492,9 @@ def probe_extraction(base: Path, rows: list[Row]) -> None:
         rows.append(row)
         row = Row("33 M characters of text (cap 10 M, the default)")
         for _ in range(2):
-            (doc,) = extract_batch(Settings(), "b", [("big", "e", str(big))], run_id="c", pool=pool)
+            (doc,) = extract_batch(
+                Settings().extracting, "b", [("big", "e", str(big))], run_id="c", pool=pool
+            )
             row.trial(doc.chars == 10_000_000 and "text_cut" in doc.metadata)
         rows.append(row)
     row = Row("a parser reading its environment (AWS, GitHub, Prefect, source secrets set)")

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         local = Path(tmp) / "local"
         remote = Settings(
-            data_dir="s3://bench-lake/lake", lake_endpoint_url=server.url, local_dir=Path(tmp)
+            data_dir="s3://bench-lake/lake", lake={"endpoint_url": server.url}, local_dir=Path(tmp)
         ).location
         # As a run or a command reaches its lake: through one session (credentials and
         # client resolved once), closed at the end.

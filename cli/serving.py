@@ -104,7 +104,7 @@ def serve_command(
         code = serve.run(
             port=port, database_url=database_url, echo=typer.echo, host=host, api_auth=api_auth
         )
-    except (database.DatabaseUrlError, auth.AuthError) as exc:
+    except (database.DatabaseUrlError, auth.ServeAuthError) as exc:
         typer.echo(f"error: {redact(str(exc))}", err=True)
         raise typer.Exit(2) from None
     except RuntimeError as exc:

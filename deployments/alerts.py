@@ -19,6 +19,7 @@ from uuid import UUID
 import yaml
 
 from deployments import project
+from ingest.errors import IngestError
 from ingest.settings import Settings
 
 AUTOMATIONS_YAML = project.PROJECT_ROOT / "automations.yaml"
@@ -27,7 +28,7 @@ BLOCK_PLACEHOLDER = "ALERT_BLOCK_ID"
 WINDOWS = {"nightly-late": "late_after", "nightly-stale": "stale_after"}  # of settings.alert
 
 
-class AlertConfigError(ValueError):
+class AlertConfigError(IngestError, ValueError):
     """The alert file or the notification block it needs is not usable."""
 
 

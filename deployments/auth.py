@@ -28,13 +28,15 @@ import secrets
 import stat
 from pathlib import Path
 
+from ingest.errors import IngestError
+
 SERVER_VARIABLE = "PREFECT_SERVER_API_AUTH_STRING"
 CLIENT_VARIABLE = "PREFECT_API_AUTH_STRING"
 FILE_NAME = "ingest-api-auth"
 LOOPBACK = "127.0.0.1"
 
 
-class AuthError(RuntimeError):
+class ServeAuthError(IngestError, RuntimeError):
     """The API cannot be served safely as asked (the message says what to change)."""
 
 
@@ -70,7 +72,7 @@ def connect_host(host: str) -> str:
 def read_auth_file(path: Path) -> str | None:
     """The auth string stored at ``path``, or None when there is no such file.
 
-    Raises ``AuthError`` for a file that another user owns or that others can read
+    Raises ``ServeAuthError`` for a file that another user owns or that others can read
     or write: a secret that may be known or planted is not one to use.
     """
     try:
@@ -78,9 +80,9 @@ def read_auth_file(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     if info.st_uid != os.getuid():
-        raise AuthError(f"the auth file {path} belongs to another user; remove it")
+        raise ServeAuthError(f"the auth file {path} belongs to another user; remove it")
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise AuthError(
+        raise ServeAuthError(
             f"the auth file {path} can be read or written by other users "
             f"(mode {stat.S_IMODE(info.st_mode):o}); chmod 600 it, or remove it to get a new one"
         )
@@ -131,7 +133,7 @@ def ensure_auth_string(path: Path, given: str | None = None) -> tuple[str, str]:
 def check_exposure(host: str, auth: bool) -> None:
     """Refuse a server bound beyond loopback without an auth string."""
     if not auth and not is_loopback(host):
-        raise AuthError(
+        raise ServeAuthError(
             f"refusing to serve the Prefect API on {host} without an auth string: anyone "
             "who reaches it could run flows with the workers' credentials; drop --no-auth "
             "(and put TLS in front of it, docs/security.md), or bind it to 127.0.0.1"

@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from ingest.errors import IngestError
 from ingest.redact import register_secret
 from ingest.settings import Settings
 
@@ -55,7 +56,7 @@ def configured_url(settings: Settings) -> str | None:
     return text or None
 
 
-class DatabaseUrlError(ValueError):
+class DatabaseUrlError(IngestError, ValueError):
     """A database URL the Prefect server cannot use (the message never holds the password)."""
 
 

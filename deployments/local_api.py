@@ -52,6 +52,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from ingest.errors import IngestError
+
 log = logging.getLogger(__name__)
 
 FILE_NAME = "ingest-serve.json"
@@ -159,14 +161,14 @@ def advertised_auth() -> bool:
     """Set ``PREFECT_API_AUTH_STRING`` from the auth file a running ``ingest serve``
     names; True when it did. A file this user cannot read, or that others can, is not
     used (the server then answers 401, which says to set the variable)."""
-    from deployments.auth import AuthError, read_auth_file
+    from deployments.auth import ServeAuthError, read_auth_file
 
     named = read_advert().get("auth_file")
     if not isinstance(named, str):
         return False
     try:
         value = read_auth_file(Path(named))
-    except (AuthError, OSError) as exc:
+    except (ServeAuthError, OSError) as exc:
         log.warning("not using the auth string of the running ingest serve: %s", exc)
         return False
     if not value:
@@ -188,7 +190,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(IngestError, RuntimeError):
     """The command's own Prefect server did not start; the message ends with its output."""
 
 
@@ -553,7 +555,7 @@ def _using(api_url: str, auth_string: str | None) -> Iterator[str]:
 def kept_api(echo: Any = None, idle: float | None = None) -> tuple[str, str | None]:
     """The kept server's address and auth string: found, else started (see the module's
     docstring)."""
-    from deployments.auth import AuthError, read_auth_file
+    from deployments.auth import ServeAuthError, read_auth_file
 
     idle = local_server_idle() if idle is None else idle
     with _kept_lock():
@@ -562,7 +564,7 @@ def kept_api(echo: Any = None, idle: float | None = None) -> tuple[str, str | No
     used_now()
     try:
         auth = read_auth_file(Path(str(advert.get("auth_file", ""))))
-    except (AuthError, OSError) as exc:
+    except (ServeAuthError, OSError) as exc:
         raise ServerStartError(f"the local Prefect server's auth file: {exc}") from None
     return str(advert["api_url"]), auth
 

@@ -22,8 +22,10 @@ import shutil
 import subprocess
 import sys
 
+from ingest.errors import IngestError
 
-class StepError(RuntimeError):
+
+class DeployStepError(IngestError, RuntimeError):
     """A deployment step that cannot do its job (the message says what to fix)."""
 
 
@@ -34,7 +36,7 @@ def pinned_repository() -> dict[str, str | None]:
 
     settings = Settings()
     if not settings.git_repository:
-        raise StepError(
+        raise DeployStepError(
             "INGEST_GIT_REPOSITORY is not set on this worker: set it (and INGEST_GIT_REF) in "
             "the environment of `prefect worker start --pool ingest-cluster`"
         )
@@ -52,12 +54,12 @@ def install_locked_dependencies(
     """
     uv = shutil.which("uv")
     if uv is None:
-        raise StepError(
+        raise DeployStepError(
             "uv is not on the PATH of the worker; install it (pip install uv) or run the "
             "worker from the project's image"
         )
     if sys.prefix == sys.base_prefix:
-        raise StepError(
+        raise DeployStepError(
             f"the worker runs in no virtual environment ({sys.executable}); start it from "
             "the project's environment (.venv/bin/prefect worker start ...) or its image"
         )
@@ -69,6 +71,6 @@ def install_locked_dependencies(
     proc = subprocess.run(cmd, cwd=directory, env=env, capture_output=True, text=True, check=False)
     output = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0:
-        raise StepError(f"uv sync --frozen failed in {directory!r}:\n{output[-3000:]}")
+        raise DeployStepError(f"uv sync --frozen failed in {directory!r}:\n{output[-3000:]}")
     print(output)
     return {"output": output}

@@ -129,7 +129,7 @@ def ingest_source(
     with opened_run(settings, run_id, lake=lake) as run:
         settings = run.ctx.settings
         prepare_storage(settings, run_id)
-        upkeep = start_upkeep(settings, tables_of(source))
+        upkeep = start_upkeep(settings, tables_of(source), run_id)
         summary = fetch_all(
             run.runner,
             settings,

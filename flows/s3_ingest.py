@@ -172,10 +172,10 @@ def s3_ingest(
     started = time.perf_counter()
     settings = run_settings(
         data_dir,
-        s3_endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
-        s3_concurrency=concurrency,
-        s3_list_shards=list_shards,
-        s3_download_dir=download_dir or None,
+        endpoint_url=endpoint_url or None,  # "" (a deployment's unset URL): AWS
+        concurrency=concurrency,
+        list_shards=list_shards,
+        download_dir=download_dir or None,
         keep_files=keep_files if not keep_files else None,
         task_runner=task_runner,
     )
@@ -203,7 +203,7 @@ def s3_ingest(
         # The lake's upkeep (retention, compaction, vacuum of files replaced a week ago)
         # runs beside the listing, which waits on the network: nothing of the run is
         # committed before it ends, and the listing reads the state's files as they were.
-        upkeep = start_upkeep(settings, list(S3_TABLES))
+        upkeep = start_upkeep(settings, list(S3_TABLES), run_id)
         summary = run_batches(
             run.ctx,
             spec,

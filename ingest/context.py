@@ -2,10 +2,10 @@
 
 ``RunContext`` holds the run's settings and id, its lake session
 (``ingest.storage.location.LakeSession``: the lake's resolved credentials and boto3
-client, the DuckDB database for small queries; its settings' ``lake`` is bound to it,
-so every library function given ``ctx.settings`` or ``ctx.lake`` reaches the lake
-through it), its S3 connection (``ingest.s3.S3Connection``, built on first use from
-the settings, or handed in: a test's client), its listing database
+client, the DuckDB database for small queries; ``ctx.lake``, the run's lake location,
+is bound to it, so every library function given ``ctx.lake`` reaches the lake through
+it; the settings hold no session), its S3 connection (``ingest.s3.S3Connection``,
+built on first use from the settings, or handed in: a test's client), its listing database
 (``ingest.s3.changes.ListingDatabase``), its extraction pools
 (``ingest.extract.pool.WorkerPool``, whose worker processes start with the first
 document a parser reads), the local paths its batches gave out
@@ -48,7 +48,8 @@ from ingest.extract.pool import PoolConfig, WorkerPool
 from ingest.s3.changes import ListingDatabase
 from ingest.s3.client import S3Connection
 from ingest.s3.keys import RunClaims
-from ingest.settings import Settings
+from ingest.s3.scan import S3Run
+from ingest.settings import Extracting, Settings
 from ingest.storage.location import LakeLocation, LakeSession
 
 T = TypeVar("T")
@@ -75,13 +76,17 @@ class RunContext:
         # A session handed in (a test's, a benchmark's) is its giver's to close.
         self._owns_lake = lake is None
         self.lake_session = lake if lake is not None else LakeSession(settings.location)
-        self.settings = settings.with_lake_session(self.lake_session)
+        self.settings = settings
+        # Where the run's tables are, reached through the run's lake session.
+        self.lake: LakeLocation = settings.location.bound(self.lake_session)
+        # What the S3 source's listing and comparison read of the settings.
+        self.s3_run = S3Run(self.lake, settings.s3, settings.downloads, settings.task_runner)
         self.run_id = run_id
         self.listing = ListingDatabase(self.lake_session.relations)
         self.claims = RunClaims()
         # what downloads settled from their first bytes, or started parsing, as files landed
         self.landed = Landed(
-            parse_as_landed(self.settings, lambda: self.pool, self.extract_started)
+            parse_as_landed(settings.extracting, lambda: self.pool, self.extract_started)
         )
         self._s3 = s3
         self._owns_s3 = s3 is None  # a connection handed in is its giver's to close
@@ -94,17 +99,12 @@ class RunContext:
         self._once_lock = threading.Lock()
 
     @property
-    def lake(self) -> LakeLocation:
-        """Where the run's tables are, reached through the run's lake session."""
-        return self.settings.location
-
-    @property
     def s3(self) -> S3Connection:
         """The run's S3 connection: the one handed in, else one built from the settings on
         first use (a run that never reads a bucket opens none)."""
         with self._lock:
             if self._s3 is None:
-                self._s3 = S3Connection.open(self.settings)
+                self._s3 = S3Connection.open(self.settings.s3)
             return self._s3
 
     @property
@@ -117,12 +117,12 @@ class RunContext:
         """The run's OCR pool (its workers start with the first OCR job)."""
         return self._pool("ocr", ocr_pool_config)
 
-    def _pool(self, name: str, config: Callable[[Settings], PoolConfig]) -> WorkerPool:
+    def _pool(self, name: str, config: Callable[[Extracting], PoolConfig]) -> WorkerPool:
         with self._lock:
             if name in self._given:
                 return self._given[name]
             if name not in self._pools:
-                self._pools[name] = WorkerPool(config(self.settings))
+                self._pools[name] = WorkerPool(config(self.settings.extracting))
             return self._pools[name]
 
     def extract_started(self) -> float:
@@ -233,6 +233,15 @@ def for_run(settings: Settings, run_id: str, *, open_here: bool = False) -> RunC
                 )
             ctx = _open[run_id] = RunContext(settings, run_id)
         return ctx
+
+
+def lake_of(settings: Settings, run_id: str) -> LakeLocation:
+    """The lake of run ``run_id``: its open context's here (bound to the run's lake
+    session), else the settings' own, unbound (a call outside a run: each storage call
+    then reaches the lake on its own)."""
+    with _open_lock:
+        ctx = _open.get(run_id)
+    return ctx.lake if ctx is not None else settings.location
 
 
 def open_runs() -> list[str]:

@@ -6,12 +6,42 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 
 ObjectStatus = Literal["downloaded", "skipped", "copied", "deleted", "failed"]
 TaskState = Literal["completed", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Downloads:
+    """Where a run's downloaded objects go, as its settings say (``Settings.downloads``):
+    ``folder`` (``INGEST_S3_DOWNLOAD_DIR``: a local folder, ``s3://bucket/prefix`` or None
+    for ``local_dir/objects/<bucket>``) and whether files are kept (``INGEST_KEEP_FILES``).
+    What the S3 and extraction functions take instead of the whole settings."""
+
+    folder: str | None
+    local_dir: Path
+    keep: bool = True
+
+    @property
+    def url(self) -> str | None:
+        """The destination when it is object storage (``s3://bucket/prefix``)."""
+        d = self.folder
+        return d.rstrip("/") if d and d.startswith("s3://") else None
+
+    @property
+    def stay_local(self) -> bool:
+        """True when downloads are kept in a local folder that later stages read from."""
+        return self.keep and self.url is None
+
+    def root(self, bucket: str) -> Path:
+        """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""
+        if self.folder and self.url is None:
+            return Path(self.folder)
+        return self.local_dir / "objects" / bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +53,6 @@ class S3Object:
     etag: str
     size: int
     last_modified: datetime
-
-    @property
-    def is_multipart(self) -> bool:
-        """Multipart ETags (``"<md5>-<parts>"``) are not the MD5 of the body."""
-        return "-" in self.etag
 
 
 @dataclass(slots=True)

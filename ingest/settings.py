@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,7 +18,6 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
-    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -25,7 +25,12 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ingest.storage.location import SCHEME, LakeLocation, LakeSession, parse_root
+from ingest.records import Downloads
+from ingest.rest.settings import GitHubSettings as GitHubSettings
+from ingest.rest.settings import HttpSettings as HttpSettings
+from ingest.rest.settings import RestSettings as RestSettings
+from ingest.rest.settings import SharedSettings as SharedSettings
+from ingest.storage.location import SCHEME, LakeLocation, parse_root
 
 MiB = 1024 * 1024
 
@@ -69,56 +74,6 @@ def _dotted(obj: Any, name: str) -> Any:
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-class HttpSettings(BaseModel):
-    """Every REST client's (GitHub and declared sources; ``INGEST_HTTP_*``)."""
-
-    adaptive: bool = Field(
-        True,
-        description="Find how many requests each host allows in flight (like TCP congestion "
-        "control) instead of sending the configured concurrency at once.",
-    )
-    # 4: with the paced ramp below the window reaches 20 in flight within ~0.3 s anyway,
-    # and a host allowing 8 is not sent a burst it refuses (10, TCP's IW10, cost 2 limit
-    # answers there before the first refusal could come back).
-    initial_window: int = Field(
-        4, ge=1, le=256, description="Requests in flight at first, for a host not seen before."
-    )
-    # A limit answer comes back within one round trip, a page after its whole latency: a
-    # new in-flight level opened every 20 ms finds a ceiling of 100 in about two seconds
-    # and overshoots a lower one by the levels opened while its refusal travels (one to
-    # three on a loaded loopback), not by a burst. Raise it for a far host.
-    ramp: float = Field(
-        0.02,
-        ge=0,
-        le=5,
-        description="Seconds between two new in-flight levels while a host's limit is unknown "
-        "(0: grow only per clean answer).",
-    )
-
-    max_page_bytes: int = Field(
-        64 * MiB,
-        ge=1024,
-        description="Bytes of one API page read at most (as it streams in); a longer body is "
-        "a failed page, so a hostile or broken API cannot fill the flow's memory.",
-    )
-    body_deadline: float = Field(
-        120.0,
-        gt=0,
-        le=3600,
-        description="Seconds one answer may take in all, from sending the request to its last "
-        "byte, redirects included (the per-read timeout alone lets a body dribbled a byte at "
-        "a time last for ever); past it the attempt is a timeout, retried as one.",
-    )
-    max_retry_after: float = Field(
-        300.0,
-        ge=0,
-        le=86400,
-        description="Longest Retry-After obeyed, in seconds: an answer asking for longer "
-        "fails its page at once, saying what was asked, instead of pausing every request "
-        "of the source for that long.",
-    )
 
 
 class ServeSettings(BaseModel):
@@ -353,138 +308,16 @@ class OcrSettings(BaseModel):
     time_limit: float = Field(900.0, gt=0, description="Seconds one document's OCR may take.")
 
 
-class GitHubSettings(BaseModel):
-    """What a worker holds for GitHub (``INGEST_GITHUB_*``): its token and its API root.
-    How a GitHub source pages (state, page size, in-flight cap, rate-limit reserve, waits,
-    retries) is declared in the source (``sources/github.yaml``, or ``ingest github``'s
-    options and the ``github-pulls`` flow's parameters over the dialect's defaults,
-    ``ingest.rest.github.github_source``); retries and timeouts are every REST source's
-    (``INGEST_REST_*``)."""
+@dataclass(frozen=True, slots=True)
+class Extracting:
+    """What a run's extraction reads of its settings (``Settings.extracting``): the
+    extract, chunk and OCR groups, and its downloads (the parsers' fence grants their
+    folder)."""
 
-    token: SecretStr | None = Field(None, description="GitHub token (never logged).")
-    base_url: str = Field(
-        "https://api.github.com",
-        description="REST API root; GitHub Enterprise Server uses https://HOST/api/v3. The "
-        "worker trusts it for deployed runs (docs/security.md).",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _retired(cls, data: Any) -> Any:
-        """A retired setting is an error naming where its job went, not a value ignored."""
-        if isinstance(data, dict):
-            for key in data:
-                if key in RETIRED_GITHUB:
-                    raise ValueError(f"INGEST_GITHUB_{key.upper()}: {RETIRED_GITHUB[key]}")
-        return data
-
-
-# GitHub settings that are gone, and where what they set went. An error rather than a
-# deprecated alias: each now lives in the source (a file, an option, a flow parameter) or
-# is every REST source's setting, so an alias would set something else than it said (a
-# timeout of every source) or be silently outvoted by the source's own value.
-_MEASURED = (
-    "gone: the page plan measures the host's latency (page 1 probed at two sizes, "
-    "ingest.rest.sizing.fit_latency); remove the variable"
-)
-
-
-def _moved(where: str) -> str:
-    return f"moved to {where}; remove the variable"
-
-
-def _declared(key: str, parameter: str, option: str = "") -> str:
-    command = f", `ingest github {option}`," if option else ""
-    return _moved(
-        f"the GitHub source: {key} in sources/github.yaml{command} or the github-pulls "
-        f"flow's {parameter} parameter"
-    )
-
-
-def _rest(name: str) -> str:
-    return _moved(f"INGEST_REST_{name}, which every REST source, GitHub's included, uses")
-
-
-RETIRED_GITHUB = {
-    "latency_base": _MEASURED,
-    "latency_per_item": _MEASURED,
-    "state": _declared("resources[0].endpoint.params.state", "state", "--state"),
-    "per_page": _declared("client.paginator.page_size", "per_page", "--per-page"),
-    "concurrency": _declared("client.concurrency", "concurrency", "--concurrency"),
-    "rate_limit_reserve": _declared("client.rate_limit.reserve", "rate_limit_reserve"),
-    "max_wait": _declared("client.rate_limit.max_wait", "max_wait"),
-    "secondary_backoff": _moved("client.rate_limit.backoff of the GitHub source (default 60)"),
-    "secondary_retries": _moved("client.rate_limit.retries of the GitHub source (default 5)"),
-    "max_attempts": _rest("MAX_ATTEMPTS"),
-    "retry_base": _rest("RETRY_BASE"),
-    "retry_cap": _rest("RETRY_CAP"),
-    "timeout": _rest("TIMEOUT"),
-    "budget_share": _rest("BUDGET_SHARE"),
-    "expected_pulls": _rest("EXPECTED_ROWS"),
-}
-
-
-class SharedSettings(BaseModel):
-    """Limits shared across workers (``INGEST_SHARED_*``), held on the Prefect server."""
-
-    limits: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="Hold each API host's in-flight limit and budget for every process calling "
-        "it, as global concurrency limits on the Prefect server: on, off, or auto (on when the "
-        "task runner is dask or shared_limit_name is set, and PREFECT_API_URL names a server).",
-    )
-    limit_name: str | None = Field(
-        None,
-        description="Name the shared limits start with instead of ingest-api-<host>[-<port>] "
-        "(processes that call one API through different addresses share it by this name).",
-    )
-    limit_block: int = Field(
-        8,
-        ge=1,
-        le=100,
-        description="In-flight slots and budget tokens leased per call to the Prefect server.",
-    )
-    lease_seconds: float = Field(
-        60.0,
-        ge=60,  # the Prefect server's shortest lease
-        description="Lease of the in-flight slots, renewed while the run lasts; a process that "
-        "dies gives its slots back when its leases expire.",
-    )
-
-
-class RestSettings(BaseModel):
-    """Every REST source's client, GitHub's included (``INGEST_REST_*``)."""
-
-    timeout: float = Field(
-        30.0, gt=0, le=600, description="Seconds without an answer before a request is retried."
-    )
-    max_attempts: int = Field(
-        5, ge=1, le=20, description="Attempts per request on 5xx, timeouts, bodies not JSON."
-    )
-    retry_base: float = Field(
-        1.0, ge=0, le=60, description="First retry delay in seconds (doubles, with jitter)."
-    )
-    retry_cap: float = Field(30.0, ge=0, le=600, description="Longest retry delay in seconds.")
-    limit_retries: int = Field(
-        8,
-        ge=0,
-        le=50,
-        description="Limit answers (429 ...) one request may take before failing, where the "
-        "source's rate_limit.retries does not say (GitHub's says 5).",
-    )
-    budget_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="Share of an announced budget (above the reserve) that page_size: auto "
-        "may plan to spend in one run.",
-    )
-    expected_rows: int = Field(
-        500,
-        ge=1,
-        description="Rows assumed per listing (GitHub: pull requests per repository) before "
-        "a run stored some (page_size: auto, when not probed).",
-    )
+    extract: ExtractSettings
+    chunk: ChunkSettings
+    ocr: OcrSettings
+    downloads: Downloads
 
 
 class Settings(BaseSettings):
@@ -493,8 +326,8 @@ class Settings(BaseSettings):
     A concern's settings are grouped in a sub-model (``s3``: ``S3Settings``) whose
     variables keep the flat names: ``INGEST_S3_CONCURRENCY`` is ``s3.concurrency``
     (the first ``_`` after the prefix splits the group from its field). Code reads the
-    group's field (``settings.s3.concurrency``); a keyword argument and ``updated`` take
-    the flat name as well (``Settings(s3_bucket="b")``, ``settings.updated(s3_bucket="b")``).
+    group's field (``settings.s3.concurrency``) and sets it through the group
+    (``Settings(s3={"bucket": "b"})``, ``settings.updated(s3={"bucket": "b"})``).
     """
 
     model_config = SettingsConfigDict(
@@ -505,9 +338,6 @@ class Settings(BaseSettings):
         env_nested_delimiter="_",
         env_nested_max_split=1,
     )
-    # The run's lake session (``with_lake_session``): not a setting, never pickled.
-    _lake_session: LakeSession | None = PrivateAttr(default=None)
-
     data_dir: Path | str = Field(
         Path("data"),
         description="Where the lake lives: a local folder (the tables, warehouse.duckdb and "
@@ -672,59 +502,38 @@ class Settings(BaseSettings):
             return None
         return found.annotation.model_fields.get(sub)  # type: ignore[union-attr]
 
-    @classmethod
-    def flat_names(cls) -> dict[str, str]:
-        """Each group's field by its flat name, the one its variable has without the
-        prefix: ``{"s3_bucket": "s3.bucket", ...}``."""
-        return {
-            f"{name}_{sub}": f"{name}.{sub}"
-            for name, field in cls.model_fields.items()
-            if _group(field)
-            for sub in field.annotation.model_fields  # type: ignore[union-attr]
-        }
-
     @model_validator(mode="before")
     @classmethod
-    def _fold_flat(cls, data: Any) -> Any:
-        """A keyword argument by its flat name (``Settings(s3_bucket="b")``, as the variable
-        names it) sets the group's field, over the environment's value; the group's other
-        fields stay as the environment and the defaults have them."""
-        if not isinstance(data, dict):
-            return data
-        for key in data:
-            if key.startswith("github_") and key.removeprefix("github_") in RETIRED_GITHUB:
-                raise ValueError(f"{key}: {RETIRED_GITHUB[key.removeprefix('github_')]}")
-        flat = cls.flat_names()
-        if not any(key in flat for key in data):
-            return data
-        data = dict(data)
-        for key in [k for k in data if k in flat]:
-            group, _, sub = flat[key].partition(".")
-            current = data.get(group) or {}
-            if isinstance(current, BaseModel):
-                current = dict(current)  # its fields' values, secrets as they are
-            data[group] = {**current, sub: data.pop(key)}
+    def _no_flat_names(cls, data: Any) -> Any:
+        """A group's field is set through its group (``Settings(s3={"bucket": "b"})``); a
+        keyword by the variable's flat name (``s3_bucket=``) is an error, not a value
+        silently ignored."""
+        if isinstance(data, dict):
+            for key in data:
+                group, _, sub = key.partition("_")
+                found = cls.model_fields.get(group)
+                if key not in cls.model_fields and found is not None and _group(found):
+                    raise ValueError(f"{key}: set through its group, {group}={{{sub!r}: ...}}")
         return data
 
     def updated(self, **changes: Any) -> Settings:
-        """A copy with the fields ``changes`` names replaced, each by its flat name
-        (``data_dir=``, ``s3_bucket=``): a group's field is replaced in a copy of its
-        group, so this object keeps its own. Like ``model_copy(update=...)``, the values
-        are not validated; a name that is no setting is a KeyError."""
-        flat = self.flat_names()
+        """A copy with the fields ``changes`` names replaced: a plain field by its name
+        (``data_dir=``), a group's fields as a mapping under the group's name
+        (``s3={"bucket": "b"}``), replaced in a copy of the group so that this object
+        keeps its own. Like ``model_copy(update=...)``, the values are not validated; a
+        name that is no setting is a KeyError."""
         fields = type(self).model_fields
         update: dict[str, Any] = {}
-        groups: dict[str, dict[str, Any]] = {}
         for key, value in changes.items():
-            if key in flat:
-                group, _, sub = flat[key].partition(".")
-                groups.setdefault(group, {})[sub] = value
-            elif key in fields:
-                update[key] = value
-            else:
+            if key not in fields:
                 raise KeyError(f"no setting {key}")
-        for group, subs in groups.items():
-            update[group] = update.get(group, getattr(self, group)).model_copy(update=subs)
+            if _group(fields[key]) and isinstance(value, dict):
+                group = getattr(self, key)
+                unknown = set(value) - set(type(group).model_fields)
+                if unknown:
+                    raise KeyError(f"no setting {key}.{sorted(unknown)[0]}")
+                value = group.model_copy(update=value)
+            update[key] = value
         return self.model_copy(update=update)
 
     @classmethod
@@ -767,35 +576,17 @@ class Settings(BaseSettings):
     def location(self) -> LakeLocation:
         """Where the tables are, and how to reach them (what the storage functions take):
         data_dir, with the ``lake`` group's endpoint, region and credentials when it is on
-        object storage; bound to the run's lake session when these are the run's settings
-        (``with_lake_session``, ``ingest.context.RunContext.settings``)."""
+        object storage. Unbound: a run reaches it through its lake session
+        (``ingest.context.RunContext.lake``)."""
         if isinstance(self.data_dir, str):
-            loc = LakeLocation(
+            return LakeLocation(
                 root=self.data_dir,
                 local_dir=self.local_dir,
                 endpoint_url=self.lake.endpoint_url or None,
                 region=self.lake.region or None,
                 credentials_block=self.lake.credentials_block or None,
             )
-        else:
-            loc = LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
-        session = self._lake_session
-        # A copy with another lake (with_data_dir) is not reached through this one's session.
-        return loc.bound(session) if session is not None and session.location == loc else loc
-
-    def with_lake_session(self, session: LakeSession | None) -> Settings:
-        """A copy whose ``location`` is reached through ``session`` (a run's, which closes it)."""
-        copy = self.model_copy()
-        copy._lake_session = session
-        return copy
-
-    def __getstate__(self) -> dict[Any, Any]:
-        # A session stays in its process: pickled settings (a Dask task's) arrive unbound.
-        state = dict(super().__getstate__())
-        private = state.get("__pydantic_private__") or {}
-        if private.get("_lake_session") is not None:
-            state["__pydantic_private__"] = {**private, "_lake_session": None}
-        return state
+        return LakeLocation(root=str(self.data_dir), local_dir=self.data_dir)
 
     @property
     def local_path(self) -> Path:
@@ -814,24 +605,23 @@ class Settings(BaseSettings):
         return self.local_path / "warehouse.duckdb"
 
     @property
-    def download_url(self) -> str | None:
-        """The download destination when it is object storage (``s3://bucket/prefix``)."""
-        d = self.s3.download_dir
-        return d.rstrip("/") if d and d.startswith("s3://") else None
+    def downloads(self) -> Downloads:
+        """Where the run's downloads go, and whether they are kept."""
+        return Downloads(self.s3.download_dir, self.local_path, self.keep_files)
 
     @property
-    def files_stay_local(self) -> bool:
-        """True when downloads are kept in a local folder that later stages read from."""
-        return self.keep_files and self.download_url is None
+    def extracting(self) -> Extracting:
+        """What the run's extraction reads of these settings."""
+        return Extracting(self.extract, self.chunk, self.ocr, self.downloads)
 
     def download_overlap(self, bucket: str) -> str | None:
         """Why the local download folder may not be used, or None: it must not hold the data
         folder, nor lie inside it except under its ``objects/`` folder (a key could then
         land on the lake's own files, ``warehouse.duckdb``, or a run's staged rows)."""
-        if self.download_url is not None:
+        if self.downloads.url is not None:
             return None
         data = self.local_path.resolve()
-        root = self.download_root(bucket).resolve()
+        root = self.downloads.root(bucket).resolve()
         if root == data or data.is_relative_to(root):
             return (
                 f"the download folder {root} holds the data folder {data}: objects could "
@@ -844,9 +634,3 @@ class Settings(BaseSettings):
                 "or a folder apart from the data folder"
             )
         return None
-
-    def download_root(self, bucket: str) -> Path:
-        """Local folder that mirrors ``bucket/prefix`` (when the destination is local)."""
-        if self.s3.download_dir and self.download_url is None:
-            return Path(self.s3.download_dir)
-        return self.local_path / "objects" / bucket

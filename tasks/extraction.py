@@ -36,10 +36,9 @@ def _extract(
     extractor: str,
 ) -> ExtractSummary:
     ctx = run_context(settings, run_id)
-    settings = ctx.settings
-    with timed(settings.location, noun="documents") as t:
+    with timed(ctx.lake, noun="documents") as t:
         docs = batch.extract_batch(
-            settings,
+            ctx.settings.extracting,
             bucket,
             stored,
             run_id=run_id,
@@ -47,7 +46,7 @@ def _extract(
             landed=ctx.landed,
             **pools(ctx),
         )
-        structure.stage_documents(settings.location, run_id, name, docs)
+        structure.stage_documents(ctx.lake, run_id, name, docs)
         summary = batch.summarize(docs).note_failures(docs)
         t.items = len(docs)
         t.bytes = summary.bytes
@@ -64,8 +63,7 @@ def extract_batch(
 ) -> ExtractSummary:
     """Extract what a download batch fetched; stage the rows as one part named by the
     batch (a retry overwrites instead of duplicating)."""
-    settings = run_context(settings, run_id).settings
-    stored = sync.downloaded(settings.location, run_id, downloaded.name)
+    stored = sync.downloaded(run_context(settings, run_id).lake, run_id, downloaded.name)
     return _extract(settings, bucket, run_id, downloaded.name, stored, extractor)
 
 
@@ -85,12 +83,15 @@ def extract_stored(
     stored = objects.stored()
     # a file elsewhere than the run's download folders (an earlier download folder) is
     # fetched again into one: the parsers' fence lets them read only those
-    if all(p and Path(p).is_file() and batch.parsers_can_read(settings, p) for _k, _e, p in stored):
+    extracting = settings.extracting
+    if all(
+        p and Path(p).is_file() and batch.parsers_can_read(extracting, p) for _k, _e, p in stored
+    ):
         return _extract(settings, bucket, run_id, objects.name, stored, extractor)
     with tempfile.TemporaryDirectory(prefix="ingest-extract-", dir=batch.work_root()) as tmp:
         readable = fetch.materialize(
             run_context(settings, run_id).s3,
-            settings,
+            extracting,
             objects.objects(),
             [p for _k, _e, p in stored],
             prefix=prefix,

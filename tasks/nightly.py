@@ -186,7 +186,7 @@ def publish_nightly_summary(
     """
     ctx = run_context(settings, run_id)
     settings = ctx.settings
-    data_dir = settings.location
+    data_dir = ctx.lake
     ids = current_ids(ctx)
     recorded = {  # the children's rows, without losing what a child recorded itself
         o.flow_name: history.record_child_run(

@@ -53,7 +53,6 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
     run compares itself with). An S3 run's stages and failed objects are logged as well,
     and its progress bar says what was done."""
     ctx = run_context(settings, summary.run_id)
-    settings = ctx.settings
     ids = current_ids(ctx)
     with Sends() as send:  # each artifact beside the history work, not after it
         if isinstance(summary, RestSummary):
@@ -64,7 +63,7 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
                 description=f"{title}: per listing",
             )
         summary.stages = report.stage_table(
-            settings.location, summary.run_id, since=report.first_day(summary.seconds)
+            ctx.lake, summary.run_id, since=report.first_day(summary.seconds)
         )
         if isinstance(summary, report.RunSummary):
             log_stages(summary.stages)
@@ -83,10 +82,8 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
             table=summary.stages,
             description=f"{title}: per-stage timing",
         )
-        _, comparison = compare_with_previous(settings.location, summary.stages, ids, target=target)
-        record_current_run(
-            settings.location, ids, seconds=summary.seconds, target=target, **figures
-        )
+        _, comparison = compare_with_previous(ctx.lake, summary.stages, ids, target=target)
+        record_current_run(ctx.lake, ids, seconds=summary.seconds, target=target, **figures)
         outcome = (
             report.markdown(summary, title)
             if isinstance(summary, report.RunSummary)

@@ -13,8 +13,9 @@ a Prefect ``Secret`` block or an environment variable; they are never a paramete
 
 Each task finds its run's context by the run's id (``tasks.runners.run_context``:
 the flow's, or on a Dask worker the one it opens there, closed by the flow's batch
-runner at the run's end) and works with its settings, whose lake is reached through
-the run's lake session (credentials, client, the database for small queries). The
+runner at the run's end) and works with its settings and its lake (``ctx.lake``),
+reached through the run's lake session (credentials, client, the database for small
+queries). The
 HTTP client stays the fetch's own: it lives on the fetch's event loop, one per task.
 """
 
@@ -53,14 +54,12 @@ def load_sync_state(
     settings: Settings, run_id: str, source: Source, full_refresh: bool
 ) -> dict[str, RepoState]:
     """A ``dialect: github`` source's stored ETags and watermarks (none on a full refresh)."""
-    settings = run_context(settings, run_id).settings
-    with timed(settings.location, noun="pages") as t:
+    lake = run_context(settings, run_id).lake
+    with timed(lake, noun="pages") as t:
         if full_refresh:
             states = {r: RepoState() for r in source.repos}
         else:
-            states = store.load_repo_states(
-                settings.location, source.repos, github.state_of(source)
-            )
+            states = store.load_repo_states(lake, source.repos, github.state_of(source))
         t.items = sum(len(s.pages) for s in states.values())
     return states
 
@@ -79,12 +78,10 @@ def fetch_rest_source(
 
     ``priors``: a GitHub source's stored state (``load-sync-state``); ``part`` tells
     apart the staged parts of several such tasks of one run."""
-    settings = run_context(settings, run_id).settings
-    with timed(
-        settings.location, noun="pull requests" if source.client.dialect else "records"
-    ) as t:
+    ctx = run_context(settings, run_id)
+    with timed(ctx.lake, noun="pull requests" if source.client.dialect else "records") as t:
         summary = fetch_source(
-            RestConfig.of(settings),
+            RestConfig.of(ctx.settings, ctx.lake),
             source,
             run_id=run_id,
             base_url=base_url,

@@ -80,12 +80,32 @@ def stops_on_sigterm(fn: Callable[P, R]) -> Callable[P, R]:
     return cast(Callable[P, R], functools.update_wrapper(wrapped, fn))
 
 
-def run_settings(data_dir: str | None, **given: Any) -> Settings:
-    """The run's settings: the worker's, with the run's parameters that were given (by the
-    settings' flat names, ``s3_concurrency=``; None: the worker's own) and its data folder,
-    refused when the deployment's data folders forbid them (``ingest.security``)."""
+def run_settings(
+    data_dir: str | None,
+    *,
+    endpoint_url: str | None,
+    concurrency: int | None,
+    list_shards: int | None,
+    download_dir: str | None,
+    keep_files: bool | None,
+    task_runner: str | None,
+) -> Settings:
+    """The run's settings: the worker's, with the run's parameters that were given (None:
+    the worker's own; the S3 ones are the ``s3`` group's fields of the same names) and its
+    data folder, refused when the deployment's data folders forbid them
+    (``ingest.security``)."""
     worker = Settings()
-    settings = worker.updated(**{k: v for k, v in given.items() if v is not None})
+    s3 = dict(
+        endpoint_url=endpoint_url,
+        concurrency=concurrency,
+        list_shards=list_shards,
+        download_dir=download_dir,
+    )
+    run = dict(keep_files=keep_files, task_runner=task_runner)
+    settings = worker.updated(
+        s3={k: v for k, v in s3.items() if v is not None},
+        **{k: v for k, v in run.items() if v is not None},
+    )
     settings = settings.with_data_dir(data_dir)
     security.check_data_dirs(worker, settings, deployment_defaults())
     return settings
@@ -140,7 +160,7 @@ def github_run(
     base_url = knobs.get("base_url")
     security.check_github_run(
         worker,
-        settings.updated(github_base_url=base_url or worker.github.base_url),
+        settings.updated(github={"base_url": base_url or worker.github.base_url}),
         deployment_defaults(),
     )
     return settings, github_source(settings.github, repos, **knobs)
@@ -185,7 +205,7 @@ def nightly_settings(data_dir: str | None, github_base_url: str | None) -> Setti
     children check theirs again)."""
     worker = Settings()
     settings = worker.with_data_dir(data_dir)
-    asked = settings.updated(github_base_url=github_base_url or "")
+    asked = settings.updated(github={"base_url": github_base_url or ""})
     security.check_github_run(worker, asked, deployment_defaults())
     return settings
 
@@ -219,7 +239,7 @@ def list_spec(
         include=list(settings.s3.include if include is None else include),
         exclude=list(settings.s3.exclude if exclude is None else exclude),
         full_refresh=full_refresh,
-        extract_version=provenance.versions(settings) if extract else None,
+        extract_version=provenance.versions(settings.extracting) if extract else None,
         reextract_kinds=tuple(reextract_kinds or ()),
         reextract_since=reextract_since,
         inventory=inventory,
@@ -249,7 +269,7 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
     in a local folder a later task could read, else ``download-batch`` then
     ``extract-batch``."""
     settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
-    whole = settings.task_runner == "dask" or not settings.files_stay_local
+    whole = settings.task_runner == "dask" or not settings.downloads.stay_local
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch

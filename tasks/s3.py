@@ -33,6 +33,7 @@ from ingest.s3 import chunks, fetch, sync
 from ingest.s3 import scan as listing
 from ingest.s3.scan import ListSpec
 from ingest.settings import Settings
+from ingest.storage.location import LakeLocation
 from tasks.runners import run_context
 from tasks.timing import timed
 
@@ -60,11 +61,11 @@ def _whole_task_retry(_task: Any, _run: Any, state: Any) -> bool:
     return True
 
 
-def stage_rows(settings: Settings, run_id: str, table: str, part: str, rows: pa.Table) -> None:
+def stage_rows(lake: LakeLocation, run_id: str, table: str, part: str, rows: pa.Table) -> None:
     """Stage a batch's rows, writing again after a failure (disk full, an I/O error) instead
     of letting a task retry fetch the batch again."""
     STAGE_BACKOFF.retrying(
-        lambda: storage.stage(settings.location, run_id, table, part, rows),
+        lambda: storage.stage(lake, run_id, table, part, rows),
         OSError,
         what=f"{table} rows of {part} not written",
     )
@@ -84,7 +85,7 @@ def pools(ctx: RunContext) -> dict[str, Any]:
 def check_bucket(settings: Settings, run_id: str, bucket: str) -> int:
     """Fail fast on a missing bucket or rejected credentials; sweep stale temp files."""
     s3.check_bucket(run_context(settings, run_id).s3.client, bucket)
-    return s3.sweep_temp(settings.download_root(bucket))
+    return s3.sweep_temp(settings.downloads.root(bucket))
 
 
 @task(name="plan-listing", cache_policy=NO_CACHE)
@@ -92,9 +93,8 @@ def plan_listing(settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
     """Split the listing into key-range shards listed concurrently (one by default), or
     fetch and sort the S3 Inventory report that replaces LIST calls."""
     ctx = run_context(settings, spec.run_id)
-    settings = ctx.settings
-    with timed(settings.location, noun="shards") as t:
-        shards = listing.plan(ctx.s3, settings, spec)
+    with timed(ctx.lake, noun="shards") as t:
+        shards = listing.plan(ctx.s3, ctx.s3_run, spec)
         t.items = len(shards)
     return shards
 
@@ -113,9 +113,8 @@ def list_objects(
     """List one chunk of a shard (a few pages); the next chunk is listed while this one is
     compared with the stored state."""
     ctx = run_context(settings, spec.run_id)
-    settings = ctx.settings
-    with timed(settings.location, noun="keys") as t:
-        listed = listing.list_part(ctx.s3, ctx.listing, settings, spec, shard, cursor)
+    with timed(ctx.lake, noun="keys") as t:
+        listed = listing.list_part(ctx.s3, ctx.listing, ctx.s3_run, spec, shard, cursor)
         t.items = listed.count
     return listed
 
@@ -130,10 +129,9 @@ def find_changes(settings: Settings, spec: ListSpec, listed: ListedChunk) -> Chu
     """Compare a listed chunk with the stored state: batches to fetch and to extract (refs,
     not the bucket), deletions staged, counts."""
     ctx = run_context(settings, spec.run_id)
-    settings = ctx.settings
-    with timed(settings.location, noun="keys") as t:
+    with timed(ctx.lake, noun="keys") as t:
         result = listing.find_changes(
-            ctx.listing, settings, spec, listed, ctx.claims, lambda: ctx.s3.client
+            ctx.listing, ctx.s3_run, spec, listed, ctx.claims, lambda: ctx.s3.client
         )
         t.items = result.listed
     return result
@@ -154,17 +152,17 @@ def download_batch(
     settings = ctx.settings
     if extract:
         ctx.pool.warm()
-    with timed(settings.location) as t:
+    with timed(ctx.lake) as t:
         results = sync.download_batch(
             ctx.s3,
-            settings,
+            settings.downloads.root(spec.bucket),
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
             claims=ctx.claims,
             landed=ctx.landed if extract else None,
         )
-        stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
+        stage_rows(ctx.lake, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
         summary.name = batch.name
         t.items = len(results)
@@ -191,10 +189,10 @@ def fetch_batch(
     settings = ctx.settings
     if extract:
         ctx.pool.warm()  # the workers start while the batch downloads
-    with timed(settings.location) as t:
+    with timed(ctx.lake) as t:
         results, docs = fetch.fetch_batch(
             ctx.s3,
-            settings,
+            settings.extracting,
             batch.objects(),
             prefix=spec.prefix,
             run_id=spec.run_id,
@@ -202,11 +200,11 @@ def fetch_batch(
             extractor=extractor,
             **(pools(ctx) if extract else {}),
         )
-        stage_rows(settings, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
+        stage_rows(ctx.lake, spec.run_id, "s3_objects", batch.name, sync.results_table(results))
         summary = sync.summarize(results)
         summary.name = batch.name
         if extract:
-            structure.stage_documents(settings.location, spec.run_id, batch.name, docs)
+            structure.stage_documents(ctx.lake, spec.run_id, batch.name, docs)
             summary.extracted = extraction.summarize(docs).note_failures(docs)
         t.items = len(results)
         t.bytes = summary.bytes

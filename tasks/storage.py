@@ -14,9 +14,11 @@ from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 
 from ingest import storage
+from ingest.context import lake_of
 from ingest.records import TaskTiming
 from ingest.settings import Settings
 from ingest.storage import maintenance
+from ingest.storage.location import LakeLocation
 from tasks.artifacts import beside
 from tasks.timing import timed
 
@@ -30,9 +32,10 @@ RUN_HISTORY = ("task_timings", "flow_runs")
 @task(name="prepare-storage", cache_policy=NO_CACHE)
 def prepare_storage(settings: Settings, run_id: str) -> list[str]:
     """Migrate an old data folder once; commit what runs that died had staged."""
-    with timed(settings.location, noun="runs recovered") as t:
+    lake = lake_of(settings, run_id)
+    with timed(lake, noun="runs recovered") as t:
         recovered = storage.prepare(
-            settings.location, current_run=run_id, stale_after=settings.staging_stale_after
+            lake, current_run=run_id, stale_after=settings.staging_stale_after
         )
         t.items = len(recovered)
     if recovered:
@@ -45,14 +48,15 @@ def prepare_storage(settings: Settings, run_id: str) -> list[str]:
 
 
 @task(name="maintain-lake", cache_policy=NO_CACHE)
-def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceReport:
+def maintain_lake(
+    settings: Settings, tables: list[str], run_id: str = ""
+) -> storage.MaintenanceReport:
     """Retention, compaction past the file threshold, vacuum."""
-    with timed(settings.location, noun="files") as t:
+    lake = lake_of(settings, run_id)
+    with timed(lake, noun="files") as t:
         report = storage.maintain(
-            settings.location,
-            tables=[
-                x for x in tables if maintenance.newest_version(settings.location, x) is not None
-            ],
+            lake,
+            tables=[x for x in tables if maintenance.newest_version(lake, x) is not None],
             retention_days=settings.retention_days,
             compact_min_files=settings.compact_min_files,
             vacuum_retention_hours=settings.vacuum_retention_hours,
@@ -62,13 +66,13 @@ def maintain_lake(settings: Settings, tables: list[str]) -> storage.MaintenanceR
 
 
 def start_upkeep(
-    settings: Settings, tables: list[str]
+    settings: Settings, tables: list[str], run_id: str = ""
 ) -> PrefectFuture[storage.MaintenanceReport] | None:
     """``maintain-lake`` submitted over the tables of ``tables`` whose upkeep is due
     (``maintenance.due``: by one listing of each log), to run beside what follows; None,
     and no task run, when none is."""
-    due = maintenance.due(settings.location, tables)
-    return maintain_lake.submit(settings, due) if due else None
+    due = maintenance.due(lake_of(settings, run_id), tables)
+    return maintain_lake.submit(settings, due, run_id) if due else None
 
 
 @task(
@@ -81,8 +85,9 @@ def commit_rows(settings: Settings, run_id: str) -> storage.CommitReport:
     """Commit the run's staged rows but its own history (one commit per table). Their
     views follow with the history's (``commit_run``): warehouse.duckdb is opened once a
     run, not twice (an opening and its closing checkpoint cost ~50-100 ms)."""
-    with timed(settings.location, noun="rows") as t:
-        report = storage.commit_run(settings.location, run_id, exclude=RUN_HISTORY)
+    lake = lake_of(settings, run_id)
+    with timed(lake, noun="rows") as t:
+        report = storage.commit_run(lake, run_id, exclude=RUN_HISTORY)
         t.items = sum(report.rows.values())
     return report
 
@@ -101,7 +106,8 @@ def commit_run(
     views of every table the run wrote (``committed``'s too)."""
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    report = storage.commit_run(settings.location, run_id, exclude=("task_timings",))
+    lake = lake_of(settings, run_id)
+    report = storage.commit_run(lake, run_id, exclude=("task_timings",))
     timing = TaskTiming(
         flow_run_id=run_id,
         flow_name=str(flow_run.flow_name or ""),
@@ -112,12 +118,12 @@ def commit_run(
         seconds=time.perf_counter() - t0,
         items=sum(report.rows.values()),
     )
-    storage.stage(settings.location, run_id, "task_timings", "commit-run", [timing.as_row()])
-    last = storage.commit_run(settings.location, run_id)
+    storage.stage(lake, run_id, "task_timings", "commit-run", [timing.as_row()])
+    last = storage.commit_run(lake, run_id)
     report.rows.update(last.rows)
     if committed is not None:
         report.rows.update(committed.rows)
-    report.warehouse_refreshed = refresh_views(settings, report.rows)
+    report.warehouse_refreshed = refresh_views(lake, report.rows)
     # The line gives the figure its task_timings row holds (the stage table's), and then
     # what came after it was measured: its own row's commit and the views.
     logger = get_run_logger()
@@ -130,10 +136,10 @@ def commit_run(
     return report
 
 
-def refresh_views(settings: Settings, tables: dict[str, int]) -> bool:
+def refresh_views(lake: LakeLocation, tables: dict[str, int]) -> bool:
     """Bring warehouse.duckdb's views of ``tables`` to their new versions; False (and a
     warning) when another process holds the file."""
-    if storage.refresh_warehouse(settings.location, tables=tables):
+    if storage.refresh_warehouse(lake, tables=tables):
         return True
     get_run_logger().warning(
         "warehouse.duckdb not refreshed: another process holds it open read-write (the "
@@ -170,7 +176,7 @@ def _publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T
         commit_run(settings, run_id, committed)
     except Exception:
         if committed.rows:  # the rows are in the lake: their views follow them anyway
-            refresh_views(settings, committed.rows)
+            refresh_views(lake_of(settings, run_id), committed.rows)
         raise
     return published
 
@@ -178,7 +184,8 @@ def _publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T
 def rows_staged(settings: Settings, run_id: str) -> bool:
     """Whether the run has staged rows of a table other than its own history."""
     return any(
-        t not in RUN_HISTORY for t in storage.staging.staged_tables(settings.location, run_id)
+        t not in RUN_HISTORY
+        for t in storage.staging.staged_tables(lake_of(settings, run_id), run_id)
     )
 
 
@@ -197,7 +204,7 @@ def hold_target(settings: Settings, target: str, run_id: str) -> Iterator[str | 
         )
 
     with leases.hold(
-        settings.location,
+        lake_of(settings, run_id),
         target,
         run_id,
         when_held=settings.s3.same_target,
@@ -217,9 +224,10 @@ def run_staging(settings: Settings, run_id: str) -> Iterator[None]:
     """The run's staging for the block: marked alive (no other run commits it), and on
     the way out, whether the block succeeded or raised, whatever is still staged is
     committed (a failed run keeps every row it fetched) and the folder removed."""
-    storage.location.check(settings.location)  # an s3:// lake out of reach: one clear error first
+    lake = lake_of(settings, run_id)
+    storage.location.check(lake)  # an s3:// lake out of reach: one clear error first
     try:
-        with storage.heartbeat(settings.location, run_id):
+        with storage.heartbeat(lake, run_id):
             yield
     finally:
-        storage.finish_run(settings.location, run_id)
+        storage.finish_run(lake, run_id)

@@ -101,8 +101,3 @@ def clean_text(text: str) -> str:
     text = _CONTROL.sub(" ", text)
     lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
     return _BLANKS.sub("\n\n", "\n".join(lines)).strip()
-
-
-def join_lines(parts: list[str]) -> str:
-    """Join non-empty fragments, one per line."""
-    return "\n".join(p for p in parts if p and p.strip())

@@ -40,7 +40,7 @@ from ingest.extract.metadata import detect_language
 from ingest.extract.ocr import ocr_unavailable
 from ingest.extract.pool import Outcome, PoolConfig, WorkerPool
 from ingest.records import Document, DocumentStatus, ExtractSummary
-from ingest.settings import Settings
+from ingest.settings import Extracting
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +73,18 @@ def work_root() -> Path:
     return root
 
 
-def parser_roots(settings: Settings) -> tuple[str, ...]:
+def parser_roots(settings: Extracting) -> tuple[str, ...]:
     """The folders a run's parsers read files from, and nothing else of the machine's
     (``ingest.extract.fence``): ``work_root``, where a batch whose files are not kept
     lands, and the download folder when files stay there (``INGEST_S3_DOWNLOAD_DIR``, else
     ``DATA_DIR/objects``)."""
     roots = [str(work_root())]
-    if settings.files_stay_local:
-        local = settings.s3.download_dir or str(settings.local_path / "objects")
-        roots.append(local)
+    if settings.downloads.stay_local:
+        roots.append(settings.downloads.folder or str(settings.downloads.local_dir / "objects"))
     return tuple(roots)
 
 
-def parsers_can_read(settings: Settings, path: str) -> bool:
+def parsers_can_read(settings: Extracting, path: str) -> bool:
     """Whether the run's parsers may read the file at ``path``: it lies in one of
     ``parser_roots``, or this kernel sets no fence."""
     if fence.landlock_abi() < 1:
@@ -94,7 +93,7 @@ def parsers_can_read(settings: Settings, path: str) -> bool:
     return any(real.is_relative_to(Path(root).resolve()) for root in parser_roots(settings))
 
 
-def pool_config(settings: Settings) -> PoolConfig:
+def pool_config(settings: Extracting) -> PoolConfig:
     return PoolConfig(
         workers=settings.extract.workers,
         time_limit=settings.extract.time_limit,
@@ -104,7 +103,7 @@ def pool_config(settings: Settings) -> PoolConfig:
     )
 
 
-def ocr_pool_config(settings: Settings) -> PoolConfig:
+def ocr_pool_config(settings: Extracting) -> PoolConfig:
     return PoolConfig(
         workers=settings.ocr.workers,
         time_limit=settings.ocr.time_limit,
@@ -115,7 +114,7 @@ def ocr_pool_config(settings: Settings) -> PoolConfig:
 
 
 def extract_batch(
-    settings: Settings,
+    settings: Extracting,
     bucket: str,
     stored: Sequence[Stored],
     *,
@@ -202,7 +201,7 @@ def _past_budget(fut: Future[Outcome]) -> bool:
 
 
 def submit_parse(
-    settings: Settings,
+    settings: Extracting,
     pool: WorkerPool,
     path: str,
     key: str,
@@ -228,7 +227,7 @@ def submit_parse(
 
 
 def parse_as_landed(
-    settings: Settings, pool: Callable[[], WorkerPool], started: Callable[[], float | None]
+    settings: Extracting, pool: Callable[[], WorkerPool], started: Callable[[], float | None]
 ) -> Callable[[str, str], Future[Outcome] | None]:
     """The ``Landed`` parse of a run: each landed file a parser must read goes to the
     run's pool (``pool()``) at once, with the default extractor, unless the run's
@@ -244,7 +243,7 @@ def parse_as_landed(
     return parse
 
 
-def chunk_options(settings: Settings, extractor: str) -> dict[str, int]:
+def chunk_options(settings: Extracting, extractor: str) -> dict[str, int]:
     """The chunk settings the default job takes (a test's hook keeps its own signature)."""
     if extractor != DEFAULT_EXTRACTOR:
         return {}
@@ -332,7 +331,10 @@ def over_budget(
 
 
 def run_ocr(
-    settings: Settings, docs: list[Document], stored: Sequence[Stored], ocr_pool: WorkerPool | None
+    settings: Extracting,
+    docs: list[Document],
+    stored: Sequence[Stored],
+    ocr_pool: WorkerPool | None,
 ) -> None:
     """OCR the image-only pages of this batch's PDFs, within the queue bound and page cap."""
     candidates = [
@@ -381,7 +383,7 @@ def run_ocr(
         doc.seconds += round(outcome.seconds, 6)
 
 
-def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Settings) -> None:
+def add_ocr_text(doc: Document, done: Sequence[tuple[int, str]], settings: Extracting) -> None:
     """Put the OCR'd text of each page (``(0-based page, text)``) where the page's text
     layer would be: on its page (``document_pages``), in the whole text in page order,
     after the page's marker in the markdown, and in the chunks, which are cut again;

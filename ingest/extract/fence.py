@@ -46,6 +46,8 @@ import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ingest.errors import IngestError
+
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
 SYS_RESTRICT_SELF = 446
@@ -116,7 +118,7 @@ SYSTEM_FILES = (
 )
 
 
-class FenceError(OSError):
+class FenceError(IngestError, OSError):
     """The fence could not be set (the worker must not run without the fence it was given)."""
 
 

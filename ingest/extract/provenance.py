@@ -27,7 +27,7 @@ import importlib.metadata
 from collections.abc import Iterable
 
 from ingest.records import Document
-from ingest.settings import Settings
+from ingest.settings import Extracting
 
 TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 # Code version of each kind's extractor: bump the kind whose output a change alters.
@@ -72,7 +72,7 @@ def _library_version(name: str) -> str:
         return "absent"
 
 
-def version_for(kind: str, settings: Settings) -> str:
+def version_for(kind: str, settings: Extracting) -> str:
     """The exact, complete extractor string of a row of ``kind`` under ``settings``."""
     from ingest.extract import EXTRACTOR_VERSION
 
@@ -92,7 +92,7 @@ def version_for(kind: str, settings: Settings) -> str:
     return " ".join(parts)
 
 
-def versions(settings: Settings) -> dict[str, str]:
+def versions(settings: Extracting) -> dict[str, str]:
     """``version_for`` of every kind, for comparing stored rows (kind -> string)."""
     return {kind: version_for(kind, settings) for kind in KINDS}
 
@@ -107,7 +107,7 @@ def release(version: str | None) -> tuple[int, ...]:
         return ()
 
 
-def stamp(docs: Iterable[Document], settings: Settings, *, keep: str) -> None:
+def stamp(docs: Iterable[Document], settings: Extracting, *, keep: str) -> None:
     """Record on each row the string of its kind (but on rows whose version is ``keep``:
     an interrupted extraction, which must not look current)."""
     table = versions(settings)

@@ -39,14 +39,16 @@ class RestConfig:
     own_secret: Callable[[str], SecretStr | None]
 
     @classmethod
-    def of(cls, settings: Settings) -> RestConfig:
-        """The run's view of ``settings`` (the one place a REST run reads them whole)."""
+    def of(cls, settings: Settings, lake: LakeLocation | None = None) -> RestConfig:
+        """The run's view of ``settings`` (the one place a REST run reads them whole);
+        ``lake``: the run's tables, bound to its lake session
+        (``ingest.context.RunContext.lake``); None: the settings' own, unbound."""
         return cls(
             rest=settings.rest,
             http=settings.http,
             shared=settings.shared,
             github=settings.github,
-            location=settings.location,
+            location=lake if lake is not None else settings.location,
             allowed_hosts=tuple(settings.allowed_hosts),
             task_runner=settings.task_runner,
             own_secret=settings.own_secret,

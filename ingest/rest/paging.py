@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from ingest.errors import IngestError
+
 # Pages one listing fetches at most unless told (a resource's ``max_pages``, ``walk``'s):
 # a ``rel="last"`` or a total announcing 10^9 pages builds this many URLs, not 10^9, and a
 # cursor that never ends stops here. 10,000 pages of 100 records is a million records a
@@ -95,7 +97,7 @@ def _count(value: Any) -> int | None:
     return None
 
 
-class MissingFieldError(ValueError):
+class MissingFieldError(IngestError, ValueError):
     """A field the paginator's stop rule reads is not in the page (dlt fails the
     listing there too): the listing cannot tell where it ends."""
 

@@ -50,6 +50,7 @@ from uuid import UUID
 import httpx
 
 from ingest.backoff import Backoff
+from ingest.errors import IngestError
 
 if TYPE_CHECKING:
     from ingest.settings import SharedSettings
@@ -140,7 +141,7 @@ def enabled(
     return wanted
 
 
-class SharedLimitsError(RuntimeError):
+class SharedLimitsError(IngestError, RuntimeError):
     """The Prefect server refused or failed an operation on a shared limit."""
 
 

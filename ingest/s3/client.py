@@ -27,7 +27,7 @@ from obstore.store import S3Store
 from ingest import interrupt
 from ingest.aws import block_session
 from ingest.s3.rawlist import RawLister, new_lister
-from ingest.settings import Settings
+from ingest.settings import S3Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -42,32 +42,32 @@ log = logging.getLogger(__name__)
 CREDENTIALS_TTL = timedelta(minutes=5)
 
 
-def _new_client(settings: Settings) -> tuple[S3Client, boto3.session.Session]:
+def _new_client(s3: S3Settings) -> tuple[S3Client, boto3.session.Session]:
     """A boto3 S3 client whose connection pool matches the request concurrency, with the
     credentials of the AwsCredentials block ``s3_credentials_block`` when one is named
     (``ingest.aws.block_session``), else the AWS chain; and its session."""
     config = Config(
-        max_pool_connections=settings.s3.concurrency + 4,
-        retries={"mode": "standard", "max_attempts": settings.s3.max_attempts},
-        connect_timeout=settings.s3.connect_timeout,
-        read_timeout=settings.s3.read_timeout,
+        max_pool_connections=s3.concurrency + 4,
+        retries={"mode": "standard", "max_attempts": s3.max_attempts},
+        connect_timeout=s3.connect_timeout,
+        read_timeout=s3.read_timeout,
         tcp_keepalive=True,
         # Checksums only where an operation requires them: botocore's 2025 defaults
         # (when_supported) add CRC trailers to uploads and ChecksumMode to every GET, which
         # several S3-compatible stores refuse. Downloads are checked by ingest.s3.verify.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        s3={"addressing_style": "path"} if settings.s3.endpoint_url else None,
+        s3={"addressing_style": "path"} if s3.endpoint_url else None,
     )
     session = (
-        block_session(settings.s3.credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
-        if settings.s3.credentials_block
+        block_session(s3.credentials_block, used_for="INGEST_S3_CREDENTIALS_BLOCK")
+        if s3.credentials_block
         else boto3.session.Session()
     )
     client = session.client(
         "s3",
-        endpoint_url=settings.s3.endpoint_url,
-        region_name=settings.s3.region or session.region_name or "us-east-1",
+        endpoint_url=s3.endpoint_url,
+        region_name=s3.region or session.region_name or "us-east-1",
         config=config,
     )
     return client, session
@@ -78,8 +78,8 @@ class S3Connection:
     from it on first use, the obstore store of each bucket (the GETs), the fast lister of
     each bucket (``ingest.rawlist``) and the request lanes every batch of the run shares.
 
-    ``S3Connection.open(settings)`` builds the client from the settings; a connection over
-    a client built elsewhere (``S3Connection(client, settings)``, no session: a test's, a
+    ``S3Connection.open(settings.s3)`` builds the client from the S3 settings; a connection
+    over a client built elsewhere (``S3Connection(client, settings.s3)``, no session: a test's, a
     caller's own) lists and GETs through that client alone. Thread-safe: the run's batch
     tasks share one, and so one pool of keep-alive connections. ``close`` (or ``with``)
     stops the lanes and closes the client's connections.
@@ -88,7 +88,7 @@ class S3Connection:
     def __init__(
         self,
         client: S3Client,
-        settings: Settings,
+        settings: S3Settings,
         session: boto3.session.Session | None = None,
     ) -> None:
         self.client = client
@@ -100,8 +100,8 @@ class S3Connection:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, settings: Settings) -> S3Connection:
-        """A connection with its own client, built from ``settings``."""
+    def open(cls, settings: S3Settings) -> S3Connection:
+        """A connection with its own client, built from ``settings`` (the S3 group)."""
         client, session = _new_client(settings)
         return cls(client, settings, session)
 
@@ -134,7 +134,7 @@ class S3Connection:
         across every batch that shares the connection."""
         with self._lock:
             if self._lanes is None:
-                self._lanes = RequestLanes(self.settings.s3.concurrency)
+                self._lanes = RequestLanes(self.settings.concurrency)
             return self._lanes
 
     def close(self) -> None:
@@ -219,16 +219,16 @@ def _new_store(conn: S3Connection, bucket: str) -> S3Store | None:
     session, settings, client = conn.session, conn.settings, conn.client
     if session is None or bucket.endswith("--x-s3"):  # S3 Express needs session auth
         return None
-    endpoint = settings.s3.endpoint_url
+    endpoint = settings.endpoint_url
     options: dict[str, Any] = {
-        "connect_timeout": timedelta(seconds=settings.s3.connect_timeout),
-        "read_timeout": timedelta(seconds=settings.s3.read_timeout),
+        "connect_timeout": timedelta(seconds=settings.connect_timeout),
+        "read_timeout": timedelta(seconds=settings.read_timeout),
         # What limits a GET is the read timeout: no byte for that long (headers or body) fails
         # the request, which is then retried or resumed. The whole-request timeout is only a
         # backstop, sized so that one request (at most s3_range_threshold bytes) on a slow but
         # live link is not cut.
-        "timeout": timedelta(seconds=settings.s3.request_timeout),
-        "pool_max_idle_per_host": str(settings.s3.concurrency + 4),
+        "timeout": timedelta(seconds=settings.request_timeout),
+        "pool_max_idle_per_host": str(settings.concurrency + 4),
     }
     if endpoint and urlsplit(endpoint).scheme == "http":
         options["allow_http"] = True

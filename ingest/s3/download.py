@@ -20,16 +20,16 @@ from ingest.s3.files import _publish, remove, temp_path
 from ingest.s3.get import GET_BACKOFF, _stream, get_attempts
 from ingest.s3.resume import Journal
 from ingest.s3.verify import verify
-from ingest.settings import Settings
+from ingest.settings import S3Settings
 
 log = logging.getLogger(__name__)
 
 
-def integrity_passes(settings: Settings) -> int:
+def integrity_passes(s3: S3Settings) -> int:
     """Downloads of one object whose body fails its check (size, MD5, multipart ETag,
     checksum) before it is a failed row: as many as the requests a 5xx answer gets, with
     the same backoff between them."""
-    return get_attempts(settings)
+    return get_attempts(s3)
 
 
 @dataclass(slots=True)
@@ -63,7 +63,6 @@ def fetch_small(
     obj: S3Object,
     dest: str,
     root: str | os.PathLike[str],
-    settings: Settings,
     keep_head: int = 0,
 ) -> Fetched:
     """Download one object in one GET (resumed on a broken stream) to ``dest``.
@@ -76,7 +75,7 @@ def fetch_small(
     """
     started = time.perf_counter()
     attempts = 0
-    passes = integrity_passes(settings)
+    passes = integrity_passes(conn.settings)
     for check in range(passes):
         tmp = temp_path(root)
         md5 = hashlib.md5(usedforsecurity=False)
@@ -112,8 +111,8 @@ def fetch_small(
                         0,
                         obj.size,
                         write,
-                        settings.s3.stream_retries,
-                        get_attempts(settings),
+                        conn.settings.stream_retries,
+                        get_attempts(conn.settings),
                     )
             finally:
                 os.close(fd)
@@ -176,11 +175,9 @@ class BatchDownloader:
     by ``concurrency x CHUNK`` whatever the object sizes.
     """
 
-    def __init__(
-        self, conn: S3Connection, settings: Settings, root: str | os.PathLike[str]
-    ) -> None:
+    def __init__(self, conn: S3Connection, root: str | os.PathLike[str]) -> None:
         self.conn = conn
-        self.settings = settings
+        self.settings = conn.settings
         self.root = root
         self.lanes = conn.lanes
 
@@ -216,7 +213,7 @@ class BatchDownloader:
                     return
                 try:
                     outcome: Fetched | BaseException = fetch_small(
-                        conn, obj, dest, root, settings, keep_head=head if on_landed else 0
+                        conn, obj, dest, root, keep_head=head if on_landed else 0
                     )
                 except BaseException as exc:
                     outcome = exc
@@ -232,7 +229,7 @@ class BatchDownloader:
 
         queued: list[Callable[[], None]] = []
         for obj, dest in jobs:
-            if obj.size >= settings.s3.range_threshold:
+            if obj.size >= settings.range_threshold:
                 queued.extend(self._ranged(obj, dest, finish))
             else:
                 queued.append(small(obj, dest))
@@ -252,7 +249,7 @@ class BatchDownloader:
         The file is resumable (``ingest.s3.resume``): only the ranges a killed or failed
         run left missing are requested. ``state``: the previous pass of an object whose
         body failed its check (it starts over)."""
-        size = self.settings.s3.range_size
+        size = self.settings.range_size
         ranges = [(start, min(start + size, obj.size)) for start in range(0, obj.size, size)]
         journal = Journal.open(self.root, obj)
         if journal is not None:
@@ -298,7 +295,7 @@ class BatchDownloader:
                         start,
                         end,
                         write,
-                        self.settings.s3.stream_retries,
+                        self.settings.stream_retries,
                         get_attempts(self.settings),
                     )
                 except BaseException as exc:

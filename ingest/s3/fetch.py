@@ -28,9 +28,9 @@ from pathlib import Path
 from ingest.extract import batch
 from ingest.extract.landed import Landed
 from ingest.extract.pool import WorkerPool
-from ingest.records import Document, ObjectResult, S3Object
+from ingest.records import Document, Downloads, ObjectResult, S3Object
 from ingest.s3 import S3Connection, keys, sync
-from ingest.settings import Settings
+from ingest.settings import Extracting
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ Stored = batch.Stored
 
 
 @contextmanager
-def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
+def work_folder(downloads: Downloads, bucket: str) -> Iterator[Path]:
     """Where this worker downloads: the local destination when files stay there, else a
     temporary folder removed when the batch is done."""
-    if settings.files_stay_local:
-        yield settings.download_root(bucket)
+    if downloads.stay_local:
+        yield downloads.root(bucket)
         return
     folder = Path(tempfile.mkdtemp(prefix="ingest-batch-", dir=batch.work_root()))
     try:
@@ -53,7 +53,7 @@ def work_folder(settings: Settings, bucket: str) -> Iterator[Path]:
 
 def fetch_batch(
     conn: S3Connection,
-    settings: Settings,
+    settings: Extracting,
     objects: Sequence[S3Object],
     *,
     prefix: str,
@@ -73,8 +73,7 @@ def fetch_batch(
     if not objects:
         return [], []
     bucket = objects[0].bucket
-    with work_folder(settings, bucket) as folder:
-        here = settings.updated(s3_download_dir=str(folder))
+    with work_folder(settings.downloads, bucket) as folder:
         # what the first bytes decide is settled, and the rest starts parsing, as each file
         # lands (ingest.extract.landed)
         parse = None
@@ -82,7 +81,7 @@ def fetch_batch(
             parse = batch.parse_as_landed(settings, lambda: pool, lambda: started)
         landed = Landed(parse) if extract else None
         results = sync.download_batch(
-            conn, here, objects, prefix=prefix, run_id=run_id, landed=landed
+            conn, folder, objects, prefix=prefix, run_id=run_id, landed=landed
         )
         stored = [
             (r.key, r.etag or "", r.local_path)
@@ -104,8 +103,8 @@ def fetch_batch(
             if extract
             else []
         )
-        if not settings.files_stay_local:
-            place_files(conn, settings, results, prefix)
+        if not settings.downloads.stay_local:
+            place_files(conn, settings.downloads, results, prefix)
     return results, docs
 
 
@@ -118,11 +117,11 @@ def destination_of(url: str, key: str, prefix: str) -> tuple[str, str]:
 
 
 def place_files(
-    conn: S3Connection, settings: Settings, results: list[ObjectResult], prefix: str
+    conn: S3Connection, downloads: Downloads, results: list[ObjectResult], prefix: str
 ) -> None:
     """Copy downloaded files to the destination on object storage, or forget them; the
     rows then say where each object is kept."""
-    url = settings.download_url if settings.keep_files else None
+    url = downloads.url if downloads.keep else None
     for r in results:
         if r.status != "downloaded" or not r.local_path:
             continue
@@ -143,7 +142,7 @@ def place_files(
 
 def materialize(
     conn: S3Connection,
-    settings: Settings,
+    settings: Extracting,
     objects: Sequence[S3Object],
     paths: Sequence[str | None],
     *,
@@ -184,8 +183,7 @@ def materialize(
         else:
             refetch.append(obj)
     if refetch:
-        here = settings.updated(s3_download_dir=str(folder / "source"))
-        for r in sync.download_batch(conn, here, refetch, prefix=prefix, run_id=""):
+        for r in sync.download_batch(conn, folder / "source", refetch, prefix=prefix, run_id=""):
             if r.status == "downloaded" and r.local_path:
                 out.append((r.key, r.etag or "", r.local_path))
     return out

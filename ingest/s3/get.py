@@ -52,7 +52,7 @@ from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
 from ingest.records import S3Object
 from ingest.s3.client import S3Connection
 from ingest.s3.errors import attempts_of, credentials_error, error_code
-from ingest.settings import Settings
+from ingest.settings import S3Settings
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +242,10 @@ def _chunks(body: Any) -> Iterator[bytes]:
         body.close()
 
 
-def get_attempts(settings: Settings) -> int:
+def get_attempts(s3: S3Settings) -> int:
     """Requests per GET: ``s3_max_attempts`` retries after the first, as botocore counts
     them for the listing."""
-    return settings.s3.max_attempts + 1
+    return s3.max_attempts + 1
 
 
 def _obstore_key(key: str) -> bool:

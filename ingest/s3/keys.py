@@ -37,11 +37,6 @@ TMP_DIR_NAME = ".ingest-tmp"
 _MAX_SEGMENT_BYTES = 255
 
 
-def is_folder_marker(key: str) -> bool:
-    """Keys ending in ``/`` are zero-byte folder placeholders made by consoles."""
-    return key.endswith("/")
-
-
 def folder_prefix(prefix: str) -> str:
     """The prefix as the folder it names: ``docs`` -> ``docs/`` (see the module doc)."""
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"

@@ -39,7 +39,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 
 if TYPE_CHECKING:
-    from ingest.settings import Settings
+    from ingest.settings import S3Settings
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def _parse_tree(body: bytes) -> RawPage | None:
     return page
 
 
-def new_lister(client: Any, session: Any, settings: Settings, bucket: str) -> RawLister | None:
+def new_lister(client: Any, session: Any, s3: S3Settings, bucket: str) -> RawLister | None:
     """The fast path for ``bucket`` with the credentials of ``session`` (the boto3 session
     ``client`` was built from), or None: then botocore lists. One per bucket of a run's
     connection (``ingest.s3.client.S3Connection.lister``)."""
@@ -208,9 +208,7 @@ def new_lister(client: Any, session: Any, settings: Settings, bucket: str) -> Ra
         if not parts.path.endswith("/" + _PROBE):
             return None
         base = f"{parts.scheme}://{parts.netloc}{parts.path[: -len(_PROBE)]}"
-        return RawLister(
-            base, credentials, region, settings.s3.list_shards + 2, settings.s3.read_timeout
-        )
+        return RawLister(base, credentials, region, s3.list_shards + 2, s3.read_timeout)
     except Exception as exc:  # an unusual configuration: botocore lists
         log.debug("s3://%s: no raw lister (%s)", bucket, exc)
         return None

@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from ingest import storage
-from ingest.records import ChunkResult, ListedChunk, ObjectBatch
+from ingest.records import ChunkResult, Downloads, ListedChunk, ObjectBatch
 from ingest.s3 import S3Connection, changes, chunks, keys, renames
-from ingest.settings import Settings
-from ingest.storage.location import DataDir
+from ingest.settings import S3Settings
+from ingest.storage.location import DataDir, LakeLocation
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,25 @@ class ListSpec:
         object.__setattr__(self, "prefix", keys.folder_prefix(self.prefix))
 
 
+@dataclass(frozen=True)
+class S3Run:
+    """What the S3 source's listing and comparison read of a run's settings, built once
+    by the run's context (``ingest.context.RunContext.s3_run``): the lake, bound to the
+    run's session; the S3 group; where downloads go; and the task runner (``thread``:
+    the batches' files are on this machine)."""
+
+    lake: LakeLocation
+    s3: S3Settings
+    downloads: Downloads
+    task_runner: str = "thread"
+
+
 def inventory_dir(data_dir: DataDir, run_id: str) -> Path:
     """Where a run keeps its inventory listing (removed with the run's staging)."""
     return storage.staging.run_dir(data_dir, run_id) / "_inventory"
 
 
-def plan(conn: S3Connection, settings: Settings, spec: ListSpec) -> list[chunks.Shard]:
+def plan(conn: S3Connection, run: S3Run, spec: ListSpec) -> list[chunks.Shard]:
     """The shards of the run's listing: key ranges listed concurrently, or one shard over
     the inventory report's rows, fetched and sorted here once."""
     if spec.inventory:
@@ -68,10 +81,10 @@ def plan(conn: S3Connection, settings: Settings, spec: ListSpec) -> list[chunks.
             spec.inventory,
             spec.bucket,
             spec.prefix,
-            inventory_dir(settings.location, spec.run_id),
+            inventory_dir(run.lake, spec.run_id),
         )
         return [chunks.Shard(0)]
-    return chunks.plan_shards(conn.client, spec.bucket, spec.prefix, settings.s3.list_shards)
+    return chunks.plan_shards(conn.client, spec.bucket, spec.prefix, run.s3.list_shards)
 
 
 def _scan(db: changes.ListingDatabase, data_dir: DataDir, table: str) -> str:
@@ -81,7 +94,7 @@ def _scan(db: changes.ListingDatabase, data_dir: DataDir, table: str) -> str:
     return db.once((str(data_dir), table), lambda: storage.scan(data_dir, table))
 
 
-def chunk_pages(settings: Settings, spec: ListSpec, chunk: int, db: changes.ListingDatabase) -> int:
+def chunk_pages(run: S3Run, spec: ListSpec, chunk: int, db: changes.ListingDatabase) -> int:
     """Pages of a shard's chunk ``chunk``: ``s3_list_chunk_pages``, but on a first
     listing (nothing stored under the prefix yet, or a full refresh: most objects will
     be fetched) the first chunks are smaller, 2, 4, 8 ... pages, so that downloads start
@@ -89,12 +102,12 @@ def chunk_pages(settings: Settings, spec: ListSpec, chunk: int, db: changes.List
     tasks (a listing, a comparison and a batch each) and fetched little (a 1 % night at
     50,000 objects in 4 shards, with chunks of 10 pages: 12 chunks instead of 8, and
     2.26 s of the client's CPU for its body against 1.97 s, 8 alternating runs)."""
-    full = settings.s3.list_chunk_pages
+    full = run.s3.list_chunk_pages
     if 2 ** (chunk + 1) >= full:
         return full
     first = db.once(
-        (str(settings.location), "first listing"),
-        lambda: spec.full_refresh or not _stored_any(db, settings.location, spec),
+        (str(run.lake), "first listing"),
+        lambda: spec.full_refresh or not _stored_any(db, run.lake, spec),
     )
     return min(full, 2 ** (chunk + 1)) if first else full
 
@@ -113,7 +126,7 @@ def _stored_any(db: changes.ListingDatabase, data_dir: DataDir, spec: ListSpec) 
 def list_part(
     conn: S3Connection,
     db: changes.ListingDatabase,
-    settings: Settings,
+    run: S3Run,
     spec: ListSpec,
     shard: chunks.Shard,
     cursor: chunks.Cursor,
@@ -121,7 +134,7 @@ def list_part(
     """List the chunk at ``cursor`` (LIST pages or inventory rows), filtered; ``db``: the
     run's listing database (whether anything is stored yet sizes the first chunks)."""
     if spec.inventory:
-        listing = inventory_dir(settings.location, spec.run_id) / "listing.parquet"
+        listing = inventory_dir(run.lake, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
         chunk = chunks.list_chunk(
@@ -130,11 +143,11 @@ def list_part(
             spec.prefix,
             shard,
             cursor,
-            max_pages=chunk_pages(settings, spec, cursor.chunk, db),
+            max_pages=chunk_pages(run, spec, cursor.chunk, db),
         )
     listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
-    path = listing_path(settings.location, spec.run_id, name)
+    path = listing_path(run.lake, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     # Arrow IPC, not Parquet: read back once by find-changes, then dropped with the
@@ -159,7 +172,7 @@ def listing_path(data_dir: DataDir, run_id: str, name: str) -> Path:
 
 def find_changes(
     db: changes.ListingDatabase,
-    settings: Settings,
+    run: S3Run,
     spec: ListSpec,
     listed: ListedChunk,
     claims: keys.RunClaims | None = None,
@@ -171,9 +184,9 @@ def find_changes(
     database. ``claims``: the local paths the run gave out (its context's); ``connect``: the
     source's S3 client, asked for only to copy stored copies on object storage."""
     shard = listed.shard
-    objects = feather.read_table(listing_path(settings.location, spec.run_id, listed.name))
+    objects = feather.read_table(listing_path(run.lake, spec.run_id, listed.name))
     found = changes.diff_chunk(
-        settings.location,
+        run.lake,
         objects,
         bucket=spec.bucket,
         prefix=spec.prefix,
@@ -189,9 +202,9 @@ def find_changes(
         extract_version=spec.extract_version,
         reextract_kinds=spec.reextract_kinds,
         reextract_since=spec.reextract_since,
-        state_sql=_scan(db, settings.location, "s3_objects"),
-        documents_sql=_scan(db, settings.location, "documents") if spec.extract_version else None,
-        local_files=settings.task_runner == "thread",
+        state_sql=_scan(db, run.lake, "s3_objects"),
+        documents_sql=_scan(db, run.lake, "documents") if spec.extract_version else None,
+        local_files=run.task_runner == "thread",
     )
     name = listed.name
     result = ChunkResult(shard=shard.index, listed=objects.num_rows, next=listed.next)
@@ -210,24 +223,24 @@ def find_changes(
         result.reextract = dict(found.reasons)
     if found.deleted.num_rows:
         storage.stage(
-            settings.location,
+            run.lake,
             spec.run_id,
             "s3_objects",
             f"deleted-{name}",
             deleted_rows(found.deleted, spec),
         )
         result.counts["deleted"] = found.deleted.num_rows
-        gone = deleted_documents(db, _scan(db, settings.location, "documents"), found.deleted, spec)
+        gone = deleted_documents(db, _scan(db, run.lake, "documents"), found.deleted, spec)
         if gone.num_rows:
-            storage.stage(settings.location, spec.run_id, "documents", f"deleted-{name}", gone)
-            mark_structure(db, settings, spec, gone.column("key").to_pylist(), name)
+            storage.stage(run.lake, spec.run_id, "documents", f"deleted-{name}", gone)
+            mark_structure(db, run, spec, gone.column("key").to_pylist(), name)
     fetch = found.fetch
     if fetch.num_rows and not spec.full_refresh and not spec.inventory:
-        copied = copy_stored(db, settings, spec, fetch, name, claims, connect)
+        copied = copy_stored(db, run, spec, fetch, name, claims, connect)
         if copied:
             result.counts["copied"] = copied.count
             fetch = copied.fetch
-    size = settings.s3.batch_size
+    size = run.s3.batch_size
     result.fetch = [
         ObjectBatch.from_table(f"{name}-b{i // size:04d}", fetch.slice(i, size))
         for i in range(0, fetch.num_rows, size)
@@ -241,7 +254,7 @@ def find_changes(
 
 def copy_stored(
     db: changes.ListingDatabase,
-    settings: Settings,
+    run: S3Run,
     spec: ListSpec,
     fetch: pa.Table,
     name: str,
@@ -260,19 +273,19 @@ def copy_stored(
     ``connect`` those keys are fetched."""
     files: renames.Files
     copy_remote = None
-    if settings.files_stay_local:
+    if run.downloads.stay_local:
         files = "local"
-    elif not settings.keep_files:
+    elif not run.downloads.keep:
         files = "dropped"
-    elif connect is not None and settings.download_url is not None:
+    elif connect is not None and run.downloads.url is not None:
         files = "remote"
-        copy_remote = _remote_copier(connect, settings.download_url, spec.prefix)
+        copy_remote = _remote_copier(connect, run.downloads.url, spec.prefix)
     else:
         return None
     from ingest.extract import structure
 
-    loc = settings.location
-    root = settings.download_root(spec.bucket)
+    loc = run.lake
+    root = run.downloads.root(spec.bucket)
     extract = spec.extract_version is not None
     present: set[str] = db.once(
         (str(loc), "tables present"), lambda: set(storage.lake.tables_present(loc))
@@ -289,7 +302,7 @@ def copy_stored(
         state_sql=_scan(db, loc, "s3_objects"),
         documents_sql=_scan(db, loc, "documents") if extract else None,
         versions=changes._versions(spec.extract_version) if spec.extract_version else None,
-        claims=claims.for_root(root, settings.s3.refuse_folded_collisions) if claims else None,
+        claims=claims.for_root(root, run.s3.refuse_folded_collisions) if claims else None,
         table_sql={t: _scan(db, loc, t) for t in structure.TABLES if t in present and extract},
         files=files,
         copy_remote=copy_remote,
@@ -320,20 +333,20 @@ def _remote_copier(connect: Callable[[], Any], url: str, prefix: str) -> Callabl
 
 
 def mark_structure(
-    db: changes.ListingDatabase, settings: Settings, spec: ListSpec, keys: list[str], name: str
+    db: changes.ListingDatabase, run: S3Run, spec: ListSpec, keys: list[str], name: str
 ) -> None:
     """Stage the structured tables' rows of deleted objects, marked ``deleted``."""
     from ingest.extract import structure
 
-    present = set(storage.lake.tables_present(settings.location))
+    present = set(storage.lake.tables_present(run.lake))
     for table in structure.TABLES:
         if table not in present:
             continue
         marked = structure.deleted_rows(
-            _scan(db, settings.location, table), table, keys, spec.bucket, spec.run_id, db=db
+            _scan(db, run.lake, table), table, keys, spec.bucket, spec.run_id, db=db
         )
         if marked.num_rows:
-            storage.stage(settings.location, spec.run_id, table, f"deleted-{name}", marked)
+            storage.stage(run.lake, spec.run_id, table, f"deleted-{name}", marked)
 
 
 def deleted_documents(

@@ -1,6 +1,6 @@
 """Fetch what changed and turn every outcome into a row.
 
-Plain functions over an injected S3 client and settings: ``tasks/s3.py``
+Plain functions over an injected S3 connection and folder: ``tasks/s3.py``
 wraps them for Prefect, tests and benchmarks call them directly.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +21,6 @@ from ingest.extract.landed import Landed
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.s3 import keys
-from ingest.settings import Settings
 from ingest.storage import durable
 from ingest.storage.location import DataDir
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def download_batch(
     conn: s3.S3Connection,
-    settings: Settings,
+    root: Path,
     objects: Sequence[S3Object],
     *,
     prefix: str,
@@ -37,9 +37,10 @@ def download_batch(
     claims: keys.RunClaims | None = None,
     landed: Landed | None = None,
 ) -> list[ObjectResult]:
-    """Fetch a batch of new and changed objects (``ingest.s3.changes`` chose them); one
-    result per object. ``claims``: the local paths the run's batches gave out (its
-    context's), else this batch's own. ``landed``: where each small object's outcome is
+    """Fetch a batch of new and changed objects (``ingest.s3.changes`` chose them) into
+    ``root``, the local folder of their bucket and prefix; one result per object.
+    ``claims``: the local paths the run's batches gave out (its context's), else this
+    batch's own. ``landed``: where each small object's outcome is
     settled from its first bytes as it lands (its extraction follows in this process).
 
     Per-object failures become ``failed`` rows; only a TerminalError (bucket
@@ -50,7 +51,6 @@ def download_batch(
     now = datetime.now(UTC)
     results: list[ObjectResult] = []
     jobs: list[tuple[S3Object, str]] = []
-    root = settings.download_root(objects[0].bucket) if objects else settings.local_path
 
     def row(obj: S3Object, **kw: Any) -> ObjectResult:
         return ObjectResult(
@@ -64,7 +64,7 @@ def download_batch(
             **kw,
         )
 
-    paths = (claims or keys.RunClaims()).for_root(root, settings.s3.refuse_folded_collisions)
+    paths = (claims or keys.RunClaims()).for_root(root, conn.settings.refuse_folded_collisions)
     for obj in objects:
         try:
             dest = keys.local_path_for(obj.key, prefix, root)
@@ -87,7 +87,7 @@ def download_batch(
         if landed is None
         else lambda obj, dest, head: landed.land(dest, obj.key, obj.size, head)
     )
-    for obj, dest, outcome in s3.BatchDownloader(conn, settings, root).run(jobs, on_landed, HEAD):
+    for obj, dest, outcome in s3.BatchDownloader(conn, root).run(jobs, on_landed, HEAD):
         if isinstance(outcome, s3.Fetched):
             results.append(
                 row(

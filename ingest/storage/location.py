@@ -34,7 +34,7 @@ bucket was checked, a DuckDB database for small queries, the Arrow relations its
 scans register), opened by the run's context (``ingest.context``) and closed at the
 run's end, so a run resolves a rotated key or a changed block again instead of a
 process keeping the first it saw. A location bound to a session
-(``LakeLocation.bound``, what ``Settings.lake`` gives for the run's settings, or a
+(``LakeLocation.bound``: a run's ``ingest.context.RunContext.lake``, or a
 command's) uses it; an unbound one resolves what
 it needs on each use (the options ~10 ms, a boto3 client for a file operation far
 more), so a caller that makes many calls binds one. A query over a lake on object storage
@@ -125,7 +125,7 @@ class LakeLocation:
         if self.session is None:
             raise RuntimeError(
                 f"{self.root}: a lake on object storage is queried through a lake session "
-                "(LakeLocation.bound, Settings.with_lake_session)"
+                "(LakeLocation.bound, ingest.context.RunContext.lake)"
             )
         return self.session.relations
 

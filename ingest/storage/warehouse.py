@@ -54,6 +54,7 @@ import duckdb
 import pyarrow as pa
 
 from ingest import duck
+from ingest.errors import IngestError
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, bound_for_call, locate
 from ingest.storage.tables import SPECS, TableSpec, evolving
@@ -287,12 +288,6 @@ def stored_view_sql(data_dir: DataDir, name: str) -> str:
     return view_sql(spec, files, schema=schema, relative_to=str(loc.local_dir))
 
 
-def create_views(con: duckdb.DuckDBPyConnection, data_dir: DataDir, *, temp: bool) -> None:
-    kind = "TEMP VIEW" if temp else "VIEW"
-    for name, body in views(data_dir, stored=not temp).items():
-        con.execute(f'CREATE OR REPLACE {kind} "{name}" AS {body}')
-
-
 def connect(data_dir: DataDir) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per table at its current version."""
     with bound_for_call(data_dir) as loc:
@@ -313,7 +308,7 @@ def query(
         return columns, cur.fetchall()
 
 
-class ReadOnlyQueryError(ValueError):
+class ReadOnlyQueryError(IngestError, ValueError):
     """A statement ``ingest query`` refuses: only ``SELECT`` and ``EXPLAIN`` run."""
 
 

@@ -46,7 +46,7 @@ def test_auth_file_is_generated_once_kept_private_and_refused_when_exposed(
     given, origin = auth.ensure_auth_string(path, "operator-chosen-string-0123456789")
     assert origin == "configured" and auth.read_auth_file(path) == given
     path.chmod(0o644)
-    with pytest.raises(auth.AuthError, match="chmod 600"):
+    with pytest.raises(auth.ServeAuthError, match="chmod 600"):
         auth.ensure_auth_string(path)
 
 
@@ -61,7 +61,7 @@ def test_only_loopback_may_serve_without_auth(host: str, loopback: bool) -> None
     if loopback:
         auth.check_exposure(host, auth=False)
     else:
-        with pytest.raises(auth.AuthError, match="without an auth string"):
+        with pytest.raises(auth.ServeAuthError, match="without an auth string"):
             auth.check_exposure(host, auth=False)
 
 

@@ -52,7 +52,7 @@ def lake_bucket(server: DevServer, local: Path) -> tuple[str, LakeLocation]:
     name = f"lake-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=server.url, region_name="us-east-1").create_bucket(Bucket=name)
     uri = f"s3://{name}/nightly"
-    return uri, Settings(data_dir=uri, lake_endpoint_url=server.url, local_dir=local).location
+    return uri, Settings(data_dir=uri, lake={"endpoint_url": server.url}, local_dir=local).location
 
 
 def seed(s3: Any, bucket: str, n: int = TEXT_KEYS, prefix: str = "docs/") -> dict[str, str]:
@@ -219,14 +219,13 @@ def test_parsers_that_crash_exit_or_hang_on_a_nanny_worker_cost_one_row_each(
     uri, lake = lake_bucket(lake_server, tmp_path / "local")
     settings = Settings(
         data_dir=uri,
-        lake_endpoint_url=lake_server.url,
+        lake={"endpoint_url": lake_server.url},
+        s3={"endpoint_url": s3_server.url},
+        extract={"workers": 2, "time_limit": 3},
         local_dir=tmp_path / "local",
-        s3_endpoint_url=s3_server.url,
         task_runner="dask",
         dask_address=cluster.address,
         keep_files=False,
-        extract_workers=2,
-        extract_time_limit=3,
     )
     run_id = f"faults-{uuid.uuid4().hex[:8]}"
 

@@ -131,7 +131,7 @@ def test_task_arguments_on_the_wire_hold_no_secret(
 
         assert summary.complete and not summary.errors, summary
         lake = Settings(
-            data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path
+            data_dir=uri, lake={"endpoint_url": lake_server.url}, local_dir=tmp_path
         ).location
         stored = rows(lake, "SELECT repo, count(*) AS n FROM pull_requests GROUP BY ALL")
         assert {r["repo"]: r["n"] for r in stored} == REPOS  # the worker's own token worked

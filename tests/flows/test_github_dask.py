@@ -78,7 +78,7 @@ def test_repositories_spread_over_two_workers_within_one_budget_and_in_flight_li
         s3.create_bucket(Bucket=bucket)
         uri = f"s3://{bucket}/github"
         lake = Settings(
-            data_dir=uri, lake_endpoint_url=lake_server.url, local_dir=tmp_path
+            data_dir=uri, lake={"endpoint_url": lake_server.url}, local_dir=tmp_path
         ).location
         for k, v in {**env, "INGEST_DASK_ADDRESS": c.address}.items():
             monkeypatch.setenv(k, v)

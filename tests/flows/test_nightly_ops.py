@@ -160,8 +160,10 @@ def test_nothing_to_extract_starts_no_worker_pool() -> None:
     from ingest.extract import batch
     from ingest.settings import Settings
 
-    with context.RunContext(Settings(extract_workers=2), "r") as ctx:
-        assert batch.extract_batch(ctx.settings, "b", [], run_id="r", pool=ctx.pool) == []
+    with context.RunContext(Settings(extract={"workers": 2}), "r") as ctx:
+        assert (
+            batch.extract_batch(ctx.settings.extracting, "b", [], run_id="r", pool=ctx.pool) == []
+        )
         assert ctx.pool.pids() == [] and ctx.pool.stats.started == 0  # no worker spawned
 
 

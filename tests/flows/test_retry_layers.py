@@ -32,7 +32,7 @@ def test_a_refused_listing_page_costs_botocore_attempts_only(
     with ScriptedServer() as server:
         for path in ("/bkt", "/bkt/"):  # botocore's path and the fast listing's
             server.script(path, Answer(503, code="SlowDown"))
-        settings = Settings(data_dir=tmp_path, s3_endpoint_url=server.url, s3_max_attempts=2)
+        settings = Settings(data_dir=tmp_path, s3={"endpoint_url": server.url, "max_attempts": 2})
         spec = ListSpec(run_id="listing-run", bucket="bkt")
 
         @flow
@@ -71,7 +71,7 @@ def test_rows_that_cannot_be_written_do_not_download_the_batch_again(
     )
     batch = ObjectBatch.from_table("batch-0", table)
     spec = ListSpec(run_id="write-fails", bucket=bucket)
-    settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url)
+    settings = Settings(data_dir=data_dir, s3={"endpoint_url": s3_server.url})
     blocked = data_dir / "staging" / "write-fails" / "s3_objects"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("not a folder")

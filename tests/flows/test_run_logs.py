@@ -46,7 +46,7 @@ def test_per_object_failures_are_stored_with_the_run(
     listed = s3.list_objects_v2(Bucket=bucket)["Contents"]
     s3.delete_object(Bucket=bucket, Key="gone.txt")
     batch = batch_of(bucket, listed)
-    settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url, s3_max_attempts=1)
+    settings = Settings(data_dir=data_dir, s3={"endpoint_url": s3_server.url, "max_attempts": 1})
 
     @flow
     def downloading() -> Any:

@@ -32,7 +32,7 @@ def test_a_download_folder_over_the_lake_is_refused(
     tmp_path: Path, download: str, refused: str | None
 ) -> None:
     data = tmp_path / "data"
-    settings = Settings(data_dir=data, s3_download_dir=download.format(data=data))
+    settings = Settings(data_dir=data, s3={"download_dir": download.format(data=data)})
     why = settings.download_overlap("b")
     if refused is None:
         assert why is None

@@ -46,7 +46,7 @@ def api() -> Iterator[DevRest]:
 def lake_settings(s3_server: Any, bucket: str, tmp_path: Path) -> Settings:
     """Settings of a lake on the development S3 server (s3://bucket/lake)."""
     return Settings(
-        data_dir=f"s3://{bucket}/lake", lake_endpoint_url=s3_server.url, local_dir=tmp_path
+        data_dir=f"s3://{bucket}/lake", lake={"endpoint_url": s3_server.url}, local_dir=tmp_path
     )
 
 
@@ -65,10 +65,10 @@ def test_a_connection_handed_in_is_the_one_the_tasks_use(
     end closes what the run opened, not what it was given."""
     bodies = {f"doc-{i}.txt": f"body {i}".encode() for i in range(3)}
     put_many(s3, bucket, bodies)
-    settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url)
+    settings = Settings(data_dir=data_dir, s3={"endpoint_url": s3_server.url})
     spec = ListSpec(run_id="given", bucket=bucket)
     batch = batch_of(bucket, s3.list_objects_v2(Bucket=bucket)["Contents"])
-    given = S3Connection.open(settings)
+    given = S3Connection.open(settings.s3)
     seen: list[str] = []
 
     @flow
@@ -85,7 +85,8 @@ def test_a_connection_handed_in_is_the_one_the_tasks_use(
     for key, body in bodies.items():
         assert (data_dir / "objects" / bucket / key).read_bytes() == body
     # The given connection outlives the run: it is its giver's to close.
-    again = sync.download_batch(given, settings, batch.objects(), prefix="", run_id="again")
+    root = settings.downloads.root(batch.objects()[0].bucket)
+    again = sync.download_batch(given, root, batch.objects(), prefix="", run_id="again")
     assert [r.status for r in again] == ["downloaded"] * len(bodies)
     given.close()
 
@@ -93,7 +94,7 @@ def test_a_connection_handed_in_is_the_one_the_tasks_use(
 def test_a_task_without_its_runs_context_fails_saying_so(
     s3_server: Any, bucket: str, data_dir: Path
 ) -> None:
-    settings = Settings(data_dir=data_dir, s3_endpoint_url=s3_server.url)
+    settings = Settings(data_dir=data_dir, s3={"endpoint_url": s3_server.url})
 
     @flow
     def checking() -> Any:
@@ -106,7 +107,7 @@ def test_a_task_without_its_runs_context_fails_saying_so(
 
 
 def test_closing_the_context_closes_its_pool_and_connection(data_dir: Path) -> None:
-    with context.RunContext(Settings(data_dir=data_dir, extract_workers=1), "r") as ctx:
+    with context.RunContext(Settings(data_dir=data_dir, extract={"workers": 1}), "r") as ctx:
         pool, lanes = ctx.pool, ctx.s3.lanes
         assert pool.map("os:getpid", [()])[0].status == "ok"
         assert ctx.pool is pool and ctx.s3.lanes is lanes  # one of each for the run
@@ -119,7 +120,7 @@ def test_closing_the_context_closes_its_pool_and_connection(data_dir: Path) -> N
 def test_a_runs_pools_close_in_the_background_once_its_work_is_done(data_dir: Path) -> None:
     """``work_done`` hands the pools' closing to a thread (the commit goes on meanwhile);
     ``close`` waits for it, so no process of the pool outlives the run."""
-    ctx = context.RunContext(Settings(data_dir=data_dir, extract_workers=2), "done")
+    ctx = context.RunContext(Settings(data_dir=data_dir, extract={"workers": 2}), "done")
     pool = ctx.pool
     pids = {r.pid for r in pool.map("os:getpid", [(), ()])}
     server = pool._server.process if pool._server is not None else None

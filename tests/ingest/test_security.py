@@ -96,7 +96,7 @@ def test_source_files_read_only_their_own_variables() -> None:
 
 def test_flows_called_outside_a_deployment_are_not_restricted(tmp_path: Path) -> None:
     worker = Settings(data_dir=tmp_path / "data")
-    run = worker.updated(github_base_url="http://127.0.0.1:1")
+    run = worker.updated(github={"base_url": "http://127.0.0.1:1"})
     run = run.with_data_dir(tmp_path / "anywhere")
     security.check_github_run(worker, run, None)
     with pytest.raises(ParameterRefusedError):

@@ -9,6 +9,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from ingest.settings import AlertSettings, Settings
 
@@ -139,55 +140,67 @@ def test_the_variables_of_a_dotenv_file_reach_the_groups(
         assert _read(settings, dotted) == expected, variable
 
 
-def test_flat_keywords_set_the_groups_fields(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``Settings(s3_bucket=...)`` names a field as its variable does; it wins over the
-    environment, and the group's other fields keep the environment's values."""
+def test_a_groups_keyword_sets_its_fields_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Settings(s3={"bucket": ...})`` sets the group's fields it names, over the
+    environment; the group's other fields keep the environment's values."""
     monkeypatch.setenv("INGEST_S3_BUCKET", "env-bucket")
     monkeypatch.setenv("INGEST_S3_CONCURRENCY", "9")
     settings = Settings(
-        s3_bucket="kw-bucket",
-        github_base_url="http://h:1",
-        lake_endpoint_url="http://127.0.0.1:9000",
-        ocr_enabled=True,
-        shared_limit_block=4,
+        s3={"bucket": "kw-bucket"},
+        github={"base_url": "http://h:1"},
+        lake={"endpoint_url": "http://127.0.0.1:9000"},
+        ocr={"enabled": True},
+        shared={"limit_block": 4},
     )
     assert (settings.s3.bucket, settings.s3.concurrency) == ("kw-bucket", 9)
     assert settings.github.base_url == "http://h:1" and settings.ocr.enabled is True
     assert (settings.lake.endpoint_url, settings.lake.region) == ("http://127.0.0.1:9000", None)
     assert settings.shared.limit_block == 4
-    # A flat keyword is checked as its field: out of bounds names the group's field.
+    # A group's field is checked as its field: out of bounds names it.
     with pytest.raises(ValueError, match=r"s3\.concurrency"):
-        Settings(s3_concurrency=0)
+        Settings(s3={"concurrency": 0})
 
 
-def test_a_flat_read_is_gone() -> None:
-    """Code reads the group's field: the flat attribute no longer exists."""
-    settings = Settings(s3_bucket="b")
+def test_a_flat_name_is_refused_not_ignored() -> None:
+    """There is no flat-name layer: a keyword by a variable's flat name (``s3_bucket=``)
+    is an error that names the grouped form, never a value silently dropped; and the
+    flat attribute does not exist."""
+    with pytest.raises(ValueError, match=r"s3_bucket: set through its group, s3=\{'bucket'"):
+        Settings(s3_bucket="b")  # type: ignore[call-arg]
+    settings = Settings(s3={"bucket": "b"})
     assert not hasattr(settings, "s3_bucket") and not hasattr(settings, "github_token")
     assert settings.s3.bucket == "b"
 
 
 def test_updated_replaces_a_groups_field_in_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INGEST_S3_PREFIX", "reports/")
-    worker = Settings(s3_bucket="b")
-    run = worker.updated(s3_concurrency=3, task_runner="dask", github_base_url="http://h:1")
+    worker = Settings(s3={"bucket": "b"})
+    run = worker.updated(
+        s3={"concurrency": 3}, github={"base_url": "http://h:1"}, task_runner="dask"
+    )
     assert (run.s3.concurrency, run.s3.prefix, run.s3.bucket) == (3, "reports/", "b")
     assert (run.task_runner, run.github.base_url) == ("dask", "http://h:1")
     # The worker's own settings, and its groups, are untouched.
     assert (worker.s3.concurrency, worker.task_runner) == (128, "thread")
     assert worker.github.base_url == "https://api.github.com"
     assert run.http is worker.http  # a group not updated is shared, as model_copy does
-    with pytest.raises(KeyError, match="s3_bukket"):
-        worker.updated(s3_bukket="x")
+    with pytest.raises(KeyError, match=r"s3\.bukket"):
+        worker.updated(s3={"bukket": "x"})
+    with pytest.raises(KeyError, match="s3_concurrency"):
+        worker.updated(s3_concurrency=3)
 
 
 def test_the_lake_group_gives_the_location_of_an_s3_data_dir() -> None:
     settings = Settings(
         data_dir="s3://lake-bucket/tables",
         local_dir="scratch",
-        lake_endpoint_url="http://127.0.0.1:9000",
-        lake_region="eu-west-1",
-        lake_credentials_block="lake-keys",
+        lake={
+            "endpoint_url": "http://127.0.0.1:9000",
+            "region": "eu-west-1",
+            "credentials_block": "lake-keys",
+        },
     )
     location = settings.location
     assert (location.root, location.local_dir) == ("s3://lake-bucket/tables", Path("scratch"))
@@ -210,7 +223,7 @@ def test_the_github_token_never_goes_with_a_tasks_settings(
 
     token = "ghp_" + "k7" * 18
     monkeypatch.setenv("INGEST_GITHUB_TOKEN", token)
-    settings = Settings(github_base_url="http://127.0.0.1:1")
+    settings = Settings(github={"base_url": "http://127.0.0.1:1"})
     assert settings.github.token is not None
     assert settings.github.token.get_secret_value() == token
     sent = settings.without_secrets()
@@ -225,10 +238,21 @@ def test_the_github_token_never_goes_with_a_tasks_settings(
     assert sent.own_secret("github.token") is None  # a process without it has none
 
 
+def group_fields() -> dict[str, str]:
+    """Each group's field by the name its variable has without the prefix
+    (``{"s3_bucket": "s3.bucket", ...}``)."""
+    return {
+        f"{name}_{sub}": f"{name}.{sub}"
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        for sub in field.annotation.model_fields
+    }
+
+
 def list_settings() -> list[str]:
     """Every list setting, by its name without the prefix, found in the model itself."""
     names = [n for n, f in Settings.model_fields.items() if typing.get_origin(f.annotation) is list]
-    for flat, dotted in Settings.flat_names().items():
+    for flat, dotted in group_fields().items():
         group, _, sub = dotted.partition(".")
         kind = Settings.model_fields[group].annotation
         if typing.get_origin(kind.model_fields[sub].annotation) is list:  # type: ignore[union-attr]
@@ -251,7 +275,7 @@ def test_every_list_setting_takes_a_plain_value_commas_or_json(
         ]:
             monkeypatch.setenv(variable, given)
             value = Settings()
-            for part in Settings.flat_names().get(name, name).split("."):
+            for part in group_fields().get(name, name).split("."):
                 value = getattr(value, part)
             assert value == meant, (variable, given)
         monkeypatch.setenv(variable, '["unclosed"')
@@ -282,15 +306,15 @@ def test_a_retired_github_setting_says_where_its_job_went(
 ) -> None:
     """GitHub's knobs moved into its source (the file, the command's options, the flow's
     parameters) or to every REST source's settings; the latency model's settings are gone.
-    Setting one is one error naming where its job went, by its variable or its keyword,
+    Setting one is one error naming where its job went, by its variable or its group's keyword,
     never a value ignored."""
     variable = f"INGEST_GITHUB_{name.upper()}"
     monkeypatch.setenv(variable, "7")
     with pytest.raises(ValueError, match=f"{variable}: .*{re.escape(said)}"):
         Settings()
     monkeypatch.delenv(variable)
-    with pytest.raises(ValueError, match=f"github_{name}: .*{re.escape(said)}"):
-        Settings(**{f"github_{name}": 7})
+    with pytest.raises(ValueError, match=f"{variable}: .*{re.escape(said)}"):
+        Settings(github={name: 7})
     assert Settings().github.base_url == "https://api.github.com"  # what stays is read
 
 

@@ -93,7 +93,7 @@ def test_a_batch_sends_only_parsed_files_to_the_workers(tmp_path: Path) -> None:
     files = generated(tmp_path)
     stored = [(p.name, f"etag-{i}", str(p)) for i, p in enumerate(files)]
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        docs = extract_batch(Settings(), "b", stored, run_id="r", pool=pool)
+        docs = extract_batch(Settings().extracting, "b", stored, run_id="r", pool=pool)
         jobs = pool.stats.jobs
     by_key = {d.key: d for d in docs}
     assert [d.key for d in docs] == [p.name for p in files]  # one row each, in order
@@ -121,6 +121,6 @@ def test_a_batch_of_unsupported_files_starts_no_worker(tmp_path: Path) -> None:
         p.write_bytes(random.Random(i).randbytes(4_000))
         stored.append((p.name, f"e{i}", str(p)))
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        docs = extract_batch(Settings(), "b", stored, run_id="r", pool=pool)
+        docs = extract_batch(Settings().extracting, "b", stored, run_id="r", pool=pool)
         assert (pool.stats.started, pool.stats.jobs) == (0, 0)
     assert {d.status for d in docs} == {"unsupported"}

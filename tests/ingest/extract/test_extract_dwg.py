@@ -354,9 +354,11 @@ def run_rows(tmp_path: Path, files: dict[str, bytes]) -> tuple[dict[str, Any], A
     for i, (name, data) in enumerate(files.items()):
         (objects / name).write_bytes(data)
         stored.append((name, f"etag-{i}", str(objects / name)))
-    config = pool_config(settings)
+    config = pool_config(settings.extracting)
     with WorkerPool(config) as pool:
-        docs = {d.key: d for d in extract_batch(settings, "b", stored, run_id="r", pool=pool)}
+        docs = {
+            d.key: d for d in extract_batch(settings.extracting, "b", stored, run_id="r", pool=pool)
+        }
         return docs, pool.stats, config
 
 

@@ -52,7 +52,7 @@ def rows() -> dict[str, object]:
     files = manifest()
     stored = [(name, f"etag-{i}", str(FIXTURES / name)) for i, name in enumerate(sorted(files))]
     with WorkerPool(PoolConfig(workers=2, time_limit=60)) as pool:
-        docs = extract_batch(Settings(), "fixtures", stored, run_id="test", pool=pool)
+        docs = extract_batch(Settings().extracting, "fixtures", stored, run_id="test", pool=pool)
     return {"docs": docs, "files": files}
 
 

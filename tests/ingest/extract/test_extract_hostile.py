@@ -53,7 +53,7 @@ def test_a_file_of_combining_marks_is_extracted_within_its_time_limit(tmp_path: 
     path.write_text(marks(250_000), encoding="utf-8")  # 1 MB; minutes to normalise before
     with WorkerPool(PoolConfig(workers=1, time_limit=30)) as pool:
         (doc,) = extract_batch(
-            Settings(), "b", [("marks.txt", "e", str(path))], run_id="m", pool=pool
+            Settings().extracting, "b", [("marks.txt", "e", str(path))], run_id="m", pool=pool
         )
     assert doc.status == "ok", doc.error
     assert doc.chars > 500_000
@@ -62,9 +62,11 @@ def test_a_file_of_combining_marks_is_extracted_within_its_time_limit(tmp_path: 
 def test_a_huge_text_is_cut_in_the_worker_and_the_row_says_so(tmp_path: Path) -> None:
     path = tmp_path / "big.txt"
     path.write_text("abcdefghij\n" * 200_000, encoding="utf-8")
-    settings = Settings(extract_max_chars=100_000)
+    settings = Settings(extract={"max_chars": 100_000})
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        (doc,) = extract_batch(settings, "b", [("big.txt", "e", str(path))], run_id="c", pool=pool)
+        (doc,) = extract_batch(
+            settings.extracting, "b", [("big.txt", "e", str(path))], run_id="c", pool=pool
+        )
     assert doc.status == "ok"
     assert doc.chars == len(doc.text) == 100_000
     assert doc.metadata["text_cut"] == {"kept": 100_000, "chars": 2_199_999}
@@ -80,9 +82,9 @@ def test_pages_markdown_and_chunks_obey_the_same_bound(tmp_path: Path) -> None:
         f"<html><body><h1>Valves</h1><table>{rows}</table></body></html>"
     )
     stored = [(n, "e", str(tmp_path / n)) for n in ("many.pdf", "wide.html")]
-    settings = Settings(extract_max_chars=10_000, chunk_chars=500, chunk_overlap=50)
+    settings = Settings(extract={"max_chars": 10_000}, chunk={"chars": 500, "overlap": 50})
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        pdf, html = extract_batch(settings, "b", stored, run_id="c", pool=pool)
+        pdf, html = extract_batch(settings.extracting, "b", stored, run_id="c", pool=pool)
     assert pdf.status == html.status == "ok"
 
     tables = structure_rows([pdf])
@@ -120,9 +122,11 @@ def test_a_spent_run_budget_leaves_the_rest_to_the_next_run(tmp_path: Path) -> N
     # third and fourth are not handed over once the budget is spent. The budget binds
     # where work starts: the second, queued in time, is not started when the worker is
     # free at 2 s either.
-    settings = Settings(extract_workers=1, extract_run_budget=1.0)
+    settings = Settings(extract={"workers": 1, "run_budget": 1.0})
     with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
-        docs = extract_batch(settings, "b", stored, run_id="budget", pool=pool, extractor=HOOK)
+        docs = extract_batch(
+            settings.extracting, "b", stored, run_id="budget", pool=pool, extractor=HOOK
+        )
     by_key = {d.key: d for d in docs}
     assert [d.key for d in docs] == names
     assert "time limit" in (by_key["a-hang.txt"].error or "")
@@ -142,14 +146,16 @@ def test_files_queued_as_they_land_are_not_started_past_the_budget(tmp_path: Pat
     from ingest.extract.landed import Landed
 
     names = ["a-hang.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
-    settings = Settings(extract_workers=1, extract_run_budget=1.0)
+    settings = Settings(extract={"workers": 1, "run_budget": 1.0})
     warm = tmp_path / "warm.txt"
     warm.write_text("the worker is up")
     with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
         assert pool.submit(HOOK, str(warm), warm.name, 1, 1 << 20).result().status == "ok"
         deadline = run_deadline(None, settings.extract.run_budget)  # the run starts now
         landed = Landed(
-            lambda path, key: submit_parse(settings, pool, path, key, HOOK, start_by=deadline)
+            lambda path, key: submit_parse(
+                settings.extracting, pool, path, key, HOOK, start_by=deadline
+            )
         )
         stored = []
         for name in names:  # all land (and are queued) at once, well within the budget
@@ -160,7 +166,7 @@ def test_files_queued_as_they_land_are_not_started_past_the_budget(tmp_path: Pat
             stored.append((name, "e", str(path)))
         assert pool.pending == len(names)
         # the batch takes the parses its files' landings started
-        docs = extract_batch(settings, "b", stored, run_id="r", pool=pool, landed=landed)
+        docs = extract_batch(settings.extracting, "b", stored, run_id="r", pool=pool, landed=landed)
     by_key = {d.key: d for d in docs}
     assert "time limit" in (by_key["a-hang.txt"].error or "")
     for name in names[1:]:

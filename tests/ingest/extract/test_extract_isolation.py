@@ -32,7 +32,9 @@ def test_hang_crash_and_raise_do_not_stop_the_run(tmp_path: Path) -> None:
         stored.append((name, f"etag-{i}", str(path)))
     with WorkerPool(PoolConfig(workers=2, time_limit=3, preload=(HOOK,))) as pool:
         before = set(pool.pids())
-        docs = extract_batch(Settings(), "b", stored, run_id="r", pool=pool, extractor=HOOK)
+        docs = extract_batch(
+            Settings().extracting, "b", stored, run_id="r", pool=pool, extractor=HOOK
+        )
         by_key = {d.key: d for d in docs}
         assert [d.key for d in docs] == names  # one row each, in order
         assert by_key["b-hang.txt"].status == "timeout"
@@ -49,7 +51,9 @@ def test_hang_crash_and_raise_do_not_stop_the_run(tmp_path: Path) -> None:
         assert pool.stats.timeouts == 1 and pool.stats.crashes == 1
         assert pool.stats.replaced >= 2
         assert len(pool.pids()) == 2 and set(pool.pids()) != before
-        again = extract_batch(Settings(), "b", stored[:1], run_id="r2", pool=pool, extractor=HOOK)
+        again = extract_batch(
+            Settings().extracting, "b", stored[:1], run_id="r2", pool=pool, extractor=HOOK
+        )
         assert again[0].status == "ok"
 
 
@@ -137,7 +141,9 @@ def pool_in_a_daemon(folder: str, conn: Connection) -> None:
             stored.append((name, f"etag-{i}", str(path)))
         config = PoolConfig(workers=2, time_limit=2, memory_limit_mb=1024, preload=(HOOK,))
         with WorkerPool(config) as pool:
-            docs = extract_batch(Settings(), "b", stored, run_id="r", pool=pool, extractor=HOOK)
+            docs = extract_batch(
+                Settings().extracting, "b", stored, run_id="r", pool=pool, extractor=HOOK
+            )
             result["rows"] = {d.key: (d.status, d.error or "", d.text) for d in docs}
             result["stats"] = (pool.stats.timeouts, pool.stats.crashes)
             limit = pool.submit("resource:getrlimit", resource.RLIMIT_AS).result()

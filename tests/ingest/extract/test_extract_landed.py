@@ -54,8 +54,8 @@ def test_a_download_hands_over_each_small_objects_first_bytes_once_in_place(
     bodies["large/ranged.bin"] = os.urandom(2 * MiB + 10)  # two ranges: not handed over
     for key, body in bodies.items():
         s3.put_object(Bucket=bucket, Key=key, Body=body)
-    ranges = {"s3_range_threshold": MiB, "s3_range_size": MiB}  # 1 MiB and up: ranged
-    settings = Settings(data_dir=tmp_path / "data", s3_endpoint_url=s3_server.url, **ranges)
+    ranges = {"range_threshold": MiB, "range_size": MiB}  # 1 MiB and up: ranged
+    settings = Settings(data_dir=tmp_path / "data", s3={"endpoint_url": s3_server.url, **ranges})
     root = tmp_path / "objects"
     objs = [listed(s3, bucket, k) for k in sorted(bodies)]
     first = objs[0]
@@ -68,8 +68,8 @@ def test_a_download_hands_over_each_small_objects_first_bytes_once_in_place(
         # called once the file is in place, under its final name
         handed[obj.key] = (dest, head, Path(dest).read_bytes())
 
-    with s3lib.S3Connection.open(settings) as conn:
-        outcomes = s3lib.BatchDownloader(conn, settings, root).run(jobs, on_landed, 1000)
+    with s3lib.S3Connection.open(settings.s3) as conn:
+        outcomes = s3lib.BatchDownloader(conn, root).run(jobs, on_landed, 1000)
     fetched = {o.key for o, _, r in outcomes if isinstance(r, s3lib.Fetched)}
     assert fetched == set(bodies)  # the stale one failed: its etag is not the object's
     assert set(handed) == {k for k in bodies if k.startswith("small/")}
@@ -97,7 +97,9 @@ def test_a_batch_takes_what_landed_instead_of_reading_those_files(tmp_path: Path
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
         docs = {
             d.key: d
-            for d in extract_batch(Settings(), "b", stored, run_id="r", pool=pool, landed=landed)
+            for d in extract_batch(
+                Settings().extracting, "b", stored, run_id="r", pool=pool, landed=landed
+            )
         }
         jobs = pool.stats.jobs
     assert docs["random.bin"].status == "unsupported"
@@ -110,7 +112,10 @@ def test_a_batch_takes_what_landed_instead_of_reading_those_files(tmp_path: Path
     assert all(landed.take(str(p)) is None for p in files)
     # without them the same batch reads the files as they are now
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        again = {d.key: d for d in extract_batch(Settings(), "b", stored, run_id="r", pool=pool)}
+        again = {
+            d.key: d
+            for d in extract_batch(Settings().extracting, "b", stored, run_id="r", pool=pool)
+        }
     assert again["random.bin"].status == "ok" and again["random.bin"].kind == "txt"
 
 
@@ -143,7 +148,7 @@ def test_a_file_a_parser_reads_is_parsed_as_it_lands_and_not_again(tmp_path: Pat
     blob.write_bytes(random.Random(7).randbytes(3000))
     settings = Settings()
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        parse = parse_as_landed(settings, lambda: pool, lambda: None)
+        parse = parse_as_landed(settings.extracting, lambda: pool, lambda: None)
         started: list[Any] = []
 
         def parse_and_keep(path: str, key: str) -> Any:
@@ -163,7 +168,9 @@ def test_a_file_a_parser_reads_is_parsed_as_it_lands_and_not_again(tmp_path: Pat
         stored = [(p.name, f"e{i}", str(p)) for i, p in enumerate([*paths, blob])]
         docs = {
             d.key: d
-            for d in extract_batch(settings, "b", stored, run_id="r", pool=pool, landed=landed)
+            for d in extract_batch(
+                settings.extracting, "b", stored, run_id="r", pool=pool, landed=landed
+            )
         }
         assert pool.stats.jobs == len(paths)  # none parsed twice, the blob by its head
     assert {docs[p.name].status for p in paths} == {"ok"}
@@ -174,9 +181,11 @@ def test_a_file_a_parser_reads_is_parsed_as_it_lands_and_not_again(tmp_path: Pat
 def test_once_the_budget_is_spent_nothing_starts_parsing_as_it_lands(tmp_path: Path) -> None:
     note = tmp_path / "note.txt"
     note.write_bytes(b"plain words\n" * 50)
-    settings = Settings(extract_run_budget=1.0)
+    settings = Settings(extract={"run_budget": 1.0})
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        landed = Landed(parse_as_landed(settings, lambda: pool, lambda: time.monotonic() - 5))
+        landed = Landed(
+            parse_as_landed(settings.extracting, lambda: pool, lambda: time.monotonic() - 5)
+        )
         data = note.read_bytes()
         landed.land(str(note), note.name, len(data), data[:HEAD])
         assert pool.stats.jobs == 0 and pool.pending == 0

@@ -19,7 +19,7 @@ def test_a_scan_is_counted_as_needing_ocr(tmp_path: Path) -> None:
     stored = [("in/scan.pdf", "e1", str(scan)), ("in/text.pdf", "e2", str(text))]
     settings = Settings(data_dir=tmp_path / "data")  # OCR off, the default
     with WorkerPool(PoolConfig(workers=1)) as pool:
-        docs = extract_batch(settings, "b", stored, run_id="r", pool=pool)
+        docs = extract_batch(settings.extracting, "b", stored, run_id="r", pool=pool)
     by_key = {d.key: d for d in docs}
     assert by_key["in/scan.pdf"].status == "ok" and by_key["in/scan.pdf"].chars == 0
     assert by_key["in/scan.pdf"].needs_ocr == 2

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.skipif(not IMAGE_ONLY.is_file(), reason="shared fixture
 def run(settings: Settings, path: Path = IMAGE_ONLY) -> dict:
     stored = [("scan.pdf", "etag", str(path))]
     with WorkerPool(PoolConfig(workers=1)) as pool, WorkerPool(PoolConfig(workers=1)) as ocr:
-        (doc,) = extract_batch(settings, "b", stored, run_id="r", pool=pool, ocr_pool=ocr)
+        (doc,) = extract_batch(
+            settings.extracting, "b", stored, run_id="r", pool=pool, ocr_pool=ocr
+        )
     return {"doc": doc}
 
 
@@ -40,7 +42,7 @@ def test_ocr_is_off_by_default(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(ocr_unavailable() is None, reason="tesseract is installed here")
 def test_enabled_without_tesseract_keeps_needs_ocr_and_says_why(tmp_path: Path) -> None:
-    doc = run(Settings(data_dir=tmp_path, ocr_enabled=True))["doc"]
+    doc = run(Settings(data_dir=tmp_path, ocr={"enabled": True}))["doc"]
     assert (doc.status, doc.needs_ocr) == ("ok", 1)
     assert doc.metadata["ocr"].startswith("skipped: ")
 
@@ -49,7 +51,7 @@ def test_enabled_without_tesseract_keeps_needs_ocr_and_says_why(tmp_path: Path) 
     ocr_unavailable() is not None, reason=f"OCR cannot run here: {ocr_unavailable()}"
 )
 def test_enabled_with_tesseract_reads_the_page(tmp_path: Path) -> None:
-    doc = run(Settings(data_dir=tmp_path, ocr_enabled=True, ocr_max_pages=1, ocr_dpi=150))["doc"]
+    doc = run(Settings(data_dir=tmp_path, ocr={"enabled": True, "max_pages": 1, "dpi": 150}))["doc"]
     assert doc.metadata["ocr"] == "1 pages"
     assert doc.needs_ocr == 0
     (page,) = structure_rows([doc])["document_pages"]
@@ -93,7 +95,7 @@ def _covered(pages: list[str], chunks: list[dict]) -> None:
 def test_ocr_text_lands_on_its_page_in_the_markdown_and_the_chunks(
     tmp_path: Path, data_dir: Path
 ) -> None:
-    settings = Settings(ocr_enabled=True, ocr_dpi=150, chunk_chars=200, chunk_overlap=20)
+    settings = Settings(ocr={"enabled": True, "dpi": 150}, chunk={"chars": 200, "overlap": 20})
     doc: Document = run(settings, scanned_between(tmp_path, ["first page"]))["doc"]
     assert (doc.status, doc.needs_ocr, doc.metadata["ocr"]) == ("ok", 0, "1 pages")
     tables = structure_rows([doc])
@@ -128,7 +130,7 @@ def test_ocr_text_lands_on_its_page_in_the_markdown_and_the_chunks(
 
 @needs_tesseract
 def test_ocr_text_obeys_the_bound_on_text_pages_and_markdown(tmp_path: Path) -> None:
-    settings = Settings(ocr_enabled=True, ocr_dpi=150, extract_max_chars=1000)
+    settings = Settings(ocr={"enabled": True, "dpi": 150}, extract={"max_chars": 1000})
     doc: Document = run(settings, scanned_between(tmp_path, BODY))["doc"]
     assert doc.status == "ok"
     pages = [p["text"] for p in structure_rows([doc])["document_pages"]]
@@ -168,11 +170,11 @@ def test_ocr_output_merges_onto_its_page_without_tesseract(tmp_path: Path) -> No
     from ingest.extract.batch import add_ocr_text
     from ingest.extract.chunks import headings_of
 
-    settings = Settings(chunk_chars=200, chunk_overlap=20)
+    settings = Settings(chunk={"chars": 200, "overlap": 20})
     doc: Document = run(settings, scanned_between(tmp_path, ["first page"]))["doc"]
     assert doc.needs_ocr == 1 and doc.metadata["ocr_pages"] == [1]
     ocr = "# 7 Hatch\n<!-- page 3 -->\nROOM 42 OF THE PLANT"
-    add_ocr_text(doc, [(1, ocr)], settings)
+    add_ocr_text(doc, [(1, ocr)], settings.extracting)
     pages = [p["text"] for p in structure_rows([doc])["document_pages"]]
     assert pages == ["first page", ocr, "third page"]  # the page's text as read
     assert doc.text == "first page\n\n" + ocr + "\n\nthird page" and doc.chars == len(doc.text)

@@ -115,7 +115,7 @@ def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Document]:
         path.write_bytes(data)
         stored.append((name, "etag-gen", str(path)))
     with WorkerPool(PoolConfig(workers=2, time_limit=60)) as pool:
-        docs = extract_batch(Settings(), "fixtures", stored, run_id="test", pool=pool)
+        docs = extract_batch(Settings().extracting, "fixtures", stored, run_id="test", pool=pool)
     return {d.key: d for d in docs}
 
 
@@ -597,12 +597,16 @@ def test_chunk_rows_have_stable_ids_and_the_settings_reach_the_worker(tmp_path: 
     path = tmp_path / "notes.txt"
     path.write_text("\n\n".join(f"Paragraph {i}: " + "valve check " * 8 for i in range(30)))
     stored = [("doc/notes.txt", "etag-1", str(path))]
-    settings = Settings(chunk_chars=200, chunk_overlap=20)
+    settings = Settings(chunk={"chars": 200, "overlap": 20})
     with WorkerPool(PoolConfig(workers=1, time_limit=60)) as pool:
-        first = extract_batch(settings, "b", stored, run_id="r1", pool=pool)
-        again = extract_batch(settings, "b", stored, run_id="r2", pool=pool)
+        first = extract_batch(settings.extracting, "b", stored, run_id="r1", pool=pool)
+        again = extract_batch(settings.extracting, "b", stored, run_id="r2", pool=pool)
         changed = extract_batch(
-            settings, "b", [("doc/notes.txt", "etag-2", str(path))], run_id="r3", pool=pool
+            settings.extracting,
+            "b",
+            [("doc/notes.txt", "etag-2", str(path))],
+            run_id="r3",
+            pool=pool,
         )
     rows_1 = structure_rows(first)["document_chunks"]
     assert max(r["chars"] for r in rows_1) <= 200 and len(rows_1) > 10  # the setting's size
@@ -657,7 +661,7 @@ def test_every_option_that_changes_the_output_is_in_the_extractor_string() -> No
     of a kind differs under it, the others' do not."""
     from ingest.extract import provenance
 
-    base = provenance.versions(Settings())
+    base = provenance.versions(Settings().extracting)
     changed = {
         "extract.max_chars": {k for k in base if provenance.family(k) != "detect"},
         "chunk.chars": {k for k in base if provenance.family(k) != "detect"},
@@ -667,5 +671,5 @@ def test_every_option_that_changes_the_output_is_in_the_extractor_string() -> No
         group, field = option.split(".")
         value = getattr(getattr(Settings(), group), field) + 500
         given: dict[str, Any] = {group: {field: value}}
-        other = provenance.versions(Settings(**given))
+        other = provenance.versions(Settings(**given).extracting)
         assert {k for k in base if other[k] != base[k]} == kinds, option

@@ -107,7 +107,7 @@ def test_a_runs_pool_reads_its_download_folders_not_the_lake(
     tmp_path: Path, home: Path, listener: int
 ) -> None:
     settings = Settings(data_dir=str(tmp_path / "data"))
-    objects = settings.download_root("bucket")
+    objects = settings.downloads.root("bucket")
     objects.mkdir(parents=True)
     (objects / "report.txt").write_text("downloaded")
     lake_file = settings.local_path / "lake" / "documents" / "_delta_log" / "0.json"
@@ -115,11 +115,13 @@ def test_a_runs_pool_reads_its_download_folders_not_the_lake(
     lake_file.write_text("{}")
     warehouse = settings.warehouse_path
     warehouse.write_text("not a database, but where it lies")
-    assert str(objects.parent) in parser_roots(settings)
-    assert not any(Path(root) in tmp_path.parents for root in parser_roots(settings))
+    assert str(objects.parent) in parser_roots(settings.extracting)
+    assert not any(Path(root) in tmp_path.parents for root in parser_roots(settings.extracting))
 
     reads = [str(objects / "report.txt"), str(lake_file), str(warehouse), "~/.aws/credentials"]
-    seen = probe(pool_config(settings), reads, [str(settings.local_path / "x")], listener)
+    seen = probe(
+        pool_config(settings.extracting), reads, [str(settings.local_path / "x")], listener
+    )
     assert seen[str(objects / "report.txt")] == "read: downloaded"
     assert seen[str(lake_file)] == "refused: PermissionError"
     assert seen[str(warehouse)] == "refused: PermissionError"
@@ -135,7 +137,7 @@ def test_every_shared_fixture_extracts_as_it_does_unfenced() -> None:
 
     def rows(config: PoolConfig) -> list[dict[str, object]]:
         with WorkerPool(config) as pool:
-            docs = extract_batch(Settings(), "fixtures", stored, run_id="t", pool=pool)
+            docs = extract_batch(Settings().extracting, "fixtures", stored, run_id="t", pool=pool)
         return [
             {**d.as_row(), "seconds": None, "extracted_at": None, "structure": d.structure}
             for d in docs
@@ -156,7 +158,7 @@ def test_without_landlock_the_workers_run_unfenced_and_the_log_says_so(
     container's filter answers), the workers run as they would unfenced, and the run says
     so once, never that they are fenced."""
     monkeypatch.setattr(fence, "landlock_abi", lambda: 0)
-    monkeypatch.setattr("ingest.extract.pool._said", set())
+    monkeypatch.setattr("ingest.extract.spawn._said", set())
     config = PoolConfig(workers=1, read_roots=(str(tmp_path),))
     with caplog.at_level(logging.INFO, logger="ingest.extract.pool"):
         first = probe(config, ["~/.aws/credentials"], [], listener)
@@ -174,13 +176,15 @@ def test_ocr_reads_the_same_page_fenced(tmp_path: Path) -> None:
     """The OCR pool's workers are fenced too: tesseract, which a worker starts, runs inside
     the fence (its program, language data and the image in the scratch folder) and reads
     the page as it does unfenced."""
-    settings = Settings(data_dir=tmp_path, ocr_enabled=True, ocr_max_pages=1, ocr_dpi=150)
+    settings = Settings(data_dir=tmp_path, ocr={"enabled": True, "max_pages": 1, "dpi": 150})
     stored = [("scan.pdf", "etag", str(FIXTURES / "pdfjs__issue4246.pdf"))]
 
     def text(roots: tuple[str, ...] | None) -> str:
         config = PoolConfig(workers=1, read_roots=roots)
         with WorkerPool(config) as pool, WorkerPool(config) as ocr:
-            (doc,) = extract_batch(settings, "b", stored, run_id="r", pool=pool, ocr_pool=ocr)
+            (doc,) = extract_batch(
+                settings.extracting, "b", stored, run_id="r", pool=pool, ocr_pool=ocr
+            )
         assert doc.metadata["ocr"] == "1 pages", doc.metadata
         return doc.text
 

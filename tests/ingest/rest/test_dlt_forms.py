@@ -51,7 +51,7 @@ def write(tmp_path: Path, text: str, server: DevShapes, file: str = "source.yaml
 
 
 def run(data_dir: Path, source: Source, run_id: str = "r1") -> RestSummary:
-    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    settings = Settings(data_dir=data_dir, rest={"retry_base": 0.01, "retry_cap": 0.05})
     summary = fetch_source(RestConfig.of(settings), source, run_id=run_id)
     storage.commit_run(data_dir, run_id)  # as the flow's commit-run task does
     return summary

@@ -56,19 +56,16 @@ class Setup:
 
 
 def settings_for(server: DevGitHub, data_dir: Path, **kw: Any) -> Setup:
-    defaults: dict[str, Any] = {
-        "data_dir": data_dir,
-        "github_base_url": server.url,
-        "rest_retry_base": 0.01,
-        "rest_retry_cap": 0.05,
-        "backoff": 0.05,
-        "rest_timeout": 5.0,
-        "max_wait": 0.0,
-        "rate_limit_reserve": 10,
-    }
+    defaults: dict[str, Any] = {"backoff": 0.05, "max_wait": 0.0, "rate_limit_reserve": 10}
     given = {**defaults, **kw}
+    rest = {"retry_base": 0.01, "retry_cap": 0.05, "timeout": 5.0, **given.pop("rest", {})}
     return Setup(
-        Settings(**{k: v for k, v in given.items() if k not in OPTIONS}),
+        Settings(
+            data_dir=data_dir,
+            github={"base_url": server.url},
+            rest=rest,
+            **{k: v for k, v in given.items() if k not in OPTIONS},
+        ),
         {k: v for k, v in given.items() if k in OPTIONS},
     )
 
@@ -223,7 +220,7 @@ def test_retries_502_and_hangs_then_completes(github: Server, data_dir: Path) ->
         ],
         hang_seconds=20,
     )
-    settings = settings_for(server, data_dir, per_page=20, rest_timeout=0.5)
+    settings = settings_for(server, data_dir, per_page=20, rest={"timeout": 0.5})
     summary = run(settings, ["octo/big"], "r1")
     assert summary.complete and summary.failed_pages == 0
     assert numbers(data_dir, "octo/big") == list(range(1, 201))
@@ -241,7 +238,7 @@ def test_a_page_failing_all_retries_is_a_row_and_keeps_the_watermark(
     server = github(
         repos={"octo/big": 100}, faults=[{"kind": "502", "match": "page=4", "times": 99}]
     )
-    settings = settings_for(server, data_dir, per_page=10, rest_max_attempts=3)
+    settings = settings_for(server, data_dir, per_page=10, rest={"max_attempts": 3})
     summary = run(settings, ["octo/big"], "r1")
     assert not summary.complete and summary.failed_pages == 1
     assert len(numbers(data_dir, "octo/big")) == 90

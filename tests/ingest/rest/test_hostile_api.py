@@ -87,14 +87,9 @@ def source_for(
 
 
 def run(data_dir: Path, source: Source, **settings: Any) -> RestSummary:
-    values: dict[str, Any] = {
-        "data_dir": data_dir,
-        "rest_retry_base": 0.01,
-        "rest_retry_cap": 0.05,
-        "rest_max_attempts": 2,
-        **settings,
-    }
-    summary = fetch_source(RestConfig.of(Settings(**values)), source, run_id="r1")
+    rest = {"retry_base": 0.01, "retry_cap": 0.05, "max_attempts": 2, **settings.pop("rest", {})}
+    config = RestConfig.of(Settings(data_dir=data_dir, rest=rest, **settings))
+    summary = fetch_source(config, source, run_id="r1")
     storage.commit_run(data_dir, "r1")
     return summary
 
@@ -331,7 +326,7 @@ def test_a_body_dribbled_a_byte_at_a_time_is_cut_at_the_deadline(data_dir: Path)
         summary = run(
             data_dir,
             source_for(api.url),
-            rest_timeout=5.0,
+            rest={"timeout": 5.0},
             http={"body_deadline": 1.5},
         )
         asked = len(api.targets)
@@ -492,7 +487,9 @@ def test_a_github_answer_without_number_fails_its_listing_not_the_run(data_dir: 
         api.script("/repos/o/good/pulls", Answer(200, json.dumps(good).encode()))
         api.script("/repos/o/bad/pulls", Answer(200, json.dumps(bad).encode()))
         settings = Settings(
-            data_dir=data_dir, github_base_url=api.url, rest_max_attempts=1, rest_timeout=5.0
+            data_dir=data_dir,
+            github={"base_url": api.url},
+            rest={"max_attempts": 1, "timeout": 5.0},
         )
         summary = fetch_pulls(
             RestConfig.of(settings), ["o/good", "o/bad"], run_id="r1", token=TOKEN

@@ -111,14 +111,8 @@ def source_for(
 
 
 def settings_for(data_dir: Path, **kw: Any) -> Settings:
-    defaults: dict[str, Any] = {
-        "data_dir": data_dir,
-        "rest_retry_base": 0.01,
-        "rest_retry_cap": 0.05,
-        "rest_max_attempts": 3,
-        "rest_timeout": 10.0,
-    }
-    return Settings(**{**defaults, **kw})
+    rest = {"retry_base": 0.01, "retry_cap": 0.05, "max_attempts": 3, "timeout": 10.0}
+    return Settings(data_dir=data_dir, rest={**rest, **kw.pop("rest", {})}, **kw)
 
 
 def run(settings: Settings, source: Source, run_id: str, **kw: Any) -> RestSummary:

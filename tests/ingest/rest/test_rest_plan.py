@@ -49,7 +49,7 @@ def source(paginator: dict[str, Any], params: dict[str, Any] | None = None) -> S
 
 
 def fetch(server: DevGitHub, data_dir: Path, src: Source) -> RestSummary:
-    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    settings = Settings(data_dir=data_dir, rest={"retry_base": 0.01, "retry_cap": 0.05})
     summary = fetch_source(RestConfig.of(settings), src, run_id="r1", base_url=server.url)
     storage.commit_run(data_dir, "r1")
     return summary
@@ -140,7 +140,7 @@ def test_an_incremental_rerun_is_not_probed(
         "row_order": "desc",
     }
     src = Source.model_validate(declared)
-    settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+    settings = Settings(data_dir=data_dir, rest={"retry_base": 0.01, "retry_cap": 0.05})
     with DevGitHub(repos={"octo/big": 120}, token=TOKEN) as server:
         first = fetch_source(RestConfig.of(settings), src, run_id="r1", base_url=server.url)
         storage.commit_run(data_dir, "r1")
@@ -193,7 +193,7 @@ def test_page_number_and_offset_sources_are_planned_from_their_totals(
         }
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("PLAN_REST_KEY", key)
-            settings = Settings(data_dir=data_dir, rest_retry_base=0.01, rest_retry_cap=0.05)
+            settings = Settings(data_dir=data_dir, rest={"retry_base": 0.01, "retry_cap": 0.05})
             summary = fetch_source(
                 RestConfig.of(settings), Source.model_validate(declared), run_id="r1"
             )

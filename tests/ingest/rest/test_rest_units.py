@@ -221,7 +221,7 @@ def test_the_github_options_become_a_dialect_source() -> None:
     from ingest.rest import github
     from ingest.settings import Settings
 
-    settings = Settings(github_base_url="https://ghe.test/api/v3")
+    settings = Settings(github={"base_url": "https://ghe.test/api/v3"})
     source = github.github_source(
         settings.github,
         ["octo/a", "octo/b", "octo/a"],
@@ -271,7 +271,7 @@ def test_a_sources_rate_limit_retries_is_its_clients() -> None:
     from ingest.rest.dialect import PLAIN
     from ingest.settings import Settings
 
-    settings = Settings(rest_limit_retries=3, rest_timeout=4.0, rest_max_attempts=2)
+    settings = Settings(rest={"limit_retries": 3, "timeout": 4.0, "max_attempts": 2})
     plain = parse_source(
         "client: {base_url: 'http://127.0.0.1:1/'}\nresources: [things]\n", "t.yaml"
     )

@@ -29,8 +29,8 @@ def saved_block(region: str = "eu-west-3") -> tuple[str, str]:
 
 def test_the_s3_client_and_its_store_use_the_blocks_credentials(s3_server) -> None:
     name, key = saved_block()
-    settings = Settings(s3_credentials_block=name, s3_endpoint_url=s3_server.url)
-    with S3Connection.open(settings) as conn:
+    settings = Settings(s3={"credentials_block": name, "endpoint_url": s3_server.url})
+    with S3Connection.open(settings.s3) as conn:
         client = conn.client
         assert client.meta.region_name == "eu-west-3"  # the block's region: none was set
         creds = client._request_signer._credentials.get_frozen_credentials()
@@ -41,16 +41,16 @@ def test_the_s3_client_and_its_store_use_the_blocks_credentials(s3_server) -> No
         # Another block is another connection: credentials are never shared between them.
         other, other_key = saved_block()
         with S3Connection.open(
-            Settings(s3_credentials_block=other, s3_endpoint_url=s3_server.url)
+            Settings(s3={"credentials_block": other, "endpoint_url": s3_server.url}).s3
         ) as second:
             got = second.client._request_signer._credentials.get_frozen_credentials()
             assert got.access_key == other_key != key
 
 
 def test_a_missing_block_is_a_clear_credentials_error(s3_server) -> None:
-    settings = Settings(s3_credentials_block="no-such-block", s3_endpoint_url=s3_server.url)
+    settings = Settings(s3={"credentials_block": "no-such-block", "endpoint_url": s3_server.url})
     with pytest.raises(CredentialsError, match=r"no-such-block.*INGEST_S3_CREDENTIALS_BLOCK"):
-        S3Connection.open(settings)
+        S3Connection.open(settings.s3)
 
 
 def test_the_lake_reads_its_block_too(s3_server, tmp_path: Path) -> None:

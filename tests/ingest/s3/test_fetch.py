@@ -36,7 +36,7 @@ def seeded(s3: Any, n: int = 5) -> tuple[str, dict[str, bytes]]:
 
 
 def settings_for(server: DevServer, tmp_path: Path, **kw: Any) -> Settings:
-    return Settings(data_dir=tmp_path / "lake", s3_endpoint_url=server.url, **kw)
+    return Settings(data_dir=tmp_path / "lake", s3={"endpoint_url": server.url}, **kw)
 
 
 def test_files_copied_to_object_storage_then_gone_from_the_worker(
@@ -45,13 +45,14 @@ def test_files_copied_to_object_storage_then_gone_from_the_worker(
     bucket, bodies = seeded(s3)
     dest = f"dl-{uuid.uuid4().hex[:10]}"
     s3.create_bucket(Bucket=dest)
-    settings = settings_for(s3_server, tmp_path, s3_download_dir=f"s3://{dest}/copies/")
-    client = S3Connection.open(settings)
+    settings = settings_for(s3_server, tmp_path)
+    settings = settings.updated(s3={"download_dir": f"s3://{dest}/copies/"})
+    client = S3Connection.open(settings.s3)
 
-    with WorkerPool(pool_config(settings)) as pool:
+    with WorkerPool(pool_config(settings.extracting)) as pool:
         results, docs = fetch.fetch_batch(
             client,
-            settings,
+            settings.extracting,
             listed(s3, bucket, "in/"),
             prefix="in/",
             run_id="r1",
@@ -73,7 +74,7 @@ def test_files_copied_to_object_storage_then_gone_from_the_worker(
     objects = listed(s3, bucket, "in/")
     readable = fetch.materialize(
         client,
-        settings,
+        settings.extracting,
         objects,
         [where[o.key] for o in objects],
         prefix="in/",
@@ -89,11 +90,11 @@ def test_dropped_files_leave_rows_without_a_path_and_come_back_from_the_source(
 ) -> None:
     bucket, bodies = seeded(s3, n=3)
     settings = settings_for(s3_server, tmp_path, keep_files=False)
-    client = S3Connection.open(settings)
+    client = S3Connection.open(settings.s3)
     objects = listed(s3, bucket, "in/")
 
     results, docs = fetch.fetch_batch(
-        client, settings, objects, prefix="in/", run_id="r1", extract=False
+        client, settings.extracting, objects, prefix="in/", run_id="r1", extract=False
     )
     assert [(r.status, r.local_path) for r in results] == [("downloaded", None)] * 3
     assert docs == []
@@ -104,7 +105,7 @@ def test_dropped_files_leave_rows_without_a_path_and_come_back_from_the_source(
     kept.write_bytes(bodies[objects[1].key])
     readable = fetch.materialize(
         client,
-        settings,
+        settings.extracting,
         objects,
         [None, str(kept), str(elsewhere)],
         prefix="in/",

@@ -93,12 +93,14 @@ def test_batches_side_by_side_share_the_lanes_and_large_objects_go_in_ranges(
 ) -> None:
     settings = Settings(
         data_dir=tmp_path / "data",
-        s3_endpoint_url=s3_server.url,
-        s3_concurrency=3,
-        s3_range_threshold=MiB,
-        s3_range_size=MiB,
+        s3={
+            "endpoint_url": s3_server.url,
+            "concurrency": 3,
+            "range_threshold": MiB,
+            "range_size": MiB,
+        },
     )
-    conn = s3lib.S3Connection.open(settings)
+    conn = s3lib.S3Connection.open(settings.s3)
     root = tmp_path / "objects"
     everything = [listed(s3, bucket, key) for key in sorted(objects)]
     first = listed(s3, bucket, "small/000.bin")
@@ -107,7 +109,7 @@ def test_batches_side_by_side_share_the_lanes_and_large_objects_go_in_ranges(
 
     def run(batch: list[S3Object], sub: str) -> list[tuple[S3Object, str, Any]]:
         jobs = [(o, keys.local_path_for(o.key, "", root / sub)) for o in batch]
-        return s3lib.BatchDownloader(conn, settings, root / sub).run(jobs)
+        return s3lib.BatchDownloader(conn, root / sub).run(jobs)
 
     with ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(run, halves, ["a", "b"]))

@@ -23,10 +23,7 @@ BODY = b"0123456789" * 100
 def settings_for(url: str, tmp_path: Path, **kw: object) -> Settings:
     return Settings(
         data_dir=tmp_path,
-        s3_endpoint_url=url,
-        s3_max_attempts=2,
-        s3_stream_retries=1,
-        s3_read_timeout=1.0,
+        s3={"endpoint_url": url, "max_attempts": 2, "stream_retries": 1, "read_timeout": 1.0},
         **kw,  # type: ignore[arg-type]
     )
 
@@ -37,8 +34,8 @@ def obj(key: str) -> S3Object:
 
 def fetch(settings: Settings, key: str, tmp_path: Path) -> bytes:
     dest = tmp_path / "out" / key
-    with s3.S3Connection.open(settings) as conn:
-        fetch_small(conn, obj(key), str(dest), tmp_path / "out", settings)
+    with s3.S3Connection.open(settings.s3) as conn:
+        fetch_small(conn, obj(key), str(dest), tmp_path / "out")
     return dest.read_bytes()
 
 

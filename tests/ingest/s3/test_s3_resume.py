@@ -33,17 +33,19 @@ def proxy(s3_server: DevServer) -> Iterator[FaultProxy]:
 def settings_for(url: str, tmp_path: Path) -> Settings:
     return Settings(
         data_dir=tmp_path,
-        s3_endpoint_url=url,
-        s3_range_threshold=MiB,
-        s3_range_size=MiB,
-        s3_stream_retries=0,
-        s3_max_attempts=1,
+        s3={
+            "endpoint_url": url,
+            "range_threshold": MiB,
+            "range_size": MiB,
+            "stream_retries": 0,
+            "max_attempts": 1,
+        },
     )
 
 
 def run(settings: Settings, obj: Any, root: Path) -> Any:
-    with S3Connection.open(settings) as conn:
-        [(_, _, outcome)] = BatchDownloader(conn, settings, root).run([(obj, str(root / obj.key))])
+    with S3Connection.open(settings.s3) as conn:
+        [(_, _, outcome)] = BatchDownloader(conn, root).run([(obj, str(root / obj.key))])
     return outcome
 
 

@@ -43,7 +43,7 @@ def mangling(_clean_environment: None) -> Iterator[DevServer]:
 
 def settings_for(url: str, tmp_path: Path, **kw: Any) -> Settings:
     # Two retries after the first request: three passes for a body that fails its check.
-    return Settings(data_dir=tmp_path, s3_endpoint_url=url, s3_max_attempts=2, **kw)
+    return Settings(data_dir=tmp_path, s3={"endpoint_url": url, "max_attempts": 2}, **kw)
 
 
 def listed(client: Any, bucket: str, key: str) -> S3Object:
@@ -54,8 +54,8 @@ def listed(client: Any, bucket: str, key: str) -> S3Object:
 
 
 def download(settings: Settings, objs: list[S3Object], root: Path) -> dict[str, Any]:
-    with S3Connection.open(settings) as conn:
-        out = BatchDownloader(conn, settings, root).run([(o, str(root / o.key)) for o in objs])
+    with S3Connection.open(settings.s3) as conn:
+        out = BatchDownloader(conn, root).run([(o, str(root / o.key)) for o in objs])
     return {o.key: outcome for o, _, outcome in out}
 
 
@@ -68,7 +68,7 @@ def test_a_corrupted_body_is_fetched_again_as_often_as_a_5xx_then_fails_with_no_
     for key, body in bodies.items():
         client.put_object(Bucket="mangled", Key=key, Body=body)
     settings = settings_for(mangling.url, tmp_path)
-    assert integrity_passes(settings) == 3
+    assert integrity_passes(settings.s3) == 3
     root = tmp_path / "out"
     got = download(settings, [listed(client, "mangled", k) for k in bodies], root)
 
@@ -97,7 +97,8 @@ def test_a_big_object_fetched_in_ranges_is_checked_and_fetched_again(
     client.create_bucket(Bucket="bigmangled")
     body = body_for("ranged", 3 * MiB + 5)
     client.put_object(Bucket="bigmangled", Key="ranged", Body=body)
-    settings = settings_for(mangling.url, tmp_path, s3_range_threshold=MiB, s3_range_size=MiB)
+    settings = settings_for(mangling.url, tmp_path)
+    settings = settings.updated(s3={"range_threshold": MiB, "range_size": MiB})
     root = tmp_path / "out"
     got = download(settings, [listed(client, "bigmangled", "ranged")], root)["ranged"]
     assert isinstance(got, Fetched), got
@@ -168,15 +169,15 @@ def test_additional_checksums_are_asked_with_checksum_mode_and_a_refusal_is_reme
         server.script(
             "HEAD /b/bad", Answer(200, headers={"x-amz-checksum-sha256": sha256_b64(body + b"!")})
         )
-        settings = Settings(data_dir=tmp_path, s3_endpoint_url=server.url, s3_max_attempts=1)
+        settings = Settings(data_dir=tmp_path, s3={"endpoint_url": server.url, "max_attempts": 1})
         out = tmp_path / "out"
-        with S3Connection.open(settings) as conn:
+        with S3Connection.open(settings.s3) as conn:
             obj = S3Object("b", "right", etag, len(body), datetime.now(UTC))
-            fetch_small(conn, obj, str(out / "right"), out, settings)
+            fetch_small(conn, obj, str(out / "right"), out)
             assert (out / "right").read_bytes() == body
             bad = S3Object("b", "bad", etag, len(body), datetime.now(UTC))
             with pytest.raises(IntegrityError, match=r"SHA256 .* differs from the object's"):
-                fetch_small(conn, bad, str(out / "bad"), out, settings)
+                fetch_small(conn, bad, str(out / "bad"), out)
             assert not (out / "bad").exists()
         heads = [h for p, h in server.seen if p.startswith("HEAD")]
         assert len(heads) == 3  # right once, bad twice (two passes)
@@ -186,11 +187,11 @@ def test_additional_checksums_are_asked_with_checksum_mode_and_a_refusal_is_reme
         for key in ("k1", "k2"):
             server.script(f"/b/{key}", Answer(200, body))
             server.script(f"HEAD /b/{key}", Answer(400))
-        settings = Settings(data_dir=tmp_path, s3_endpoint_url=server.url)
-        with S3Connection.open(settings) as conn:
+        settings = Settings(data_dir=tmp_path, s3={"endpoint_url": server.url})
+        with S3Connection.open(settings.s3) as conn:
             for key in ("k1", "k2"):
                 obj = S3Object("b", key, etag, len(body), datetime.now(UTC))
-                fetch_small(conn, obj, str(out / key), out, settings)
+                fetch_small(conn, obj, str(out / key), out)
                 assert (out / key).read_bytes() == body
         heads = [p for p, _ in server.seen if p.startswith("HEAD /b/")]  # (botocore then
         assert heads == ["HEAD /b/k1"]  # HEADs the bucket for its region) refused once
@@ -240,18 +241,18 @@ def test_crc32c_and_crc64nvme_check_bodies_corrupted_once_and_always(
         server.script("HEAD /b/once", Answer(200, headers=header))
         server.script("/b/always", Answer(200, bad))
         server.script("HEAD /b/always", Answer(200, headers=header))
-        settings = Settings(data_dir=tmp_path, s3_endpoint_url=server.url, s3_max_attempts=2)
+        settings = Settings(data_dir=tmp_path, s3={"endpoint_url": server.url, "max_attempts": 2})
         out = tmp_path / "out"
-        with S3Connection.open(settings) as conn:
+        with S3Connection.open(settings.s3) as conn:
             once = S3Object("b", "once", "kms-encrypted", len(body), datetime.now(UTC))
-            got = fetch_small(conn, once, str(out / "once"), out, settings)
+            got = fetch_small(conn, once, str(out / "once"), out)
             assert (out / "once").read_bytes() == body
             assert got.attempts == 2
             # What the right bytes were checked by: the store's checksum, not the size.
             assert verify(conn.client, once, str(out / "once"), attempts=1) == field
             always = S3Object("b", "always", "kms-encrypted", len(body), datetime.now(UTC))
             with pytest.raises(IntegrityError, match=rf"{name.upper()} \S+ differs from") as exc:
-                fetch_small(conn, always, str(out / "always"), out, settings)
+                fetch_small(conn, always, str(out / "always"), out)
             assert exc.value.attempts == 3
             assert not (out / "always").exists()
             assert list((out / TMP_DIR_NAME).iterdir()) == []

@@ -53,7 +53,9 @@ def lake_env(lake_server: DevServer, lake_uri: str) -> dict[str, str]:
 def lake_at(lake_server: DevServer, lake_uri: str, local: Path) -> storage.LakeLocation:
     """The lake as one machine reaches it: through a session of its own (as a run's or a
     command's), which resolves the credentials and makes the client once."""
-    loc = Settings(data_dir=lake_uri, lake_endpoint_url=lake_server.url, local_dir=local).location
+    loc = Settings(
+        data_dir=lake_uri, lake={"endpoint_url": lake_server.url}, local_dir=local
+    ).location
     return loc.bound(location.LakeSession(loc))
 
 
@@ -128,7 +130,7 @@ _WRITER = textwrap.dedent(
     from ingest.storage import lake
 
     uri, endpoint, writer, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    loc = Settings(data_dir=uri, lake_endpoint_url=endpoint, local_dir=Path(".")).location
+    loc = Settings(data_dir=uri, lake={"endpoint_url": endpoint}, local_dir=Path(".")).location
     now = datetime.now(UTC)
     for i in range(rounds):
         rows = pa.Table.from_pylist([{
@@ -232,14 +234,14 @@ def test_a_lake_that_cannot_be_reached_names_the_setting(
 
     with (
         pytest.raises(EndpointError, match="INGEST_LAKE_ENDPOINT_URL"),
-        run_staging(Settings(data_dir="s3://lake-x/p", lake_endpoint_url=down), "r1"),
+        run_staging(Settings(data_dir="s3://lake-x/p", lake={"endpoint_url": down}), "r1"),
     ):
         pass  # a flow's run never starts: the error is the first thing it says
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    no_keys = Settings(data_dir="s3://lake-y/p", lake_endpoint_url=lake_server.url).location
+    no_keys = Settings(data_dir="s3://lake-y/p", lake={"endpoint_url": lake_server.url}).location
     with pytest.raises(CredentialsError, match="INGEST_LAKE_CREDENTIALS_BLOCK"):
         location.check(no_keys)
     assert not Path("s3:").exists()

@@ -424,9 +424,9 @@ def test_renames_are_synced_before_anything_points_at_them(
         for o in listed
     ]
     calls.clear()
-    settings = Settings(data_dir=tmp_path, s3_endpoint_url=s3_server.url)
+    settings = Settings(data_dir=tmp_path, s3={"endpoint_url": s3_server.url})
     results = sync.download_batch(
-        storage_client(settings), settings, objects, prefix="", run_id="r2"
+        storage_client(settings), settings.downloads.root(bucket), objects, prefix="", run_id="r2"
     )
     assert [r.status for r in results] == ["downloaded"] * 3
     published = [c for c in calls if c[0] == "replace" and c[1].endswith(".txt")]
@@ -437,18 +437,19 @@ def test_renames_are_synced_before_anything_points_at_them(
 def storage_client(settings):
     from ingest import s3 as s3_lib
 
-    return s3_lib.S3Connection.open(settings)
+    return s3_lib.S3Connection.open(settings.s3)
 
 
 def test_a_first_listing_starts_with_small_chunks_a_night_does_not(tmp_path: Path) -> None:
     """Small first chunks (downloads start early) only when most objects will be fetched:
     nothing stored under the prefix yet, or a full refresh."""
-    settings = Settings(s3_list_chunk_pages=10).with_data_dir(str(tmp_path))
+    settings = Settings(s3={"list_chunk_pages": 10}).with_data_dir(str(tmp_path))
 
     def pages(run: str, prefix: str = "", **kw: Any) -> list[int]:
         spec = listing.ListSpec(run_id=run, bucket="b", prefix=prefix, **kw)
         with changes.ListingDatabase() as db:  # the run's
-            return [listing.chunk_pages(settings, spec, i, db) for i in range(5)]
+            run = listing.S3Run(settings.location, settings.s3, settings.downloads)
+            return [listing.chunk_pages(run, spec, i, db) for i in range(5)]
 
     assert pages("first") == [2, 4, 8, 10, 10]
     storage.stage(tmp_path, "r1", "s3_objects", "batch-0", [obj_row("docs/a", "1")])
