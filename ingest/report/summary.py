@@ -133,9 +133,7 @@ def stage_table(
         GROUP BY task_name ORDER BY min(started_at)
     """
     with duck.cursor(locate(data_dir).queries) as con:
-        cur = con.execute(sql, [flow_run_id])
-        cols = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = duck.records(con.execute(sql, [flow_run_id]))
     for r in rows:
         wall = r["wall_seconds"] or 0
         r["items_per_s"] = round(r["items"] / wall, 1) if wall else None
@@ -277,7 +275,7 @@ def markdown(summary: RunSummary, title: str) -> str:
 def failure_tables(summary: RunSummary) -> list[str]:
     """The failed downloads and failed extractions, each with its status, error and
     whether a retry can fix it; long lists cut, with the query listing them all."""
-    run = summary.run_id.replace("'", "''")
+    run = duck.sql_literal(summary.run_id)
     lines: list[str] = []
     if summary.failures:
         total = max(summary.failed, len(summary.failures))
@@ -296,7 +294,7 @@ def failure_tables(summary: RunSummary) -> list[str]:
             lines += [
                 "",
                 f"All {total}: `SELECT key, error FROM s3_objects WHERE status = 'failed' "
-                f"AND run_id = '{run}'`",
+                f"AND run_id = {run}`",
             ]
     if summary.extract_failures:
         total = max(summary.failed_extractions, len(summary.extract_failures))
@@ -317,6 +315,6 @@ def failure_tables(summary: RunSummary) -> list[str]:
             lines += [
                 "",
                 f"All {total}: `SELECT key, status, error FROM documents WHERE status IN "
-                f"({statuses}) AND run_id = '{run}'`",
+                f"({statuses}) AND run_id = {run}`",
             ]
     return lines

@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest import duck
 from ingest.storage import evolve, lake, staging
 from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import (
@@ -264,7 +265,7 @@ def _evolve(
 
 
 def _quoted(values: Any) -> str:
-    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+    return ", ".join(map(duck.sql_literal, values))
 
 
 def _descendants(data_dir: DataDir, table: str) -> list[str]:
@@ -336,19 +337,13 @@ def replace_children(data_dir: DataDir, table: str, rows: pa.Table) -> None:
     run's own child rows, committed after their parents, then stand alone, and a line gone
     from an order is gone from its table. Replayed after the children were committed, it
     deletes nothing (the stored children are the run's)."""
-    children = [t for t in files(data_dir).children(lake.LAKE_DIR) if t.startswith(f"{table}__")]
-    if not children or not rows.num_rows:
+    if not rows.num_rows:
         return
-    keys = ", ".join("'" + k.replace("'", "''") + "'" for k in set(rows.column("key").to_pylist()))
-    runs = ", ".join(
-        "'" + r.replace("'", "''") + "'" for r in set(rows.column("run_id").to_pylist()) if r
-    )
-    for child in children:
-        dt = lake.open_table(data_dir, child)
-        if dt is None:
-            continue
-        predicate = f"_root_key IN ({keys})" + (f" AND run_id NOT IN ({runs})" if runs else "")
-        lake.with_commit_retries(partial(dt.delete, predicate), child)
+    keys = _quoted(set(rows.column("key").to_pylist()))
+    runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
+    others = f" AND run_id NOT IN ({_quoted(runs)})" if runs else ""
+    for child in _descendants(data_dir, table):
+        _delete(data_dir, child, f"_root_key IN ({keys}){others}")
 
 
 def recover(
