@@ -172,15 +172,15 @@ def completed_message(outcomes: list[ChildOutcome]) -> str:
     if permanent:
         text += f" ({permanent} permanent, no retry fixes them)"
     tail = ". See the nightly-summary artifact."
-    keys = [f"{cut(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
+    keys = [f"{short(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
     if not keys:
-        return cut(text, MESSAGE_CHARS - len(tail)) + tail
+        return short(text, MESSAGE_CHARS - len(tail)) + tail
     return f"{text}: {fit(keys, MESSAGE_CHARS - len(tail) - len(text) - 2)}{tail}"
 
 
 def fit(items: list[str], budget: int, sep: str = "; ") -> str:
     """``items`` joined by ``sep`` in at most ``budget`` characters: each one shortened on
-    its own (``cut``), the room a short one leaves going to the longer ones, so none is
+    its own (``short``), the room a short one leaves going to the longer ones, so none is
     dropped for another's length."""
     items = [" ".join(i.split()) for i in items]
     room = budget - len(sep) * (len(items) - 1)
@@ -191,12 +191,7 @@ def fit(items: list[str], budget: int, sep: str = "; ") -> str:
         i = waiting.pop(0)
         limits[i] = min(len(items[i]), share)
         room -= limits[i]
-    return sep.join(cut(item, limits[i]) for i, item in enumerate(items))
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` on one line in at most ``limit`` characters, cut after a whole word."""
-    return short(text, limit)
+    return sep.join(short(item, limits[i]) for i, item in enumerate(items))
 
 
 def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
@@ -231,7 +226,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
     message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
-    message = cut(message, 400)
+    message = short(message, 400)
     what = f"{outcome.flow_name} failed: {message}"
     if terminal:
         todo = (
@@ -254,10 +249,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
 
 def is_terminal(error: BaseException | None) -> bool:
     """True for errors that retrying cannot fix (configuration, credentials)."""
-    if error is None:
-        return False
-    names = {c.__name__ for c in type(error).__mro__}
-    return isinstance(error, TerminalError) or "GitHubTerminalError" in names
+    return isinstance(error, TerminalError)
 
 
 def headline(outcome: ChildOutcome) -> str:

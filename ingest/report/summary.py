@@ -276,45 +276,38 @@ def failure_tables(summary: RunSummary) -> list[str]:
     """The failed downloads and failed extractions, each with its status, error and
     whether a retry can fix it; long lists cut, with the query listing them all."""
     run = duck.sql_literal(summary.run_id)
+    statuses = ", ".join(map(duck.sql_literal, EXTRACT_FAILED))
+    tables = [
+        (
+            "downloads",
+            [(k, "failed", e, object_error_advice(e)) for k, e in summary.failures],
+            summary.failed,
+            f"SELECT key, error FROM s3_objects WHERE status = 'failed' AND run_id = {run}",
+        ),
+        (
+            "extractions",
+            [
+                (k, s, e, "yes" if s in EXTRACT_PERMANENT else "no: a longer timeout may do")
+                for k, s, e in summary.extract_failures
+            ],
+            summary.failed_extractions,
+            f"SELECT key, status, error FROM documents WHERE status IN ({statuses}) "
+            f"AND run_id = {run}",
+        ),
+    ]
     lines: list[str] = []
-    if summary.failures:
-        total = max(summary.failed, len(summary.failures))
+    for what, rows, failed, query in tables:
+        if not rows:
+            continue
+        total = max(failed, len(rows))
         lines += [
             "",
-            f"## Failed downloads: {failures_heading(len(summary.failures), total)}",
-            "",
-            "| key | status | error | permanent |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {md.code(k)} | failed | {md.cell(e)} | {object_error_advice(e)} |"
-            for k, e in summary.failures
-        ]
-        if total > len(summary.failures):
-            lines += [
-                "",
-                f"All {total}: `SELECT key, error FROM s3_objects WHERE status = 'failed' "
-                f"AND run_id = {run}`",
-            ]
-    if summary.extract_failures:
-        total = max(summary.failed_extractions, len(summary.extract_failures))
-        lines += [
-            "",
-            f"## Failed extractions: {failures_heading(len(summary.extract_failures), total)}",
+            f"## Failed {what}: {failures_heading(len(rows), total)}",
             "",
             "| key | status | error | permanent |",
             "|---|---|---|---|",
+            *(f"| {md.code(k)} | {s} | {md.cell(e)} | {p} |" for k, s, e, p in rows),
         ]
-        lines += [
-            f"| {md.code(k)} | {status} | {md.cell(e)} | "
-            f"{'yes' if status in EXTRACT_PERMANENT else 'no: a longer timeout may do'} |"
-            for k, status, e in summary.extract_failures
-        ]
-        if total > len(summary.extract_failures):
-            statuses = ", ".join(f"'{s}'" for s in EXTRACT_FAILED)
-            lines += [
-                "",
-                f"All {total}: `SELECT key, status, error FROM documents WHERE status IN "
-                f"({statuses}) AND run_id = {run}`",
-            ]
+        if total > len(rows):
+            lines += ["", f"All {total}: `{query}`"]
     return lines
