@@ -72,9 +72,6 @@ class ObjectResult:
     run_id: str = ""
     ingested_at: datetime | None = None
 
-    def as_row(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(slots=True)
 class TaskTiming:

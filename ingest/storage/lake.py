@@ -122,9 +122,7 @@ def create_with(
             name=table,
             configuration=TABLE_CONFIG,
             storage_options=loc.storage_options() or None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
-            ),
+            commit_properties=_commit_properties(txn),
         )
     except DeltaError:
         if open_table(loc, table) is None:
@@ -217,9 +215,7 @@ def append(
             mode="append",
             partition_by=spec.partition_by,
             schema_mode="merge",  # a table made before a column was added gains it
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
-            ),
+            commit_properties=_commit_properties(txn),
         )
         return True
 
@@ -383,6 +379,11 @@ def unique_keys(rows: pa.Table, keys: Sequence[str]) -> bool:
     """True when no two rows share a key."""
     groups = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     return bool(groups.num_rows == rows.num_rows)
+
+
+def _commit_properties(txn: tuple[str, int] | None) -> CommitProperties:
+    """A write's commit, carrying the app transaction ``txn`` (app id, version) if given."""
+    return CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
 
 
 def with_commit_retries(write: Callable[[], T], table: str) -> T:
