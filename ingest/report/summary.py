@@ -46,33 +46,24 @@ class RunSummary:
     # before its summary is written so that the summary says what the state will say.
     failing: str = ""
 
-    def add_counts(self, counts: dict[str, int]) -> None:
-        for status, n in counts.items():
-            self.counts[status] = self.counts.get(status, 0) + n
-
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Add one listing chunk: skipped and deleted objects, texts already current."""
-        self.add_counts(chunk.counts)
+        _add(self.counts, chunk.counts)
         if chunk.extract_unchanged:
-            self.extracted["unchanged"] = (
-                self.extracted.get("unchanged", 0) + chunk.extract_unchanged
-            )
-        for why, n in chunk.reextract.items():
-            self.reextracted[why] = self.reextracted.get(why, 0) + n
+            _add(self.extracted, {"unchanged": chunk.extract_unchanged})
+        _add(self.reextracted, chunk.reextract)
 
     def add_batch(self, part: BatchSummary) -> None:
         """Add one download batch: counts, bytes and the first 20 failures."""
-        self.add_counts(part.counts)
+        _add(self.counts, part.counts)
         self.bytes += part.bytes
         self.failures.extend(part.failures[: max(0, 20 - len(self.failures))])
 
     def add_extracted(self, part: ExtractSummary) -> None:
         """Add one extract batch's counts by status."""
-        counts = dict(part.counts)
+        _add(self.extracted, part.counts)
         if part.unchanged:
-            counts["unchanged"] = part.unchanged
-        for status, n in counts.items():
-            self.extracted[status] = self.extracted.get(status, 0) + n
+            _add(self.extracted, {"unchanged": part.unchanged})
         room = max(0, ExtractSummary.MAX_FAILURES - len(self.extract_failures))
         self.extract_failures.extend(part.failures[:room])
         self.needs_ocr += part.needs_ocr
@@ -95,6 +86,12 @@ class RunSummary:
     def extractions(self) -> int:
         """Documents extracted by this run (rows written, whatever their status)."""
         return sum(n for s, n in self.extracted.items() if s != "unchanged")
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    """Add ``counts`` to the counts ``into``, key by key."""
+    for key, n in counts.items():
+        into[key] = into.get(key, 0) + n
 
 
 def first_day(seconds: float) -> date:
