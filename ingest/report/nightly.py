@@ -135,21 +135,40 @@ MESSAGE_CHARS = 300
 FAILED_PREFIX = ENGINE_PREFIX + "NightlyFailedError: "
 
 
+# What to do about a failed child, by why it failed (``why_failed``): in a few words (the
+# nightly's state message) and in full (the child's own advice).
+TODOS = {
+    "terminal": (
+        "fix what it names, then Run > Custom run",
+        "fix the configuration it names (the deployment's parameters, or the worker's "
+        "credentials and endpoint), then start the deployment again (Run > Custom run)",
+    ),
+    "failures": (
+        "read the failures in its run-summary",
+        "read the failures in that run's run-summary artifact (or the query in the "
+        "message); the next run retries the failed downloads, not the permanent failures",
+    ),
+    "other": (
+        "read the failed subflow run's logs",
+        "open the {flow} subflow run's logs, fix the cause, then start the deployment "
+        "again; the other ingestion's rows are stored and a re-run skips what did not change",
+    ),
+}
+
+
+def why_failed(outcome: ChildOutcome, terminal: bool) -> str:
+    """``terminal`` (no retry fixes it), ``failures`` (too many failed items) or ``other``."""
+    if terminal:
+        return "terminal"
+    return "failures" if outcome.error_type.startswith("TooMany") else "other"
+
+
 def failed_message(outcomes: list[ChildOutcome]) -> str:
     """The failed nightly's state message, within MESSAGE_CHARS with Prefect's prefix:
     every child that failed, each cause shortened on its own, and what to do in a few
     words; the advice in full is in the nightly-summary artifact."""
     failed = [o for o in outcomes if not o.ok]
-    todos: list[str] = []
-    for o in failed:
-        if o.terminal:
-            todo = "fix what it names, then Run > Custom run"
-        elif o.error_type.startswith("TooMany"):
-            todo = "read the failures in its run-summary"
-        else:
-            todo = "read the failed subflow run's logs"
-        if todo not in todos:
-            todos.append(todo)
+    todos = dict.fromkeys(TODOS[why_failed(o, o.terminal)][0] for o in failed)
     tail = f". What to do: {'; '.join(todos)}; see the nightly-summary artifact."
     budget = MESSAGE_CHARS - len(FAILED_PREFIX) - len(tail)
     causes = fit(
@@ -228,22 +247,7 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
     message = short(message, 400)
     what = f"{outcome.flow_name} failed: {message}"
-    if terminal:
-        todo = (
-            "fix the configuration it names (the deployment's parameters, or the worker's "
-            "credentials and endpoint), then start the deployment again (Run > Custom run)"
-        )
-    elif outcome.error_type.startswith("TooMany"):
-        todo = (
-            "read the failures in that run's run-summary artifact (or the query in the "
-            "message); the next run retries the failed downloads, not the permanent failures"
-        )
-    else:
-        todo = (
-            f"open the {outcome.flow_name} subflow run's logs, fix the cause, then start "
-            "the deployment again; the other ingestion's rows are stored and a re-run skips "
-            "what did not change"
-        )
+    todo = TODOS[why_failed(outcome, terminal)][1].format(flow=outcome.flow_name)
     return f"{what}. What to do: {todo}."
 
 
