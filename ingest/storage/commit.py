@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest import duck
-from ingest.storage import evolve, lake, staging
+from ingest.storage import evolve, lake, staging, warehouse
 from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import (
     RESOURCE_SEPARATOR,
@@ -305,8 +305,6 @@ def _deletions(data_dir: DataDir, table: str, rows: pa.Table, said: dict[str, An
         rows = rows.filter(pa.array([not g for g in gone]))
     merge_key = [c for c in said.get("merge_key") or [] if c in rows.column_names]
     if merge_key and rows.num_rows and lake.open_table(data_dir, table) is not None:
-        from ingest.storage import warehouse
-
         relation = warehouse.table_sql(data_dir, table)
         same = " AND ".join(f't."{c}" = i."{c}"' for c in merge_key)
         runs = [r for r in set(rows.column("run_id").to_pylist()) if r]

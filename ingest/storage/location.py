@@ -57,6 +57,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from ingest import duck
 from ingest.aws import block_session
 from ingest.errors import AccessDeniedError, BucketNotFoundError, CredentialsError, EndpointError
 from ingest.storage import durable
@@ -132,8 +135,6 @@ class LakeLocation:
     def connect(self, database: str = ":memory:", **settings: Any) -> Any:
         """A DuckDB connection (``ingest.duck.connect``) that sees this lake's relations:
         for a query over a ``storage.scan`` expression."""
-        from ingest import duck
-
         return duck.connect(database, relations=self.relations, **settings)
 
     @property
@@ -278,8 +279,6 @@ class LakeSession:
     @property
     def queries(self) -> Any:
         """The session's database for small queries (``ingest.duck.SmallQueries``)."""
-        from ingest import duck
-
         with self._lock:
             self._check_open()
             if self._queries is None:
@@ -295,8 +294,6 @@ class LakeSession:
             return self._relations_now()
 
     def _relations_now(self) -> Any:
-        from ingest import duck
-
         if self._relations is None:
             self._relations = duck.Relations()
         return self._relations
@@ -391,12 +388,6 @@ def check(loc: LakeLocation) -> None:
     found = _resolve(loc)
     if found.checked:
         return
-    from botocore.exceptions import (
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-    )
-
     where = loc.endpoint_url or "AWS"
     try:
         found.client.head_bucket(Bucket=loc.bucket)
@@ -576,8 +567,6 @@ class S3Files:
         self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
     def create(self, key: str, data: bytes) -> bool:
-        from botocore.exceptions import ClientError
-
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*"
@@ -590,8 +579,6 @@ class S3Files:
         return True
 
     def get(self, key: str) -> bytes | None:
-        from botocore.exceptions import ClientError
-
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
             return bytes(body.read())
@@ -636,8 +623,6 @@ class S3Files:
                 )
 
     def mtime(self, key: str) -> float | None:
-        from botocore.exceptions import ClientError
-
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.prefix + key)
         except ClientError as exc:
