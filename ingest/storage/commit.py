@@ -147,13 +147,18 @@ def _staged_rows(data_dir: DataDir, run_id: str, tables: list[str]) -> int:
     total = 0
     for table in tables:
         for key in staging.parts(data_dir, run_id, table):
-            try:
-                total += staging.part_rows(data_dir, key)
-            except (OSError, pa.ArrowException):
-                continue  # unreadable: its commit sets it aside
+            total += _part_rows(data_dir, key)
             if total > PARALLEL_ROWS:
                 return total
     return total
+
+
+def _part_rows(data_dir: DataDir, key: str) -> int:
+    """Rows of a staged part; 0 for one that cannot be read (its commit sets it aside)."""
+    try:
+        return staging.part_rows(data_dir, key)
+    except (OSError, pa.ArrowException):
+        return 0
 
 
 def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> int:
@@ -188,19 +193,8 @@ def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> 
 def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
     """Parts grouped into commits of at most ``SLICE_ROWS`` rows (one part may exceed it),
     so that a run that changed a million objects commits in bounded memory."""
-    slices: list[list[str]] = [[]]
-    rows = 0
-    for key in keys:
-        try:
-            n = staging.part_rows(data_dir, key)
-        except (OSError, pa.ArrowException):
-            n = 0  # unreadable: read_parts sets it aside
-        if slices[-1] and rows + n > SLICE_ROWS:
-            slices.append([])
-            rows = 0
-        slices[-1].append(key.rsplit("/", 1)[-1])
-        rows += n
-    return slices
+    sized = [(key.rsplit("/", 1)[-1], _part_rows(data_dir, key)) for key in keys]
+    return lake.packed(sized, SLICE_ROWS)
 
 
 def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str], txn: int) -> int:

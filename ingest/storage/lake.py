@@ -348,14 +348,19 @@ def part_groups(dt: DeltaTable, source: pa.Table, key: str) -> list[list[int]]:
             if low is not None and high is not None and (high < wanted[0] or low > wanted[1]):
                 continue  # outside the source's keys: the MERGE skips the file
             stored[int(part)] = stored.get(int(part), 0) + int(n or 0)
-    groups: list[list[int]] = []
+    return packed([(part, stored.get(part, 0)) for part in sorted(ranges)], MERGE_TARGET_ROWS)
+
+
+def packed(sized: Sequence[tuple[T, int]], limit: int) -> list[list[T]]:
+    """The items of ``sized`` (item, rows) in order, in groups of at most ``limit`` rows
+    (an item of more is a group alone)."""
+    groups: list[list[T]] = []
     rows = 0
-    for part in sorted(ranges):
-        n = stored.get(part, 0)
-        if not groups or (groups[-1] and rows + n > MERGE_TARGET_ROWS):
+    for item, n in sized:
+        if not groups or rows + n > limit:
             groups.append([])
             rows = 0
-        groups[-1].append(part)
+        groups[-1].append(item)
         rows += n
     return groups
 
