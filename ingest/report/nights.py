@@ -177,9 +177,7 @@ def trend(values: Sequence[float]) -> str:
     if not earlier:
         return "steady"
     change = recent / earlier - 1
-    if abs(change) < 0.2:
-        return f"steady ({change:+.0%}, last 3 nights against the 3 before)"
-    word = "rising" if change > 0 else "falling"
+    word = "steady" if abs(change) < 0.2 else "rising" if change > 0 else "falling"
     return f"{word} ({change:+.0%}, last 3 nights against the 3 before)"
 
 

@@ -109,9 +109,7 @@ def try_take(
         log.info("lease of %s belonged to a run that died; taking it over", target)
         lake_files.delete([key])
     found = holder(data_dir, target, stale_after)
-    if found is None or found.run_id == run_id:
-        return None
-    return found
+    return None if found is None or found.run_id == run_id else found
 
 
 def release(data_dir: DataDir, target: str, run_id: str) -> None:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -70,10 +69,6 @@ SCHEME = "s3://"
 # Credentials botocore refreshes from a role (instance, container, web identity): object_store
 # finds and refreshes these itself, so they are not frozen into the storage options.
 _ROLE_METHODS = frozenset({"iam-role", "container-role", "assume-role-with-web-identity"})
-
-
-def is_uri(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(SCHEME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +168,7 @@ def locate(data_dir: DataDir | str) -> LakeLocation:
     """The lake location of ``data_dir`` (a local folder given as a path is its own lake)."""
     if isinstance(data_dir, LakeLocation):
         return data_dir
-    if is_uri(data_dir):
+    if isinstance(data_dir, str) and data_dir.startswith(SCHEME):
         raise ValueError(f"{data_dir}: build the LakeLocation from the settings (Settings.lake)")
     path = Path(data_dir)
     return LakeLocation(root=str(path), local_dir=path)
@@ -587,31 +582,26 @@ class S3Files:
                 return None
             raise
 
+    def _pages(self, full: str, **options: str) -> Iterator[dict[str, Any]]:
+        """The listing pages of the keys under ``full`` (the prefix in the bucket)."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        yield from paginator.paginate(Bucket=self.bucket, Prefix=full, **options)
+
     def entries(self, prefix: str) -> list[Entry]:
         full = self.prefix + prefix.strip("/") + "/"
-        out = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full
-        ):
-            for obj in page.get("Contents", ()):
-                out.append(
-                    Entry(
-                        obj["Key"][len(self.prefix) :],
-                        int(obj["Size"]),
-                        obj["LastModified"].timestamp(),
-                    )
-                )
-        return out
+        return [
+            Entry(obj["Key"][len(self.prefix) :], int(obj["Size"]), obj["LastModified"].timestamp())
+            for page in self._pages(full)
+            for obj in page.get("Contents", ())
+        ]
 
     def children(self, prefix: str) -> list[str]:
         full = self.prefix + prefix.strip("/") + "/"
-        names = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full, Delimiter="/"
-        ):
-            for common in page.get("CommonPrefixes", ()):
-                names.append(common["Prefix"][len(full) :].rstrip("/"))
-        return sorted(names)
+        return sorted(
+            common["Prefix"][len(full) :].rstrip("/")
+            for page in self._pages(full, Delimiter="/")
+            for common in page.get("CommonPrefixes", ())
+        )
 
     def delete(self, keys: list[str]) -> None:
         for i in range(0, len(keys), 1000):
@@ -644,9 +634,3 @@ def files(data_dir: DataDir) -> LakeFiles:
     """The file operations of the lake at ``data_dir``."""
     loc = locate(data_dir)
     return S3Files(loc) if loc.remote else LocalFiles(Path(loc.root))
-
-
-def now() -> float:
-    """The time that file ages are measured against (the store's clock on S3 is assumed
-    within seconds of ours; every age threshold here is minutes)."""
-    return time.time()
