@@ -50,7 +50,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -184,11 +184,8 @@ def bound_for_call(data_dir: DataDir | str) -> Iterator[LakeLocation]:
     if not loc.remote or loc.session is not None:
         yield loc
         return
-    session = LakeSession(loc)
-    try:
+    with closing(LakeSession(loc)) as session:
         yield loc.bound(session)
-    finally:
-        session.close()
 
 
 def parse_root(value: str) -> str:
