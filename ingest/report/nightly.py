@@ -224,14 +224,13 @@ def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> F
             items, bytes_, failed = s.total, s.bytes, s.failed
         else:
             items, bytes_, failed = s.pulls, 0, s.failed_pages
-    started = outcome.started_at
     return FlowRunRecord(
         flow_run_id=outcome.flow_run_id,
         flow_name=outcome.flow_name,
         deployment_id=deployment_id,
         parent_flow_run_id=parent,
-        started_at=started,
-        ended_at=started + timedelta(seconds=outcome.seconds) if started else None,
+        started_at=outcome.started_at,
+        ended_at=outcome.ended_at,
         seconds=outcome.seconds,
         items=items,
         bytes=bytes_,
