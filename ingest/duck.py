@@ -118,6 +118,17 @@ class SmallQueries:
             db[1].close()
 
 
+def records(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The rows of the query ``cur`` ran, each a dict by column name."""
+    columns = [d[0] for d in cur.description or ()]
+    return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+
+
+def sql_literal(value: object) -> str:
+    """``value`` as an SQL string literal (its quotes doubled)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def cursor(queries: SmallQueries | None = None) -> duckdb.DuckDBPyConnection:
     """A connection for a small query: a cursor of ``queries`` (a run's, with its lake
     session's relations: ``LakeLocation.queries``), else a database of its own. Close it

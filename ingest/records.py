@@ -72,9 +72,6 @@ class ObjectResult:
     run_id: str = ""
     ingested_at: datetime | None = None
 
-    def as_row(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(slots=True)
 class TaskTiming:
@@ -230,17 +227,8 @@ class ObjectBatch:
         return pa.ipc.open_stream(self.ipc).read_all()
 
     def objects(self) -> list[S3Object]:
-        t = self.table()
-        return [
-            S3Object(bucket=b, key=k, etag=e, size=s, last_modified=m)
-            for b, k, e, s, m in zip(
-                *(
-                    t.column(c).to_pylist()
-                    for c in ("bucket", "key", "etag", "size", "last_modified")
-                ),
-                strict=True,
-            )
-        ]
+        names = [f.name for f in fields(S3Object)]
+        return [S3Object(**row) for row in self.table().select(names).to_pylist()]
 
     def stored(self) -> list[tuple[str, str, str]]:
         """(key, etag, local path) of objects already on disk (``prev_path``)."""

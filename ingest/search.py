@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,7 @@ def refresh_index(data_dir: DataDir, *, batch_rows: int = 2000) -> int:
     # in place, so a file already indexed needs no second look).
     lake = storage.locate(data_dir)
     parts = {path: 0 for path in storage.data_files(lake, "documents")}
-    con = open_index(lake)
-    try:
+    with closing(open_index(lake)) as con:
         built_from = con.execute("SELECT value FROM meta WHERE name = 'lake'").fetchone()
         if built_from is None or built_from[0] != lake.root:
             _reset(con, lake.root)  # a copy of an index built from another lake: start over
@@ -148,8 +148,6 @@ def refresh_index(data_dir: DataDir, *, batch_rows: int = 2000) -> int:
             con.execute("DELETE FROM parts")
             con.executemany("INSERT INTO parts (path, mtime_ns) VALUES (?, ?)", list(parts.items()))
         return indexed
-    finally:
-        con.close()
 
 
 def _reset(con: sqlite3.Connection, lake_root: str) -> None:
@@ -206,8 +204,7 @@ def search(
     query = fts_query(words)
     if not query:
         return []
-    con = open_index(data_dir)
-    try:
+    with closing(open_index(data_dir)) as con:
         sql = (
             "SELECT d.bucket, d.key, d.kind, bm25(doc_fts) AS score, d.text "
             "FROM doc_fts JOIN docs d ON d.id = doc_fts.rowid WHERE doc_fts MATCH ? "
@@ -220,8 +217,6 @@ def search(
         sql += "ORDER BY score LIMIT ?"
         params.append(limit)
         rows = con.execute(sql, params).fetchall()
-    finally:
-        con.close()
     hits = [
         Hit(key=key, kind=k, score=round(-score, 3), snippet=snippet(text, words), bucket=bucket)
         for bucket, key, k, score, text in rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import typing
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -68,12 +69,6 @@ def _group(field: Any) -> bool:
 
 def _secret(field: Any) -> bool:
     return field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
-
-
-def _dotted(obj: Any, name: str) -> Any:
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class ServeSettings(BaseModel):
@@ -567,10 +562,8 @@ class Settings(BaseSettings):
         """The secret field ``name`` (``github.token``, ``serve.database_url``): this
         object's, else the one of this process's own environment (a task's settings come
         without secrets: ``without_secrets``)."""
-        value = _dotted(self, name)
-        if value is None:
-            value = _dotted(Settings(), name)
-        return value
+        value = attrgetter(name)(self)
+        return value if value is not None else attrgetter(name)(Settings())
 
     @property
     def location(self) -> LakeLocation:

@@ -103,23 +103,16 @@ def svg(nights: Sequence[Night], title: str = "Nightly duration per source (s)")
             f"data-source={quoteattr(n.source)} data-night={quoteattr(n.night)} "
             f'data-seconds="{n.seconds:.3f}"><title>{escape(tip)}</title></rect>'
         )
-    for s, source in enumerate(sources):  # legend
-        x = LEFT + 10 + s * 150
+    # The legend: (fill, style, label, room it takes) of each entry, left to right.
+    legend = [(COLOURS[s % len(COLOURS)], "", source, 150) for s, source in enumerate(sources)]
+    legend += [(SLOW_COLOUR, "", "slow night", 90), ("#ffffff", FAILED_STYLE, "failed night", 0)]
+    x = LEFT + 10
+    for fill, style, label, room in legend:
         parts.append(
-            f'<rect x="{x}" y="{HEIGHT - 16}" width="10" height="10" '
-            f'fill="{COLOURS[s % len(COLOURS)]}"/>'
-            f'<text x="{x + 14}" y="{HEIGHT - 7}">{escape(source)}</text>'
+            f'<rect x="{x}" y="{HEIGHT - 16}" width="10" height="10" fill="{fill}"{style}/>'
+            f'<text x="{x + 14}" y="{HEIGHT - 7}">{escape(label)}</text>'
         )
-    parts.append(
-        f'<rect x="{LEFT + 10 + len(sources) * 150}" y="{HEIGHT - 16}" width="10" height="10" '
-        f'fill="{SLOW_COLOUR}"/><text x="{LEFT + 24 + len(sources) * 150}" '
-        f'y="{HEIGHT - 7}">slow night</text>'
-    )
-    x = LEFT + 10 + len(sources) * 150 + 90
-    parts.append(
-        f'<rect x="{x}" y="{HEIGHT - 16}" width="10" height="10" fill="#ffffff"{FAILED_STYLE}/>'
-        f'<text x="{x + 14}" y="{HEIGHT - 7}">failed night</text>'
-    )
+        x += room
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

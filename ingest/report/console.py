@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from ingest.records import needs_ocr_line
@@ -62,14 +63,9 @@ def _cell(value: Any, width: int) -> str:
     text = text.replace("\n", " ")
     if display_width(text) <= width:
         return text
-    out, used = [], 0
-    for c in text:
-        w = _char_width(c)
-        if used + w > width - 1:
-            break
-        out.append(c)
-        used += w
-    return "".join(out) + "…"
+    # the characters whose columns, with those before them, leave one for the "…"
+    kept = sum(1 for used in accumulate(map(_char_width, text)) if used < width)
+    return text[:kept] + "…"
 
 
 def run_summary(summary: RunSummary) -> str:

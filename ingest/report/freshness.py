@@ -50,9 +50,7 @@ def current(data_dir: DataDir) -> dict[tuple[str, str], dict[str, Any]]:
     committed. A small query (a run's end asks it): the run's database (``duck.cursor``)."""
     relation = storage.scan(data_dir, TABLE)  # before connecting: a remote lake registers it
     with duck.cursor(locate(data_dir).queries) as con:
-        cur = con.execute(f"SELECT * FROM {relation}")
-        cols = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = duck.records(con.execute(f"SELECT * FROM {relation}"))
     return {(r["source"], r["target"]): r for r in rows}
 
 

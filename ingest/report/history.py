@@ -45,6 +45,12 @@ class FlowRunRecord:
     state: str = "completed"
     message: str | None = None
 
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> FlowRunRecord:
+        """The record of a ``flow_runs`` row (its other columns, ``day``, left out)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in row.items() if k in names})
+
 
 def record_flow_run(data_dir: DataDir, record: FlowRunRecord, *, staged_by: str = "") -> str:
     """Stage the run's ``flow_runs`` row (committed with the run; a later row of the same
@@ -90,8 +96,7 @@ def record_child_run(
     own = flow_run(data_dir, observed.flow_run_id)
     record = observed
     if own is not None:
-        names = {f.name for f in fields(FlowRunRecord)}
-        record = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        record = FlowRunRecord.of(own)
         record.parent_flow_run_id = record.parent_flow_run_id or observed.parent_flow_run_id
         record.deployment_id = record.deployment_id or observed.deployment_id
         if observed.seconds:  # the server's figure for the ended run, as the UI shows it
@@ -101,7 +106,7 @@ def record_child_run(
         if observed.state != "completed":  # the child ended failed after recording itself
             record.state = observed.state
             record.message = observed.message or record.message
-        stored = FlowRunRecord(**{k: v for k, v in own.items() if k in names})
+        stored = FlowRunRecord.of(own)
         if observed.started_at is not None and observed.ended_at == stored.ended_at:
             record.ended_at = stored.ended_at
             if record == stored:  # the child recorded its end itself (``stage_end``)
@@ -127,14 +132,13 @@ def end_staging(flow_run_id: str) -> str:
 def staged_row(data_dir: DataDir, staged_by: str, flow_run_id: str) -> FlowRunRecord | None:
     """The ``flow_runs`` row of ``flow_run_id`` staged under ``staged_by`` (one small
     staged file, not a query of the lake), if any."""
-    names = {f.name for f in fields(FlowRunRecord)}
     key = storage.staging.run_key(storage.staging.safe_name(staged_by))
     part = storage.staging.read_part(
         data_dir, f"{key}/flow_runs/{storage.staging.safe_name(_part(flow_run_id))}.parquet"
     )
     for row in part.to_pylist() if part is not None else ():
         if row["flow_run_id"] == flow_run_id:
-            return FlowRunRecord(**{k: v for k, v in row.items() if k in names})
+            return FlowRunRecord.of(row)
     return None
 
 
@@ -150,8 +154,7 @@ def stage_end(data_dir: DataDir, ended: FlowRunRecord, *, staged_by: str) -> Flo
     committed = None
     if own is None:  # it failed before recording itself, or recovery committed its row
         row = flow_run(data_dir, ended.flow_run_id)
-        names = {f.name for f in fields(FlowRunRecord)}
-        committed = FlowRunRecord(**{k: v for k, v in row.items() if k in names}) if row else None
+        committed = FlowRunRecord.of(row) if row else None
     base = own or committed
     record = ended
     if base is not None:
@@ -208,23 +211,19 @@ def previous_run_of_target(
     runs = _all(
         data_dir,
         f"""SELECT DISTINCT flow_run_id FROM {storage.scan(data_dir, "source_nights")}
-            WHERE source = {_literal(flow_name)} AND target = {_literal(target)}
-                AND flow_run_id <> {_literal(flow_run_id)}""",
+            WHERE source = {duck.sql_literal(flow_name)} AND target = {duck.sql_literal(target)}
+                AND flow_run_id <> {duck.sql_literal(flow_run_id)}""",
         [],
     )
     if not runs:
         return None
-    ids = ", ".join(_literal(str(r["flow_run_id"])) for r in runs)
+    ids = ", ".join(duck.sql_literal(str(r["flow_run_id"])) for r in runs)
     sql = f"""
         SELECT * FROM {storage.scan(data_dir, "flow_runs")}
         WHERE flow_run_id IN ({ids}) AND started_at IS NOT NULL
         ORDER BY started_at DESC, ended_at DESC LIMIT 1
     """
     return _first(data_dir, sql, [])
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def targets_of_nightly(data_dir: DataDir, nightly_run_id: str) -> dict[str, str]:
@@ -344,9 +343,7 @@ def comparison_markdown(
 def _all(data_dir: DataDir, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     # the SQL already names the files; the run's database for small queries answers it
     with duck.cursor(locate(data_dir).queries) as con:
-        cur = con.execute(sql, params)
-        cols = [d[0] for d in cur.description or ()]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        return duck.records(con.execute(sql, params))
 
 
 def _first(data_dir: DataDir, sql: str, params: list[Any]) -> dict[str, Any] | None:

@@ -135,21 +135,40 @@ MESSAGE_CHARS = 300
 FAILED_PREFIX = ENGINE_PREFIX + "NightlyFailedError: "
 
 
+# What to do about a failed child, by why it failed (``why_failed``): in a few words (the
+# nightly's state message) and in full (the child's own advice).
+TODOS = {
+    "terminal": (
+        "fix what it names, then Run > Custom run",
+        "fix the configuration it names (the deployment's parameters, or the worker's "
+        "credentials and endpoint), then start the deployment again (Run > Custom run)",
+    ),
+    "failures": (
+        "read the failures in its run-summary",
+        "read the failures in that run's run-summary artifact (or the query in the "
+        "message); the next run retries the failed downloads, not the permanent failures",
+    ),
+    "other": (
+        "read the failed subflow run's logs",
+        "open the {flow} subflow run's logs, fix the cause, then start the deployment "
+        "again; the other ingestion's rows are stored and a re-run skips what did not change",
+    ),
+}
+
+
+def why_failed(outcome: ChildOutcome, terminal: bool) -> str:
+    """``terminal`` (no retry fixes it), ``failures`` (too many failed items) or ``other``."""
+    if terminal:
+        return "terminal"
+    return "failures" if outcome.error_type.startswith("TooMany") else "other"
+
+
 def failed_message(outcomes: list[ChildOutcome]) -> str:
     """The failed nightly's state message, within MESSAGE_CHARS with Prefect's prefix:
     every child that failed, each cause shortened on its own, and what to do in a few
     words; the advice in full is in the nightly-summary artifact."""
     failed = [o for o in outcomes if not o.ok]
-    todos: list[str] = []
-    for o in failed:
-        if o.terminal:
-            todo = "fix what it names, then Run > Custom run"
-        elif o.error_type.startswith("TooMany"):
-            todo = "read the failures in its run-summary"
-        else:
-            todo = "read the failed subflow run's logs"
-        if todo not in todos:
-            todos.append(todo)
+    todos = dict.fromkeys(TODOS[why_failed(o, o.terminal)][0] for o in failed)
     tail = f". What to do: {'; '.join(todos)}; see the nightly-summary artifact."
     budget = MESSAGE_CHARS - len(FAILED_PREFIX) - len(tail)
     causes = fit(
@@ -172,15 +191,15 @@ def completed_message(outcomes: list[ChildOutcome]) -> str:
     if permanent:
         text += f" ({permanent} permanent, no retry fixes them)"
     tail = ". See the nightly-summary artifact."
-    keys = [f"{cut(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
+    keys = [f"{short(k, 50)}: {e}" for _f, k, e, _p in items[:3]]
     if not keys:
-        return cut(text, MESSAGE_CHARS - len(tail)) + tail
+        return short(text, MESSAGE_CHARS - len(tail)) + tail
     return f"{text}: {fit(keys, MESSAGE_CHARS - len(tail) - len(text) - 2)}{tail}"
 
 
 def fit(items: list[str], budget: int, sep: str = "; ") -> str:
     """``items`` joined by ``sep`` in at most ``budget`` characters: each one shortened on
-    its own (``cut``), the room a short one leaves going to the longer ones, so none is
+    its own (``short``), the room a short one leaves going to the longer ones, so none is
     dropped for another's length."""
     items = [" ".join(i.split()) for i in items]
     room = budget - len(sep) * (len(items) - 1)
@@ -191,12 +210,7 @@ def fit(items: list[str], budget: int, sep: str = "; ") -> str:
         i = waiting.pop(0)
         limits[i] = min(len(items[i]), share)
         room -= limits[i]
-    return sep.join(cut(item, limits[i]) for i, item in enumerate(items))
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` on one line in at most ``limit`` characters, cut after a whole word."""
-    return short(text, limit)
+    return sep.join(short(item, limits[i]) for i, item in enumerate(items))
 
 
 def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> FlowRunRecord:
@@ -210,14 +224,13 @@ def observed_record(outcome: ChildOutcome, parent: str, deployment_id: str) -> F
             items, bytes_, failed = s.total, s.bytes, s.failed
         else:
             items, bytes_, failed = s.pulls, 0, s.failed_pages
-    started = outcome.started_at
     return FlowRunRecord(
         flow_run_id=outcome.flow_run_id,
         flow_name=outcome.flow_name,
         deployment_id=deployment_id,
         parent_flow_run_id=parent,
-        started_at=started,
-        ended_at=started + timedelta(seconds=outcome.seconds) if started else None,
+        started_at=outcome.started_at,
+        ended_at=outcome.ended_at,
         seconds=outcome.seconds,
         items=items,
         bytes=bytes_,
@@ -231,33 +244,15 @@ def advice(outcome: ChildOutcome, terminal: bool) -> str:
     """What failed and what to do, for the final state message of a failed run."""
     message = " ".join((outcome.message or outcome.state).split())  # one line, UI-friendly
     message = message.removeprefix(ENGINE_PREFIX)  # Prefect's words, not the cause
-    message = cut(message, 400)
+    message = short(message, 400)
     what = f"{outcome.flow_name} failed: {message}"
-    if terminal:
-        todo = (
-            "fix the configuration it names (the deployment's parameters, or the worker's "
-            "credentials and endpoint), then start the deployment again (Run > Custom run)"
-        )
-    elif outcome.error_type.startswith("TooMany"):
-        todo = (
-            "read the failures in that run's run-summary artifact (or the query in the "
-            "message); the next run retries the failed downloads, not the permanent failures"
-        )
-    else:
-        todo = (
-            f"open the {outcome.flow_name} subflow run's logs, fix the cause, then start "
-            "the deployment again; the other ingestion's rows are stored and a re-run skips "
-            "what did not change"
-        )
+    todo = TODOS[why_failed(outcome, terminal)][1].format(flow=outcome.flow_name)
     return f"{what}. What to do: {todo}."
 
 
 def is_terminal(error: BaseException | None) -> bool:
     """True for errors that retrying cannot fix (configuration, credentials)."""
-    if error is None:
-        return False
-    names = {c.__name__ for c in type(error).__mro__}
-    return isinstance(error, TerminalError) or "GitHubTerminalError" in names
+    return isinstance(error, TerminalError)
 
 
 def headline(outcome: ChildOutcome) -> str:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest import duck, storage
 from ingest import markdown as md
-from ingest import storage
 from ingest.report.timing import human_bytes
 from ingest.storage.location import DataDir, locate
 
@@ -78,9 +78,7 @@ def load(data_dir: DataDir, *, staged_run: str | None = None, nights: int = NIGH
         ) WHERE n <= ? ORDER BY source, target, checked_at
     """
     with locate(data_dir).connect() as con:
-        cur = con.execute(sql, [nights])
-        cols = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = duck.records(con.execute(sql, [nights]))
     out = [
         Night(
             source=r["source"],
@@ -179,9 +177,7 @@ def trend(values: Sequence[float]) -> str:
     if not earlier:
         return "steady"
     change = recent / earlier - 1
-    if abs(change) < 0.2:
-        return f"steady ({change:+.0%}, last 3 nights against the 3 before)"
-    word = "rising" if change > 0 else "falling"
+    word = "steady" if abs(change) < 0.2 else "rising" if change > 0 else "falling"
     return f"{word} ({change:+.0%}, last 3 nights against the 3 before)"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest import storage
+from ingest import duck, storage
 from ingest.report import freshness
 from ingest.storage.location import DataDir, locate
 
@@ -41,9 +41,7 @@ def last_nights(data_dir: DataDir, count: int = 7) -> list[dict[str, Any]]:
         GROUP BY ALL ORDER BY n.started_at DESC LIMIT ?
     """
     with locate(data_dir).connect() as con:
-        cur = con.execute(sql, [count])
-        cols = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = duck.records(con.execute(sql, [count]))
     for r in rows:
         if isinstance(r["started_at"], datetime):
             r["started_at"] = r["started_at"].astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -46,33 +46,24 @@ class RunSummary:
     # before its summary is written so that the summary says what the state will say.
     failing: str = ""
 
-    def add_counts(self, counts: dict[str, int]) -> None:
-        for status, n in counts.items():
-            self.counts[status] = self.counts.get(status, 0) + n
-
     def add_chunk(self, chunk: ChunkResult) -> None:
         """Add one listing chunk: skipped and deleted objects, texts already current."""
-        self.add_counts(chunk.counts)
+        _add(self.counts, chunk.counts)
         if chunk.extract_unchanged:
-            self.extracted["unchanged"] = (
-                self.extracted.get("unchanged", 0) + chunk.extract_unchanged
-            )
-        for why, n in chunk.reextract.items():
-            self.reextracted[why] = self.reextracted.get(why, 0) + n
+            _add(self.extracted, {"unchanged": chunk.extract_unchanged})
+        _add(self.reextracted, chunk.reextract)
 
     def add_batch(self, part: BatchSummary) -> None:
         """Add one download batch: counts, bytes and the first 20 failures."""
-        self.add_counts(part.counts)
+        _add(self.counts, part.counts)
         self.bytes += part.bytes
         self.failures.extend(part.failures[: max(0, 20 - len(self.failures))])
 
     def add_extracted(self, part: ExtractSummary) -> None:
         """Add one extract batch's counts by status."""
-        counts = dict(part.counts)
+        _add(self.extracted, part.counts)
         if part.unchanged:
-            counts["unchanged"] = part.unchanged
-        for status, n in counts.items():
-            self.extracted[status] = self.extracted.get(status, 0) + n
+            _add(self.extracted, {"unchanged": part.unchanged})
         room = max(0, ExtractSummary.MAX_FAILURES - len(self.extract_failures))
         self.extract_failures.extend(part.failures[:room])
         self.needs_ocr += part.needs_ocr
@@ -95,6 +86,12 @@ class RunSummary:
     def extractions(self) -> int:
         """Documents extracted by this run (rows written, whatever their status)."""
         return sum(n for s, n in self.extracted.items() if s != "unchanged")
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    """Add ``counts`` to the counts ``into``, key by key."""
+    for key, n in counts.items():
+        into[key] = into.get(key, 0) + n
 
 
 def first_day(seconds: float) -> date:
@@ -133,9 +130,7 @@ def stage_table(
         GROUP BY task_name ORDER BY min(started_at)
     """
     with duck.cursor(locate(data_dir).queries) as con:
-        cur = con.execute(sql, [flow_run_id])
-        cols = [d[0] for d in cur.description or ()]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = duck.records(con.execute(sql, [flow_run_id]))
     for r in rows:
         wall = r["wall_seconds"] or 0
         r["items_per_s"] = round(r["items"] / wall, 1) if wall else None
@@ -277,46 +272,39 @@ def markdown(summary: RunSummary, title: str) -> str:
 def failure_tables(summary: RunSummary) -> list[str]:
     """The failed downloads and failed extractions, each with its status, error and
     whether a retry can fix it; long lists cut, with the query listing them all."""
-    run = summary.run_id.replace("'", "''")
+    run = duck.sql_literal(summary.run_id)
+    statuses = ", ".join(map(duck.sql_literal, EXTRACT_FAILED))
+    tables = [
+        (
+            "downloads",
+            [(k, "failed", e, object_error_advice(e)) for k, e in summary.failures],
+            summary.failed,
+            f"SELECT key, error FROM s3_objects WHERE status = 'failed' AND run_id = {run}",
+        ),
+        (
+            "extractions",
+            [
+                (k, s, e, "yes" if s in EXTRACT_PERMANENT else "no: a longer timeout may do")
+                for k, s, e in summary.extract_failures
+            ],
+            summary.failed_extractions,
+            f"SELECT key, status, error FROM documents WHERE status IN ({statuses}) "
+            f"AND run_id = {run}",
+        ),
+    ]
     lines: list[str] = []
-    if summary.failures:
-        total = max(summary.failed, len(summary.failures))
+    for what, rows, failed, query in tables:
+        if not rows:
+            continue
+        total = max(failed, len(rows))
         lines += [
             "",
-            f"## Failed downloads: {failures_heading(len(summary.failures), total)}",
-            "",
-            "| key | status | error | permanent |",
-            "|---|---|---|---|",
-        ]
-        lines += [
-            f"| {md.code(k)} | failed | {md.cell(e)} | {object_error_advice(e)} |"
-            for k, e in summary.failures
-        ]
-        if total > len(summary.failures):
-            lines += [
-                "",
-                f"All {total}: `SELECT key, error FROM s3_objects WHERE status = 'failed' "
-                f"AND run_id = '{run}'`",
-            ]
-    if summary.extract_failures:
-        total = max(summary.failed_extractions, len(summary.extract_failures))
-        lines += [
-            "",
-            f"## Failed extractions: {failures_heading(len(summary.extract_failures), total)}",
+            f"## Failed {what}: {failures_heading(len(rows), total)}",
             "",
             "| key | status | error | permanent |",
             "|---|---|---|---|",
+            *(f"| {md.code(k)} | {s} | {md.cell(e)} | {p} |" for k, s, e, p in rows),
         ]
-        lines += [
-            f"| {md.code(k)} | {status} | {md.cell(e)} | "
-            f"{'yes' if status in EXTRACT_PERMANENT else 'no: a longer timeout may do'} |"
-            for k, status, e in summary.extract_failures
-        ]
-        if total > len(summary.extract_failures):
-            statuses = ", ".join(f"'{s}'" for s in EXTRACT_FAILED)
-            lines += [
-                "",
-                f"All {total}: `SELECT key, status, error FROM documents WHERE status IN "
-                f"({statuses}) AND run_id = '{run}'`",
-            ]
+        if total > len(rows):
+            lines += ["", f"All {total}: `{query}`"]
     return lines

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from ingest.storage import location, staging
 from ingest.storage.commit import CommitReport, commit_run, recover
-from ingest.storage.lake import append, data_files, merge, open_table
+from ingest.storage.lake import data_files, open_table
 from ingest.storage.location import DataDir, LakeLocation, locate
 from ingest.storage.maintenance import MaintenanceReport, maintain, sweep_temporary
 from ingest.storage.migrate import migrate, needs_migration
 from ingest.storage.staging import heartbeat, stage
-from ingest.storage.tables import SCHEMAS, SPECS
+from ingest.storage.tables import SCHEMAS
 from ingest.storage.warehouse import (
     ReadOnlyQueryError,
     connect,
@@ -41,13 +41,10 @@ from ingest.storage.warehouse import (
 
 __all__ = [
     "SCHEMAS",
-    "SPECS",
     "CommitReport",
-    "DataDir",
     "LakeLocation",
     "MaintenanceReport",
     "ReadOnlyQueryError",
-    "append",
     "commit_run",
     "connect",
     "data_files",
@@ -55,9 +52,6 @@ __all__ = [
     "heartbeat",
     "locate",
     "maintain",
-    "merge",
-    "migrate",
-    "needs_migration",
     "open_table",
     "prepare",
     "query",
@@ -67,7 +61,6 @@ __all__ = [
     "scan",
     "snapshot_warehouse",
     "stage",
-    "sweep_temporary",
 ]
 
 

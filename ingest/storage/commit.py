@@ -35,7 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.storage import evolve, lake, staging
+from ingest import duck
+from ingest.storage import evolve, lake, staging, warehouse
 from ingest.storage.location import DataDir, files, locate
 from ingest.storage.tables import (
     RESOURCE_SEPARATOR,
@@ -146,13 +147,18 @@ def _staged_rows(data_dir: DataDir, run_id: str, tables: list[str]) -> int:
     total = 0
     for table in tables:
         for key in staging.parts(data_dir, run_id, table):
-            try:
-                total += staging.part_rows(data_dir, key)
-            except (OSError, pa.ArrowException):
-                continue  # unreadable: its commit sets it aside
+            total += _part_rows(data_dir, key)
             if total > PARALLEL_ROWS:
                 return total
     return total
+
+
+def _part_rows(data_dir: DataDir, key: str) -> int:
+    """Rows of a staged part; 0 for one that cannot be read (its commit sets it aside)."""
+    try:
+        return staging.part_rows(data_dir, key)
+    except (OSError, pa.ArrowException):
+        return 0
 
 
 def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> int:
@@ -187,19 +193,8 @@ def _commit_table(data_dir: DataDir, run_id: str, run_name: str, table: str) -> 
 def _slices(data_dir: DataDir, keys: list[str]) -> list[list[str]]:
     """Parts grouped into commits of at most ``SLICE_ROWS`` rows (one part may exceed it),
     so that a run that changed a million objects commits in bounded memory."""
-    slices: list[list[str]] = [[]]
-    rows = 0
-    for key in keys:
-        try:
-            n = staging.part_rows(data_dir, key)
-        except (OSError, pa.ArrowException):
-            n = 0  # unreadable: read_parts sets it aside
-        if slices[-1] and rows + n > SLICE_ROWS:
-            slices.append([])
-            rows = 0
-        slices[-1].append(key.rsplit("/", 1)[-1])
-        rows += n
-    return slices
+    sized = [(key.rsplit("/", 1)[-1], _part_rows(data_dir, key)) for key in keys]
+    return lake.packed(sized, SLICE_ROWS)
 
 
 def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str], txn: int) -> int:
@@ -264,7 +259,7 @@ def _evolve(
 
 
 def _quoted(values: Any) -> str:
-    return ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+    return ", ".join(map(duck.sql_literal, values))
 
 
 def _descendants(data_dir: DataDir, table: str) -> list[str]:
@@ -304,8 +299,6 @@ def _deletions(data_dir: DataDir, table: str, rows: pa.Table, said: dict[str, An
         rows = rows.filter(pa.array([not g for g in gone]))
     merge_key = [c for c in said.get("merge_key") or [] if c in rows.column_names]
     if merge_key and rows.num_rows and lake.open_table(data_dir, table) is not None:
-        from ingest.storage import warehouse
-
         relation = warehouse.table_sql(data_dir, table)
         same = " AND ".join(f't."{c}" = i."{c}"' for c in merge_key)
         runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
@@ -336,19 +329,13 @@ def replace_children(data_dir: DataDir, table: str, rows: pa.Table) -> None:
     run's own child rows, committed after their parents, then stand alone, and a line gone
     from an order is gone from its table. Replayed after the children were committed, it
     deletes nothing (the stored children are the run's)."""
-    children = [t for t in files(data_dir).children(lake.LAKE_DIR) if t.startswith(f"{table}__")]
-    if not children or not rows.num_rows:
+    if not rows.num_rows:
         return
-    keys = ", ".join("'" + k.replace("'", "''") + "'" for k in set(rows.column("key").to_pylist()))
-    runs = ", ".join(
-        "'" + r.replace("'", "''") + "'" for r in set(rows.column("run_id").to_pylist()) if r
-    )
-    for child in children:
-        dt = lake.open_table(data_dir, child)
-        if dt is None:
-            continue
-        predicate = f"_root_key IN ({keys})" + (f" AND run_id NOT IN ({runs})" if runs else "")
-        lake.with_commit_retries(partial(dt.delete, predicate), child)
+    keys = _quoted(set(rows.column("key").to_pylist()))
+    runs = [r for r in set(rows.column("run_id").to_pylist()) if r]
+    others = f" AND run_id NOT IN ({_quoted(runs)})" if runs else ""
+    for child in _descendants(data_dir, table):
+        _delete(data_dir, child, f"_root_key IN ({keys}){others}")
 
 
 def recover(

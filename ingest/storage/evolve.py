@@ -103,21 +103,21 @@ def type_label(t: pa.DataType) -> str:
     return "VARCHAR"
 
 
+# A type's short name, as a variant column's suffix says it (dlt's: ``__v_text``): the
+# first kind the type is of, else text.
+_SHORT_NAMES = (
+    (pa.types.is_boolean, "bool"),
+    (pa.types.is_integer, "bigint"),
+    (pa.types.is_floating, "double"),
+    (pa.types.is_decimal, "decimal"),
+    (pa.types.is_timestamp, "timestamp"),
+    (pa.types.is_date, "date"),
+)
+
+
 def type_name(t: pa.DataType) -> str:
-    """A type's short name, as a variant column's suffix says it (dlt's: ``__v_text``)."""
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_integer(t):
-        return "bigint"
-    if pa.types.is_floating(t):
-        return "double"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_date(t):
-        return "date"
-    return "text"
+    """A type's short name (``_SHORT_NAMES``), as a variant column's suffix says it."""
+    return next((name for is_kind, name in _SHORT_NAMES if is_kind(t)), "text")
 
 
 def variant(column: str, t: pa.DataType) -> str:

@@ -122,9 +122,7 @@ def create_with(
             name=table,
             configuration=TABLE_CONFIG,
             storage_options=loc.storage_options() or None,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
-            ),
+            commit_properties=_commit_properties(txn),
         )
     except DeltaError:
         if open_table(loc, table) is None:
@@ -217,9 +215,7 @@ def append(
             mode="append",
             partition_by=spec.partition_by,
             schema_mode="merge",  # a table made before a column was added gains it
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None
-            ),
+            commit_properties=_commit_properties(txn),
         )
         return True
 
@@ -352,14 +348,19 @@ def part_groups(dt: DeltaTable, source: pa.Table, key: str) -> list[list[int]]:
             if low is not None and high is not None and (high < wanted[0] or low > wanted[1]):
                 continue  # outside the source's keys: the MERGE skips the file
             stored[int(part)] = stored.get(int(part), 0) + int(n or 0)
-    groups: list[list[int]] = []
+    return packed([(part, stored.get(part, 0)) for part in sorted(ranges)], MERGE_TARGET_ROWS)
+
+
+def packed(sized: Sequence[tuple[T, int]], limit: int) -> list[list[T]]:
+    """The items of ``sized`` (item, rows) in order, in groups of at most ``limit`` rows
+    (an item of more is a group alone)."""
+    groups: list[list[T]] = []
     rows = 0
-    for part in sorted(ranges):
-        n = stored.get(part, 0)
-        if not groups or (groups[-1] and rows + n > MERGE_TARGET_ROWS):
+    for item, n in sized:
+        if not groups or rows + n > limit:
             groups.append([])
             rows = 0
-        groups[-1].append(part)
+        groups[-1].append(item)
         rows += n
     return groups
 
@@ -383,6 +384,11 @@ def unique_keys(rows: pa.Table, keys: Sequence[str]) -> bool:
     """True when no two rows share a key."""
     groups = rows.select(list(keys)).group_by(list(keys)).aggregate([])
     return bool(groups.num_rows == rows.num_rows)
+
+
+def _commit_properties(txn: tuple[str, int] | None) -> CommitProperties:
+    """A write's commit, carrying the app transaction ``txn`` (app id, version) if given."""
+    return CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
 
 
 def with_commit_retries(write: Callable[[], T], table: str) -> T:

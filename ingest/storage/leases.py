@@ -22,17 +22,15 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from ingest.storage.location import DataDir, files, locate
-from ingest.storage.staging import HEARTBEAT_SECONDS, STAGING_DIR
+from ingest.storage.staging import HEARTBEAT_SECONDS, STAGING_DIR, process_gone, repeating
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +89,8 @@ def _dead(data_dir: DataDir, key: str, found: Holder, stale_after: float) -> boo
         return True
     if time.time() - mtime > stale_after:
         return True
-    if locate(data_dir).remote or found.host != socket.gethostname():
-        return False  # another machine's process ids say nothing here: the age decides
-    try:
-        os.kill(found.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    # on object storage another machine's process ids say nothing here: the age decides
+    return not locate(data_dir).remote and process_gone(found.host, found.pid)
 
 
 def try_take(
@@ -118,9 +109,7 @@ def try_take(
         log.info("lease of %s belonged to a run that died; taking it over", target)
         lake_files.delete([key])
     found = holder(data_dir, target, stale_after)
-    if found is None or found.run_id == run_id:
-        return None
-    return found
+    return None if found is None or found.run_id == run_id else found
 
 
 def release(data_dir: DataDir, target: str, run_id: str) -> None:
@@ -166,21 +155,9 @@ def hold(
             on_wait(other)
             told = True
         time.sleep(POLL_SECONDS)  # polling another process's lease, not synchronising ours
-    stop = threading.Event()
-    key = lease_key(target)
-
-    def renew() -> None:
-        while not stop.wait(every):
-            try:
-                files(data_dir).put(key, _body(run_id, target))
-            except (OSError, BotoCoreError, ClientError) as exc:
-                log.warning("lease of %s not renewed: %s", target, exc)
-
-    thread = threading.Thread(target=renew, name=f"lease-{run_id}", daemon=True)
-    thread.start()
+    renew = partial(files(data_dir).put, lease_key(target), _body(run_id, target))
     try:
-        yield None
+        with repeating(renew, every, f"lease of {target}", f"lease-{run_id}"):
+            yield None
     finally:
-        stop.set()
-        thread.join()
         release(data_dir, target, run_id)

@@ -48,15 +48,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from ingest import duck
 from ingest.aws import block_session
 from ingest.errors import AccessDeniedError, BucketNotFoundError, CredentialsError, EndpointError
 from ingest.storage import durable
@@ -67,10 +69,6 @@ SCHEME = "s3://"
 # Credentials botocore refreshes from a role (instance, container, web identity): object_store
 # finds and refreshes these itself, so they are not frozen into the storage options.
 _ROLE_METHODS = frozenset({"iam-role", "container-role", "assume-role-with-web-identity"})
-
-
-def is_uri(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(SCHEME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +130,6 @@ class LakeLocation:
     def connect(self, database: str = ":memory:", **settings: Any) -> Any:
         """A DuckDB connection (``ingest.duck.connect``) that sees this lake's relations:
         for a query over a ``storage.scan`` expression."""
-        from ingest import duck
-
         return duck.connect(database, relations=self.relations, **settings)
 
     @property
@@ -172,7 +168,7 @@ def locate(data_dir: DataDir | str) -> LakeLocation:
     """The lake location of ``data_dir`` (a local folder given as a path is its own lake)."""
     if isinstance(data_dir, LakeLocation):
         return data_dir
-    if is_uri(data_dir):
+    if isinstance(data_dir, str) and data_dir.startswith(SCHEME):
         raise ValueError(f"{data_dir}: build the LakeLocation from the settings (Settings.lake)")
     path = Path(data_dir)
     return LakeLocation(root=str(path), local_dir=path)
@@ -188,11 +184,8 @@ def bound_for_call(data_dir: DataDir | str) -> Iterator[LakeLocation]:
     if not loc.remote or loc.session is not None:
         yield loc
         return
-    session = LakeSession(loc)
-    try:
+    with closing(LakeSession(loc)) as session:
         yield loc.bound(session)
-    finally:
-        session.close()
 
 
 def parse_root(value: str) -> str:
@@ -278,8 +271,6 @@ class LakeSession:
     @property
     def queries(self) -> Any:
         """The session's database for small queries (``ingest.duck.SmallQueries``)."""
-        from ingest import duck
-
         with self._lock:
             self._check_open()
             if self._queries is None:
@@ -295,8 +286,6 @@ class LakeSession:
             return self._relations_now()
 
     def _relations_now(self) -> Any:
-        from ingest import duck
-
         if self._relations is None:
             self._relations = duck.Relations()
         return self._relations
@@ -391,12 +380,6 @@ def check(loc: LakeLocation) -> None:
     found = _resolve(loc)
     if found.checked:
         return
-    from botocore.exceptions import (
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-    )
-
     where = loc.endpoint_url or "AWS"
     try:
         found.client.head_bucket(Bucket=loc.bucket)
@@ -576,8 +559,6 @@ class S3Files:
         self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
     def create(self, key: str, data: bytes) -> bool:
-        from botocore.exceptions import ClientError
-
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*"
@@ -590,8 +571,6 @@ class S3Files:
         return True
 
     def get(self, key: str) -> bytes | None:
-        from botocore.exceptions import ClientError
-
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"]
             return bytes(body.read())
@@ -600,31 +579,26 @@ class S3Files:
                 return None
             raise
 
+    def _pages(self, full: str, **options: str) -> Iterator[dict[str, Any]]:
+        """The listing pages of the keys under ``full`` (the prefix in the bucket)."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        yield from paginator.paginate(Bucket=self.bucket, Prefix=full, **options)
+
     def entries(self, prefix: str) -> list[Entry]:
         full = self.prefix + prefix.strip("/") + "/"
-        out = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full
-        ):
-            for obj in page.get("Contents", ()):
-                out.append(
-                    Entry(
-                        obj["Key"][len(self.prefix) :],
-                        int(obj["Size"]),
-                        obj["LastModified"].timestamp(),
-                    )
-                )
-        return out
+        return [
+            Entry(obj["Key"][len(self.prefix) :], int(obj["Size"]), obj["LastModified"].timestamp())
+            for page in self._pages(full)
+            for obj in page.get("Contents", ())
+        ]
 
     def children(self, prefix: str) -> list[str]:
         full = self.prefix + prefix.strip("/") + "/"
-        names = []
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=full, Delimiter="/"
-        ):
-            for common in page.get("CommonPrefixes", ()):
-                names.append(common["Prefix"][len(full) :].rstrip("/"))
-        return sorted(names)
+        return sorted(
+            common["Prefix"][len(full) :].rstrip("/")
+            for page in self._pages(full, Delimiter="/")
+            for common in page.get("CommonPrefixes", ())
+        )
 
     def delete(self, keys: list[str]) -> None:
         for i in range(0, len(keys), 1000):
@@ -636,8 +610,6 @@ class S3Files:
                 )
 
     def mtime(self, key: str) -> float | None:
-        from botocore.exceptions import ClientError
-
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.prefix + key)
         except ClientError as exc:
@@ -659,9 +631,3 @@ def files(data_dir: DataDir) -> LakeFiles:
     """The file operations of the lake at ``data_dir``."""
     loc = locate(data_dir)
     return S3Files(loc) if loc.remote else LocalFiles(Path(loc.root))
-
-
-def now() -> float:
-    """The time that file ages are measured against (the store's clock on S3 is assumed
-    within seconds of ours; every age threshold here is minutes)."""
-    return time.time()

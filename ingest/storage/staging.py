@@ -28,8 +28,9 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ingest import duck
 from ingest.storage import evolve
 from ingest.storage.location import DataDir, LocalFiles, files, locate
 from ingest.storage.tables import SCHEMAS, evolving
@@ -174,7 +176,7 @@ def scan_parts(data_dir: DataDir, run_id: str, table: str) -> str | None:
         return None
     loc = locate(data_dir)
     if not loc.remote:
-        listing = ", ".join("'" + loc.uri(k).replace("'", "''") + "'" for k in keys)
+        listing = ", ".join(duck.sql_literal(loc.uri(k)) for k in keys)
         return f"SELECT * FROM read_parquet([{listing}], union_by_name = true)"
     rows = read_parts(loc, keys, table)
     name = loc.relations.register(f"staged:{loc.root}:{run_id}:{table}:{len(keys)}", rows)
@@ -238,10 +240,16 @@ def owner_gone(data_dir: DataDir, run_name: str) -> bool:
         host, pid = (data or b"").decode().split()
     except (UnicodeDecodeError, ValueError):
         return False
-    if host != socket.gethostname() or not pid.isdigit():
+    return pid.isdigit() and process_gone(host, int(pid))
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """True when ``host`` is this one and its process ``pid`` no longer exists (another
+    host's process ids say nothing here; a process we may not signal is alive)."""
+    if host != socket.gethostname():
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
@@ -250,25 +258,35 @@ def owner_gone(data_dir: DataDir, run_name: str) -> bool:
 
 
 @contextmanager
-def heartbeat(data_dir: DataDir, run_id: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
-    """Touch the run's heartbeat every ``every`` seconds while the block runs."""
-    touch(data_dir, run_id)
+def repeating(write: Callable[[], None], every: float, what: str, name: str) -> Iterator[None]:
+    """Call ``write`` every ``every`` seconds on a thread ``name`` while the block runs; a
+    write that fails (a full disk, a store's hiccup) is logged as ``what`` not written,
+    and the next one is tried."""
     stop = threading.Event()
 
-    def beat() -> None:
+    def loop() -> None:
         while not stop.wait(every):
             try:
-                touch(data_dir, run_id)
-            except (OSError, BotoCoreError, ClientError) as exc:  # a full disk, a store
-                log.warning("heartbeat of run %s not written: %s", run_id, exc)  # hiccup
+                write()
+            except (OSError, BotoCoreError, ClientError) as exc:
+                log.warning("%s not written: %s", what, exc)
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{run_id}", daemon=True)
+    thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+
+
+@contextmanager
+def heartbeat(data_dir: DataDir, run_id: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+    """Touch the run's heartbeat every ``every`` seconds while the block runs."""
+    touch(data_dir, run_id)
+    beat = partial(touch, data_dir, run_id)
+    with repeating(beat, every, f"heartbeat of run {run_id}", f"heartbeat-{run_id}"):
+        yield
 
 
 def remove_run(data_dir: DataDir, run_name: str) -> None:
