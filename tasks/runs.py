@@ -268,34 +268,23 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
     and extraction together) when it may run on another machine or its files do not stay
     in a local folder a later task could read, else ``download-batch`` then
     ``extract-batch``."""
-    settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
+    settings = ctx.settings
     whole = settings.task_runner == "dask" or not settings.downloads.stay_local
+    # The extraction tasks' parameters but their objects; a download batch's future is
+    # resolved to its result by Prefect when the task starts.
+    extracting = functools.partial(
+        submit, runner, settings=settings, bucket=spec.bucket, run_id=spec.run_id
+    )
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch
         return submit(runner, task, settings=settings, spec=spec, batch=batch, extract=extract)
 
     def extract_fetched(downloaded: Future[BatchSummary]) -> PrefectFuture[ExtractSummary]:
-        # Prefect resolves the future to its result when the task starts.
-        return submit(
-            runner,
-            extract_batch,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            downloaded=downloaded,
-        )
+        return extracting(extract_batch, downloaded=downloaded)
 
     def stored(batch: ObjectBatch) -> PrefectFuture[ExtractSummary]:
-        return submit(
-            runner,
-            extract_stored,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            objects=batch,
-            prefix=spec.prefix,
-        )
+        return extracting(extract_stored, objects=batch, prefix=spec.prefix)
 
     return Steps(
         list_chunk=lambda shard, cursor: list_objects.submit(settings, spec, shard, cursor),
