@@ -257,13 +257,9 @@ def run_batches(
 ) -> RunSummary:
     """The listing planned, listed and compared chunk by chunk, and the changed objects'
     batches run as they come (``ingest.s3.schedule``: at most ``ahead`` handed out and
-    not yet folded into ``summary``; None: as the runner takes them)."""
-    steps = batch_steps(ctx, spec, runner, extract=extract)
-    return schedule(plan_listing(ctx.settings, spec), steps, summary, ahead=ahead)
+    not yet folded into ``summary``; None: as the runner takes them).
 
-
-def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool) -> Steps:
-    """The run's tasks as ``schedule`` submits them: the listing and comparison on the
+    The run's tasks as ``schedule`` submits them: the listing and comparison on the
     flow's threads, the batches on ``runner``. A batch is one ``fetch-batch`` (download
     and extraction together) when it may run on another machine or its files do not stay
     in a local folder a later task could read, else ``download-batch`` then
@@ -286,7 +282,7 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
     def stored(batch: ObjectBatch) -> PrefectFuture[ExtractSummary]:
         return extracting(extract_stored, objects=batch, prefix=spec.prefix)
 
-    return Steps(
+    steps = Steps(
         list_chunk=lambda shard, cursor: list_objects.submit(settings, spec, shard, cursor),
         compare=lambda listed: find_changes.submit(settings, spec, listed),
         fetch=fetch,
@@ -295,3 +291,4 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
         extract_stored=stored,
         on_batch=lambda part, handed_out: track_batch(ctx, part, batches=handed_out),
     )
+    return schedule(plan_listing(settings, spec), steps, summary, ahead=ahead)
