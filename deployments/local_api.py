@@ -574,18 +574,13 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
     A server started here is stopped when the block ends, after the run's logs and events
     are sent. ``echo`` (a function of one string) says that one is being started.
     """
-    prefect_defaults()
-    if os.environ.get("PREFECT_API_URL"):
-        yield None
-        return
-    found = use_running_serve()
-    if found is not None:
-        yield found
-        return
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url:  # the active profile names an API
-        yield None
+    prefect_defaults()
+    configured = os.environ.get("PREFECT_API_URL")
+    found = use_running_serve()  # None when the environment or the active profile names one
+    if configured or found is not None or get_current_settings().api.url:
+        yield found
         return
     if local_server_idle() > 0:
         api_url, auth_string = kept_api(echo)
