@@ -449,14 +449,9 @@ def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
     else:
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-12:]
-    from ingest.redact import redact
-
-    said = redact("\n".join(tail))
-    raise ServerStartError(
-        f"the local Prefect server did not start (its log: {log_path})"
-        + (f"; it ends with:\n{said}" if said else "")
-    )
+    with open(log_path, "rb") as log_file:
+        tail = output_tail(log_file)
+    raise ServerStartError(f"the local Prefect server did not start (its log: {log_path}){tail}")
 
 
 def _keeper_env() -> dict[str, str]:
