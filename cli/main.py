@@ -15,18 +15,20 @@ from typing import Annotated, Literal, cast
 import typer
 from pydantic import ValidationError
 
-from cli import serving
+from cli import output, serving
 from cli.options import (
+    Bucket,
     DataDir,
+    EndpointUrl,
     PlainUsage,
+    Prefix,
     TaskRunnerOption,
     checked,
-    lake_of,
+    command_lake,
     lake_with_tables,
     runner_choice,
     setting_option,
 )
-from cli.output import check_format, print_rows, print_summary, print_table, with_final_seconds
 from cli.running import FLOW_COMMANDS, run_flow, started_up
 from cli.serving import FROM_A_CHECKOUT
 from ingest.settings import Settings
@@ -75,11 +77,9 @@ BUCKET_LENGTH = (3, 63)
 @app.command("s3")
 def s3_command(
     ctx: typer.Context,
-    bucket: Annotated[str | None, setting_option("s3_bucket", "Bucket")] = None,
-    prefix: Annotated[str | None, setting_option("s3_prefix", "Key prefix")] = None,
-    endpoint_url: Annotated[
-        str | None, setting_option("s3_endpoint_url", "S3-compatible endpoint")
-    ] = None,
+    bucket: Bucket = None,
+    prefix: Prefix = None,
+    endpoint_url: EndpointUrl = None,
     include: Annotated[list[str] | None, typer.Option(help="Glob to keep (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="Glob to drop (repeatable).")] = None,
     concurrency: Annotated[
@@ -154,17 +154,15 @@ def s3_command(
         listing=cast(Literal["list", "inventory"], listing),
         inventory=inventory,
     )
-    print_summary(summary, data_dir)
+    output.print_summary(summary, data_dir)
 
 
 @app.command("reextract")
 def reextract_command(
     ctx: typer.Context,
-    bucket: Annotated[str | None, typer.Option(help="Bucket [env INGEST_S3_BUCKET].")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Key prefix [env INGEST_S3_PREFIX].")] = None,
-    endpoint_url: Annotated[
-        str | None, typer.Option(help="S3-compatible endpoint [env INGEST_S3_ENDPOINT_URL].")
-    ] = None,
+    bucket: Bucket = None,
+    prefix: Prefix = None,
+    endpoint_url: EndpointUrl = None,
     kind: Annotated[
         list[str] | None,
         typer.Option(
@@ -208,7 +206,7 @@ def reextract_command(
         reextract_kinds=kind or None,
         reextract_since=since_version,
     )
-    print_summary(summary, data_dir)
+    output.print_summary(summary, data_dir)
 
 
 @app.command("github")
@@ -274,7 +272,7 @@ def github_command(
         full_refresh=full_refresh,
         task_runner=runner,
     )
-    typer.echo(with_final_seconds(headline(summary), summary.run_id, data_dir))
+    typer.echo(output.with_final_seconds(headline(summary), summary.run_id, data_dir))
     for r in summary.repos:
         note = "complete" if r["complete"] else f"incomplete: {r['stop_reason']}"
         typer.echo(
@@ -312,11 +310,10 @@ def rest_command(
     try:  # a missing or wrong file is said before Prefect imports, as the flow would say it
         load_source(source_path(source))
     except SourceError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        output.fail(exc)
     from flows.rest_ingest import rest_ingest
     from ingest.rest.records import GitHubSummary
-    from ingest.rest.summary import headline, listing_lines
+    from ingest.rest.summary import headline, listing_lines, schema_line
 
     summary = run_flow(
         ctx,
@@ -328,7 +325,7 @@ def rest_command(
         full_refresh=full_refresh,
         task_runner=runner,
     )
-    typer.echo(with_final_seconds(headline(summary), summary.run_id, data_dir))
+    typer.echo(output.with_final_seconds(headline(summary), summary.run_id, data_dir))
     if isinstance(summary, GitHubSummary):  # a source of client.dialect github
         for line in listing_lines(summary):
             typer.echo(f"  {line}")
@@ -339,8 +336,6 @@ def rest_command(
             f"{f' (unchanged {u})' if (u := r.get('unchanged')) else ''}, "
             f"{r['listings']} listings, {r['requests']} requests, {note}"
         )
-    from ingest.rest.summary import schema_line
-
     for change in getattr(summary, "schema_changes", []):
         typer.echo(f"  schema: {schema_line(change)}")
     if not summary.complete:
@@ -374,7 +369,7 @@ def schema_command(
     """Every column change of a REST source's tables (schema_history), oldest first."""
     from ingest import storage
 
-    check_format(format, ("table", "csv", "json"))
+    output.check_format(format, ("table", "csv", "json"))
 
     def quoted(text: str) -> str:
         return "'" + text.replace("'", "''") + "'"
@@ -396,7 +391,7 @@ def schema_command(
         f"changed_at FROM schema_history WHERE source = {quoted(source)}{where} "
         "ORDER BY changed_at, table_name, column_name",
     )
-    print_rows(columns, rows, format)
+    output.print_rows(columns, rows, format)
 
 
 @app.command("query", cls=PlainUsage)
@@ -412,18 +407,14 @@ def query_command(
     refused statement, an SQL error and a data folder without tables exit 2."""
     from ingest import storage
 
-    check_format(format, ("table", "csv", "json"))
+    output.check_format(format, ("table", "csv", "json"))
     root = lake_with_tables(data_dir)
     try:
         columns, rows = storage.query_read_only(root, sql)
-    except storage.ReadOnlyQueryError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    except Exception as exc:  # duckdb raises many kinds; show the message, not a traceback
-        # the query's own mistake, as a refused statement is: 2, as every mistake to fix
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    print_rows(columns, rows, format)
+    except Exception as exc:  # a refused statement (ReadOnlyQueryError), or any of duckdb's
+        # many kinds of error: the query's own mistake, said without a traceback (exit 2)
+        output.fail(exc)
+    output.print_rows(columns, rows, format)
 
 
 @app.command("warehouse")
@@ -433,7 +424,7 @@ def warehouse_command(data_dir: DataDir = None) -> None:
     read without extensions it would download)."""
     from ingest import storage
 
-    lake = lake_of(data_dir)
+    lake = command_lake(data_dir)
     counts = storage.snapshot_warehouse(lake)
     where = lake.local_dir / storage.warehouse.WAREHOUSE
     if lake.remote:
@@ -455,10 +446,10 @@ def status_command(
     Prefect server needed)."""
     from ingest.report import status
 
-    root = lake_of(data_dir)
+    root = command_lake(data_dir)
     fresh = status.freshness_now(root)
     typer.echo("Freshness (each flow and what it reads, updated by every run)")
-    print_table(
+    output.print_table(
         ["source", "reads", "last_success", "rows_changed", "lag", "last_run"],
         [
             (r["source"], r["target"], r["last_success"], r["rows_changed"], r["lag"], r["state"])
@@ -470,7 +461,7 @@ def status_command(
     typer.echo("")
     typer.echo(f"Last {nights} nights (runs of the nightly flow)")
     runs = status.last_nights(root, nights)
-    print_table(
+    output.print_table(
         ["started_at", "state", "seconds", "sources", "message"],
         [(r["started_at"], r["state"], r["seconds"], r["sources"], r["message"]) for r in runs],
         width=100,
@@ -499,14 +490,14 @@ def search_command(
     """Ranked full-text search over the extracted text (SQLite FTS5, BM25; offline)."""
     from ingest import search
 
-    check_format(format, ("table", "json"))
+    output.check_format(format, ("table", "json"))
     root = lake_with_tables(data_dir)
     hits = search.search(root, words, limit=limit, kind=kind)
     if format == "json":
         fields = ["key", "kind", "score", "page", "heading", "chunk_id", "snippet"]
-        print_rows(fields, [tuple(getattr(h, f) for f in fields) for h in hits], format)
+        output.print_rows(fields, [tuple(getattr(h, f) for f in fields) for h in hits], format)
         return
-    print_table(
+    output.print_table(
         ["key", "kind", "score", "page", "heading", "snippet"],
         [
             (h.key, h.kind, h.score, "" if h.page is None else h.page, h.heading, h.snippet)
@@ -523,8 +514,7 @@ def search_command(
 )
 def demo_command() -> None:
     """Say where the demo runs: from a checkout, ``make demo`` (``python -m dev.demo``)."""
-    typer.echo(f"error: the demo {FROM_A_CHECKOUT}: make demo (python -m dev.demo)", err=True)
-    raise typer.Exit(2)
+    output.fail(f"the demo {FROM_A_CHECKOUT}: make demo (python -m dev.demo)")
 
 
 app.command("alerts")(serving.alerts_command)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, cast
 
 import typer
 
+from cli.output import fail
 from ingest.settings import Settings
 
 
@@ -54,6 +55,11 @@ def default_text(value: Any) -> str:
     return str(value)
 
 
+# The S3 options of the commands that run the s3-ingest flow.
+Bucket = Annotated[str | None, setting_option("s3_bucket", "Bucket")]
+Prefix = Annotated[str | None, setting_option("s3_prefix", "Key prefix")]
+EndpointUrl = Annotated[str | None, setting_option("s3_endpoint_url", "S3-compatible endpoint")]
+
 DataDir = Annotated[
     str | None,
     setting_option(
@@ -90,7 +96,7 @@ def checked(check: Callable[[Any], Any], value: Any, hint: str) -> None:
         raise typer.BadParameter(str(exc), param_hint=hint) from None
 
 
-def lake_of(data_dir: str | None) -> Any:
+def command_lake(data_dir: str | None) -> Any:
     """The lake of the command: --data-dir or INGEST_DATA_DIR, with its endpoint and
     credentials settings, reached through one session for the command (its process: the
     credentials and client resolved once, not at each table read); a lake that cannot be
@@ -103,23 +109,20 @@ def lake_of(data_dir: str | None) -> Any:
         lake = lake.bound(storage.location.LakeSession(lake))
         storage.location.check(lake)
     except (TerminalError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(exc)
     return lake
 
 
 def lake_with_tables(data_dir: str | None) -> Any:
-    """``lake_of``, for a command that reads tables: a data folder that holds none (a
+    """``command_lake``, for a command that reads tables: a data folder that holds none (a
     mistyped --data-dir, or one no run has written) ends the command naming the folder,
     instead of answering 0 rows as if the tables were empty."""
     from ingest.storage import lake as tables
 
-    lake = lake_of(data_dir)
+    lake = command_lake(data_dir)
     if not tables.tables_present(lake):
-        typer.echo(
-            f"error: no tables in {lake.root}: no run has written this data folder (check "
-            "--data-dir or INGEST_DATA_DIR; ingest s3, github and rest write it)",
-            err=True,
+        fail(
+            f"no tables in {lake.root}: no run has written this data folder (check "
+            "--data-dir or INGEST_DATA_DIR; ingest s3, github and rest write it)"
         )
-        raise typer.Exit(2)
     return lake

@@ -10,11 +10,18 @@ import sys
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
 from ingest.settings import Settings
+
+
+def fail(message: object, code: int = 2) -> NoReturn:
+    """``error: message`` on stderr, and the command ends with ``code`` (2: a mistake to
+    fix, said in one line; 1: work that failed once begun)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
 
 
 def print_summary(summary: Any, data_dir: Path | str | None) -> None:

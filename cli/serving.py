@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from cli.output import fail
 from cli.running import prefect_env
 from ingest.settings import Settings
 
@@ -32,16 +33,14 @@ def alerts_command(
 
     settings = Settings()
     if not settings.alert.block:
-        typer.echo("error: set INGEST_ALERT_BLOCK to <block type slug>/<name>", err=True)
-        raise typer.Exit(2)
+        fail("set INGEST_ALERT_BLOCK to <block type slug>/<name>")
     try:
         if apply:
             typer.echo(f"created: {', '.join(alerts.apply(settings))}")
             return
         text = alerts.as_json(alerts.render(alerts.block_id(settings.alert.block), settings))
     except alerts.AlertConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail(exc)
     if output is None:
         typer.echo(text)
     else:
@@ -86,12 +85,7 @@ def serve_command(
     (else a local server), the work pools, the deployments, a worker per pool. Ctrl-C
     stops all."""
     if demo:  # its local servers are dev tools of a checkout, which the package leaves out
-        typer.echo(
-            f"error: the demo {FROM_A_CHECKOUT}: make serve SERVE_ARGS=--demo "
-            "(python -m dev.serve_demo)",
-            err=True,
-        )
-        raise typer.Exit(2)
+        fail(f"the demo {FROM_A_CHECKOUT}: make serve SERVE_ARGS=--demo (python -m dev.serve_demo)")
     prefect_env()
     from deployments import auth, database, local_api, serve
     from ingest.redact import redact
@@ -105,11 +99,9 @@ def serve_command(
             port=port, database_url=database_url, echo=typer.echo, host=host, api_auth=api_auth
         )
     except (database.DatabaseUrlError, auth.ServeAuthError) as exc:
-        typer.echo(f"error: {redact(str(exc))}", err=True)
-        raise typer.Exit(2) from None
+        fail(redact(str(exc)))
     except RuntimeError as exc:
-        typer.echo(f"error: {redact(str(exc))}", err=True)
-        raise typer.Exit(1) from None
+        fail(redact(str(exc)), 1)
     raise typer.Exit(code)
 
 
@@ -129,18 +121,15 @@ def server_start_command() -> None:
     local_api.prefect_defaults()
     idle = local_api.local_server_idle()
     if idle <= 0:
-        typer.echo(
-            "error: INGEST_SERVE_LOCAL_SERVER_IDLE is 0: each command starts and stops a "
-            "server of its own; set it to the seconds a kept server may stay unused",
-            err=True,
+        fail(
+            "INGEST_SERVE_LOCAL_SERVER_IDLE is 0: each command starts and stops a "
+            "server of its own; set it to the seconds a kept server may stay unused"
         )
-        raise typer.Exit(2)
     try:
         api_url, _auth = local_api.kept_api(lambda line: typer.echo(line, err=True), idle)
     except local_api.ServerStartError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    pid = local_api.read_kept().get("pid")
+        fail(exc)
+    pid = local_api.read_json(local_api.kept_path()).get("pid")
     typer.echo(f"local Prefect server at {api_url} (pid {pid}), kept until unused for {idle:g} s")
 
 

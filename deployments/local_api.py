@@ -48,10 +48,11 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from deployments import auth
 from ingest.errors import IngestError
 
 log = logging.getLogger(__name__)
@@ -76,27 +77,30 @@ STARTUP_TIMEOUT_VARIABLE = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 
 def advert_path() -> Path:
     """``$PREFECT_HOME/ingest-serve.json`` (Prefect's default home: ``~/.prefect``)."""
-    return Path(os.environ.get("PREFECT_HOME") or "~/.prefect").expanduser() / FILE_NAME
+    return auth.prefect_home() / FILE_NAME
+
+
+def advertise(api_url: str, auth_file: Path | None = None) -> AbstractContextManager[Path]:
+    """Name ``api_url`` as this machine's running API while the block runs, and the file
+    that holds its auth string (the path, never the string: ``deployments.auth``)."""
+    named = {} if auth_file is None else {"auth_file": str(auth_file)}
+    return advertised(advert_path(), {"api_url": api_url, **named})
 
 
 @contextmanager
-def advertise(api_url: str, auth_file: Path | None = None) -> Iterator[Path]:
-    """Name ``api_url`` as this machine's running API while the block runs, and the file
-    that holds its auth string (the path, never the string: ``deployments.auth``)."""
-    path = advert_path()
+def advertised(path: Path, advert: dict[str, Any]) -> Iterator[Path]:
+    """``advert``, with this process's id, at ``path`` while the block runs (written
+    whole: a reader sees the old file or the new); removed at its end unless another
+    process has replaced it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    advert: dict[str, Any] = {"api_url": api_url, "pid": os.getpid()}
-    if auth_file is not None:
-        advert["auth_file"] = str(auth_file)
-    tmp.write_text(json.dumps(advert))
+    tmp.write_text(json.dumps({**advert, "pid": os.getpid()}))
     tmp.replace(path)
     try:
         yield path
     finally:
-        with suppress(OSError, ValueError):
-            if json.loads(path.read_text()).get("pid") == os.getpid():
-                path.unlink()
+        if read_json(path).get("pid") == os.getpid():
+            path.unlink(missing_ok=True)
 
 
 def _alive(pid: object) -> bool:
@@ -111,29 +115,31 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def read_advert() -> dict[str, Any]:
-    """The advert of a running ``ingest serve`` as written (empty when there is none)."""
+def read_json(path: Path) -> dict[str, Any]:
+    """An advert as written (empty when there is none)."""
     try:
-        advert = json.loads(advert_path().read_text())
+        advert = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return advert if isinstance(advert, dict) else {}
 
 
+def live_advert(path: Path, prefixes: tuple[str, ...], timeout: float) -> dict[str, Any] | None:
+    """The advert at ``path``, if its API is an address of ``prefixes``, its process lives
+    and its API answers."""
+    advert = read_json(path)
+    api_url = advert.get("api_url")
+    if not isinstance(api_url, str) or not api_url.startswith(prefixes):
+        return None
+    if not _alive(advert.get("pid")) or not healthy(api_url, timeout):
+        return None
+    return advert
+
+
 def find(timeout: float = 0.5) -> str | None:
     """The API a running ``ingest serve`` advertises, if its process lives and it answers."""
-    advert = read_advert()
-    try:
-        api_url = str(advert["api_url"])
-    except KeyError:
-        return None
-    if not api_url.startswith(("http://", "https://")) or not _alive(advert.get("pid")):
-        return None
-    try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=timeout) as r:
-            return api_url if r.status == 200 else None
-    except (OSError, ValueError):
-        return None
+    advert = live_advert(advert_path(), ("http://", "https://"), timeout)
+    return None if advert is None else str(advert["api_url"])
 
 
 def use_running_serve() -> str | None:
@@ -161,14 +167,12 @@ def advertised_auth() -> bool:
     """Set ``PREFECT_API_AUTH_STRING`` from the auth file a running ``ingest serve``
     names; True when it did. A file this user cannot read, or that others can, is not
     used (the server then answers 401, which says to set the variable)."""
-    from deployments.auth import ServeAuthError, read_auth_file
-
-    named = read_advert().get("auth_file")
+    named = read_json(advert_path()).get("auth_file")
     if not isinstance(named, str):
         return False
     try:
-        value = read_auth_file(Path(named))
-    except (ServeAuthError, OSError) as exc:
+        value = auth.read_auth_file(Path(named))
+    except (auth.ServeAuthError, OSError) as exc:
         log.warning("not using the auth string of the running ingest serve: %s", exc)
         return False
     if not value:
@@ -204,8 +208,6 @@ class TemporaryServer:
     """
 
     def __init__(self, *, timeout: float | None = None, env: Mapping[str, str] | None = None):
-        from deployments.auth import CLIENT_VARIABLE, SERVER_VARIABLE
-
         self.timeout = timeout if timeout is not None else startup_timeout()
         self.env = {**os.environ, **(env or {})}
         prefect_defaults(self.env)
@@ -213,8 +215,8 @@ class TemporaryServer:
         # An auth string of this server alone: other users of the machine reach its port
         # too, and could otherwise create runs on it while the command runs.
         self.auth_string = secrets.token_urlsafe(32)
-        self.env.pop(CLIENT_VARIABLE, None)
-        self.env[SERVER_VARIABLE] = self.auth_string
+        self.env.pop(auth.CLIENT_VARIABLE, None)
+        self.env[auth.SERVER_VARIABLE] = self.auth_string
         self.env.update(
             PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1"
         )
@@ -262,19 +264,21 @@ class TemporaryServer:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break
-                if _healthy(self.api_url, 2.0):
+                if healthy(self.api_url, 2.0):
                     return
                 time.sleep(0.1)  # polling a port that is opening, not synchronising work
             else:
                 raise ServerStartError(
                     f"the local Prefect server did not answer within {self.timeout:.0f} s "
                     f"(raise {STARTUP_TIMEOUT_VARIABLE}, or set PREFECT_API_URL to a running "
-                    f"server){self._tail()}"
+                    f"server){output_tail(self._out)}"
                 )
             if b"address already in use" not in self._output().lower():
                 break
         code = self.proc.returncode if self.proc else None
-        raise ServerStartError(f"the local Prefect server exited with code {code}{self._tail()}")
+        raise ServerStartError(
+            f"the local Prefect server exited with code {code}{output_tail(self._out)}"
+        )
 
     def _output(self) -> bytes:
         if self._out is None:
@@ -282,28 +286,50 @@ class TemporaryServer:
         self._out.seek(0)
         return self._out.read()
 
-    def _tail(self, lines: int = 12) -> str:
-        from ingest.redact import redact
-
-        text = self._output().decode("utf-8", "replace").strip()
-        tail = "\n".join(text.splitlines()[-lines:])
-        return f"; its output ends with:\n{redact(tail)}" if tail else ""
-
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # uvicorn's graceful shutdown
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop(self.proc, 10, (signal.SIGTERM,))  # uvicorn's graceful shutdown
         self.proc = None
         if self._out is not None:
             self._out.close()
             self._out = None
 
 
-def _healthy(api_url: str, timeout: float) -> bool:
+def output_tail(out: IO[bytes] | None, lines: int = 12) -> str:
+    """The end of what a server wrote to ``out`` (secrets masked), as an error's last
+    words: the reason it stopped."""
+    if out is None:
+        return ""
+    from ingest.redact import redact
+
+    out.seek(0)
+    tail = "\n".join(out.read().decode("utf-8", "replace").strip().splitlines()[-lines:])
+    return f"; its output ends with:\n{redact(tail)}" if tail else ""
+
+
+def stop(
+    proc: subprocess.Popen[Any],
+    timeout: float = 20,
+    signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> None:
+    """Each of ``signals`` in turn (SIGINT: a clean shutdown for prefect and uvicorn), each
+    given ``timeout`` seconds, then kill."""
+    if proc.poll() is not None:
+        return
+    for sig in signals:
+        with suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.kill()
+    proc.wait()
+
+
+def healthy(api_url: str, timeout: float) -> bool:
+    """Whether the API at ``api_url`` answers its ``/health`` within ``timeout``."""
     try:
         with urllib.request.urlopen(f"{api_url}/health", timeout=timeout) as r:
             return bool(r.status == 200)
@@ -341,13 +367,9 @@ KEPT_LOCK = "ingest-local-server.lock"
 KEEPER_TICK = 5.0
 
 
-def _home() -> Path:
-    return advert_path().parent
-
-
 def kept_path() -> Path:
     """``$PREFECT_HOME/ingest-local-server.json``: where the kept server says where it is."""
-    return _home() / KEPT_FILE
+    return auth.prefect_home() / KEPT_FILE
 
 
 def local_server_idle() -> float:
@@ -357,23 +379,9 @@ def local_server_idle() -> float:
     return float(Settings().serve.local_server_idle)
 
 
-def read_kept() -> dict[str, Any]:
-    try:
-        advert = json.loads(kept_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return advert if isinstance(advert, dict) else {}
-
-
 def find_kept(timeout: float = 0.5) -> dict[str, Any] | None:
     """The kept server's advert, if its keeper lives and its API answers."""
-    advert = read_kept()
-    api_url = advert.get("api_url")
-    if not isinstance(api_url, str) or not api_url.startswith("http://127.0.0.1:"):
-        return None
-    if not _alive(advert.get("pid")) or not _healthy(api_url, timeout):
-        return None
-    return advert
+    return live_advert(kept_path(), ("http://127.0.0.1:",), timeout)
 
 
 def used_now() -> None:
@@ -386,7 +394,7 @@ def used_now() -> None:
 def _kept_lock() -> Iterator[None]:
     """One command at a time finds or starts the kept server: two commands started
     together start one server, not two."""
-    home = _home()
+    home = auth.prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     with open(home / KEPT_LOCK, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -407,7 +415,7 @@ def database_is_new() -> bool:
         )
     ):
         return False
-    return not (_home() / "prefect.db").exists()
+    return not (auth.prefect_home() / "prefect.db").exists()
 
 
 def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
@@ -419,8 +427,7 @@ def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
             f"{idle / 60:g} min (ingest server stop stops it{first})"
         )
     timeout = startup_timeout()
-    home = _home()
-    log_path = home / KEPT_LOG
+    log_path = auth.prefect_home() / KEPT_LOG
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "deployments.local_api", "keep", "--idle", str(idle)],
@@ -433,7 +440,7 @@ def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
         )
     deadline = time.monotonic() + timeout + 5
     while time.monotonic() < deadline:
-        advert = read_kept()
+        advert = read_json(kept_path())
         if advert.get("pid") == proc.pid and (found := find_kept(2.0)) is not None:
             return found
         if proc.poll() is not None:
@@ -442,14 +449,9 @@ def start_kept(idle: float, echo: Any = None) -> dict[str, Any]:
     else:
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-12:]
-    from ingest.redact import redact
-
-    said = redact("\n".join(tail))
-    raise ServerStartError(
-        f"the local Prefect server did not start (its log: {log_path})"
-        + (f"; it ends with:\n{said}" if said else "")
-    )
+    with open(log_path, "rb") as log_file:
+        tail = output_tail(log_file)
+    raise ServerStartError(f"the local Prefect server did not start (its log: {log_path}){tail}")
 
 
 def _keeper_env() -> dict[str, str]:
@@ -473,8 +475,7 @@ def _pythonpath() -> str:
 def stop_kept(timeout: float = 15.0) -> int | None:
     """Stop the kept server (its keeper stops the server and removes its advert); the
     keeper's process id, or None when none runs."""
-    advert = read_kept()
-    pid = advert.get("pid")
+    pid = read_json(kept_path()).get("pid")
     if not _alive(pid):
         kept_path().unlink(missing_ok=True)
         return None
@@ -490,44 +491,37 @@ def keep(idle: float) -> int:
     """``python -m deployments.local_api keep``: run a ``TemporaryServer`` until no command
     used it for ``idle`` seconds, or SIGTERM (``ingest server stop``); say where it is in
     the advert meanwhile, its auth string in a file of this user only."""
-    from deployments.auth import write_auth_file
-
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    path, auth = kept_path(), _home() / KEPT_AUTH
+    path, auth_path = kept_path(), auth.prefect_home() / KEPT_AUTH
     with TemporaryServer() as server:
-        write_auth_file(auth, server.auth_string)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        advert = {"api_url": server.api_url, "pid": os.getpid(), "auth_file": str(auth)}
-        tmp.write_text(json.dumps(advert | {"idle": idle}))
-        tmp.replace(path)
-        print(f"serving {server.api_url}, pid {os.getpid()}", flush=True)
+        auth.write_auth_file(auth_path, server.auth_string)
+        advert = {"api_url": server.api_url, "auth_file": str(auth_path), "idle": idle}
         try:
-            while not stopping.wait(min(KEEPER_TICK, max(idle, 0.1))):
-                assert server.proc is not None
-                if server.proc.poll() is not None:
-                    print("the server exited", flush=True)
-                    return 1
-                try:
-                    unused = time.time() - path.stat().st_mtime
-                    named = json.loads(path.read_text()).get("pid")
-                except (OSError, ValueError):
-                    print("its advert was removed: stopping", flush=True)
-                    return 0
-                if named != os.getpid():  # another keeper took over (this one seemed down)
-                    print(f"pid {named} serves the commands now: stopping", flush=True)
-                    return 0
-                if unused > idle:
-                    print(f"unused for {unused:.0f} s: stopping", flush=True)
-                    return 0
-            print("stopped", flush=True)
-            return 0
+            with advertised(path, advert):
+                print(f"serving {server.api_url}, pid {os.getpid()}", flush=True)
+                while not stopping.wait(min(KEEPER_TICK, max(idle, 0.1))):
+                    assert server.proc is not None
+                    if server.proc.poll() is not None:
+                        print("the server exited", flush=True)
+                        return 1
+                    try:
+                        unused = time.time() - path.stat().st_mtime
+                        named = json.loads(path.read_text()).get("pid")
+                    except (OSError, ValueError):
+                        print("its advert was removed: stopping", flush=True)
+                        return 0
+                    if named != os.getpid():  # another keeper took over (this one seemed down)
+                        print(f"pid {named} serves the commands now: stopping", flush=True)
+                        return 0
+                    if unused > idle:
+                        print(f"unused for {unused:.0f} s: stopping", flush=True)
+                        return 0
+                print("stopped", flush=True)
+                return 0
         finally:
-            with suppress(OSError, ValueError):
-                if json.loads(path.read_text()).get("pid") == os.getpid():
-                    path.unlink()
-            auth.unlink(missing_ok=True)
+            auth_path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -555,18 +549,16 @@ def _using(api_url: str, auth_string: str | None) -> Iterator[str]:
 def kept_api(echo: Any = None, idle: float | None = None) -> tuple[str, str | None]:
     """The kept server's address and auth string: found, else started (see the module's
     docstring)."""
-    from deployments.auth import ServeAuthError, read_auth_file
-
     idle = local_server_idle() if idle is None else idle
     with _kept_lock():
         # a busy machine's server may take a while to answer: not taken for gone at once
         advert = find_kept(timeout=3.0) or start_kept(idle, echo)
     used_now()
     try:
-        auth = read_auth_file(Path(str(advert.get("auth_file", ""))))
-    except (ServeAuthError, OSError) as exc:
+        auth_string = auth.read_auth_file(Path(str(advert.get("auth_file", ""))))
+    except (auth.ServeAuthError, OSError) as exc:
         raise ServerStartError(f"the local Prefect server's auth file: {exc}") from None
-    return str(advert["api_url"]), auth
+    return str(advert["api_url"]), auth_string
 
 
 @contextmanager
@@ -577,25 +569,18 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
     A server started here is stopped when the block ends, after the run's logs and events
     are sent. ``echo`` (a function of one string) says that one is being started.
     """
-    prefect_defaults()
-    if os.environ.get("PREFECT_API_URL"):
-        yield None
-        return
-    found = use_running_serve()
-    if found is not None:
-        yield found
-        return
     from prefect.settings import get_current_settings
 
-    if get_current_settings().api.url:  # the active profile names an API
-        yield None
+    prefect_defaults()
+    configured = os.environ.get("PREFECT_API_URL")
+    found = use_running_serve()  # None when the environment or the active profile names one
+    if configured or found is not None or get_current_settings().api.url:
+        yield found
         return
-    from prefect.context import refresh_global_settings_context
-
     if local_server_idle() > 0:
-        api_url, auth = kept_api(echo)
+        api_url, auth_string = kept_api(echo)
         try:
-            with _using(api_url, auth):
+            with _using(api_url, auth_string):
                 yield api_url
         finally:
             used_now()  # its idle time counts from the command's end
@@ -606,21 +591,8 @@ def command_api(echo: Any = None) -> Iterator[str | None]:
             f"starting a local Prefect server for this command ({first}set PREFECT_API_URL, "
             "or keep `ingest serve` running, to skip this)"
         )
-    saved_auth = os.environ.get("PREFECT_API_AUTH_STRING")
-    with TemporaryServer() as server:
-        os.environ["PREFECT_API_URL"] = server.api_url
-        os.environ["PREFECT_API_AUTH_STRING"] = server.auth_string  # LocalCluster workers too
-        refresh_global_settings_context()
-        try:
-            yield server.api_url
-        finally:
-            drain_prefect_queues()
-            os.environ.pop("PREFECT_API_URL", None)
-            if saved_auth is None:
-                os.environ.pop("PREFECT_API_AUTH_STRING", None)
-            else:
-                os.environ["PREFECT_API_AUTH_STRING"] = saved_auth
-            refresh_global_settings_context()
+    with TemporaryServer() as server, _using(server.api_url, server.auth_string):
+        yield server.api_url
 
 
 def main(argv: list[str] | None = None) -> int:

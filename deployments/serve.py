@@ -28,16 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from deployments import alerts, auth, database, local_api, project
-from ingest.redact import redact
+from deployments.local_api import stop
 from ingest.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,25 +52,13 @@ def prefect_exe() -> str:
     return str(Path(sys.executable).with_name("prefect"))
 
 
-def configured_api_url() -> str | None:
-    """``PREFECT_API_URL`` from the environment or the active Prefect profile."""
-    from prefect.settings import get_current_settings
-
-    url = get_current_settings().api.url
-    return str(url) if url else None
-
-
 def wait_healthy(api_url: str, deadline: float, proc: subprocess.Popen[Any] | None = None) -> None:
     """Poll ``/health`` until the API answers (or raise at the deadline)."""
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"prefect server exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{api_url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
+        if local_api.healthy(api_url, 2):
+            return
         time.sleep(0.2)  # polling a port that is opening, not synchronising work
     raise RuntimeError(f"no Prefect API at {api_url}")
 
@@ -86,22 +73,6 @@ def require_free_port(port: int, what: str) -> None:
             f"port {port} for {what} is in use (another `ingest serve`?); stop it or "
             "choose another port"
         )
-
-
-def stop(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
-    """SIGINT (a clean shutdown for prefect and uvicorn), then terminate, then kill."""
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    proc.kill()
-    proc.wait()
 
 
 class PrefectServer:
@@ -152,7 +123,7 @@ class PrefectServer:
         self.database_url = database_url
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
-        self._own_log: Any = None
+        self._own_log: IO[bytes] | None = None
 
     def __enter__(self) -> PrefectServer:
         require_free_port(self.port, "the Prefect server")
@@ -160,13 +131,12 @@ class PrefectServer:
         # (deployments.server_app: the command takes no app of ours).
         cmd = [sys.executable, "-m", "deployments.server_app"]
         cmd += ["--host", self.host, "--port", str(self.port)]
-        out = self.log
-        if out is None:
-            out = self._own_log = tempfile.TemporaryFile("w+")
+        if self.log is None:
+            self._own_log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             cmd,
             env=self.env,
-            stdout=out,
+            stdout=self.log or self._own_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it
         )
@@ -175,22 +145,13 @@ class PrefectServer:
         except RuntimeError as exc:
             if self.proc.poll() is None:
                 stop(self.proc)
-            tail = self._output_tail()
+            tail = local_api.output_tail(self._own_log)
             self.__exit__()
             raise RuntimeError(f"{exc}{tail}") from None
         except BaseException:
             self.__exit__()
             raise
         return self
-
-    def _output_tail(self, lines: int = 12) -> str:
-        """The last lines of the server's own output (secrets masked), when this object
-        keeps it: the reason it stopped."""
-        if self._own_log is None:
-            return ""
-        self._own_log.seek(0)
-        tail = "\n".join(self._own_log.read().strip().splitlines()[-lines:])
-        return f"; its output ends with:\n{redact(tail)}" if tail else ""
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
@@ -317,6 +278,8 @@ def serving(
     instead of ``PREFECT_HOME``. ``overrides`` are parameters merged over those of
     ``prefect.yaml`` as it is deployed (``project.with_parameters``).
     """
+    from prefect.settings import get_current_settings
+
     config = project.load()
     if overrides is not None:
         config = project.with_parameters(config, overrides)
@@ -326,7 +289,7 @@ def serving(
     with ExitStack() as stack:
         env = {**os.environ, **SERVER_ENV}
         env.pop(database.ENV_NAME, None)  # the server's alone: not the workers' business
-        api_url = configured_api_url()
+        api_url = get_current_settings().api.url  # the environment's or the profile's
         if not api_url and db is None and os.environ.get(database.ENV_NAME):
             # Prefect's own variable: the database the server would use anyway.
             db = database.parse(os.environ[database.ENV_NAME])

@@ -36,6 +36,7 @@ import argparse
 import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 Scope = MutableMapping[str, Any]
@@ -52,6 +53,7 @@ UNCOUNTED_SECONDS = 30.0  # retries of a younger spell do not count against the 
 JITTER = 0.2  # the most Prefect's client adds to a named wait (PREFECT_CLIENT_RETRY_JITTER_FACTOR)
 
 
+@dataclass(kw_only=True)
 class RetryWait:
     """For the 503 answered at each call's time: the ``Retry-After`` seconds (``base``,
     or ``factor`` times the age of the current spell of 503s, at most ``cap``) and
@@ -61,21 +63,14 @@ class RetryWait:
     latest client it answered was due back (its wait plus Prefect's jitter), so one
     client meeting a lasting lock alone keeps the spell going."""
 
-    def __init__(
-        self,
-        *,
-        base: float = BASE_SECONDS,
-        factor: float = FACTOR,
-        cap: float = CAP_SECONDS,
-        quiet: float = QUIET_SECONDS,
-        uncounted: float = UNCOUNTED_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.base, self.factor, self.cap, self.quiet = base, factor, cap, quiet
-        self.uncounted = uncounted
-        self.clock = clock
-        self._spell_start = 0.0
-        self._spell_end = float("-inf")
+    base: float = BASE_SECONDS
+    factor: float = FACTOR
+    cap: float = CAP_SECONDS
+    quiet: float = QUIET_SECONDS
+    uncounted: float = UNCOUNTED_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    _spell_start: float = field(default=0.0, init=False)
+    _spell_end: float = field(default=float("-inf"), init=False)
 
     def __call__(self) -> tuple[float, bool]:
         now = self.clock()

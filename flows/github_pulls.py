@@ -21,22 +21,18 @@ from prefect import flow
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import RepoName, flow_body, run_form
+from flows.parameters import INGEST_FLOW, FetchRunner, RepoName, flow_body, run_form
 from flows.rest_ingest import ingest_source
 from ingest.rest.records import GitHubSummary
-from tasks import limits
-from tasks.history import FINAL_HOOKS
 from tasks.runs import github_run
 
 
 @run_form
 @flow(
     name="github-pulls",
-    **FINAL_HOOKS,
-    on_running=[limits.read_flow_limit],
+    **INGEST_FLOW,
     description="Fetch the pull requests of GitHub repositories concurrently, within the rate "
     "limit and incrementally (ETags, updated_at watermark), into Parquet and DuckDB.",
-    validate_parameters=True,
 )
 @flow_body
 def github_pulls(
@@ -103,14 +99,7 @@ def github_pulls(
     full_refresh: Annotated[
         bool, Field(description="Fetch every page again, ignoring stored ETags and watermarks.")
     ] = False,
-    task_runner: Annotated[
-        Literal["thread", "dask"],
-        Field(
-            description="Where the fetch task runs: thread (this process) or dask (the cluster "
-            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default: "
-            "INGEST_TASK_RUNNER."
-        ),
-    ] = "thread",
+    task_runner: FetchRunner = "thread",
 ) -> GitHubSummary:
     started = time.perf_counter()
     settings, source = github_run(

@@ -21,12 +21,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from flows.github_pulls import github_pulls
-from flows.parameters import RepoName, flow_body, run_form
+from flows.parameters import INGEST_FLOW, RepoName, flow_body, run_form
 from flows.s3_ingest import s3_ingest
 from ingest.errors import IngestError
 from ingest.report.nightly import ChildOutcome, completed_message, failed_message
-from tasks import limits
-from tasks.history import FINAL_HOOKS
 from tasks.nightly import publish_nightly_summary, run_children
 from tasks.progress import publish_progress
 from tasks.report import add_tags, failure_tags
@@ -44,14 +42,12 @@ class NightlyFailedError(IngestError):
 @run_form
 @flow(
     name="nightly",
-    **FINAL_HOOKS,
-    on_running=[limits.read_flow_limit],
+    **INGEST_FLOW,
     description="Run the S3 documents ingestion and the GitHub pull-request ingestion at the "
     "same time, then publish one summary comparing each stage with the previous nightly run.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
     # the decorator's annotation (PrefectHQ/prefect#16938).
     task_runner=ThreadPoolTaskRunner(max_workers=2),  # type: ignore[arg-type]
-    validate_parameters=True,
 )
 @flow_body
 def nightly(

@@ -23,17 +23,19 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, ParamSpec, TypeVar, cast
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar, cast
 
 from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.hashing import file_hash
-from pydantic import GetJsonSchemaHandler, StringConstraints
+from pydantic import Field, GetJsonSchemaHandler, StringConstraints
 from pydantic.experimental.missing_sentinel import MISSING
 from pydantic.fields import FieldInfo
 from pydantic_core import CoreSchema
 
 from ingest.rest.source import REPO_NAME
+from tasks import limits
+from tasks.history import FINAL_HOOKS
 from tasks.runs import stops_on_sigterm
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,6 +44,22 @@ R = TypeVar("R")
 # A GitHub repository as the flows take it (owner/name): the pattern is in the parameter
 # schema, so the run form and the server refuse ``octo`` before a run is created.
 RepoName = Annotated[str, StringConstraints(pattern=REPO_NAME.pattern)]
+# The REST flows' last parameter.
+FetchRunner = Annotated[
+    Literal["thread", "dask"],
+    Field(
+        description="Where the fetch task runs: thread (this process) or dask (the cluster "
+        "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default: "
+        "INGEST_TASK_RUNNER."
+    ),
+]
+# What every ingestion flow's decorator gives it: its run recorded as it ends
+# (``FINAL_HOOKS``), its time limit read as it starts, its parameters validated.
+INGEST_FLOW: dict[str, Any] = {
+    **FINAL_HOOKS,
+    "on_running": [limits.read_flow_limit],
+    "validate_parameters": True,
+}
 
 
 def bounds_text(field: FieldInfo, kind: Any = None) -> str:
@@ -110,12 +128,8 @@ class FormInput:
 
 
 def _optional(hint: Any) -> bool:
-    args = typing.get_args(typing.get_args(hint)[0] if _annotated(hint) else hint)
-    return type(None) in args
-
-
-def _annotated(hint: Any) -> bool:
-    return typing.get_origin(hint) is typing.Annotated
+    annotated = typing.get_origin(hint) is typing.Annotated
+    return type(None) in typing.get_args(typing.get_args(hint)[0] if annotated else hint)
 
 
 def form_inputs(fn: F) -> F:

@@ -15,19 +15,17 @@ run's id.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from pydantic import Field
 
-from flows.parameters import flow_body, run_form
+from flows.parameters import INGEST_FLOW, FetchRunner, flow_body, run_form
 from ingest.rest.errors import RestTerminalError
 from ingest.rest.records import RestSummary
 from ingest.rest.source import Source
 from ingest.rest.summary import too_many_failed_pages
-from tasks import limits
-from tasks.history import FINAL_HOOKS
 from tasks.report import publish_summary
 from tasks.rest import fetch_all, tables_of
 from tasks.runs import opened_run, rest_run
@@ -46,12 +44,10 @@ class TooManyFailedPagesError(RestTerminalError):
 @run_form
 @flow(
     name="rest-ingest",
-    **FINAL_HOOKS,
-    on_running=[limits.read_flow_limit],
+    **INGEST_FLOW,
     description="Fetch every resource of a REST API declared in a source file (YAML), "
     "concurrently within the limits the server shows and incrementally, into Delta tables "
     "and DuckDB views (one table per resource).",
-    validate_parameters=True,
 )
 @flow_body
 def rest_ingest(
@@ -81,14 +77,7 @@ def rest_ingest(
     full_refresh: Annotated[
         bool, Field(description="Fetch everything again, ignoring stored watermarks.")
     ] = False,
-    task_runner: Annotated[
-        Literal["thread", "dask"],
-        Field(
-            description="Where the fetch task runs: thread (this process) or dask (the cluster "
-            "at INGEST_DASK_ADDRESS, else a LocalCluster). The ingest command's default: "
-            "INGEST_TASK_RUNNER."
-        ),
-    ] = "thread",
+    task_runner: FetchRunner = "thread",
 ) -> RestSummary:
     started = time.perf_counter()
     settings, declared = rest_run(

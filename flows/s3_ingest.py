@@ -34,11 +34,9 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from flows.parameters import flow_body, run_form
+from flows.parameters import INGEST_FLOW, flow_body, run_form
 from ingest.errors import IngestError
 from ingest.report.summary import RunSummary, too_many_failures
-from tasks import limits
-from tasks.history import FINAL_HOOKS
 from tasks.report import finish, publish_summary
 from tasks.runs import list_spec, opened_run, run_batches, run_settings
 from tasks.s3 import check_bucket
@@ -74,14 +72,12 @@ class TooManyFailuresError(IngestError):
 @run_form
 @flow(
     name="s3-ingest",
-    **FINAL_HOOKS,
-    on_running=[limits.read_flow_limit],
+    **INGEST_FLOW,
     description="Download new and changed objects of an S3 bucket/prefix into data_dir "
     "and record one row per object in Parquet and DuckDB.",
     # ignore: TaskRunner is invariant in its future type, so no runner instance fits
     # the decorator's annotation (PrefectHQ/prefect#16938).
     task_runner=ThreadPoolTaskRunner(max_workers=8),  # type: ignore[arg-type]
-    validate_parameters=True,
 )
 @flow_body
 def s3_ingest(
@@ -223,17 +219,10 @@ def s3_ingest(
             run_id,
             lambda: publish_summary(settings, summary, f"s3-ingest {target}", target),
         )
-    check_failed_share(summary)
-    return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)
-
-
-def check_failed_share(summary: RunSummary) -> None:
-    """A TooManyFailuresError when the run fails for its failed objects (``failing``,
-    decided before its summary was written): the run is Failed, with the query that
-    lists them."""
-    if summary.failing:
+    if summary.failing:  # the run fails for its failed objects (decided before its summary)
         raise TooManyFailuresError(
             f"{summary.failing}; see the run-summary artifact or "
             f"SELECT key, error FROM s3_objects WHERE status = 'failed' "
             f"AND run_id = '{summary.run_id}'"
         )
+    return finish(summary)  # type: ignore[no-any-return]  # the summary, or Completed(data=it)

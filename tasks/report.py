@@ -16,7 +16,7 @@ from ingest.report.timing import human_bytes, seconds_so_far
 from ingest.rest import summary as rest_summary
 from ingest.rest.records import GitHubSummary, RestSummary
 from ingest.settings import Settings
-from tasks.artifacts import Sends
+from tasks.artifacts import sends
 from tasks.history import compare_with_previous, current_ids, record_current_run, run_link
 from tasks.progress import publish_progress
 from tasks.runners import run_context
@@ -54,7 +54,7 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
     and its progress bar says what was done."""
     ctx = run_context(settings, summary.run_id)
     ids = current_ids(ctx)
-    with Sends() as send:  # each artifact beside the history work, not after it
+    with sends() as send:  # each artifact beside the history work, not after it
         if isinstance(summary, RestSummary):
             send(
                 create_table_artifact,
@@ -68,6 +68,7 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
         if isinstance(summary, report.RunSummary):
             log_stages(summary.stages)
             figures = s3_figures(summary)
+            outcome = report.markdown(summary, title)
         else:
             # What the run read, as the nightly names it: the repositories, or the source.
             target = (
@@ -76,6 +77,7 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
                 else summary.source
             )
             figures = rest_figures(summary)
+            outcome = rest_summary.markdown(summary, title, link=run_link)
         send(
             create_table_artifact,
             key="stage-timing",
@@ -84,11 +86,6 @@ def publish_summary(settings: Settings, summary: S, title: str, target: str = ""
         )
         _, comparison = compare_with_previous(ctx.lake, summary.stages, ids, target=target)
         record_current_run(ctx.lake, ids, seconds=summary.seconds, target=target, **figures)
-        outcome = (
-            report.markdown(summary, title)
-            if isinstance(summary, report.RunSummary)
-            else rest_summary.markdown(summary, title, link=run_link)
-        )
         send(
             create_markdown_artifact,
             key="run-summary",

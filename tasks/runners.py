@@ -67,16 +67,11 @@ def batch_runner(
     from prefect_dask import DaskTaskRunner
 
     if settings.dask_address:
-        with DaskTaskRunner(address=settings.dask_address) as runner:
-            warm(runner)
-            try:
-                yield runner
-            finally:
-                close_contexts(runner, run_id)
-        return
-    # A LocalCluster with Dask's defaults: each worker under a nanny, as a daemonic process
-    # (the extraction pool starts its processes with subprocess, which a daemon may).
-    with DaskTaskRunner(cluster_kwargs=local_cluster_kwargs()) as runner:
+        cluster = DaskTaskRunner(address=settings.dask_address)
+    else:  # A LocalCluster with Dask's defaults: each worker under a nanny, as a daemonic
+        # process (the extraction pool starts its processes with subprocess, which a daemon may).
+        cluster = DaskTaskRunner(cluster_kwargs=local_cluster_kwargs())
+    with cluster as runner:
         warm(runner)
         try:
             yield runner

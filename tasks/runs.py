@@ -257,47 +257,32 @@ def run_batches(
 ) -> RunSummary:
     """The listing planned, listed and compared chunk by chunk, and the changed objects'
     batches run as they come (``ingest.s3.schedule``: at most ``ahead`` handed out and
-    not yet folded into ``summary``; None: as the runner takes them)."""
-    steps = batch_steps(ctx, spec, runner, extract=extract)
-    return schedule(plan_listing(ctx.settings, spec), steps, summary, ahead=ahead)
+    not yet folded into ``summary``; None: as the runner takes them).
 
-
-def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract: bool) -> Steps:
-    """The run's tasks as ``schedule`` submits them: the listing and comparison on the
+    The run's tasks as ``schedule`` submits them: the listing and comparison on the
     flow's threads, the batches on ``runner``. A batch is one ``fetch-batch`` (download
     and extraction together) when it may run on another machine or its files do not stay
     in a local folder a later task could read, else ``download-batch`` then
     ``extract-batch``."""
-    settings, bucket, run_id = ctx.settings, spec.bucket, spec.run_id
+    settings = ctx.settings
     whole = settings.task_runner == "dask" or not settings.downloads.stay_local
+    # The extraction tasks' parameters but their objects; a download batch's future is
+    # resolved to its result by Prefect when the task starts.
+    extracting = functools.partial(
+        submit, runner, settings=settings, bucket=spec.bucket, run_id=spec.run_id
+    )
 
     def fetch(batch: ObjectBatch) -> PrefectFuture[BatchSummary]:
         task = fetch_batch if whole else download_batch
         return submit(runner, task, settings=settings, spec=spec, batch=batch, extract=extract)
 
     def extract_fetched(downloaded: Future[BatchSummary]) -> PrefectFuture[ExtractSummary]:
-        # Prefect resolves the future to its result when the task starts.
-        return submit(
-            runner,
-            extract_batch,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            downloaded=downloaded,
-        )
+        return extracting(extract_batch, downloaded=downloaded)
 
     def stored(batch: ObjectBatch) -> PrefectFuture[ExtractSummary]:
-        return submit(
-            runner,
-            extract_stored,
-            settings=settings,
-            bucket=bucket,
-            run_id=run_id,
-            objects=batch,
-            prefix=spec.prefix,
-        )
+        return extracting(extract_stored, objects=batch, prefix=spec.prefix)
 
-    return Steps(
+    steps = Steps(
         list_chunk=lambda shard, cursor: list_objects.submit(settings, spec, shard, cursor),
         compare=lambda listed: find_changes.submit(settings, spec, listed),
         fetch=fetch,
@@ -306,3 +291,4 @@ def batch_steps(ctx: context.RunContext, spec: ListSpec, runner: Any, *, extract
         extract_stored=stored,
         on_batch=lambda part, handed_out: track_batch(ctx, part, batches=handed_out),
     )
+    return schedule(plan_listing(settings, spec), steps, summary, ahead=ahead)

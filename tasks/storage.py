@@ -158,27 +158,23 @@ def publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]
     nothing but its history (nothing new, nothing gone) has no ``commit-rows``: a task
     run that would commit nothing."""
     with beside():
-        return _publish_and_commit(settings, run_id, publish)
-
-
-def _publish_and_commit(settings: Settings, run_id: str, publish: Callable[[], T]) -> T:
-    if not rows_staged(settings, run_id):
-        published = publish()
-        commit_run(settings, run_id)
+        if not rows_staged(settings, run_id):
+            published = publish()
+            commit_run(settings, run_id)
+            return published
+        committing = commit_rows.submit(settings, run_id)
+        try:
+            published = publish()
+        finally:
+            committing.wait()  # never leave a commit running behind a failed summary
+        committed = committing.result()
+        try:
+            commit_run(settings, run_id, committed)
+        except Exception:
+            if committed.rows:  # the rows are in the lake: their views follow them anyway
+                refresh_views(lake_of(settings, run_id), committed.rows)
+            raise
         return published
-    committing = commit_rows.submit(settings, run_id)
-    try:
-        published = publish()
-    finally:
-        committing.wait()  # never leave a commit running behind a failed summary
-    committed = committing.result()
-    try:
-        commit_run(settings, run_id, committed)
-    except Exception:
-        if committed.rows:  # the rows are in the lake: their views follow them anyway
-            refresh_views(lake_of(settings, run_id), committed.rows)
-        raise
-    return published
 
 
 def rows_staged(settings: Settings, run_id: str) -> bool:

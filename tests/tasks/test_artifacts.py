@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tasks.artifacts import Sends, beside
+from tasks.artifacts import beside, sends
 
 
 def test_a_block_waits_for_its_sends_and_raises_the_first_failure() -> None:
@@ -16,7 +16,7 @@ def test_a_block_waits_for_its_sends_and_raises_the_first_failure() -> None:
     def boom() -> None:
         raise RuntimeError("artifact refused")
 
-    with pytest.raises(RuntimeError, match="artifact refused"), Sends() as send:
+    with pytest.raises(RuntimeError, match="artifact refused"), sends() as send:
         send(done.append, "table")
         send(boom)
     assert done == ["table"]
@@ -32,7 +32,7 @@ def test_inside_beside_a_send_outlasts_its_block_and_the_outer_block_waits() -> 
         stored.append("run-summary")
 
     with beside():
-        with Sends() as send:
+        with sends() as send:
             send(slow_artifact)
         # the summary's block has ended with its artifact still in flight: the run's
         # commits go on beside it
@@ -49,13 +49,13 @@ def test_a_failed_artifact_inside_beside_is_raised_after_the_blocks_own_work() -
         raise RuntimeError("artifact refused")
 
     with pytest.raises(RuntimeError, match="artifact refused"), beside():
-        with Sends() as send:
+        with sends() as send:
             send(refused)
         committed.append("history")
     assert committed == ["history"]
 
 
 def test_a_read_beside_the_block_still_returns_its_answer() -> None:
-    with beside(), Sends() as send:
+    with beside(), sends() as send:
         answer = send(lambda: 42)
         assert answer.result(timeout=60) == 42
