@@ -39,7 +39,7 @@ from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient
 from ingest.rest.config import RestConfig
-from ingest.rest.dialect import ApiLimits, Dialect, RunStart
+from ingest.rest.dialect import Dialect, RunStart
 from ingest.rest.errors import (
     AuthError,
     PageError,
@@ -238,8 +238,6 @@ class GitHub(Dialect):
     token, its retries, its documented limits, the repositories' stored page ETags and
     watermarks, and the run's hooks (``plan``: probes, ETags, pull-request rows)."""
 
-    name = "github"
-    limits = ApiLimits(in_flight=IN_FLIGHT, per_minute=PER_MINUTE)
     engine_state = False  # its state is the repositories' (github_pages, github_syncs)
 
     headers = HEADERS

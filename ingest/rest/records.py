@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 
 class Row:
@@ -102,8 +102,6 @@ class RestSummary:
 
 
 # --------------------------------------------------------------------------- GitHub dialect
-
-PullState = Literal["open", "closed", "all"]
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -192,7 +192,6 @@ class SharedSlots:
     used: int = 0
     round_trips: int = 0
     refused: int = 0
-    peak_held: int = 0
     _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     _leasing: bool = False
     _waiting: int = 0
@@ -310,7 +309,6 @@ class SharedSlots:
             if not body.get("limits"):
                 raise SharedLimitsError(f"the shared limit {self.name} does not exist")
             self.leases.append(_Lease(UUID(body["lease_id"]), n, time.monotonic()))
-            self.peak_held = max(self.peak_held, self.held)
             return True
         return False
 
@@ -364,8 +362,6 @@ class SharedBudget:
     window: int | None = None  # the reset epoch of the window the tokens belong to
     spent: int | None = None  # the window whose budget the cluster has spent
     round_trips: int = 0
-    taken: int = 0
-    windows_seen: list[str] = field(default_factory=list)
     prepaid: int | None = None  # the window this process's learning request was charged to
     _next: asyncio.Task[None] | None = None
 
@@ -453,7 +449,6 @@ class SharedBudget:
         # below, as every joining process's is
         if created and await ensure_limit(self.client, name, max(0, spendable) + 1) is None:
             log.info("shared budget %s: %d requests above the reserve", name, spendable)
-        self.windows_seen.append(name)
         if self.prepaid != key:
             await self._increment(name, 1)  # the learning request, already spent
         self.prepaid = None
@@ -488,7 +483,6 @@ class SharedBudget:
             raise SharedLimitsError(f"taking {n} tokens of {name}: {_detail(exc)}") from exc
         if not response.json():
             raise SharedLimitsError(f"the shared budget {name} does not exist")
-        self.taken += n
         return True
 
     async def _decrement(self, name: str, n: int) -> None:
@@ -514,7 +508,6 @@ class SharedLimits:
 
     slots: SharedSlots
     budget: SharedBudget
-    in_flight_limit: int
 
     @property
     def round_trips(self) -> int:
@@ -567,7 +560,6 @@ async def open_shared(
         shared = SharedLimits(
             SharedSlots(client, name, block=min(block, size), lease_seconds=lease_seconds),
             SharedBudget(client, base, block=block),
-            size,
         )
 
         async def renew() -> None:
