@@ -57,6 +57,7 @@ from ingest.rest.errors import (
     PageError,
     PageTooLargeError,
     RequestError,
+    RestTerminalError,
 )
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
 from ingest.rest.records import ApiRequest
@@ -161,10 +162,6 @@ class RestClient:
         if self.window is None:
             self.window = AdaptiveWindow(maximum=self.concurrency)
 
-    @property
-    def host(self) -> str:
-        return self.http.base_url.netloc.decode()
-
     async def get(
         self,
         url: str,
@@ -181,8 +178,7 @@ class RestClient:
         queueing signal, which compares answers with the fastest seen, and a 90 ms probe
         beside 900 ms pages would read as a server queueing tenfold.
         """
-        failures = secondary = primary = 0
-        attempt = 0
+        failures = secondary = primary = attempt = 0
         while True:
             attempt += 1
             sent = await self._send(url, etag, params, paced)
@@ -190,42 +186,22 @@ class RestClient:
             target = safe_url(response.request.url if response is not None else url)
             error = sent.bad_json or sent.error
             self._log_request(label, target, sent, attempt, error)
+            why: object = error  # what a retry is after
             if isinstance(sent.error, (PageTooLargeError, HopRefusedError, RequestError)):
                 raise sent.error
-            if response is None or sent.bad_json is not None:
-                failures += 1
-                if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
-                    raise EndpointError(
-                        f"{target}: the server's TLS certificate is not trusted ({sent.error}); "
-                        "for a private certificate authority set SSL_CERT_FILE to its CA bundle"
-                    )
-                if failures >= self.retry.max_attempts:
-                    if sent.bad_json is not None:
-                        raise MalformedPageError(
-                            f"{target}: the answer is not JSON after {failures} attempts "
-                            f"({sent.bad_json})",
-                            url=target,
-                            attempts=attempt,
-                        )
-                    if isinstance(error, httpx.ConnectError):
-                        raise EndpointError(
-                            f"{target}: cannot connect after {failures} attempts "
-                            f"({error}); check base_url and the network"
-                        )
-                    raise PageError(
-                        f"{target}: {error} after {failures} attempts", url=target, attempts=attempt
-                    )
-                await self._wait(self.retry.delay(failures), target, f"{error}")
-                continue
-            headers, status = response.headers, response.status_code
-            if status in (200, 304):
-                self.governor.succeeded()
-                return Answer(
-                    target, status, headers, sent.data, attempt, sent.seconds, sent.wire_seconds
+            if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
+                raise EndpointError(
+                    f"{target}: the server's TLS certificate is not trusted ({sent.error}); "
+                    "for a private certificate authority set SSL_CERT_FILE to its CA bundle"
                 )
-            message = _message(response)
-            if status in (403, 429):
-                if _budget_spent(headers):
+            if response is not None and sent.bad_json is None:
+                headers, status = response.headers, response.status_code
+                if status in (200, 304):
+                    self.governor.succeeded()
+                    return Answer(
+                        target, status, headers, sent.data, attempt, sent.seconds, sent.wire_seconds
+                    )
+                if status in (403, 429) and _budget_spent(headers):
                     primary += 1
                     self.governor.primary_exhausted()
                     if primary > _MAX_PRIMARY_HITS:
@@ -233,58 +209,75 @@ class RestClient:
                             f"{target}: primary rate limit persists", url=target, attempts=attempt
                         )
                     continue  # the governor waits for the reset, or stops the run
-                if sent.outcome == "limit":
+                if status in (403, 429) and sent.outcome == "limit":
                     secondary += 1
-                    if secondary > self.secondary_retries:
-                        raise PageError(
-                            f"{target}: rate limited after {secondary} pauses",
-                            url=target,
-                            attempts=attempt,
-                        )
                     retry_after = _retry_after(headers)
-                    if retry_after is not None and retry_after > self.max_retry_after:
-                        log.warning(
-                            "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
-                            "the page is given up, no request pauses",
-                            target,
-                            retry_after,
-                            self.max_retry_after,
-                        )
-                        raise PageError(
-                            f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
-                            f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
-                            "the page is given up",
-                            url=target,
-                            attempts=attempt,
-                        )
+                    self._check_pause(target, status, secondary, retry_after, attempt)
                     await self.governor.secondary_limit(retry_after)
                     continue
-            if status == 401:
-                raise AuthError(
-                    f"{target}: 401 {message or 'Unauthorized'}: the credentials were rejected; "
-                    f"{self.auth_hint}",
-                    url=target,
-                    status=status,
-                )
-            if status == 404:
-                raise NotFoundError(
-                    f"{target}: 404 {label or 'resource'} not found, or not visible to {self.who}",
-                    url=target,
-                    status=status,
-                )
-            if status >= 500:
-                failures += 1
-                if failures >= self.retry.max_attempts:
-                    raise PageError(
-                        f"{target}: HTTP {status} after {failures} attempts",
-                        url=target,
-                        attempts=attempt,
-                    )
-                await self._wait(self.retry.delay(failures), target, f"HTTP {status}")
+                if status < 500:
+                    raise self._refused(target, status, _message(response), label)
+                why = f"HTTP {status}"
+            failures += 1  # 5xx, a timeout, a broken connection, a body that is not JSON
+            if failures < self.retry.max_attempts:
+                await self._wait(self.retry.delay(failures), target, f"{why}")
                 continue
-            raise RequestError(
-                f"{target}: HTTP {status} {message}".strip(), url=target, status=status
+            if sent.bad_json is not None:
+                raise MalformedPageError(
+                    f"{target}: the answer is not JSON after {failures} attempts ({sent.bad_json})",
+                    url=target,
+                    attempts=attempt,
+                )
+            if isinstance(error, httpx.ConnectError):
+                raise EndpointError(
+                    f"{target}: cannot connect after {failures} attempts "
+                    f"({error}); check base_url and the network"
+                )
+            raise PageError(
+                f"{target}: {why} after {failures} attempts", url=target, attempts=attempt
             )
+
+    def _check_pause(
+        self, target: str, status: int, secondary: int, retry_after: float | None, attempt: int
+    ) -> None:
+        """A limit answer that may not pause the source: one past ``secondary_retries``,
+        or a ``Retry-After`` beyond ``max_retry_after`` (the page is given up at once)."""
+        if secondary > self.secondary_retries:
+            raise PageError(
+                f"{target}: rate limited after {secondary} pauses", url=target, attempts=attempt
+            )
+        if retry_after is not None and retry_after > self.max_retry_after:
+            log.warning(
+                "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
+                "the page is given up, no request pauses",
+                target,
+                retry_after,
+                self.max_retry_after,
+            )
+            raise PageError(
+                f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
+                f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
+                "the page is given up",
+                url=target,
+                attempts=attempt,
+            )
+
+    def _refused(self, target: str, status: int, message: str, label: str) -> RestTerminalError:
+        """A 4xx answer no retry can fix: 401 (the credentials), 404, any other."""
+        if status == 401:
+            return AuthError(
+                f"{target}: 401 {message or 'Unauthorized'}: the credentials were rejected; "
+                f"{self.auth_hint}",
+                url=target,
+                status=status,
+            )
+        if status == 404:
+            return NotFoundError(
+                f"{target}: 404 {label or 'resource'} not found, or not visible to {self.who}",
+                url=target,
+                status=status,
+            )
+        return RequestError(f"{target}: HTTP {status} {message}".strip(), url=target, status=status)
 
     async def _send(
         self, url: str, etag: str | None, params: Mapping[str, Any] | None, paced: bool = True
