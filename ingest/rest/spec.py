@@ -87,15 +87,6 @@ class SecretRef(Strict):
     secret: str | None = Field(None, description="Name of a Prefect Secret block.")
     env: str | None = Field(None, description="Name of an environment variable.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literals(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for literal in LITERAL_CREDENTIALS:
-                if literal in data:
-                    raise ValueError(literal_refused(literal, str(data.get("type", "bearer"))))
-        return data
-
     @model_validator(mode="after")
     def _one_source(self) -> SecretRef:
         if not self.secret and not self.env:
