@@ -313,10 +313,8 @@ def planner_for(
     def limits() -> HostLimits:
         budget = None
         if not governor.unlimited and governor.budget is not None:
-            above = max(
-                0, governor.budget.remaining - governor.pending - governor.effective_reserve
-            )
-            budget = max(1, int(above * rest.budget_share))
+            left = governor.budget.remaining - governor.pending  # not what is in flight
+            budget = governor.spendable(rest.budget_share, left)
         in_flight = min(IN_FLIGHT, window.ceiling or window.maximum, window.maximum)
         return HostLimits(in_flight=in_flight, per_minute=PER_MINUTE, budget=budget)
 
@@ -359,8 +357,7 @@ async def plan(
     if auto_for and planner is None:
         remaining = await probe_rate_limit(gh)
         if remaining is not None:
-            above = max(0, remaining - governor.effective_reserve)
-            budget = max(1, int(above * config.rest.budget_share))
+            budget = governor.spendable(config.rest.budget_share, remaining)
     # Up front (and for a repository whose probe fails): sized for the host's known
     # ceiling, else the initial window, not for the cap: a cap it may never reach asks
     # for small pages and many requests; see AdaptiveWindow.plan_size.
@@ -383,7 +380,6 @@ async def plan(
             per_page=fixed or kept or auto,
             full_refresh=full_refresh,
             run_id=run_id,
-            concurrency=gh.concurrency,
             planner=planner if planner is not None and repo in auto_for else None,
             stage_rows=stage_rows,
         )

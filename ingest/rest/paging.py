@@ -86,8 +86,8 @@ def dig(data: Any, path: str | None) -> Any:
     return data
 
 
-def _count(value: Any) -> int | None:
-    """A count from a body field or a header: an int, or a string of digits."""
+def count(value: Any) -> int | None:
+    """A count from a body field, a header or a parameter: an int, or a string of digits."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -272,7 +272,7 @@ class _Numbered(Paginator):
         total = dig(data, path) if path else None
         if total is None and header:
             total = headers.get(header)
-        found = _count(total)
+        found = count(total)
         if found is None and (path or header):
             where = path or f"header {header}"
             raise MissingFieldError(
@@ -578,7 +578,7 @@ def detect_paginator(
         path = ".".join(nxt[0])
         return JsonLinkPaginator(next_url_path=path, items_path=items_path), f"json_link ({path})"
     total = _total_pages_path(data)
-    if total is not None and _count(total[1]) is not None:
+    if total is not None and count(total[1]) is not None:
         path = ".".join(total[0])
         return (
             PageNumberPaginator(
@@ -605,7 +605,7 @@ def announced_total(data: Any) -> int | None:
         return None
     for key, value in data.items():
         if str(key).lower() in _ANNOUNCED:
-            found = _count(value)
+            found = count(value)
             if found is not None:
                 return found
     return None

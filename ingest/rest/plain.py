@@ -34,6 +34,7 @@ from ingest.rest.paging import (
     AutoPaginator,
     LinkHeaderPaginator,
     Paginator,
+    count,
     dig,
     find_records_path,
     set_param,
@@ -118,7 +119,7 @@ class PlainRun(Run):
         def limits() -> HostLimits:
             return HostLimits(
                 in_flight=min(window.ceiling or window.maximum, window.maximum),
-                budget=self.budget(),
+                budget=run.client.governor.spendable(run.config.rest.budget_share),
             )
 
         self.planners[resource.name] = SizePlanner(
@@ -251,13 +252,12 @@ class PlainRun(Run):
         ep = listing.resource.endpoint
         parent = listing.parent
         path = listing.path or self.run.path_of(listing.resource, None)
-        params: dict[str, Any] = {}
-        for name, value in ep.params.items():
-            params[name] = (
-                fill_placeholders(value, parent, quote_it=False)
-                if isinstance(value, str)
-                else value
-            )
+        params: dict[str, Any] = {
+            name: fill_placeholders(value, parent, quote_it=False)
+            if isinstance(value, str)
+            else value
+            for name, value in ep.params.items()
+        }
         inc = ep.incremental
         if inc is not None and inc.start_param:
             start = listing.watermark if listing.watermark is not None else inc.initial_value
@@ -385,13 +385,13 @@ class PlainRun(Run):
         if spec is not None and spec.type == "offset" and spec.limit:
             declared = spec.limit
         if spec is not None and spec.type == "offset" and declared is None:
-            declared = _int(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
+            declared = count(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
         if size_param(resource) is None:
             # 0: the file leaves the size unsent (what its params say goes out as written)
             return int(declared or (DEFAULT_PAGE_SIZE if spec and spec.type == "offset" else 0))
         if not _parallel_kind(resource):
             return PER_PAGE_MAX  # a page costs a round trip: the fewest round trips
-        budget = self.budget()
+        budget = self.run.client.governor.spendable(self.run.config.rest.budget_share)
         parents = max(1, len(self.run.listings.get(resource.name, [])) or 1)
         rows = self.run.state.listing_rows.get(resource.name) or self.run.config.rest.expected_rows
         window = self.run.client.window
@@ -406,15 +406,6 @@ class PlainRun(Run):
             base_s=PRIOR.base_s,
             per_item_s=PRIOR.per_item_s,
         )
-
-    def budget(self) -> int | None:
-        """The requests this run may spend: a share of what the API announced above the
-        reserve (None: nothing announced)."""
-        governor = self.run.client.governor
-        if governor.budget is None or governor.unlimited:
-            return None
-        above = max(0, governor.budget.remaining - governor.effective_reserve)
-        return max(1, int(above * self.run.config.rest.budget_share))
 
     # ------------------------------------------------------------------ results
 
@@ -478,10 +469,6 @@ def apply_steps(
     return record
 
 
-def auto_sized(resource: Resource) -> bool:
-    return size_param(resource) is not None
-
-
 def size_param(resource: Resource) -> str | None:
     """The parameter that carries the page size when the file leaves the size to the
     engine: ``page_size: auto``, or a ``page_size_param`` named with no size given
@@ -523,12 +510,6 @@ def _resized(resource: Resource, paginator: Paginator, size: int, param: str) ->
         out.size_param = param
     out.items_path = paginator.items_path
     return out
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _param(value: Any) -> str:

@@ -84,7 +84,6 @@ class SyncOptions:
     per_page: int  # with a planner: until the plan is made (and if the probe fails)
     full_refresh: bool
     run_id: str
-    concurrency: int
     planner: SizePlanner | None = None  # the page size is planned after a probe
     # stages the pull requests (store.write_pull_rows) while page 1 is looked at again
     stage_rows: Callable[[RepoResult], Awaitable[None]] | None = None

@@ -136,6 +136,16 @@ class RateLimitGovernor:
             return self.reserve
         return min(self.reserve, self.budget.limit // 10)
 
+    def spendable(self, share: float, remaining: int | None = None) -> int | None:
+        """The requests a run may plan to spend: ``share`` of those above the reserve, of
+        ``remaining`` when given, else of the budget last seen (None: no budget announced,
+        or no rate limit)."""
+        if remaining is None:
+            if self.unlimited or self.budget is None:
+                return None
+            remaining = self.budget.remaining
+        return max(1, int(max(0, remaining - self.effective_reserve) * share))
+
     async def acquire(self) -> None:
         """Wait until one more request may be sent; raise ``RateLimitStop`` when it may not."""
         async with self._cond:

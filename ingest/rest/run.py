@@ -67,7 +67,7 @@ from ingest.rest.dialect import PLAIN, Dialect, Run, RunStart
 from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import AuthError
 from ingest.rest.paging import AutoPaginator
-from ingest.rest.plain import PlainRun, auto_sized
+from ingest.rest.plain import PlainRun, size_param
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import HostWindow, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
@@ -305,7 +305,9 @@ def fetch_source(
     if dialect.engine_state and not full_refresh:
         # rows per listing: what page_size auto sizes pages by (a scan of each table)
         tables = {
-            r.name: source.table(r) for r in source.resources if auto_sized(source.resolved(r))
+            r.name: source.table(r)
+            for r in source.resources
+            if size_param(source.resolved(r)) is not None
         }
         state = store.load_state(config.location, source.name, tables)
     if priors is None:
@@ -412,7 +414,7 @@ async def _fetch(
     listings = [x for xs in runner.listings.values() for x in xs]
     summary = runner.hooks.summary(client, listings, shared)
     if summary is None:
-        summary = summarize(runner, client, 0.0)
+        summary = summarize(runner, client)
         if isinstance(runner.hooks, PlainRun) and (plans := runner.hooks.plans()):
             summary.size_plan = "; ".join(f"{n}: {p.describe()}" for n, p in plans.items())
             summary.size_plan_figures = {n: p.figures() for n, p in plans.items()}
@@ -423,7 +425,7 @@ async def _fetch(
     return summary
 
 
-def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSummary:
+def summarize(runner: SourceRun, client: RestClient) -> RestSummary:
     window = client.window
     assert window is not None
     summary = RestSummary(run_id=runner.run_id, source=runner.source.name)
@@ -461,5 +463,4 @@ def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSumm
         if x.stop_reason and not x.error
     }
     summary.stopped = "; ".join(sorted(reasons))[:500] or None
-    summary.seconds = seconds
     return summary

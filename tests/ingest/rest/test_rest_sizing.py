@@ -258,7 +258,7 @@ def sync(handler: Any, repos: list[str]) -> tuple[list[Any], SizePlanner]:
         )
 
         def opts(repo: str) -> SyncOptions:
-            return SyncOptions("all", 30, False, "r1", 100, planner=planner)
+            return SyncOptions("all", 30, False, "r1", planner=planner)
 
         async with gh.http:
             results = await sync_repos(gh, repos, opts, {r: RepoState() for r in repos})
@@ -311,7 +311,7 @@ def test_github_sync_stages_its_pull_requests_while_page_1_is_looked_at_again(
             staged.set()
 
         gh = github_client(handler)
-        opts = SyncOptions("all", 30, False, "r1", 100, stage_rows=stage)
+        opts = SyncOptions("all", 30, False, "r1", stage_rows=stage)
         async with gh.http:
             (result,) = await sync_repos(gh, ["o/r"], lambda _: opts, {"o/r": RepoState()})
         return result
