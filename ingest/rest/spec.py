@@ -359,6 +359,12 @@ def make_paginator(
     kind = spec.type
     if kind == "header_link":
         return LinkHeaderPaginator(page_param=spec.page_param, next_rel=spec.links_next_key)
+    # dlt's stop rules where the type has them: an empty page, has_more_path
+    stops: dict[str, Any] = {
+        "items_path": data_selector,
+        "stop_after_empty_page": spec.stops_on_empty,
+        "has_more_path": spec.has_more_path,
+    }
     if kind == "page_number":
         return PageNumberPaginator(
             page_param=spec.page_param,
@@ -368,10 +374,8 @@ def make_paginator(
             start_page=spec.page,
             total_pages_path=spec.total,
             total_pages_header=spec.total_header,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
             maximum_page=spec.maximum_page,
+            **stops,
         )
     if kind == "offset":
         return OffsetPaginator(
@@ -380,19 +384,13 @@ def make_paginator(
             limit=page_size or DEFAULT_LIMIT,
             total_path=spec.total,
             total_header=spec.total_header,
-            items_path=data_selector,
             start=spec.offset,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
             maximum_offset=spec.maximum_offset,
+            **stops,
         )
     if kind == "cursor":
         return BodyCursorPaginator(
-            cursor_path=spec.cursor_path,
-            cursor_param=spec.cursor_param,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
+            cursor_path=spec.cursor_path, cursor_param=spec.cursor_param, **stops
         )
     if kind == "header_cursor":
         return HeaderCursorPaginator(
