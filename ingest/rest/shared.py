@@ -75,15 +75,6 @@ def limit_base(base_url: str, name: str | None = None) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", raw.lower()).strip("-")
 
 
-def shared_base(shared: SharedSettings, task_runner: str, base_url: str) -> str | None:
-    """The base of the limit names when this run shares its limits, else None."""
-    if not enabled(
-        shared.limits, task_runner=task_runner, name=shared.limit_name, api_url=_api_url
-    ):
-        return None
-    return limit_base(base_url, shared.limit_name)
-
-
 async def with_shared_limits(
     settings: SharedSettings,
     task_runner: str,
@@ -99,13 +90,13 @@ async def with_shared_limits(
     The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
     ceiling an earlier run learned for the host when lower; a limit that exists
     already keeps its size (set by the first run, or by hand in the UI)."""
-    base = shared_base(settings, task_runner, base_url)
-    if base is None:
+    name = settings.limit_name
+    if not enabled(settings.limits, task_runner=task_runner, name=name, api_url=_api_url):
         return await fetch(None)
     if remembered and remembered[1]:
         in_flight = min(in_flight, remembered[1])
     async with open_shared(
-        base,
+        limit_base(base_url, name),
         in_flight=in_flight,
         block=settings.limit_block,
         lease_seconds=settings.lease_seconds,
@@ -541,17 +532,13 @@ async def open_shared(
     in_flight: int,
     block: int = 8,
     lease_seconds: float = 60.0,
-    client_factory: Callable[[], Any] | None = None,
 ) -> AsyncIterator[SharedLimits]:
     """Shared limits of the host named ``base`` for the duration of a run; see the module doc."""
-    if client_factory is None:
-        from prefect.client.orchestration import get_client
-
-        client_factory = get_client
+    from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
     name = f"{base}-inflight"
-    async with client_factory() as client:
+    async with get_client() as client:
         try:
             size = int((await client.read_global_concurrency_limit_by_name(name)).limit)
         except ObjectNotFound:
