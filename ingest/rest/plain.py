@@ -286,12 +286,9 @@ class PlainRun(Run):
         """A page's records as rows; raises ``MalformedPageError`` for a page that lies."""
         resource = listing.resource
         selector = listing.selector
-        if selector is None:
-            selector = resource.endpoint.data_selector
-        if selector is None:  # left out: found on the first page, as dlt finds it
-            selector = find_records_path(data)
-        if listing.selector is None:
-            listing.selector = selector
+        if selector is None:  # the first page: data_selector, else found on it as dlt finds it
+            declared = resource.endpoint.data_selector
+            listing.selector = selector = find_records_path(data) if declared is None else declared
             paginator = listing.paginator
             if isinstance(paginator, AutoPaginator):
                 paginator.detect(headers, data, selector)
@@ -314,6 +311,10 @@ class PlainRun(Run):
         inc = resource.endpoint.incremental
         now = datetime.now(UTC)
         oldest: Any = None
+        inherited: dict[str, Any] = {}  # include_from_parent: the parent's fields, dlt's names
+        if resource.include_from_parent and listing.parent is not None and resource.parent:
+            for name in resource.include_from_parent:
+                inherited[f"_{resource.parent[0]}_{name}"] = dig(listing.parent, name)
         for i, record in enumerate(found):
             if not isinstance(record, dict):
                 raise MalformedPageError(
@@ -321,15 +322,8 @@ class PlainRun(Run):
                     "not an object",
                     url=url,
                 )
-            if resource.include_from_parent and listing.parent is not None and resource.parent:
-                parent_name = resource.parent[0]
-                record = {
-                    **record,
-                    **{
-                        f"_{parent_name}_{f}": dig(listing.parent, f)
-                        for f in resource.include_from_parent
-                    },
-                }
+            if inherited:
+                record = {**record, **inherited}
             # the cursor of the record as the API gave it (dlt's incremental comes before
             # its processing steps): a record a filter drops still moves the watermark
             cursor = dig(record, inc.cursor_path) if inc is not None else None
