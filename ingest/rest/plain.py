@@ -28,7 +28,7 @@ from ingest.rest import store
 from ingest.rest.client import RestClient
 from ingest.rest.config import RestConfig
 from ingest.rest.dialect import Run
-from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
+from ingest.rest.engine import Listing, Page, probe_page_one
 from ingest.rest.errors import MalformedPageError, NotFoundError, RequestError, StepError
 from ingest.rest.paging import (
     AutoPaginator,
@@ -146,21 +146,12 @@ class PlainRun(Run):
         if planner is None or param is None or listing.paginator is None:
             return []
         base = self.first_url(listing)
-        probe = _resized(resource, listing.paginator, 1, param)
-
-        def measure(answers: list[Any]) -> ProbeFigures:
-            listing.requests += sum(a.attempts for a in answers)
-            first = answers[0]
-            probe.items_path = resource.endpoint.data_selector or find_records_path(first.data)
-            total = probe.total_items(first.url, first.headers, first.data)
-            samples = [(len(probe.items(a.data)), a.wire_seconds) for a in answers]
-            return total, samples, total is not None
-
         answers = await probe_page_one(
             listing,
             planner,
             lambda size: client.get(set_param(base, param, size), label=listing.label, paced=False),
-            measure,
+            _resized(resource, listing.paginator, 1, param),
+            selector=resource.endpoint.data_selector or None,
         )
         if answers is None:
             return None

@@ -54,7 +54,7 @@ from ingest.redact import redact
 from ingest.rest import store
 from ingest.rest.client import RestClient
 from ingest.rest.dialect import Run
-from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
+from ingest.rest.engine import Listing, Page, probe_page_one
 from ingest.rest.errors import MalformedPageError, RateLimitStop
 from ingest.rest.records import (
     ApiRequest,
@@ -234,12 +234,6 @@ class GitHubDialect(Run):
         if planner is None:
             return []
         assert paginator is not None
-
-        def measure(answers: list[Any]) -> ProbeFigures:
-            answer = answers[0]
-            total = paginator.total_items(answer.url, answer.headers, answer.data)
-            return total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers], True
-
         # page 1 at two sizes at once: the one-item answer's rel="last" is the listing's
         # exact size; the two latencies tell a page's fixed time from its time per item
         answers = await probe_page_one(
@@ -248,7 +242,9 @@ class GitHubDialect(Run):
             lambda size: gh.get(
                 pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False
             ),
-            measure,
+            paginator,
+            selector="",  # a page is the list of pull requests
+            parallel=True,
         )
         if answers is None:
             return None
