@@ -100,10 +100,9 @@ class Answer:
     headers: httpx.Headers
     data: Any
     attempts: int
-    seconds: float = 0.0  # the answering attempt's, from send to answer
-    # the same on the wire only: from the request's first byte sent to the body's last
-    # read, without the connection's set-up or a wait for the event loop to send it (what
-    # the host took; the page plans are fitted to it)
+    # the answering attempt's time on the wire: from the request's first byte sent to the
+    # body's last read, without the connection's set-up or a wait for the event loop to
+    # send it (what the host took; the page plans are fitted to it)
     wire_seconds: float = 0.0
 
     @property
@@ -198,9 +197,7 @@ class RestClient:
                 headers, status = response.headers, response.status_code
                 if status in (200, 304):
                     self.governor.succeeded()
-                    return Answer(
-                        target, status, headers, sent.data, attempt, sent.seconds, sent.wire_seconds
-                    )
+                    return Answer(target, status, headers, sent.data, attempt, sent.wire_seconds)
                 if status in (403, 429) and _budget_spent(headers):
                     primary += 1
                     self.governor.primary_exhausted()

@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest.rest.source import SchemaContract
 from ingest.storage.evolve import type_label, variant
 from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
 
@@ -230,20 +231,11 @@ def typed_table(
     return base
 
 
-@dataclass(frozen=True, slots=True)
-class Contract:
-    """What a new table, a new column, a value of another type does (dlt's modes)."""
-
-    tables: str = "evolve"
-    columns: str = "evolve"
-    data_type: str = "evolve"
-
-
 def enforce(
     table: str,
     records: Sequence[Mapping[str, Any]],
     stored: Mapping[str, pa.DataType],
-    contract: Contract,
+    contract: SchemaContract,
 ) -> tuple[list[bool], list[set[str]]]:
     """(keep, drop) per record under ``contract``: whether the record is stored
     (``discard_row``) and which of its columns' values are not (``discard_value``).
@@ -253,7 +245,7 @@ def enforce(
 
     keep = [True] * len(records)
     drop: list[set[str]] = [set() for _ in records]
-    if not stored or contract == Contract():
+    if not stored or contract == SchemaContract():
         return keep, drop
     for i, record in enumerate(records):
         for column, value in flatten(record).items():
