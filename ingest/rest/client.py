@@ -60,7 +60,7 @@ from ingest.rest.errors import (
     RestTerminalError,
 )
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
-from ingest.rest.records import ApiRequest
+from ingest.rest.records import ApiRequest, RestSummary
 from ingest.rest.transport import OriginAuth, origin, safe_url
 from ingest.rest.window import AdaptiveWindow, Outcome
 from ingest.security import endpoint_of
@@ -160,6 +160,15 @@ class RestClient:
     def __post_init__(self) -> None:
         if self.window is None:
             self.window = AdaptiveWindow(maximum=self.concurrency)
+
+    def tally(self, summary: RestSummary) -> None:
+        """Put what this client saw into the run's ``summary``: its requests and limit
+        answers (403, 429), the most in flight, the window and ceiling it ends with."""
+        assert self.window is not None
+        summary.requests = len(self.requests)
+        summary.limit_answers = sum(1 for r in self.requests if r.status in (403, 429))
+        summary.max_in_flight = self.max_in_flight
+        summary.window, summary.ceiling = self.window.remembered()
 
     async def get(
         self,

@@ -340,13 +340,11 @@ class GitHubDialect(Run):
         self, gh: RestClient, listings: Sequence[Listing], shared: SharedLimits | None = None
     ) -> GitHubSummary:
         """The run's summary: per repository, and what is GitHub's own."""
-        window = gh.window
-        assert window is not None
         results = [x.own.result for x in listings if x.own is not None and x.own.result]
         summary = GitHubSummary(run_id=gh.run_id)
         summary.repos = [summarize_result(r) for r in results]
         summary.pulls = summary.records = sum(len(r.pulls) for r in results)
-        summary.requests = len(gh.requests)
+        gh.tally(summary)
         summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
         summary.budget_spent = sum(
             1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
@@ -359,9 +357,6 @@ class GitHubDialect(Run):
         stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
         summary.stopped = "; ".join(sorted(stops)) or None
         summary.errors = [(r.repo, r.error) for r in results if r.error]
-        summary.max_in_flight = gh.max_in_flight
-        summary.window, summary.ceiling = window.remembered()
-        summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
         if shared is not None:
             summary.shared_limit = shared.slots.name
             summary.shared_round_trips = shared.round_trips

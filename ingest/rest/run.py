@@ -426,12 +426,12 @@ async def _fetch(
 
 
 def summarize(runner: SourceRun, client: RestClient) -> RestSummary:
-    window = client.window
-    assert window is not None
     summary = RestSummary(run_id=runner.run_id, source=runner.source.name)
+    reasons: set[str] = set()
     for name, listings in runner.listings.items():
         errors = [x.error for x in listings if x.error]
         stops = sorted({x.stop_reason for x in listings if x.stop_reason and not x.error})
+        reasons.update(stops)
         summary.resources.append(
             {
                 "resource": name,
@@ -449,18 +449,7 @@ def summarize(runner: SourceRun, client: RestClient) -> RestSummary:
         )
         summary.errors += [(name, e) for e in errors]
     summary.records = sum(r["records"] for r in summary.resources)
-    summary.requests = len(client.requests)
-    summary.limit_answers = sum(
-        1 for r in client.requests if r.status in (403, 429) and r.error is not None
-    )
     summary.failed_pages = sum(r["failed_pages"] for r in summary.resources)
-    summary.window, summary.ceiling = window.remembered()
-    summary.max_in_flight = client.max_in_flight
-    reasons = {
-        x.stop_reason
-        for listings in runner.listings.values()
-        for x in listings
-        if x.stop_reason and not x.error
-    }
+    client.tally(summary)
     summary.stopped = "; ".join(sorted(reasons))[:500] or None
     return summary
