@@ -287,8 +287,6 @@ def _settle(outcomes: Sequence[Any], result: Walk, label: str) -> bool:
         else:
             result.pages += 1
             stop = stop or outcome.stop
-    if result.failed and result.stop_reason is None and not stop:
-        return False
     return stop
 
 

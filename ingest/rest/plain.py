@@ -474,10 +474,8 @@ def size_param(resource: Resource) -> str | None:
         return None
     if spec.page_size == "auto":
         return param
-    named = spec.page_size_param is not None
-    if spec.page_size is None and named and not spec.limit:
-        return None if param in resource.endpoint.params else param
-    return None
+    named = spec.page_size_param is not None and param not in resource.endpoint.params
+    return param if spec.page_size is None and named and not spec.limit else None
 
 
 def _parallel_kind(resource: Resource) -> bool:
