@@ -118,8 +118,6 @@ class Answer:
 class _Sent:
     """One attempt's outcome, as ``RestClient._send`` saw it."""
 
-    in_flight: int
-    window: int
     response: httpx.Response | None = None
     error: BaseException | None = None
     bad_json: ValueError | RecursionError | None = None
@@ -292,7 +290,7 @@ class RestClient:
         window = self.window
         assert window is not None
         ticket = await window.acquire()
-        sent = _Sent(in_flight=ticket.in_flight, window=window.size)
+        sent = _Sent()
         start = time.perf_counter()
         admitted = slotted = False
         try:

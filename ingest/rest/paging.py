@@ -618,13 +618,12 @@ class AutoPaginator(Paginator):
     def __init__(self, items_path: str | None = None) -> None:
         self.items_path = items_path
         self.chosen: Paginator | None = None
-        self.detected = ""
         self.shortfall: str | None = None  # why a detected single page is not the listing
 
     def detect(self, headers: Mapping[str, str], data: Any, items_path: str | None) -> Paginator:
         if self.chosen is None:
             self.items_path = items_path
-            self.chosen, self.detected = detect_paginator(headers, data, items_path)
+            self.chosen, _ = detect_paginator(headers, data, items_path)
             held, announced = len(self.chosen.items(data)), announced_total(data)
             if isinstance(self.chosen, SinglePagePaginator) and (announced or 0) > held:
                 self.shortfall = (

@@ -101,7 +101,6 @@ class AdaptiveWindow:
         self.maximum = max(1, maximum)
         self.adaptive = adaptive
         self.beta = beta
-        self.probe_after = probe_after
         self.latency_factor = latency_factor
         self.ceiling = min(ceiling, self.maximum) if ceiling else None
         start = min(initial, self.ceiling or self.maximum) if adaptive else self.maximum
