@@ -50,7 +50,7 @@ from ingest.rest.sizing import (
 )
 from ingest.rest.source import ProcessingStep, Resource, Source, fill_placeholders
 from ingest.rest.spec import make_paginator
-from ingest.rest.steps import resolve as resolve_step
+from ingest.rest.steps import resolve
 
 DEFAULT_PAGE_SIZE = 100
 
@@ -434,7 +434,7 @@ def apply_steps(
         assert path is not None
         kind = "filter" if step.filter else "map"
         try:
-            out = resolve_step(path)(record)
+            out = resolve(path)(record)
         except Exception as exc:
             raise StepError(
                 f"{where}: processing_steps.{n} ({kind} {path}) raised {type(exc).__name__}: {exc}",
