@@ -119,18 +119,16 @@ class SourceRun:
 
     def _children(self, resource: Resource, table: str, parent_name: str) -> list[Listing]:
         """One listing per parent record: fetched now, or stored by an earlier run."""
-        parents: dict[str, Any] = {}
-        parent_resource = next(r for r in self.source.resources if r.name == parent_name)
-        parent_table = self.source.table(parent_resource)
-        for key, record in store.stored_records(self.config.location, parent_table):
-            parents[key] = record
+        parent = next(r for r in self.source.resources if r.name == parent_name)
+        parents = dict(store.stored_records(self.config.location, self.source.table(parent)))
         for listing in self.listings.get(parent_name, []):
-            parents.update(dict(listing.records))
-        out = []
-        for key, record in sorted(parents.items()):
-            path = self.path_of(resource, record)
-            out.append(Listing(resource, table, parent_key=key, parent=record, path=path))
-        return out
+            parents.update(listing.records)
+        return [
+            Listing(
+                resource, table, parent_key=key, parent=record, path=self.path_of(resource, record)
+            )
+            for key, record in sorted(parents.items())
+        ]
 
     def path_of(self, resource: Resource, parent: dict[str, Any] | None) -> str:
         assert resource.endpoint.path is not None
