@@ -311,7 +311,7 @@ def fetch_source(
     if priors is None:
         priors = dialect.load_state(config.location, source, full_refresh)
     base_url = base_url or source.client.base_url  # resolved once, here
-    host = store.host_of(base_url)
+    host = httpx.URL(base_url).netloc.decode()  # the key of its remembered window
     remembered = store.load_window(config.location, host)
     opened = Opened(
         config, source, run_id, base_url, load_block, transport, token, host, part, dialect

@@ -71,16 +71,6 @@ LITERAL_CREDENTIALS = (
 )
 
 
-def literal_refused(literal: str, kind: str) -> str:
-    """One line: the key that would hold a credential, and what to write instead (worded
-    so that redaction, which hides any ``secret: X``, leaves it readable)."""
-    return (
-        f"'{literal}' puts a credential in the file; write env with the name of an "
-        "environment variable that holds it, or secret with the name of a Prefect Secret "
-        f"block (auth: {{type: {kind}, env: API_{literal.upper()}}})"
-    )
-
-
 class SecretRef(Strict):
     """Where a credential comes from: a Prefect Secret block, else an environment variable."""
 
@@ -323,8 +313,13 @@ class Client(Strict):
                     + ", ".join(AUTH_TYPES)
                 )
             for literal in LITERAL_CREDENTIALS:
-                if literal in v:
-                    raise ValueError(literal_refused(literal, str(v["type"])))
+                if literal in v:  # worded so that redaction (any "secret: X") leaves it readable
+                    raise ValueError(
+                        f"'{literal}' puts a credential in the file; write env with the name of "
+                        "an environment variable that holds it, or secret with the name of a "
+                        f"Prefect Secret block (auth: {{type: {v['type']}, env: "
+                        f"API_{literal.upper()}}})"
+                    )
         return v
 
     @field_validator("headers")

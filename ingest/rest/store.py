@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import httpx
 import pyarrow as pa
 
 from ingest import duck, storage
@@ -82,11 +81,6 @@ def stored_records(data_dir: DataDir, table: str) -> list[tuple[str, Any]]:
     with locate(data_dir).connect() as con:
         rows = con.execute(f"SELECT key, data FROM {relation}").fetchall()
     return [(key, json.loads(data)) for key, data in rows if data]
-
-
-def host_of(url: str) -> str:
-    """The host (and port) a base URL names: the key of its remembered window."""
-    return httpx.URL(url).netloc.decode()
 
 
 def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> set[str]:
