@@ -57,9 +57,10 @@ from ingest.rest.errors import (
     PageError,
     PageTooLargeError,
     RequestError,
+    RestTerminalError,
 )
 from ingest.rest.ratelimit import RateLimitGovernor, RetryPolicy, parse_budget
-from ingest.rest.records import ApiRequest
+from ingest.rest.records import ApiRequest, RestSummary
 from ingest.rest.transport import OriginAuth, origin, safe_url
 from ingest.rest.window import AdaptiveWindow, Outcome
 from ingest.security import endpoint_of
@@ -99,10 +100,9 @@ class Answer:
     headers: httpx.Headers
     data: Any
     attempts: int
-    seconds: float = 0.0  # the answering attempt's, from send to answer
-    # the same on the wire only: from the request's first byte sent to the body's last
-    # read, without the connection's set-up or a wait for the event loop to send it (what
-    # the host took; the page plans are fitted to it)
+    # the answering attempt's time on the wire: from the request's first byte sent to the
+    # body's last read, without the connection's set-up or a wait for the event loop to
+    # send it (what the host took; the page plans are fitted to it)
     wire_seconds: float = 0.0
 
     @property
@@ -118,8 +118,6 @@ class Answer:
 class _Sent:
     """One attempt's outcome, as ``RestClient._send`` saw it."""
 
-    in_flight: int
-    window: int
     response: httpx.Response | None = None
     error: BaseException | None = None
     bad_json: ValueError | RecursionError | None = None
@@ -161,9 +159,14 @@ class RestClient:
         if self.window is None:
             self.window = AdaptiveWindow(maximum=self.concurrency)
 
-    @property
-    def host(self) -> str:
-        return self.http.base_url.netloc.decode()
+    def tally(self, summary: RestSummary) -> None:
+        """Put what this client saw into the run's ``summary``: its requests and limit
+        answers (403, 429), the most in flight, the window and ceiling it ends with."""
+        assert self.window is not None
+        summary.requests = len(self.requests)
+        summary.limit_answers = sum(1 for r in self.requests if r.status in (403, 429))
+        summary.max_in_flight = self.max_in_flight
+        summary.window, summary.ceiling = self.window.remembered()
 
     async def get(
         self,
@@ -181,8 +184,7 @@ class RestClient:
         queueing signal, which compares answers with the fastest seen, and a 90 ms probe
         beside 900 ms pages would read as a server queueing tenfold.
         """
-        failures = secondary = primary = 0
-        attempt = 0
+        failures = secondary = primary = attempt = 0
         while True:
             attempt += 1
             sent = await self._send(url, etag, params, paced)
@@ -190,42 +192,20 @@ class RestClient:
             target = safe_url(response.request.url if response is not None else url)
             error = sent.bad_json or sent.error
             self._log_request(label, target, sent, attempt, error)
+            why: object = error  # what a retry is after
             if isinstance(sent.error, (PageTooLargeError, HopRefusedError, RequestError)):
                 raise sent.error
-            if response is None or sent.bad_json is not None:
-                failures += 1
-                if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
-                    raise EndpointError(
-                        f"{target}: the server's TLS certificate is not trusted ({sent.error}); "
-                        "for a private certificate authority set SSL_CERT_FILE to its CA bundle"
-                    )
-                if failures >= self.retry.max_attempts:
-                    if sent.bad_json is not None:
-                        raise MalformedPageError(
-                            f"{target}: the answer is not JSON after {failures} attempts "
-                            f"({sent.bad_json})",
-                            url=target,
-                            attempts=attempt,
-                        )
-                    if isinstance(error, httpx.ConnectError):
-                        raise EndpointError(
-                            f"{target}: cannot connect after {failures} attempts "
-                            f"({error}); check base_url and the network"
-                        )
-                    raise PageError(
-                        f"{target}: {error} after {failures} attempts", url=target, attempts=attempt
-                    )
-                await self._wait(self.retry.delay(failures), target, f"{error}")
-                continue
-            headers, status = response.headers, response.status_code
-            if status in (200, 304):
-                self.governor.succeeded()
-                return Answer(
-                    target, status, headers, sent.data, attempt, sent.seconds, sent.wire_seconds
+            if _untrusted_certificate(sent.error):  # retrying cannot change the certificate
+                raise EndpointError(
+                    f"{target}: the server's TLS certificate is not trusted ({sent.error}); "
+                    "for a private certificate authority set SSL_CERT_FILE to its CA bundle"
                 )
-            message = _message(response)
-            if status in (403, 429):
-                if _budget_spent(headers):
+            if response is not None and sent.bad_json is None:
+                headers, status = response.headers, response.status_code
+                if status in (200, 304):
+                    self.governor.succeeded()
+                    return Answer(target, status, headers, sent.data, attempt, sent.wire_seconds)
+                if status in (403, 429) and _budget_spent(headers):
                     primary += 1
                     self.governor.primary_exhausted()
                     if primary > _MAX_PRIMARY_HITS:
@@ -233,58 +213,75 @@ class RestClient:
                             f"{target}: primary rate limit persists", url=target, attempts=attempt
                         )
                     continue  # the governor waits for the reset, or stops the run
-                if sent.outcome == "limit":
+                if status in (403, 429) and sent.outcome == "limit":
                     secondary += 1
-                    if secondary > self.secondary_retries:
-                        raise PageError(
-                            f"{target}: rate limited after {secondary} pauses",
-                            url=target,
-                            attempts=attempt,
-                        )
                     retry_after = _retry_after(headers)
-                    if retry_after is not None and retry_after > self.max_retry_after:
-                        log.warning(
-                            "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
-                            "the page is given up, no request pauses",
-                            target,
-                            retry_after,
-                            self.max_retry_after,
-                        )
-                        raise PageError(
-                            f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
-                            f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
-                            "the page is given up",
-                            url=target,
-                            attempts=attempt,
-                        )
+                    self._check_pause(target, status, secondary, retry_after, attempt)
                     await self.governor.secondary_limit(retry_after)
                     continue
-            if status == 401:
-                raise AuthError(
-                    f"{target}: 401 {message or 'Unauthorized'}: the credentials were rejected; "
-                    f"{self.auth_hint}",
-                    url=target,
-                    status=status,
-                )
-            if status == 404:
-                raise NotFoundError(
-                    f"{target}: 404 {label or 'resource'} not found, or not visible to {self.who}",
-                    url=target,
-                    status=status,
-                )
-            if status >= 500:
-                failures += 1
-                if failures >= self.retry.max_attempts:
-                    raise PageError(
-                        f"{target}: HTTP {status} after {failures} attempts",
-                        url=target,
-                        attempts=attempt,
-                    )
-                await self._wait(self.retry.delay(failures), target, f"HTTP {status}")
+                if status < 500:
+                    raise self._refused(target, status, _message(response), label)
+                why = f"HTTP {status}"
+            failures += 1  # 5xx, a timeout, a broken connection, a body that is not JSON
+            if failures < self.retry.max_attempts:
+                await self._wait(self.retry.delay(failures), target, f"{why}")
                 continue
-            raise RequestError(
-                f"{target}: HTTP {status} {message}".strip(), url=target, status=status
+            if sent.bad_json is not None:
+                raise MalformedPageError(
+                    f"{target}: the answer is not JSON after {failures} attempts ({sent.bad_json})",
+                    url=target,
+                    attempts=attempt,
+                )
+            if isinstance(error, httpx.ConnectError):
+                raise EndpointError(
+                    f"{target}: cannot connect after {failures} attempts "
+                    f"({error}); check base_url and the network"
+                )
+            raise PageError(
+                f"{target}: {why} after {failures} attempts", url=target, attempts=attempt
             )
+
+    def _check_pause(
+        self, target: str, status: int, secondary: int, retry_after: float | None, attempt: int
+    ) -> None:
+        """A limit answer that may not pause the source: one past ``secondary_retries``,
+        or a ``Retry-After`` beyond ``max_retry_after`` (the page is given up at once)."""
+        if secondary > self.secondary_retries:
+            raise PageError(
+                f"{target}: rate limited after {secondary} pauses", url=target, attempts=attempt
+            )
+        if retry_after is not None and retry_after > self.max_retry_after:
+            log.warning(
+                "%s: Retry-After %.0f s is beyond max_retry_after %.0f s; "
+                "the page is given up, no request pauses",
+                target,
+                retry_after,
+                self.max_retry_after,
+            )
+            raise PageError(
+                f"{target}: HTTP {status} asked to wait {retry_after:.0f} s "
+                f"(Retry-After), beyond max_retry_after {self.max_retry_after:.0f} s: "
+                "the page is given up",
+                url=target,
+                attempts=attempt,
+            )
+
+    def _refused(self, target: str, status: int, message: str, label: str) -> RestTerminalError:
+        """A 4xx answer no retry can fix: 401 (the credentials), 404, any other."""
+        if status == 401:
+            return AuthError(
+                f"{target}: 401 {message or 'Unauthorized'}: the credentials were rejected; "
+                f"{self.auth_hint}",
+                url=target,
+                status=status,
+            )
+        if status == 404:
+            return NotFoundError(
+                f"{target}: 404 {label or 'resource'} not found, or not visible to {self.who}",
+                url=target,
+                status=status,
+            )
+        return RequestError(f"{target}: HTTP {status} {message}".strip(), url=target, status=status)
 
     async def _send(
         self, url: str, etag: str | None, params: Mapping[str, Any] | None, paced: bool = True
@@ -293,7 +290,7 @@ class RestClient:
         window = self.window
         assert window is not None
         ticket = await window.acquire()
-        sent = _Sent(in_flight=ticket.in_flight, window=window.size)
+        sent = _Sent()
         start = time.perf_counter()
         admitted = slotted = False
         try:

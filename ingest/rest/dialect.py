@@ -9,9 +9,6 @@ A dialect answers, for one source:
 * ``client_setup``: its headers, credentials and who the credentials are (the plain
   one: the source's ``auth``); the timeout and retries are every source's (the
   ``rest_*`` settings, the source's ``rate_limit.retries``);
-* ``limits``: what the API documents of its limits (requests in flight, requests a
-  minute), which bound the page plans (``ingest.rest.sizing``); None where it documents
-  nothing, and the window finds the ceiling;
 * ``load_state``: what it keeps between runs beyond the engine's own state (GitHub: the
   repositories' page ETags and watermarks); the plain one keeps nothing more;
 * ``start``: the hooks of one run (``Run``), or None for the engine's plain paging.
@@ -61,14 +58,6 @@ class RunStart:
     run_id: str
     state: Any  # what the dialect's load_state read
     full_refresh: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ApiLimits:
-    """What an API documents of its limits (None: nothing documented)."""
-
-    in_flight: int | None = None
-    per_minute: int | None = None
 
 
 class Run:
@@ -131,8 +120,6 @@ class Run:
 class Dialect:
     """The plain dialect: an API that declares nothing of its own."""
 
-    name = "plain"
-    limits = ApiLimits()
     # the engine's state of the listings (watermarks, rows per listing) is read before a
     # run; a dialect that keeps its own says False
     engine_state = True

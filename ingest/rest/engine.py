@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.errors import TerminalError
 from ingest.redact import redact
 from ingest.rest.errors import MalformedPageError, PageError, RateLimitStop
-from ingest.rest.paging import MAX_PLANNED, MissingFieldError, Paginator
+from ingest.rest.paging import MAX_PLANNED, MissingFieldError, Paginator, find_records_path
 from ingest.rest.sizing import PROBE_SIZES
 
 if TYPE_CHECKING:
@@ -287,32 +287,36 @@ def _settle(outcomes: Sequence[Any], result: Walk, label: str) -> bool:
         else:
             result.pages += 1
             stop = stop or outcome.stop
-    if result.failed and result.stop_reason is None and not stop:
-        return False
     return stop
-
-
-# What a probe's answers tell the planner: the items the listing holds (None: unknown),
-# each answer's (items, seconds on the wire), and whether its pages can be read at once.
-ProbeFigures = tuple[int | None, list[tuple[int, float]], bool]
 
 
 async def probe_page_one(
     listing: Listing,
     planner: SizePlanner,
     get: Callable[[int], Awaitable[Any]],
-    measure: Callable[[list[Any]], ProbeFigures],
+    paginator: Paginator,
+    *,
+    selector: str | None = None,
+    parallel: bool = False,
 ) -> list[Any] | None:
     """Page 1 at each of ``PROBE_SIZES`` at once (``get(size)``) for the planner, which
-    sets the listing's page size from what ``measure`` reads in the answers. The answers,
-    or None (the listing's outcome set) when the probe failed as a first page would; the
-    planner is left when it was never reported to."""
+    sets the listing's page size from what the answers show: the items the listing holds
+    (``paginator.total_items`` of the first; ``selector`` where its records are, None:
+    found on it), and each answer's items and time on the wire; its pages can be read at
+    once when the total is known (or ``parallel``). The answers, or None (the listing's
+    outcome set) when the probe failed as a first page would; the planner is left when it
+    was never reported to."""
     reported = False
     try:
         planner.probing()
         answers = list(await asyncio.gather(*(get(size) for size in PROBE_SIZES)))
-        total, samples, parallel = measure(answers)
+        listing.requests += sum(a.attempts for a in answers)
+        first = answers[0]
+        paginator.items_path = find_records_path(first.data) if selector is None else selector
+        total = paginator.total_items(first.url, first.headers, first.data)
+        samples = [(len(paginator.items(a.data)), a.wire_seconds) for a in answers]
         reported = True
+        parallel = parallel or total is not None
         listing.page_size = await planner.size_for(total, samples, parallel=parallel)
     except RateLimitStop as exc:
         listing.stop_reason = str(exc)

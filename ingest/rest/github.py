@@ -39,7 +39,7 @@ from ingest.rest import store
 from ingest.rest.auth import Credentials, SecretLoader, resolve
 from ingest.rest.client import RestClient
 from ingest.rest.config import RestConfig
-from ingest.rest.dialect import ApiLimits, Dialect, RunStart
+from ingest.rest.dialect import Dialect, RunStart
 from ingest.rest.errors import (
     AuthError,
     PageError,
@@ -238,8 +238,6 @@ class GitHub(Dialect):
     token, its retries, its documented limits, the repositories' stored page ETags and
     watermarks, and the run's hooks (``plan``: probes, ETags, pull-request rows)."""
 
-    name = "github"
-    limits = ApiLimits(in_flight=IN_FLIGHT, per_minute=PER_MINUTE)
     engine_state = False  # its state is the repositories' (github_pages, github_syncs)
 
     headers = HEADERS
@@ -315,10 +313,8 @@ def planner_for(
     def limits() -> HostLimits:
         budget = None
         if not governor.unlimited and governor.budget is not None:
-            above = max(
-                0, governor.budget.remaining - governor.pending - governor.effective_reserve
-            )
-            budget = max(1, int(above * rest.budget_share))
+            left = governor.budget.remaining - governor.pending  # not what is in flight
+            budget = governor.spendable(rest.budget_share, left)
         in_flight = min(IN_FLIGHT, window.ceiling or window.maximum, window.maximum)
         return HostLimits(in_flight=in_flight, per_minute=PER_MINUTE, budget=budget)
 
@@ -361,8 +357,7 @@ async def plan(
     if auto_for and planner is None:
         remaining = await probe_rate_limit(gh)
         if remaining is not None:
-            above = max(0, remaining - governor.effective_reserve)
-            budget = max(1, int(above * config.rest.budget_share))
+            budget = governor.spendable(config.rest.budget_share, remaining)
     # Up front (and for a repository whose probe fails): sized for the host's known
     # ceiling, else the initial window, not for the cap: a cap it may never reach asks
     # for small pages and many requests; see AdaptiveWindow.plan_size.
@@ -385,7 +380,6 @@ async def plan(
             per_page=fixed or kept or auto,
             full_refresh=full_refresh,
             run_id=run_id,
-            concurrency=gh.concurrency,
             planner=planner if planner is not None and repo in auto_for else None,
             stage_rows=stage_rows,
         )

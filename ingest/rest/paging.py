@@ -86,8 +86,8 @@ def dig(data: Any, path: str | None) -> Any:
     return data
 
 
-def _count(value: Any) -> int | None:
-    """A count from a body field or a header: an int, or a string of digits."""
+def count(value: Any) -> int | None:
+    """A count from a body field, a header or a parameter: an int, or a string of digits."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -226,32 +226,110 @@ class LinkHeaderPaginator(Paginator):
         return numbered(sized, self.page_param, range(2, -(-total // size) + 1)[:limit])
 
 
-def _total(
-    data: Any, headers: Mapping[str, str], path: str | None, header: str | None, noun: str
-) -> int | None:
-    """The total of ``noun`` a page announces at ``path`` in its body, else in its
-    ``header``; None when neither is declared, a ``MissingFieldError`` when one is and
-    the answer lacks it (or holds no number there)."""
-    total = dig(data, path) if path else None
-    if total is None and header:
-        total = headers.get(header)
-    found = _count(total)
-    if found is None and (path or header):
-        where = path or f"header {header}"
-        raise MissingFieldError(f"the total of {noun} at {where} is missing or not a number")
-    return found
+class _Numbered(Paginator):
+    """What page numbers and offsets share: the position sent as ``param`` (from
+    ``start``), with dlt's stop rules: an empty page (``stop_after_empty_page``), the
+    total (of ``noun``, at ``total_path`` in the body or in ``total_header``), a false
+    ``has_more_path``, or ``maximum`` end the listing. A page shorter than the size asked
+    for does not: an API that caps its pages below it still gives every row. A total
+    allows planning the pages after the first."""
+
+    noun = ""
+    param = size_param = ""
+    size: int | None = None
+    start = first_page = 0
+    total_path: str | None = None
+    total_header: str | None = None
+    has_more_path: str | None = None
+    maximum: int | None = None
+
+    def _step(self, items: int) -> int:
+        """How far the position moves past a page of ``items`` records."""
+        raise NotImplementedError
+
+    def _plannable(self, items: int) -> bool:
+        """Whether the first page, of ``items`` records, allows planning the rest."""
+        return True
+
+    def _per_total(self, url: str) -> int | None:
+        """Records per unit of the total, at the size ``url`` asked for."""
+        return 1
+
+    def first_url(self, url: str) -> str:
+        if self.size is not None and get_param(url, self.size_param) is None:
+            url = set_param(url, self.size_param, self.size)
+        return set_param(url, self.param, self.start)
+
+    def _position(self, url: str) -> int:
+        value = get_param(url, self.param)
+        return int(value) if value and value.lstrip("-").isdigit() else self.start
+
+    def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
+        """The total a page announces at ``total_path`` in its body, else in its
+        ``total_header``; None when neither is declared, a ``MissingFieldError`` when one
+        is and the answer lacks it (or holds no number there)."""
+        path, header = self.total_path, self.total_header
+        total = dig(data, path) if path else None
+        if total is None and header:
+            total = headers.get(header)
+        found = count(total)
+        if found is None and (path or header):
+            where = path or f"header {header}"
+            raise MissingFieldError(
+                f"the total of {self.noun} at {where} is missing or not a number"
+            )
+        return found
+
+    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
+        """The total the answer announces, in records at the size it was asked at (for
+        pages: exact for a page size of 1, else at most one page too many); None without
+        one."""
+        scale = self._per_total(url)
+        if not (self.total_path or self.total_header) or scale is None:
+            return None
+        try:
+            total = self._total(data, headers)
+        except MissingFieldError:
+            return None
+        return None if total is None else total * scale
+
+    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
+        n = len(self.items(data))
+        if self.stops_on_empty and n == 0:
+            return None
+        position, total = self._position(url), self._total(data, headers)
+        nxt = position + self._step(n)
+        if total is not None and nxt >= total + self.first_page:
+            return None
+        if self.maximum is not None and nxt >= self.maximum:
+            return None
+        if self.has_more_path and not has_more(data, self.has_more_path):
+            return None
+        return set_param(url, self.param, nxt)
+
+    def planned_urls(
+        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
+    ) -> list[str]:
+        n = len(self.items(data))
+        if self.has_more_path or not self._plannable(n):
+            return []
+        total = self._total(data, headers)
+        if total is None:
+            return []
+        end = total + self.first_page  # the first position past the listing
+        if self.maximum is not None:
+            end = min(end, self.maximum)
+        step = self._step(n)
+        return numbered(url, self.param, range(self._position(url) + step, end, step)[:limit])
 
 
-class PageNumberPaginator(Paginator):
-    """``?page=N``, with dlt's stop rules: an empty page ends the listing
-    (``stop_after_empty_page``), and so do the total number of pages (``total_pages_path``
-    or ``total_pages_header``; pages ``first_page .. first_page + total - 1``), a
-    ``has_more_path`` that is false, or ``maximum_page``. A page shorter than the page size
-    does not: an API that caps its pages below the size asked for still gives every row.
+class PageNumberPaginator(_Numbered):
+    """``?page=N``: pages ``first_page .. first_page + total - 1`` by the total number of
+    pages (``total_pages_path`` or ``total_pages_header``), up to ``maximum_page``.
+    ``page_size`` is sent as ``size_param`` only when it is given (dlt's page_number
+    sends no size)."""
 
-    A total allows planning the pages after the first. ``page_size`` is sent as
-    ``size_param`` only when it is given (dlt's page_number sends no size).
-    """
+    noun = "pages"
 
     def __init__(
         self,
@@ -268,72 +346,32 @@ class PageNumberPaginator(Paginator):
         has_more_path: str | None = None,
         maximum_page: int | None = None,
     ) -> None:
-        self.page_param, self.size_param = page_param, size_param
-        self.page_size, self.first_page = page_size, first_page
-        self.start_page = first_page if start_page is None else start_page
-        self.total_pages_path, self.items_path = total_pages_path, items_path
-        self.total_pages_header = total_pages_header
-        self.stops_on_empty = stop_after_empty_page
-        self.has_more_path, self.maximum_page = has_more_path, maximum_page
+        self.param, self.size_param, self.size = page_param, size_param, page_size
+        self.first_page = first_page
+        self.start = first_page if start_page is None else start_page
+        self.total_path, self.total_header = total_pages_path, total_pages_header
+        self.items_path, self.stops_on_empty = items_path, stop_after_empty_page
+        self.has_more_path, self.maximum = has_more_path, maximum_page
 
-    def first_url(self, url: str) -> str:
-        if self.page_size is not None and get_param(url, self.size_param) is None:
-            url = set_param(url, self.size_param, self.page_size)
-        return set_param(url, self.page_param, self.start_page)
+    def _step(self, items: int) -> int:
+        return 1
 
-    def _page(self, url: str) -> int:
-        value = get_param(url, self.page_param)
-        return int(value) if value and value.lstrip("-").isdigit() else self.start_page
+    def _plannable(self, items: int) -> bool:
+        return items > 0 or not self.stops_on_empty
 
-    def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
-        return _total(data, headers, self.total_pages_path, self.total_pages_header, "pages")
-
-    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
-        """The total of pages times the page size this answer was asked at (exact for a
-        page size of 1, else at most one page too many); None without a total."""
-        size = get_param(url, self.size_param)
-        if not (self.total_pages_path or self.total_pages_header) or not (size or "").isdigit():
-            return None
-        try:
-            total = self._total(data, headers)
-        except MissingFieldError:
-            return None
-        return None if total is None else total * int(size or 0)
-
-    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        if self.stops_on_empty and not self.items(data):
-            return None
-        page, total = self._page(url), self._total(data, headers)
-        nxt = page + 1
-        if total is not None and nxt >= total + self.first_page:
-            return None
-        if self.maximum_page is not None and nxt >= self.maximum_page:
-            return None
-        if self.has_more_path and not has_more(data, self.has_more_path):
-            return None
-        return set_param(url, self.page_param, nxt)
-
-    def planned_urls(
-        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
-    ) -> list[str]:
-        if self.has_more_path or (self.stops_on_empty and not self.items(data)):
-            return []
-        total = self._total(data, headers)
-        if total is None:
-            return []
-        last = total + self.first_page - 1
-        if self.maximum_page is not None:
-            last = min(last, self.maximum_page - 1)
-        return numbered(url, self.page_param, range(self._page(url) + 1, last + 1)[:limit])
+    def _per_total(self, url: str) -> int | None:
+        size = get_param(url, self.size_param) or ""
+        return int(size) if size.isdigit() else None
 
 
-class OffsetPaginator(Paginator):
-    """``?offset=N&limit=M``, with dlt's stop rules: an empty page, the total of items
-    (``total_path``/``total_header``), a false ``has_more_path`` or ``maximum_offset`` end
-    the listing; a short page does not. The next offset is the current one plus the
-    records this page held (dlt adds ``limit``; the two agree unless a server caps its
-    pages below the limit, where adding ``limit`` would skip rows). A total allows
-    planning."""
+class OffsetPaginator(_Numbered):
+    """``?offset=N&limit=M``, ended by the total of items (``total_path``/``total_header``)
+    or ``maximum_offset`` too. The next offset is the current one plus the records this
+    page held (dlt adds ``limit``; the two agree unless a server caps its pages below the
+    limit, where adding ``limit`` would skip rows); planned offsets step by the limit, so
+    only after a full first page."""
+
+    noun = "items"
 
     def __init__(
         self,
@@ -349,61 +387,17 @@ class OffsetPaginator(Paginator):
         has_more_path: str | None = None,
         maximum_offset: int | None = None,
     ) -> None:
-        self.offset_param, self.limit_param, self.limit = offset_param, limit_param, limit
-        self.total_path, self.items_path = total_path, items_path
-        self.total_header, self.start = total_header, start
+        self.param, self.size_param, self.size = offset_param, limit_param, limit
+        self.total_path, self.total_header = total_path, total_header
+        self.items_path, self.start = items_path, start
         self.stops_on_empty = stop_after_empty_page
-        self.has_more_path, self.maximum_offset = has_more_path, maximum_offset
+        self.has_more_path, self.maximum = has_more_path, maximum_offset
 
-    def first_url(self, url: str) -> str:
-        if get_param(url, self.limit_param) is None:
-            url = set_param(url, self.limit_param, self.limit)
-        return set_param(url, self.offset_param, self.start)
+    def _step(self, items: int) -> int:
+        return items or self.size or 1
 
-    def _offset(self, url: str) -> int:
-        value = get_param(url, self.offset_param)
-        return int(value) if value and value.isdigit() else self.start
-
-    def _total(self, data: Any, headers: Mapping[str, str]) -> int | None:
-        return _total(data, headers, self.total_path, self.total_header, "items")
-
-    def total_items(self, url: str, headers: Mapping[str, str], data: Any) -> int | None:
-        """The total of items the answer announces; None without one."""
-        if not (self.total_path or self.total_header):
-            return None
-        try:
-            return self._total(data, headers)
-        except MissingFieldError:
-            return None
-
-    def next_url(self, url: str, headers: Mapping[str, str], data: Any) -> str | None:
-        n = len(self.items(data))
-        if self.stops_on_empty and n == 0:
-            return None
-        offset, total = self._offset(url), self._total(data, headers)
-        nxt = offset + (n or self.limit)
-        if total is not None and nxt >= total:
-            return None
-        if self.maximum_offset is not None and nxt >= self.maximum_offset:
-            return None
-        if self.has_more_path and not has_more(data, self.has_more_path):
-            return None
-        return set_param(url, self.offset_param, nxt)
-
-    def planned_urls(
-        self, url: str, headers: Mapping[str, str], data: Any, limit: int = MAX_PLANNED
-    ) -> list[str]:
-        n = len(self.items(data))
-        # planned offsets step by the limit: only when the first page was a full one
-        if self.has_more_path or n != self.limit:
-            return []
-        total = self._total(data, headers)
-        if total is None:
-            return []
-        if self.maximum_offset is not None:
-            total = min(total, self.maximum_offset)
-        start = self._offset(url) + self.limit
-        return numbered(url, self.offset_param, range(start, total, self.limit)[:limit])
+    def _plannable(self, items: int) -> bool:
+        return items == self.size
 
 
 class BodyCursorPaginator(Paginator):
@@ -584,7 +578,7 @@ def detect_paginator(
         path = ".".join(nxt[0])
         return JsonLinkPaginator(next_url_path=path, items_path=items_path), f"json_link ({path})"
     total = _total_pages_path(data)
-    if total is not None and _count(total[1]) is not None:
+    if total is not None and count(total[1]) is not None:
         path = ".".join(total[0])
         return (
             PageNumberPaginator(
@@ -611,7 +605,7 @@ def announced_total(data: Any) -> int | None:
         return None
     for key, value in data.items():
         if str(key).lower() in _ANNOUNCED:
-            found = _count(value)
+            found = count(value)
             if found is not None:
                 return found
     return None
@@ -624,13 +618,12 @@ class AutoPaginator(Paginator):
     def __init__(self, items_path: str | None = None) -> None:
         self.items_path = items_path
         self.chosen: Paginator | None = None
-        self.detected = ""
         self.shortfall: str | None = None  # why a detected single page is not the listing
 
     def detect(self, headers: Mapping[str, str], data: Any, items_path: str | None) -> Paginator:
         if self.chosen is None:
             self.items_path = items_path
-            self.chosen, self.detected = detect_paginator(headers, data, items_path)
+            self.chosen, _ = detect_paginator(headers, data, items_path)
             held, announced = len(self.chosen.items(data)), announced_total(data)
             if isinstance(self.chosen, SinglePagePaginator) and (announced or 0) > held:
                 self.shortfall = (

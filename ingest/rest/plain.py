@@ -28,12 +28,13 @@ from ingest.rest import store
 from ingest.rest.client import RestClient
 from ingest.rest.config import RestConfig
 from ingest.rest.dialect import Run
-from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
+from ingest.rest.engine import Listing, Page, probe_page_one
 from ingest.rest.errors import MalformedPageError, NotFoundError, RequestError, StepError
 from ingest.rest.paging import (
     AutoPaginator,
     LinkHeaderPaginator,
     Paginator,
+    count,
     dig,
     find_records_path,
     set_param,
@@ -49,7 +50,7 @@ from ingest.rest.sizing import (
 )
 from ingest.rest.source import ProcessingStep, Resource, Source, fill_placeholders
 from ingest.rest.spec import make_paginator
-from ingest.rest.steps import resolve as resolve_step
+from ingest.rest.steps import resolve
 
 DEFAULT_PAGE_SIZE = 100
 
@@ -118,7 +119,7 @@ class PlainRun(Run):
         def limits() -> HostLimits:
             return HostLimits(
                 in_flight=min(window.ceiling or window.maximum, window.maximum),
-                budget=self.budget(),
+                budget=run.client.governor.spendable(run.config.rest.budget_share),
             )
 
         self.planners[resource.name] = SizePlanner(
@@ -145,21 +146,12 @@ class PlainRun(Run):
         if planner is None or param is None or listing.paginator is None:
             return []
         base = self.first_url(listing)
-        probe = _resized(resource, listing.paginator, 1, param)
-
-        def measure(answers: list[Any]) -> ProbeFigures:
-            listing.requests += sum(a.attempts for a in answers)
-            first = answers[0]
-            probe.items_path = resource.endpoint.data_selector or find_records_path(first.data)
-            total = probe.total_items(first.url, first.headers, first.data)
-            samples = [(len(probe.items(a.data)), a.wire_seconds) for a in answers]
-            return total, samples, total is not None
-
         answers = await probe_page_one(
             listing,
             planner,
             lambda size: client.get(set_param(base, param, size), label=listing.label, paced=False),
-            measure,
+            _resized(resource, listing.paginator, 1, param),
+            selector=resource.endpoint.data_selector or None,
         )
         if answers is None:
             return None
@@ -251,13 +243,12 @@ class PlainRun(Run):
         ep = listing.resource.endpoint
         parent = listing.parent
         path = listing.path or self.run.path_of(listing.resource, None)
-        params: dict[str, Any] = {}
-        for name, value in ep.params.items():
-            params[name] = (
-                fill_placeholders(value, parent, quote_it=False)
-                if isinstance(value, str)
-                else value
-            )
+        params: dict[str, Any] = {
+            name: fill_placeholders(value, parent, quote_it=False)
+            if isinstance(value, str)
+            else value
+            for name, value in ep.params.items()
+        }
         inc = ep.incremental
         if inc is not None and inc.start_param:
             start = listing.watermark if listing.watermark is not None else inc.initial_value
@@ -286,12 +277,9 @@ class PlainRun(Run):
         """A page's records as rows; raises ``MalformedPageError`` for a page that lies."""
         resource = listing.resource
         selector = listing.selector
-        if selector is None:
-            selector = resource.endpoint.data_selector
-        if selector is None:  # left out: found on the first page, as dlt finds it
-            selector = find_records_path(data)
-        if listing.selector is None:
-            listing.selector = selector
+        if selector is None:  # the first page: data_selector, else found on it as dlt finds it
+            declared = resource.endpoint.data_selector
+            listing.selector = selector = find_records_path(data) if declared is None else declared
             paginator = listing.paginator
             if isinstance(paginator, AutoPaginator):
                 paginator.detect(headers, data, selector)
@@ -314,6 +302,10 @@ class PlainRun(Run):
         inc = resource.endpoint.incremental
         now = datetime.now(UTC)
         oldest: Any = None
+        inherited: dict[str, Any] = {}  # include_from_parent: the parent's fields, dlt's names
+        if resource.include_from_parent and listing.parent is not None and resource.parent:
+            for name in resource.include_from_parent:
+                inherited[f"_{resource.parent[0]}_{name}"] = dig(listing.parent, name)
         for i, record in enumerate(found):
             if not isinstance(record, dict):
                 raise MalformedPageError(
@@ -321,15 +313,8 @@ class PlainRun(Run):
                     "not an object",
                     url=url,
                 )
-            if resource.include_from_parent and listing.parent is not None and resource.parent:
-                parent_name = resource.parent[0]
-                record = {
-                    **record,
-                    **{
-                        f"_{parent_name}_{f}": dig(listing.parent, f)
-                        for f in resource.include_from_parent
-                    },
-                }
+            if inherited:
+                record = {**record, **inherited}
             # the cursor of the record as the API gave it (dlt's incremental comes before
             # its processing steps): a record a filter drops still moves the watermark
             cursor = dig(record, inc.cursor_path) if inc is not None else None
@@ -385,13 +370,13 @@ class PlainRun(Run):
         if spec is not None and spec.type == "offset" and spec.limit:
             declared = spec.limit
         if spec is not None and spec.type == "offset" and declared is None:
-            declared = _int(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
+            declared = count(resource.endpoint.params.get(spec.page_size_param or spec.limit_param))
         if size_param(resource) is None:
             # 0: the file leaves the size unsent (what its params say goes out as written)
             return int(declared or (DEFAULT_PAGE_SIZE if spec and spec.type == "offset" else 0))
         if not _parallel_kind(resource):
             return PER_PAGE_MAX  # a page costs a round trip: the fewest round trips
-        budget = self.budget()
+        budget = self.run.client.governor.spendable(self.run.config.rest.budget_share)
         parents = max(1, len(self.run.listings.get(resource.name, [])) or 1)
         rows = self.run.state.listing_rows.get(resource.name) or self.run.config.rest.expected_rows
         window = self.run.client.window
@@ -406,15 +391,6 @@ class PlainRun(Run):
             base_s=PRIOR.base_s,
             per_item_s=PRIOR.per_item_s,
         )
-
-    def budget(self) -> int | None:
-        """The requests this run may spend: a share of what the API announced above the
-        reserve (None: nothing announced)."""
-        governor = self.run.client.governor
-        if governor.budget is None or governor.unlimited:
-            return None
-        above = max(0, governor.budget.remaining - governor.effective_reserve)
-        return max(1, int(above * self.run.config.rest.budget_share))
 
     # ------------------------------------------------------------------ results
 
@@ -458,7 +434,7 @@ def apply_steps(
         assert path is not None
         kind = "filter" if step.filter else "map"
         try:
-            out = resolve_step(path)(record)
+            out = resolve(path)(record)
         except Exception as exc:
             raise StepError(
                 f"{where}: processing_steps.{n} ({kind} {path}) raised {type(exc).__name__}: {exc}",
@@ -476,10 +452,6 @@ def apply_steps(
                 url=url,
             )
     return record
-
-
-def auto_sized(resource: Resource) -> bool:
-    return size_param(resource) is not None
 
 
 def size_param(resource: Resource) -> str | None:
@@ -502,10 +474,8 @@ def size_param(resource: Resource) -> str | None:
         return None
     if spec.page_size == "auto":
         return param
-    named = spec.page_size_param is not None
-    if spec.page_size is None and named and not spec.limit:
-        return None if param in resource.endpoint.params else param
-    return None
+    named = spec.page_size_param is not None and param not in resource.endpoint.params
+    return param if spec.page_size is None and named and not spec.limit else None
 
 
 def _parallel_kind(resource: Resource) -> bool:
@@ -523,12 +493,6 @@ def _resized(resource: Resource, paginator: Paginator, size: int, param: str) ->
         out.size_param = param
     out.items_path = paginator.items_path
     return out
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _param(value: Any) -> str:

@@ -54,7 +54,7 @@ from ingest.redact import redact
 from ingest.rest import store
 from ingest.rest.client import RestClient
 from ingest.rest.dialect import Run
-from ingest.rest.engine import Listing, Page, ProbeFigures, probe_page_one
+from ingest.rest.engine import Listing, Page, probe_page_one
 from ingest.rest.errors import MalformedPageError, RateLimitStop
 from ingest.rest.records import (
     ApiRequest,
@@ -84,7 +84,6 @@ class SyncOptions:
     per_page: int  # with a planner: until the plan is made (and if the probe fails)
     full_refresh: bool
     run_id: str
-    concurrency: int
     planner: SizePlanner | None = None  # the page size is planned after a probe
     # stages the pull requests (store.write_pull_rows) while page 1 is looked at again
     stage_rows: Callable[[RepoResult], Awaitable[None]] | None = None
@@ -235,12 +234,6 @@ class GitHubDialect(Run):
         if planner is None:
             return []
         assert paginator is not None
-
-        def measure(answers: list[Any]) -> ProbeFigures:
-            answer = answers[0]
-            total = paginator.total_items(answer.url, answer.headers, answer.data)
-            return total, [(len(paginator.items(a.data)), a.wire_seconds) for a in answers], True
-
         # page 1 at two sizes at once: the one-item answer's rel="last" is the listing's
         # exact size; the two latencies tell a page's fixed time from its time per item
         answers = await probe_page_one(
@@ -249,7 +242,9 @@ class GitHubDialect(Run):
             lambda size: gh.get(
                 pulls_url(own.repo, own.opts.state, size), label=own.repo, paced=False
             ),
-            measure,
+            paginator,
+            selector="",  # a page is the list of pull requests
+            parallel=True,
         )
         if answers is None:
             return None
@@ -345,13 +340,11 @@ class GitHubDialect(Run):
         self, gh: RestClient, listings: Sequence[Listing], shared: SharedLimits | None = None
     ) -> GitHubSummary:
         """The run's summary: per repository, and what is GitHub's own."""
-        window = gh.window
-        assert window is not None
         results = [x.own.result for x in listings if x.own is not None and x.own.result]
         summary = GitHubSummary(run_id=gh.run_id)
         summary.repos = [summarize_result(r) for r in results]
         summary.pulls = summary.records = sum(len(r.pulls) for r in results)
-        summary.requests = len(gh.requests)
+        gh.tally(summary)
         summary.not_modified = sum(1 for r in gh.requests if r.status == 304)
         summary.budget_spent = sum(
             1 for r in gh.requests if r.repo and r.status is not None and r.status != 304
@@ -364,9 +357,6 @@ class GitHubDialect(Run):
         stops = {r.sync.stop_reason for r in results if r.sync.stop_reason and not r.error}
         summary.stopped = "; ".join(sorted(stops)) or None
         summary.errors = [(r.repo, r.error) for r in results if r.error]
-        summary.max_in_flight = gh.max_in_flight
-        summary.window, summary.ceiling = window.remembered()
-        summary.limit_answers = sum(1 for r in gh.requests if r.status in (403, 429))
         if shared is not None:
             summary.shared_limit = shared.slots.name
             summary.shared_round_trips = shared.round_trips

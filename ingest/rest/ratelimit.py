@@ -114,7 +114,6 @@ class RateLimitGovernor:
         shared: SharedBudget | None = None,
     ) -> None:
         self.shared = shared
-        self.shared_refusals = 0
         self.reserve = reserve
         self.max_wait = max_wait
         self.secondary_backoff = secondary_backoff
@@ -130,17 +129,22 @@ class RateLimitGovernor:
         self.secondary_hits = 0
         self._strikes = 0
         self._cond = asyncio.Condition()
-        # figures for the run summary and the tests
-        self.start_remaining: int | None = None
-        self.min_remaining: int | None = None
-        self.waited_seconds = 0.0
-        self.primary_waits = 0
 
     @property
     def effective_reserve(self) -> int:
         if self.budget is None:
             return self.reserve
         return min(self.reserve, self.budget.limit // 10)
+
+    def spendable(self, share: float, remaining: int | None = None) -> int | None:
+        """The requests a run may plan to spend: ``share`` of those above the reserve, of
+        ``remaining`` when given, else of the budget last seen (None: no budget announced,
+        or no rate limit)."""
+        if remaining is None:
+            if self.unlimited or self.budget is None:
+                return None
+            remaining = self.budget.remaining
+        return max(1, int(max(0, remaining - self.effective_reserve) * share))
 
     async def acquire(self) -> None:
         """Wait until one more request may be sent; raise ``RateLimitStop`` when it may not."""
@@ -169,17 +173,16 @@ class RateLimitGovernor:
                                 f"resets in {wait:.0f} s, beyond max_wait {self.max_wait:.0f} s",
                                 reset_at=spent_reset,
                             )
-                        self.primary_waits += 1
-                        self.waited_seconds += wait
                         self.paused_until = time.monotonic() + wait
                         continue
                     await self._cond.wait()
                     continue
                 above = budget.remaining - self.pending - self.effective_reserve
-                if above > 0:
-                    if self.shared is None or await self.shared.take(above, budget.reset):
-                        break
-                    self.shared_refusals += 1  # the cluster spent what the window allows
+                # with a shared budget, a token too (none: the cluster spent the window's)
+                if above > 0 and (
+                    self.shared is None or await self.shared.take(above, budget.reset)
+                ):
+                    break
                 if self.pending:  # answers in flight may show a reset
                     await self._cond.wait()
                     continue
@@ -197,8 +200,6 @@ class RateLimitGovernor:
                         reset_at=budget.reset,
                     )
                 log.warning("primary rate limit reached; waiting %.0f s until %s", wait, reset_at)
-                self.primary_waits += 1
-                self.waited_seconds += wait
                 self.paused_until = time.monotonic() + wait
                 self.budget = None
             self.pending += 1
@@ -226,10 +227,6 @@ class RateLimitGovernor:
             self.budget = seen
         elif seen.reset == current.reset and seen.remaining < current.remaining:
             self.budget = seen  # answers arrive out of order; the lowest is the latest
-        if self.start_remaining is None:
-            self.start_remaining = seen.remaining
-        if self.min_remaining is None or seen.remaining < self.min_remaining:
-            self.min_remaining = seen.remaining
 
     async def secondary_limit(self, retry_after: float | None) -> float:
         """Pause every request after a secondary limit for exactly ``Retry-After``
@@ -253,7 +250,6 @@ class RateLimitGovernor:
                     self._strikes
                 )
             self.paused_until = now + pause
-            self.waited_seconds += pause
             self._cond.notify_all()
         log.warning("rate limit answer; pausing all requests for %.2f s", pause)
         return pause

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 
 class Row:
@@ -84,7 +84,7 @@ class RestSummary:
 
     @property
     def complete(self) -> bool:
-        return all(r.get("complete") for r in self.resources)
+        return all(r.get("complete") for r in self.listings)
 
     @property
     def items(self) -> int:
@@ -93,17 +93,16 @@ class RestSummary:
 
     @property
     def pages(self) -> int:
-        return sum(r["pages"] for r in self.resources)
+        return sum(r["pages"] for r in self.listings)
 
     @property
     def listings(self) -> list[dict[str, Any]]:
-        """One row per listing of the run (the per-listing artifact)."""
+        """One row per listing of the run (the per-listing artifact): per resource; a
+        GitHub source's per repository."""
         return self.resources
 
 
 # --------------------------------------------------------------------------- GitHub dialect
-
-PullState = Literal["open", "closed", "all"]
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -252,16 +251,8 @@ class GitHubSummary(RestSummary):
     shared_round_trips: int = 0  # calls to the Prefect server for the shared limits
 
     @property
-    def complete(self) -> bool:
-        return all(r.get("complete") for r in self.repos)
-
-    @property
     def items(self) -> int:
         return self.pulls
-
-    @property
-    def pages(self) -> int:
-        return sum(r["pages"] for r in self.repos)
 
     @property
     def listings(self) -> list[dict[str, Any]]:

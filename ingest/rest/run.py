@@ -67,7 +67,7 @@ from ingest.rest.dialect import PLAIN, Dialect, Run, RunStart
 from ingest.rest.engine import Listing, Page, walk
 from ingest.rest.errors import AuthError
 from ingest.rest.paging import AutoPaginator
-from ingest.rest.plain import PlainRun, auto_sized
+from ingest.rest.plain import PlainRun, size_param
 from ingest.rest.ratelimit import RateLimitGovernor
 from ingest.rest.records import HostWindow, RestSummary
 from ingest.rest.shared import SharedLimits, with_shared_limits
@@ -119,18 +119,16 @@ class SourceRun:
 
     def _children(self, resource: Resource, table: str, parent_name: str) -> list[Listing]:
         """One listing per parent record: fetched now, or stored by an earlier run."""
-        parents: dict[str, Any] = {}
-        parent_resource = next(r for r in self.source.resources if r.name == parent_name)
-        parent_table = self.source.table(parent_resource)
-        for key, record in store.stored_records(self.config.location, parent_table):
-            parents[key] = record
+        parent = next(r for r in self.source.resources if r.name == parent_name)
+        parents = dict(store.stored_records(self.config.location, self.source.table(parent)))
         for listing in self.listings.get(parent_name, []):
-            parents.update(dict(listing.records))
-        out = []
-        for key, record in sorted(parents.items()):
-            path = self.path_of(resource, record)
-            out.append(Listing(resource, table, parent_key=key, parent=record, path=path))
-        return out
+            parents.update(listing.records)
+        return [
+            Listing(
+                resource, table, parent_key=key, parent=record, path=self.path_of(resource, record)
+            )
+            for key, record in sorted(parents.items())
+        ]
 
     def path_of(self, resource: Resource, parent: dict[str, Any] | None) -> str:
         assert resource.endpoint.path is not None
@@ -305,13 +303,15 @@ def fetch_source(
     if dialect.engine_state and not full_refresh:
         # rows per listing: what page_size auto sizes pages by (a scan of each table)
         tables = {
-            r.name: source.table(r) for r in source.resources if auto_sized(source.resolved(r))
+            r.name: source.table(r)
+            for r in source.resources
+            if size_param(source.resolved(r)) is not None
         }
         state = store.load_state(config.location, source.name, tables)
     if priors is None:
         priors = dialect.load_state(config.location, source, full_refresh)
     base_url = base_url or source.client.base_url  # resolved once, here
-    host = store.host_of(base_url)
+    host = httpx.URL(base_url).netloc.decode()  # the key of its remembered window
     remembered = store.load_window(config.location, host)
     opened = Opened(
         config, source, run_id, base_url, load_block, transport, token, host, part, dialect
@@ -412,7 +412,7 @@ async def _fetch(
     listings = [x for xs in runner.listings.values() for x in xs]
     summary = runner.hooks.summary(client, listings, shared)
     if summary is None:
-        summary = summarize(runner, client, 0.0)
+        summary = summarize(runner, client)
         if isinstance(runner.hooks, PlainRun) and (plans := runner.hooks.plans()):
             summary.size_plan = "; ".join(f"{n}: {p.describe()}" for n, p in plans.items())
             summary.size_plan_figures = {n: p.figures() for n, p in plans.items()}
@@ -423,13 +423,13 @@ async def _fetch(
     return summary
 
 
-def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSummary:
-    window = client.window
-    assert window is not None
+def summarize(runner: SourceRun, client: RestClient) -> RestSummary:
     summary = RestSummary(run_id=runner.run_id, source=runner.source.name)
+    reasons: set[str] = set()
     for name, listings in runner.listings.items():
         errors = [x.error for x in listings if x.error]
         stops = sorted({x.stop_reason for x in listings if x.stop_reason and not x.error})
+        reasons.update(stops)
         summary.resources.append(
             {
                 "resource": name,
@@ -447,19 +447,7 @@ def summarize(runner: SourceRun, client: RestClient, seconds: float) -> RestSumm
         )
         summary.errors += [(name, e) for e in errors]
     summary.records = sum(r["records"] for r in summary.resources)
-    summary.requests = len(client.requests)
-    summary.limit_answers = sum(
-        1 for r in client.requests if r.status in (403, 429) and r.error is not None
-    )
     summary.failed_pages = sum(r["failed_pages"] for r in summary.resources)
-    summary.window, summary.ceiling = window.remembered()
-    summary.max_in_flight = client.max_in_flight
-    reasons = {
-        x.stop_reason
-        for listings in runner.listings.values()
-        for x in listings
-        if x.stop_reason and not x.error
-    }
+    client.tally(summary)
     summary.stopped = "; ".join(sorted(reasons))[:500] or None
-    summary.seconds = seconds
     return summary

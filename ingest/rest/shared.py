@@ -75,15 +75,6 @@ def limit_base(base_url: str, name: str | None = None) -> str:
     return re.sub(r"[^a-z0-9.-]+", "-", raw.lower()).strip("-")
 
 
-def shared_base(shared: SharedSettings, task_runner: str, base_url: str) -> str | None:
-    """The base of the limit names when this run shares its limits, else None."""
-    if not enabled(
-        shared.limits, task_runner=task_runner, name=shared.limit_name, api_url=_api_url
-    ):
-        return None
-    return limit_base(base_url, shared.limit_name)
-
-
 async def with_shared_limits(
     settings: SharedSettings,
     task_runner: str,
@@ -99,13 +90,13 @@ async def with_shared_limits(
     The in-flight limit is sized ``in_flight`` (the configured concurrency), or the
     ceiling an earlier run learned for the host when lower; a limit that exists
     already keeps its size (set by the first run, or by hand in the UI)."""
-    base = shared_base(settings, task_runner, base_url)
-    if base is None:
+    name = settings.limit_name
+    if not enabled(settings.limits, task_runner=task_runner, name=name, api_url=_api_url):
         return await fetch(None)
     if remembered and remembered[1]:
         in_flight = min(in_flight, remembered[1])
     async with open_shared(
-        base,
+        limit_base(base_url, name),
         in_flight=in_flight,
         block=settings.limit_block,
         lease_seconds=settings.lease_seconds,
@@ -192,7 +183,6 @@ class SharedSlots:
     used: int = 0
     round_trips: int = 0
     refused: int = 0
-    peak_held: int = 0
     _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     _leasing: bool = False
     _waiting: int = 0
@@ -310,7 +300,6 @@ class SharedSlots:
             if not body.get("limits"):
                 raise SharedLimitsError(f"the shared limit {self.name} does not exist")
             self.leases.append(_Lease(UUID(body["lease_id"]), n, time.monotonic()))
-            self.peak_held = max(self.peak_held, self.held)
             return True
         return False
 
@@ -364,8 +353,6 @@ class SharedBudget:
     window: int | None = None  # the reset epoch of the window the tokens belong to
     spent: int | None = None  # the window whose budget the cluster has spent
     round_trips: int = 0
-    taken: int = 0
-    windows_seen: list[str] = field(default_factory=list)
     prepaid: int | None = None  # the window this process's learning request was charged to
     _next: asyncio.Task[None] | None = None
 
@@ -453,7 +440,6 @@ class SharedBudget:
         # below, as every joining process's is
         if created and await ensure_limit(self.client, name, max(0, spendable) + 1) is None:
             log.info("shared budget %s: %d requests above the reserve", name, spendable)
-        self.windows_seen.append(name)
         if self.prepaid != key:
             await self._increment(name, 1)  # the learning request, already spent
         self.prepaid = None
@@ -488,7 +474,6 @@ class SharedBudget:
             raise SharedLimitsError(f"taking {n} tokens of {name}: {_detail(exc)}") from exc
         if not response.json():
             raise SharedLimitsError(f"the shared budget {name} does not exist")
-        self.taken += n
         return True
 
     async def _decrement(self, name: str, n: int) -> None:
@@ -514,7 +499,6 @@ class SharedLimits:
 
     slots: SharedSlots
     budget: SharedBudget
-    in_flight_limit: int
 
     @property
     def round_trips(self) -> int:
@@ -548,17 +532,13 @@ async def open_shared(
     in_flight: int,
     block: int = 8,
     lease_seconds: float = 60.0,
-    client_factory: Callable[[], Any] | None = None,
 ) -> AsyncIterator[SharedLimits]:
     """Shared limits of the host named ``base`` for the duration of a run; see the module doc."""
-    if client_factory is None:
-        from prefect.client.orchestration import get_client
-
-        client_factory = get_client
+    from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
     name = f"{base}-inflight"
-    async with client_factory() as client:
+    async with get_client() as client:
         try:
             size = int((await client.read_global_concurrency_limit_by_name(name)).limit)
         except ObjectNotFound:
@@ -567,7 +547,6 @@ async def open_shared(
         shared = SharedLimits(
             SharedSlots(client, name, block=min(block, size), lease_seconds=lease_seconds),
             SharedBudget(client, base, block=block),
-            size,
         )
 
         async def renew() -> None:

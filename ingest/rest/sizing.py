@@ -29,7 +29,7 @@ Two ways to choose:
 * ``choose_per_page``, before anything is known: the same trade by a simpler model
   (every listing's first page in parallel, then waves of ``concurrency``) over the
   expected sizes (stored counts, or an assumption) and the configured latency model,
-  picking the largest size within ``SIZE_TOLERANCE`` of the fastest (``SizePlan``).
+  picking the largest size within ``SIZE_TOLERANCE`` of the fastest.
 """
 
 from __future__ import annotations
@@ -90,60 +90,19 @@ class LatencyModel:
 PRIOR = LatencyModel(0.08, 0.008)
 
 
-@dataclass(frozen=True, slots=True)
-class SizePlan:
-    """A chosen page size, its requests and modelled seconds, beside the fastest one."""
-
-    per_page: int
-    requests: int
-    seconds: float
-    fastest_per_page: int
-    fastest_requests: int
-    fastest_seconds: float
-    items: int
-
-    def describe(self) -> str:
-        """``per_page 40 for 480 items: 12 requests, ~0.54 s (fastest: 20, 24 requests,
-        ~0.50 s)``, for the logs and the run summary."""
-        text = (
-            f"per_page {self.per_page} for {self.items} items: {self.requests} requests, "
-            f"~{self.seconds:.2f} s by the model"
-        )
-        if self.fastest_per_page != self.per_page:
-            text += (
-                f" (fastest: {self.fastest_per_page}, {self.fastest_requests} requests, "
-                f"~{self.fastest_seconds:.2f} s)"
-            )
-        return text
-
-
 def _pick(
-    requests: Callable[[int], int],
-    seconds: Callable[[int], float],
-    budget: int | None,
-    tolerance: float,
-    items: int,
-) -> SizePlan:
-    """The largest size within ``tolerance`` of the fastest among those fitting ``budget``;
-    100 (the fewest requests) when none fits."""
+    requests: Callable[[int], int], seconds: Callable[[int], float], budget: int | None
+) -> int:
+    """The largest size within ``SIZE_TOLERANCE`` of the fastest among those fitting
+    ``budget``; 100 (the fewest requests) when none fits."""
     fits = [
         p for p in range(PER_PAGE_MIN, PER_PAGE_MAX + 1) if budget is None or requests(p) <= budget
     ]
     if not fits:
-        n, t = requests(PER_PAGE_MAX), seconds(PER_PAGE_MAX)
-        return SizePlan(PER_PAGE_MAX, n, t, PER_PAGE_MAX, n, t, items)
+        return PER_PAGE_MAX
     times = {p: seconds(p) for p in fits}
-    fastest = min(fits, key=lambda p: (times[p], -p))
-    chosen = max(p for p in fits if times[p] <= times[fastest] * (1 + tolerance))
-    return SizePlan(
-        chosen,
-        requests(chosen),
-        times[chosen],
-        fastest,
-        requests(fastest),
-        times[fastest],
-        items,
-    )
+    fastest = min(times.values())
+    return max(p for p in fits if times[p] <= fastest * (1 + SIZE_TOLERANCE))
 
 
 def estimate_seconds(
@@ -180,9 +139,7 @@ def choose_per_page(
         lambda p: sum(math.ceil(n / p) for n in expected),
         lambda p: estimate_seconds(p, expected, concurrency, base_s, per_item_s),
         budget,
-        SIZE_TOLERANCE,
-        sum(expected),
-    ).per_page
+    )
 
 
 def fit_latency(samples: Sequence[tuple[int, float]], prior: LatencyModel) -> LatencyModel:

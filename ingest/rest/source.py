@@ -279,14 +279,26 @@ def _endpoint(value: Any) -> Any:
     return {"path": value} if isinstance(value, str) else value
 
 
-class Resource(Strict):
-    name: str
-    table_name: str | None = None
+class ResourceDefaults(Strict):
+    """What every resource takes unless it says otherwise (``resource_defaults``); a
+    ``Resource`` is these and its own fields."""
+
     primary_key: str | list[str] | None = None
     write_disposition: Disposition | WriteDisposition | None = None
     merge_key: str | list[str] | None = None
     columns: dict[str, ColumnHint] = Field(default_factory=dict)
     schema_contract: ContractMode | SchemaContract | None = None
+    endpoint: Endpoint = Field(default_factory=Endpoint)
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _endpoint(cls, v: Any) -> Any:
+        return _endpoint(v)
+
+
+class Resource(ResourceDefaults):
+    name: str
+    table_name: str | None = None
     selected: bool = Field(
         True, description="false: fetched only to feed its child resources, not stored."
     )
@@ -299,7 +311,6 @@ class Resource(Strict):
         default_factory=list,
         description="filter and map steps, each a module:function (dlt's callables).",
     )
-    endpoint: Endpoint = Field(default_factory=Endpoint)
     max_pages: int = Field(
         10_000,  # ingest.rest.paging.MAX_PLANNED
         ge=1,
@@ -369,20 +380,6 @@ class Resource(Strict):
             if found:
                 return found.group(1), found.group(2)
         return None
-
-
-class ResourceDefaults(Strict):
-    primary_key: str | list[str] | None = None
-    write_disposition: Disposition | WriteDisposition | None = None
-    merge_key: str | list[str] | None = None
-    columns: dict[str, ColumnHint] = Field(default_factory=dict)
-    schema_contract: ContractMode | SchemaContract | None = None
-    endpoint: Endpoint = Field(default_factory=Endpoint)
-
-    @field_validator("endpoint", mode="before")
-    @classmethod
-    def _endpoint(cls, v: Any) -> Any:
-        return _endpoint(v)
 
 
 class Source(Strict):

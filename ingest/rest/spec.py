@@ -71,30 +71,11 @@ LITERAL_CREDENTIALS = (
 )
 
 
-def literal_refused(literal: str, kind: str) -> str:
-    """One line: the key that would hold a credential, and what to write instead (worded
-    so that redaction, which hides any ``secret: X``, leaves it readable)."""
-    return (
-        f"'{literal}' puts a credential in the file; write env with the name of an "
-        "environment variable that holds it, or secret with the name of a Prefect Secret "
-        f"block (auth: {{type: {kind}, env: API_{literal.upper()}}})"
-    )
-
-
 class SecretRef(Strict):
     """Where a credential comes from: a Prefect Secret block, else an environment variable."""
 
     secret: str | None = Field(None, description="Name of a Prefect Secret block.")
     env: str | None = Field(None, description="Name of an environment variable.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literals(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for literal in LITERAL_CREDENTIALS:
-                if literal in data:
-                    raise ValueError(literal_refused(literal, str(data.get("type", "bearer"))))
-        return data
 
     @model_validator(mode="after")
     def _one_source(self) -> SecretRef:
@@ -332,8 +313,13 @@ class Client(Strict):
                     + ", ".join(AUTH_TYPES)
                 )
             for literal in LITERAL_CREDENTIALS:
-                if literal in v:
-                    raise ValueError(literal_refused(literal, str(v["type"])))
+                if literal in v:  # worded so that redaction (any "secret: X") leaves it readable
+                    raise ValueError(
+                        f"'{literal}' puts a credential in the file; write env with the name of "
+                        "an environment variable that holds it, or secret with the name of a "
+                        f"Prefect Secret block (auth: {{type: {v['type']}, env: "
+                        f"API_{literal.upper()}}})"
+                    )
         return v
 
     @field_validator("headers")
@@ -368,6 +354,12 @@ def make_paginator(
     kind = spec.type
     if kind == "header_link":
         return LinkHeaderPaginator(page_param=spec.page_param, next_rel=spec.links_next_key)
+    # dlt's stop rules where the type has them: an empty page, has_more_path
+    stops: dict[str, Any] = {
+        "items_path": data_selector,
+        "stop_after_empty_page": spec.stops_on_empty,
+        "has_more_path": spec.has_more_path,
+    }
     if kind == "page_number":
         return PageNumberPaginator(
             page_param=spec.page_param,
@@ -377,10 +369,8 @@ def make_paginator(
             start_page=spec.page,
             total_pages_path=spec.total,
             total_pages_header=spec.total_header,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
             maximum_page=spec.maximum_page,
+            **stops,
         )
     if kind == "offset":
         return OffsetPaginator(
@@ -389,19 +379,13 @@ def make_paginator(
             limit=page_size or DEFAULT_LIMIT,
             total_path=spec.total,
             total_header=spec.total_header,
-            items_path=data_selector,
             start=spec.offset,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
             maximum_offset=spec.maximum_offset,
+            **stops,
         )
     if kind == "cursor":
         return BodyCursorPaginator(
-            cursor_path=spec.cursor_path,
-            cursor_param=spec.cursor_param,
-            items_path=data_selector,
-            stop_after_empty_page=spec.stops_on_empty,
-            has_more_path=spec.has_more_path,
+            cursor_path=spec.cursor_path, cursor_param=spec.cursor_param, **stops
         )
     if kind == "header_cursor":
         return HeaderCursorPaginator(

@@ -20,14 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import httpx
 import pyarrow as pa
 
 from ingest import duck, storage
 from ingest.rest import typed
 from ingest.rest.errors import SchemaContractError
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
-from ingest.rest.source import Resource
+from ingest.rest.source import Resource, SchemaContract
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import RESOURCE_SEPARATOR, SCHEMAS
@@ -84,11 +83,6 @@ def stored_records(data_dir: DataDir, table: str) -> list[tuple[str, Any]]:
     return [(key, json.loads(data)) for key, data in rows if data]
 
 
-def host_of(url: str) -> str:
-    """The host (and port) a base URL names: the key of its remembered window."""
-    return httpx.URL(url).netloc.decode()
-
-
 def unchanged_keys(data_dir: DataDir, table: str, fetched: dict[str, str]) -> set[str]:
     """The keys of ``fetched`` (key: the record as JSON) whose stored row holds the same
     record: an inclusive ``since`` hands back the listing's newest record again, and a
@@ -136,8 +130,7 @@ def write_listing(
     its stored type; the resource's schema contract decides what a new column or another
     type does, its write disposition how the commit writes the rows."""
     if rows:
-        c = resource.contract if resource is not None else None
-        contract = typed.Contract(c.tables, c.columns, c.data_type) if c else typed.Contract()
+        contract = resource.contract if resource is not None else SchemaContract()
         records = [json.loads(r["data"]) for r in rows]
         stored = _types(data_dir, table)
         keep, drop = typed.enforce(table, records, stored, contract)
@@ -167,7 +160,7 @@ def stage_children(
     part: str,
     rows: Sequence[dict[str, Any]],
     records: Sequence[Any],
-    contract: typed.Contract,
+    contract: SchemaContract,
     parent_stored: bool,
 ) -> None:
     """Stage each nested list of ``records`` as a child table (``typed.child_tables``),
@@ -328,7 +321,7 @@ def write_pull_rows(data_dir: DataDir, run_id: str, result: RepoResult) -> None:
         parents = [pull_parent(p) for p in result.pulls]
         stage_children(
             data_dir, run_id, "pull_requests", part, parents, result.records,
-            typed.Contract(), stored,
+            SchemaContract(), stored,
         )  # fmt: skip
 
 

@@ -21,19 +21,25 @@ def headline(summary: RestSummary) -> str:
         f"run {summary.run_id}: {summary.source}: {summary.records} records"
         f"{f' ({unchanged} unchanged not counted)' if unchanged else ''} from "
         f"{len(summary.resources)} resources, {summary.requests} requests, "
-        f"{summary.limit_answers} limit answers, max in flight {summary.max_in_flight} "
-        f"(window {summary.window}"
-        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
+        f"{summary.limit_answers} limit answers, {_in_flight(summary)}"
+    )
+    return text + _failed_plan_and_stop(summary)
+
+
+def _in_flight(summary: RestSummary) -> str:
+    """``max in flight 12 (window 8, ceiling 9), 1.2 s``."""
+    ceiling = f", ceiling {summary.ceiling}" if summary.ceiling else ""
+    return (
+        f"max in flight {summary.max_in_flight} (window {summary.window}{ceiling}), "
         f"{seconds_so_far(summary.seconds)}"
     )
-    if summary.failed_pages:
-        text += f", {summary.failed_pages} failed pages"
-    return text + _plan_and_stop(summary)
 
 
-def _plan_and_stop(summary: RestSummary) -> str:
-    """The lines that end a headline: the planned page size, why the run stopped early."""
-    text = f"\npage size: {summary.size_plan}" if summary.size_plan else ""
+def _failed_plan_and_stop(summary: RestSummary, before: str = "") -> str:
+    """What ends a headline: the failed pages, ``before`` (a line of its own), the planned
+    page size, why the run stopped early."""
+    text = f", {summary.failed_pages} failed pages" if summary.failed_pages else ""
+    text += before + (f"\npage size: {summary.size_plan}" if summary.size_plan else "")
     return text + (f"\nstopped early: {summary.stopped}" if summary.stopped else "")
 
 
@@ -98,20 +104,15 @@ def github_headline(summary: GitHubSummary) -> str:
         f"run {summary.run_id}: {summary.pulls} pull requests from {len(summary.repos)} "
         f"repositories, {summary.requests} requests ({requests_text(summary)}), "
         f"budget spent {summary.budget_spent}, per_page {summary.per_page}, "
-        f"max in flight {summary.max_in_flight} (window {summary.window}"
-        f"{f', ceiling {summary.ceiling}' if summary.ceiling else ''}), "
-        f"{seconds_so_far(summary.seconds)}"
+        f"{_in_flight(summary)}"
     )
     if summary.limit_answers:
         text += f", {summary.limit_answers} limit answers"
-    if summary.failed_pages:
-        text += f", {summary.failed_pages} failed pages"
-    if summary.shared_limit:
-        text += (
-            f"\nshared limits: {summary.shared_limit} and the budget of its host, "
-            f"{summary.shared_round_trips} calls to the Prefect server"
-        )
-    return text + _plan_and_stop(summary)
+    shared = (
+        f"\nshared limits: {summary.shared_limit} and the budget of its host, "
+        f"{summary.shared_round_trips} calls to the Prefect server"
+    )
+    return text + _failed_plan_and_stop(summary, shared if summary.shared_limit else "")
 
 
 TERMS = (

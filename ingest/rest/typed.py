@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest.rest.source import SchemaContract
 from ingest.storage.evolve import type_label, variant
 from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
 
@@ -134,22 +135,16 @@ def convert(value: Any, to: pa.DataType) -> tuple[bool, Any]:
     if pa.types.is_int64(to):
         return isinstance(value, int) and _INT64[0] <= value <= _INT64[1], value
     if pa.types.is_floating(to):
-        return isinstance(value, int | float), float(value) if isinstance(
-            value, int | float
-        ) else value
+        number = isinstance(value, int | float)
+        return number, float(value) if number else value
     if pa.types.is_decimal(to):
         return isinstance(value, int) and abs(value) < 10**38, value
-    if pa.types.is_timestamp(to):
-        ts = parse_timestamp(value) if isinstance(value, str) else None
-        return ts is not None, ts
-    if pa.types.is_date32(to):
-        d = parse_date(value) if isinstance(value, str) else None
-        return d is not None, d
-    if pa.types.is_string(to) or pa.types.is_large_string(to) or pa.types.is_string_view(to):
-        if isinstance(value, str):
-            return True, value
-        return False, value
-    return False, value
+    if pa.types.is_timestamp(to) or pa.types.is_date32(to):
+        parse = parse_timestamp if pa.types.is_timestamp(to) else parse_date
+        parsed = parse(value) if isinstance(value, str) else None
+        return parsed is not None, parsed
+    text = pa.types.is_string(to) or pa.types.is_large_string(to) or pa.types.is_string_view(to)
+    return text and isinstance(value, str), value
 
 
 def _first_types(flat: Sequence[Mapping[str, Any]]) -> dict[str, pa.DataType]:
@@ -236,20 +231,11 @@ def typed_table(
     return base
 
 
-@dataclass(frozen=True, slots=True)
-class Contract:
-    """What a new table, a new column, a value of another type does (dlt's modes)."""
-
-    tables: str = "evolve"
-    columns: str = "evolve"
-    data_type: str = "evolve"
-
-
 def enforce(
     table: str,
     records: Sequence[Mapping[str, Any]],
     stored: Mapping[str, pa.DataType],
-    contract: Contract,
+    contract: SchemaContract,
 ) -> tuple[list[bool], list[set[str]]]:
     """(keep, drop) per record under ``contract``: whether the record is stored
     (``discard_row``) and which of its columns' values are not (``discard_value``).
@@ -259,7 +245,7 @@ def enforce(
 
     keep = [True] * len(records)
     drop: list[set[str]] = [set() for _ in records]
-    if not stored or contract == Contract():
+    if not stored or contract == SchemaContract():
         return keep, drop
     for i, record in enumerate(records):
         for column, value in flatten(record).items():

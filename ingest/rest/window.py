@@ -101,7 +101,6 @@ class AdaptiveWindow:
         self.maximum = max(1, maximum)
         self.adaptive = adaptive
         self.beta = beta
-        self.probe_after = probe_after
         self.latency_factor = latency_factor
         self.ceiling = min(ceiling, self.maximum) if ceiling else None
         start = min(initial, self.ceiling or self.maximum) if adaptive else self.maximum
@@ -111,7 +110,6 @@ class AdaptiveWindow:
         self.epoch = 0
         self.limit_answers = 0
         self.decreases = 0
-        self.peak = 0
         self._admitted = 0
         self._full_at = -1  # admission number when the window was last full
         self._clean_at_ceiling = 0
@@ -149,7 +147,6 @@ class AdaptiveWindow:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._cond.wait(), timeout=wait)
             self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
             self._admitted += 1
             if self.in_flight >= self.size - 1:
                 self._full_at = self._admitted
@@ -256,62 +253,6 @@ class AdaptiveWindow:
         if not self.adaptive:
             return self.size
         return self.ceiling or min(self.size, max(1, initial))
-
-    def finish_seconds(self, requests: int, seconds: float) -> float:
-        """How long ``requests`` requests of ``seconds`` each take through this window
-        from now, all queued at once: the model page sizes are planned with
-        (``ingest.rest.sizing.plan_per_page``).
-
-        Each in-flight level is a slot that serves one request after another; the
-        requests start at the earliest slot times. A fixed window or a known ceiling
-        has all its levels open now (waves of that many). While the host's limit is
-        unknown, the levels open now go at once and the paced ramp opens one more per
-        ``ramp`` seconds while requests wait (without a ramp, slow start doubles the
-        levels per round trip). The model assumes the host accepts what is sent: a
-        ceiling below the plan costs its limit answers on top.
-        """
-        if requests <= 0:
-            return 0.0
-        seconds = max(seconds, 1e-6)
-        opens = self._level_times(seconds)
-
-        def started_by(t: float) -> int:  # requests started at or before t (opens ascend)
-            n = 0
-            for o in opens:
-                if o > t:
-                    break
-                n += int((t - o) / seconds) + 1
-            return n
-
-        # the requests-th earliest start, by bisection (to a microsecond)
-        low, high = 0.0, opens[-1] + requests * seconds
-        while high - low > 1e-6:
-            mid = (low + high) / 2
-            if started_by(mid) >= requests:
-                high = mid
-            else:
-                low = mid
-        return high + seconds
-
-    def _level_times(self, seconds: float) -> list[float]:
-        """Seconds from now at which each in-flight level is first usable (ascending)."""
-        if not self.adaptive:
-            return [0.0] * self.size
-        if self.ceiling is not None:
-            return [0.0] * self.ceiling  # it climbs back to a known ceiling within answers
-        now_open = max(self.size, min(self._high, self.maximum))
-        opens = [0.0] * now_open
-        if self._holding:  # answers say the server queues: no growth
-            return opens
-        if self.ramp > 0:
-            first = max(0.0, self._level_at + self.ramp - time.monotonic())
-            opens += [first + i * self.ramp for i in range(self.maximum - now_open)]
-        else:  # one more per clean answer while full: doubling per round trip
-            rounds = 1
-            while len(opens) < self.maximum:
-                opens += [rounds * seconds] * min(len(opens), self.maximum - len(opens))
-                rounds += 1
-        return opens
 
     def remembered(self) -> tuple[int, int | None]:
         """(window, ceiling) to start the next run with."""

@@ -90,7 +90,7 @@ def test_a_paginator_left_out_is_detected_as_dlts_detector_detects_it(
     assert said.startswith(kind)
     found = {
         "json_link": getattr(paginator, "next_url_path", None),
-        "page_number": getattr(paginator, "total_pages_path", None),
+        "page_number": getattr(paginator, "total_path", None),
         "cursor": getattr(paginator, "cursor_path", None),
     }.get(kind)
     assert found == path

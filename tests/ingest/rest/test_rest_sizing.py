@@ -38,30 +38,6 @@ from ingest.settings import Settings
 MODEL = LatencyModel(0.08, 0.008)  # the devserver's 80 ms + 8 ms per item
 
 
-def test_window_models_the_paced_ramp_of_an_unknown_host() -> None:
-    fresh = AdaptiveWindow(initial=4, maximum=100, ramp=0.02)
-    assert fresh.finish_seconds(0, 0.3) == 0
-    assert fresh.finish_seconds(5, 0.3) == pytest.approx(0.3, abs=1e-5)  # 4 open, a 5th at once
-    # 20 pages of 0.272 s: levels 6.. open every 20 ms, and the first four slots are
-    # free again at 0.272 s, before level 18 opens: the last page starts at 0.272 s
-    assert fresh.finish_seconds(20, 0.272) == pytest.approx(0.544, abs=1e-5)
-    # more pages than the ramp opens in one page's time wait for freed slots
-    assert fresh.finish_seconds(48, 0.16) > fresh.finish_seconds(20, 0.16)
-
-
-def test_window_models_waves_of_a_known_or_fixed_window() -> None:
-    assert AdaptiveWindow(initial=4, maximum=20, adaptive=False).finish_seconds(
-        41, 0.1
-    ) == pytest.approx(0.3, abs=1e-5)
-    known = AdaptiveWindow(initial=4, maximum=100, ceiling=8)
-    assert known.finish_seconds(16, 0.1) == pytest.approx(0.2, abs=1e-5)
-    assert known.finish_seconds(17, 0.1) == pytest.approx(0.3, abs=1e-5)
-    # no ramp: slow start doubles the levels per round trip (4, 8, 16 ...)
-    doubling = AdaptiveWindow(initial=4, maximum=100, ramp=0)
-    assert doubling.finish_seconds(12, 0.1) == pytest.approx(0.2, abs=1e-5)
-    assert doubling.finish_seconds(13, 0.1) == pytest.approx(0.3, abs=1e-5)
-
-
 def test_latency_model_is_scaled_to_what_the_probes_showed() -> None:
     slow = MODEL.calibrated([(1, 0.176), (1, 0.2), (1, 0.1)])  # median: twice the model
     assert slow.seconds(1) == pytest.approx(0.176)
@@ -282,7 +258,7 @@ def sync(handler: Any, repos: list[str]) -> tuple[list[Any], SizePlanner]:
         )
 
         def opts(repo: str) -> SyncOptions:
-            return SyncOptions("all", 30, False, "r1", 100, planner=planner)
+            return SyncOptions("all", 30, False, "r1", planner=planner)
 
         async with gh.http:
             results = await sync_repos(gh, repos, opts, {r: RepoState() for r in repos})
@@ -335,7 +311,7 @@ def test_github_sync_stages_its_pull_requests_while_page_1_is_looked_at_again(
             staged.set()
 
         gh = github_client(handler)
-        opts = SyncOptions("all", 30, False, "r1", 100, stage_rows=stage)
+        opts = SyncOptions("all", 30, False, "r1", stage_rows=stage)
         async with gh.http:
             (result,) = await sync_repos(gh, ["o/r"], lambda _: opts, {"o/r": RepoState()})
         return result
