@@ -33,6 +33,9 @@ def setup_process() -> None:
     the Prefect and S3 servers on a small machine. No run does linear algebra; a value the
     user set is kept, and the processes started from here inherit it. It only acts when
     set before numpy is first imported (the command's package does so before anything).
+
+    Then every source's tables are handed to storage (``ingest.catalog.load``), so that
+    whatever the process does first (a run's end-of-run hook, a query) knows them all.
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
@@ -40,3 +43,6 @@ def setup_process() -> None:
         if "pyarrow" in sys.modules:
             pa = sys.modules["pyarrow"]
             pa.set_memory_pool(pa.system_memory_pool())
+    from ingest import catalog  # after the settings above: it loads pyarrow
+
+    catalog.load()
