@@ -4,9 +4,10 @@ each source's tables (``ingest.s3.tables``, ``ingest.extract.tables``,
 storage (``ingest.storage.tables.SPECS``), which imports no source.
 
 Importing it changes nothing; ``load`` does, in one call that hands over every table at
-once. The process set-up (``ingest.setup_process``: the command, every process that runs
-a flow, a Dask worker's preload) calls it, and so does opening a run's context
-(``ingest.context``: a task on a worker that has not run the preload yet). Storage refuses
+once. The process set-up (``ingest.setup_process``: every process that runs a flow, a
+Dask worker's preload) calls it, the command where it reaches the lake
+(``cli.options.lake_of``), and opening a run's context (``ingest.context``: a task on a
+worker that has not run the preload yet). Storage refuses
 a lookup before it, so a process that never loaded it fails loudly instead of skipping a
 table: recovery of a dead run's staged rows sees every table, whichever sources the
 recovering process imported.

@@ -172,10 +172,6 @@ class Catalog(Mapping[str, TableSpec]):
             name, "state", self._resource, keys=("key",), newer="fetched_at", sort=("key",)
         )
 
-    def __contains__(self, name: object) -> bool:
-        fixed = self.loaded()
-        return name in fixed or (isinstance(name, str) and is_resource_table(name))
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.loaded())
 
@@ -188,9 +184,6 @@ class _Columns(Mapping[str, pa.Schema]):
 
     def __getitem__(self, name: str) -> pa.Schema:
         return SPECS[name].columns
-
-    def __contains__(self, name: object) -> bool:
-        return name in SPECS
 
     def __iter__(self) -> Iterator[str]:
         return iter(SPECS)
