@@ -148,6 +148,9 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--objects", type=int, default=4000)
     p.add_argument("--size", type=int, default=2048, help="bytes per object")

@@ -242,6 +242,9 @@ def stamp(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--orders", type=int, default=3000)
     parser.add_argument("--changed", type=int, default=30, help="orders updated before run 2")

@@ -932,6 +932,9 @@ def main_drawings(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--drawings", action="store_true", help="only DWG beside DXF (writes extract-dwg.md)"

@@ -324,6 +324,11 @@ import json, sys, time
 from flows.github_pulls import github_pulls
 from ingest import storage
 from prefect.client.orchestration import get_client
+try:  # a revision whose sources own their tables: hand them to storage, as a run does
+    from ingest import catalog
+    catalog.load()
+except ImportError:
+    pass
 
 
 def commit_cost(job):
@@ -1077,6 +1082,9 @@ def write_ceilings(args: argparse.Namespace, results: list[Result], lines: list[
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--base-ms", type=float, default=80.0, help="Latency per page, fixed part.")
     p.add_argument("--item-ms", type=float, default=8.0, help="Latency per item of a page.")

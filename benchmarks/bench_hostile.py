@@ -556,6 +556,9 @@ def table(rows: list[Row]) -> str:
 
 
 def main() -> None:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     for name in list(os.environ):  # the dev servers' credentials, nothing of this machine's
         if name.startswith(("AWS_", "INGEST_", "GITHUB_")) or name.lower().endswith("_proxy"):
             del os.environ[name]

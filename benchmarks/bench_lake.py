@@ -107,6 +107,9 @@ def run(con_sql: Callable[[], tuple[Any, str]], sql: str, relations: duck.Relati
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=50_000)
     p.add_argument("--text-chars", type=int, default=2000)

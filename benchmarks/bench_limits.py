@@ -58,6 +58,11 @@ CHILD = """
 import json, sys
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
+try:  # a revision whose sources own their tables: hand them to storage, as a run does
+    from ingest import catalog
+    catalog.load()
+except ImportError:
+    pass
 try:
     from ingest.rest.config import RestConfig
     config = RestConfig.of(Settings())

@@ -139,6 +139,9 @@ def files_under(data_dir: Path, folder: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--objects", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=2)

@@ -655,6 +655,9 @@ def verdict(speed: Sequence[Result]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.bench_s3",
         description="Download the same objects with each contender, side by side.",

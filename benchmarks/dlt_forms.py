@@ -123,6 +123,9 @@ def run_ingest(url: str, form: Form) -> tuple[dict[str, int], bool, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ingest import catalog
+
+    catalog.load()  # every table, as the command and a run load them
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--dlt-python", help="An interpreter with dlt installed.")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)

@@ -9,4 +9,4 @@ first. ``ingest.setup_process`` says what it sets and the figures behind it.
 
 import ingest
 
-ingest.setup_process()
+ingest.setup_process(tables=False)  # the tables: lake_of, or the flows' own set-up

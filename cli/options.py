@@ -101,9 +101,10 @@ def command_lake(data_dir: str | None) -> Any:
     credentials settings, reached through one session for the command (its process: the
     credentials and client resolved once, not at each table read); a lake that cannot be
     reached ends the command with the setting to fix."""
-    from ingest import storage
+    from ingest import catalog, storage
     from ingest.errors import TerminalError
 
+    catalog.load()  # every table, for the command's queries (ingest.setup_process)
     try:
         lake = Settings().with_data_dir(data_dir).location
         lake = lake.bound(storage.location.LakeSession(lake))

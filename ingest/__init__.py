@@ -13,7 +13,7 @@ import sys
 __version__ = "0.1.0"
 
 
-def setup_process() -> None:
+def setup_process(*, tables: bool = True) -> None:
     """Set up this process for a run: the one call the command (``cli``) and every process
     that runs a flow (``flows``, which a worker's entrypoint module imports) make before
     their work. Importing the library changes nothing: a program or a test that imports
@@ -33,6 +33,12 @@ def setup_process() -> None:
     the Prefect and S3 servers on a small machine. No run does linear algebra; a value the
     user set is kept, and the processes started from here inherit it. It only acts when
     set before numpy is first imported (the command's package does so before anything).
+
+    Then (``tables``) every source's tables are handed to storage (``ingest.catalog.load``),
+    so that whatever the process does first (a run's end-of-run hook) knows them all. The
+    command leaves that to the commands that reach the lake (``cli.options.lake_of``) or
+    run a flow: importing the sources' packages cost ``ingest --help`` 0.16 s of CPU
+    (median of 7, 0.87 s against 0.71 s).
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
@@ -40,3 +46,7 @@ def setup_process() -> None:
         if "pyarrow" in sys.modules:
             pa = sys.modules["pyarrow"]
             pa.set_memory_pool(pa.system_memory_pool())
+    if tables:
+        from ingest import catalog  # after the settings above: it loads pyarrow
+
+        catalog.load()

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from ingest import catalog
 from ingest.extract.batch import ocr_pool_config, parse_as_landed, pool_config
 from ingest.extract.landed import Landed
 from ingest.extract.pool import PoolConfig, WorkerPool
@@ -73,6 +74,7 @@ class RunContext:
             raise ValueError(
                 f"a session of the lake {lake.location} for a run on {settings.location}"
             )
+        catalog.load()  # every table, in every process a run reaches (a Dask worker too)
         # A session handed in (a test's, a benchmark's) is its giver's to close.
         self._owns_lake = lake is None
         self.lake_session = lake if lake is not None else LakeSession(settings.location)

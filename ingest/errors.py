@@ -47,6 +47,7 @@ these. A class that callers also catch by a built-in kind keeps that base beside
     ├── SharedLimitsError              ingest.rest.shared (also a RuntimeError)
     ├── FenceError                     ingest.extract.fence (also an OSError)
     ├── ReadOnlyQueryError             ingest.storage.warehouse (also a ValueError)
+    ├── CatalogNotLoadedError          ingest.storage.tables (also a RuntimeError)
     ├── ServeAuthError                 deployments.auth (also a RuntimeError)
     ├── DeployStepError                deployments.steps (also a RuntimeError)
     ├── ServerStartError               deployments.local_api (also a RuntimeError)

@@ -14,6 +14,7 @@ import pytest
 
 from deployments import local_api
 from dev.servers.s3 import DevServer
+from ingest import catalog
 
 # Offline, quiet Prefect; fast task-run recording (the recorder batching every command's
 # own server has: deployments.local_api.PREFECT_DEFAULTS).
@@ -42,6 +43,12 @@ def _clean_environment() -> Iterator[None]:
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _catalog() -> None:
+    """Every table handed to storage, as a run's context and the command do."""
+    catalog.load()
 
 
 @pytest.fixture(scope="session")

@@ -290,8 +290,8 @@ def test_the_engine_check_sees_an_import_through_another_module(tmp_path: Path) 
 # --- Homes per concern -------------------------------------------------------------------
 # The S3 source's run modules live in ingest/s3, the reporting modules in ingest/report,
 # and the library's top folder keeps only what every source shares: at most MAX_FLAT
-# modules besides its __init__.
-MAX_FLAT = 12
+# modules besides its __init__ (about a dozen: the shared modules and the catalog).
+MAX_FLAT = 13
 HOMES = {
     "s3": {"changes", "fetch", "keys", "renames", "scan", "schedule", "sync"},
     "report": {
@@ -334,3 +334,44 @@ def test_the_homes_check_counts_the_top_folder(tmp_path: Path) -> None:
         (tmp_path / "ingest" / f"{name}.py").write_text("")
     (tmp_path / "ingest" / "s3" / "sync.py").write_text("")
     assert len(flat_modules(tmp_path)) == MAX_FLAT + 1
+
+
+# --- Each source owns its tables ---------------------------------------------------------
+# Storage keeps the machinery (the spec, the catalog it is handed, lake, recovery, views)
+# and only its own table; each source's tables are in its package; ingest.catalog, above
+# both, gathers them. Storage imports no source, nor what gathers them.
+SOURCES = ("s3", "extract", "rest", "report")
+ABOVE_STORAGE = tuple(f"ingest.{p}" for p in (*SOURCES, "catalog", "context"))
+STORAGES_OWN = {"schema_history"}  # written by storage's commit of a REST resource table
+
+
+def test_storage_imports_no_source() -> None:
+    found = [
+        f"{path.relative_to(ROOT).as_posix()}:{line} imports {module}"
+        for path in sorted((ROOT / "ingest" / "storage").rglob("*.py"))
+        for line, module in imported_modules(ROOT, path)
+        if module.startswith(ABOVE_STORAGE)
+    ]
+    assert found == []
+
+
+def test_storage_holds_no_sources_table() -> None:
+    """A table is named by the first argument of a ``TableSpec``: storage names only its
+    own; every other table of the catalog comes from one source's ``tables`` module."""
+    import importlib
+
+    from ingest import catalog
+
+    named = {
+        node.args[0].value
+        for path in (ROOT / "ingest" / "storage").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "TableSpec"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert named == STORAGES_OWN
+    owned = [t.name for p in SOURCES for t in importlib.import_module(f"ingest.{p}.tables").TABLES]
+    assert len(owned) == len(set(owned)), "a table defined by two sources"
+    assert sorted([*owned, *STORAGES_OWN]) == sorted(t.name for t in catalog.TABLES)

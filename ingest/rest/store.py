@@ -27,6 +27,7 @@ from ingest.rest import typed
 from ingest.rest.errors import SchemaContractError
 from ingest.rest.records import ApiRequest, HostWindow, PageRecord, RepoResult, RepoState
 from ingest.rest.source import Resource, SchemaContract
+from ingest.rest.tables import PULL_REQUESTS, RESOURCE_SCHEMA
 from ingest.storage import evolve, lake
 from ingest.storage.location import DataDir, locate
 from ingest.storage.tables import RESOURCE_SEPARATOR, SCHEMAS
@@ -226,7 +227,7 @@ def staged_schema_changes(
         if not parts:
             continue
         stored = lake.stored_schema(data_dir, table)
-        rows = evolve.unify(parts)
+        rows = evolve.unify(parts, RESOURCE_SCHEMA)
         base = SCHEMAS[table]  # a resource's bookkeeping columns, or pull_requests' fixed ones
         _, changes = evolve.reconcile(rows, stored if stored is not None else base, base)
         out += [
@@ -345,7 +346,7 @@ def write_repo_result(data_dir: DataDir, run_id: str, result: RepoResult) -> Non
 
 
 # The fields of a pull request its fixed columns hold already (user_login is user.login ...)
-PULL_FIELDS = frozenset({*SCHEMAS["pull_requests"].names, "user__login", "head__ref", "base__ref"})
+PULL_FIELDS = frozenset({*PULL_REQUESTS.names, "user__login", "head__ref", "base__ref"})
 PULL_SOURCE = "github"  # the source its child rows and schema changes name
 
 
@@ -372,9 +373,7 @@ def pull_rows(data_dir: DataDir, result: RepoResult) -> pa.Table:
     resource table's records are typed. Nested lists (``labels``, ``assignees``,
     ``requested_reviewers``) are child tables (``stage_children``); the fixed ``labels``
     column keeps the label names."""
-    fixed = pa.Table.from_pylist(
-        [p.as_row() for p in result.pulls], schema=SCHEMAS["pull_requests"]
-    )
+    fixed = pa.Table.from_pylist([p.as_row() for p in result.pulls], schema=PULL_REQUESTS)
     keys = [pull_key(p.repo, p.number) for p in result.pulls]
     fixed = fixed.append_column(pa.field("key", pa.string()), pa.array(keys, pa.string()))
     if len(result.records) != len(result.pulls):

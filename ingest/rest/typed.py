@@ -37,8 +37,9 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.rest.source import SchemaContract
+from ingest.rest.tables import RESOURCE_SCHEMA
 from ingest.storage.evolve import type_label, variant
-from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
+from ingest.storage.tables import RESOURCE_SEPARATOR
 
 SEP = RESOURCE_SEPARATOR  # customer__name, as dlt names it
 TIMESTAMP = pa.timestamp("us", tz="UTC")

@@ -47,6 +47,7 @@ from ingest import storage
 from ingest.s3 import keys
 from ingest.s3.changes import ListingDatabase, _file_sizes
 from ingest.s3.files import _publish, remove, temp_path
+from ingest.s3.tables import S3_OBJECTS
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def take_stored(
     and the structured tables' rows (``table_sql``: table name -> scan expression of those
     present). ``copy_remote(src, key)`` (``files`` ``remote``): copies the stored copy at
     ``src`` to ``key``'s address on object storage and returns that address."""
-    empty = Copied(fetch, storage.SCHEMAS["s3_objects"].empty_table(), {})
+    empty = Copied(fetch, S3_OBJECTS.empty_table(), {})
     if fetch.num_rows == 0:
         return empty
     found = _candidates(
@@ -209,7 +210,7 @@ def take_stored(
             "run_id": pa.array([run_id] * n, pa.string()),
             "ingested_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
         },
-        schema=storage.SCHEMAS["s3_objects"],
+        schema=S3_OBJECTS,
     )
     tables: dict[str, pa.Table] = {}
     if documents_sql is not None:

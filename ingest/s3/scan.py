@@ -23,8 +23,10 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from ingest import storage
+from ingest.extract.tables import DOCUMENTS
 from ingest.records import ChunkResult, Downloads, ListedChunk, ObjectBatch
 from ingest.s3 import S3Connection, changes, chunks, keys, renames
+from ingest.s3.tables import S3_OBJECTS
 from ingest.settings import S3Settings
 from ingest.storage.location import DataDir, LakeLocation
 
@@ -364,7 +366,7 @@ def deleted_documents(
                 WHERE bucket = ? AND status <> 'deleted' AND key IN (SELECT key FROM gone)""",
             [spec.run_id, datetime.now(UTC), spec.bucket],
         ).fetch_arrow_table()
-    return pa.Table.from_pylist(rows.to_pylist(), schema=storage.SCHEMAS["documents"])
+    return pa.Table.from_pylist(rows.to_pylist(), schema=DOCUMENTS)
 
 
 def deleted_rows(deleted: pa.Table, spec: ListSpec) -> pa.Table:
@@ -386,5 +388,5 @@ def deleted_rows(deleted: pa.Table, spec: ListSpec) -> pa.Table:
             "run_id": pa.array([spec.run_id] * n, pa.string()),
             "ingested_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
         },
-        schema=storage.SCHEMAS["s3_objects"],
+        schema=S3_OBJECTS,
     )

@@ -21,6 +21,7 @@ from ingest.extract.landed import Landed
 from ingest.records import BatchSummary, ObjectResult, S3Object
 from ingest.redact import redact
 from ingest.s3 import keys
+from ingest.s3.tables import S3_OBJECTS
 from ingest.storage import durable
 from ingest.storage.location import DataDir
 
@@ -128,13 +129,13 @@ def summarize(results: Iterable[ObjectResult]) -> BatchSummary:
     return summary
 
 
-_COLUMNS = [f.name for f in storage.SCHEMAS["s3_objects"]]
+_COLUMNS = [f.name for f in S3_OBJECTS]
 
 
 def results_table(results: Sequence[ObjectResult]) -> pa.Table:
     """The ``s3_objects`` rows of a batch, built column by column (``dataclasses.asdict``
     per object cost more than the rest of the row handling)."""
-    schema = storage.SCHEMAS["s3_objects"]
+    schema = S3_OBJECTS
     return pa.table(
         {
             name: pa.array([getattr(r, name) for r in results], schema.field(name).type)

@@ -10,7 +10,8 @@ under it::
     warehouse.duckdb               views over the tables, for the ``duckdb`` CLI
                                    (in local_dir when the lake is on object storage)
 
-Modules, one concern each: ``tables`` (schemas and kinds), ``lake`` (append,
+Modules, one concern each: ``tables`` (the kinds of table and the catalog that
+``ingest.catalog.load`` fills with every source's tables), ``lake`` (append,
 merge), ``staging`` (a run's parts and heartbeat), ``commit`` (staging to lake,
 recovery of dead runs), ``warehouse`` (DuckDB views, queries), ``maintenance``
 (retention, compaction, vacuum), ``migrate`` (the old layout), ``leases`` (one run

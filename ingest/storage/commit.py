@@ -42,7 +42,6 @@ from ingest.storage.tables import (
     RESOURCE_SEPARATOR,
     SCHEMAS,
     SPECS,
-    TYPED_FIXED,
     evolving,
     is_resource_table,
 )
@@ -213,7 +212,7 @@ def _commit_slice(data_dir: DataDir, run_name: str, table: str, keys: list[str],
         # a delete above changed it: the MERGE reads the log's new versions first
         lake.merge(data_dir, table, rows, dt=dt)
         # pull_requests too: its rows' key is their child rows' _root_key
-        if resource or (table in TYPED_FIXED and "key" in rows.column_names):
+        if resource or (spec.typed and "key" in rows.column_names):
             replace_children(data_dir, table, rows)
         if resource and said.get("disposition") == "replace" and said.get("complete"):
             _replace(data_dir, table, rows)
@@ -348,6 +347,7 @@ def recover(
     at once, on one machine or two, are safe: a mark created only if absent keeps the
     second away, and every commit step is idempotent anyway.
     """
+    SPECS.loaded()  # before marking any run: its tables must all be known
     recovered: list[str] = []
     current = staging.safe_name(current_run) if current_run else ""
     lake_files = files(data_dir)

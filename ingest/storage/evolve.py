@@ -1,8 +1,9 @@
 """Schema evolution of the REST resource tables: their typed columns follow the API.
 
-A resource table has the fixed columns of ``tables.RESOURCE_SCHEMA`` (the record as JSON
-in ``data``) and the typed columns its records brought (``ingest.rest.typed``). Rows
-committed to it are reconciled with what it holds (``reconcile``):
+A resource table has the fixed columns of ``ingest.rest.tables.RESOURCE_SCHEMA`` (the
+record as JSON in ``data``) and the typed columns its records brought
+(``ingest.rest.typed``). Rows committed to it are reconciled with what it holds
+(``reconcile``):
 
 * a column the table lacks is added (the rows stored before it read null);
 * a column the table has and the rows lack (a field gone from the API) stays, null in
@@ -15,7 +16,7 @@ Each change (a column added, a variant column made) is returned, to be recorded 
 ``schema_history`` table.
 
 The GitHub dialect's ``pull_requests`` evolves the same way: its fixed columns
-(``tables.SCHEMAS``) first, then the typed columns of the rest of each pull request; its
+(``ingest.rest.tables``) first, then the typed columns of the rest of each pull request; its
 child tables (``pull_requests__labels`` ...) are resource tables like any other.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.storage.tables import RESOURCE_SCHEMA, RESOURCE_SEPARATOR
+from ingest.storage.tables import RESOURCE_SEPARATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +145,7 @@ def _cast(values: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | None:
         return None
 
 
-def reconcile(
-    rows: pa.Table, schema: pa.Schema, base: pa.Schema = RESOURCE_SCHEMA
-) -> tuple[pa.Table, list[Change]]:
+def reconcile(rows: pa.Table, schema: pa.Schema, base: pa.Schema) -> tuple[pa.Table, list[Change]]:
     """``rows`` with the table's ``schema``: its columns first (padded with nulls when the
     rows lack one), then the rows' new columns; values of another type than the stored one
     moved to variant columns. ``base``: the table's fixed columns (a resource table's, or
@@ -207,7 +206,7 @@ def directives(rows: pa.Table) -> dict[str, Any]:
     return dict(json.loads(raw)) if raw else {}
 
 
-def unify(parts: list[pa.Table], base: pa.Schema = RESOURCE_SCHEMA) -> pa.Table:
+def unify(parts: list[pa.Table], base: pa.Schema) -> pa.Table:
     """Parts of one commit as one table: the first part's type of a column wins, later
     parts' other types go to variant columns (``reconcile``); the parts' directives kept
     (complete only when every part's listing was)."""

@@ -51,9 +51,11 @@ COMMAND_OPTIONS = [
 
 CHILD = """
 import json, sys
+from ingest import catalog
 from ingest.rest.config import RestConfig
 from ingest.rest.github import fetch_pulls
 from ingest.settings import Settings
+catalog.load()
 s = fetch_pulls(RestConfig.of(Settings()), [sys.argv[1]], run_id=sys.argv[2], token=sys.argv[3],
                 **json.loads(sys.argv[4]))
 print(json.dumps({"requests": s.requests, "max_in_flight": s.max_in_flight,

@@ -126,8 +126,11 @@ _WRITER = textwrap.dedent(
     from datetime import UTC, datetime
     from pathlib import Path
     import pyarrow as pa
+    from ingest import catalog
     from ingest.settings import Settings
     from ingest.storage import lake
+
+    catalog.load()
 
     uri, endpoint, writer, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     loc = Settings(data_dir=uri, lake={"endpoint_url": endpoint}, local_dir=Path(".")).location

@@ -7,8 +7,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from ingest.catalog import TABLES
 from ingest.storage.evolve import duck_type, type_label
-from ingest.storage.tables import SCHEMAS
+from ingest.storage.tables import TableSpec
 from ingest.storage.warehouse import _duck_types
 
 MORE = [
@@ -40,9 +41,9 @@ def duckdb_names(schema: pa.Schema) -> list[str]:
         return [str(t) for t in con.from_arrow(schema.empty_table()).types]
 
 
-@pytest.mark.parametrize("table", sorted(SCHEMAS))
-def test_every_tables_types_are_named_as_duckdb_names_them(table: str) -> None:
-    schema = SCHEMAS[table]
+@pytest.mark.parametrize("table", sorted(TABLES, key=lambda t: t.name), ids=lambda t: t.name)
+def test_every_tables_types_are_named_as_duckdb_names_them(table: TableSpec) -> None:
+    schema = table.columns
     assert [duck_type(f.type) for f in schema] == duckdb_names(schema)
 
 
