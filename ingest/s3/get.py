@@ -48,10 +48,10 @@ from obstore.store import S3Store
 from urllib3.exceptions import ProtocolError
 
 from ingest.backoff import Backoff
-from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
+from ingest.errors import DownloadError, IntegrityError
 from ingest.records import S3Object
 from ingest.s3.client import S3Connection
-from ingest.s3.errors import attempts_of, credentials_error, error_code
+from ingest.s3.errors import attempts_of, credentials_error, error_code, object_changed, refusal
 from ingest.settings import S3Settings
 
 log = logging.getLogger(__name__)
@@ -160,11 +160,7 @@ def _get_obstore(
                 return _body(result), attempt
             return result.stream(min_chunk_size=STREAM_CHUNK), attempt
         except obstore_exc.PreconditionError as exc:
-            raise ObjectChangedError(
-                "object changed during the run (ETag no longer matches the listing)",
-                key=obj.key,
-                attempts=attempt,
-            ) from exc
+            raise object_changed(obj.key, attempt) from exc
         except (obstore_exc.InvalidPathError, ValueError) as exc:
             # A key obstore's path type cannot hold: no request was sent.
             log.debug("s3://%s/%s: %s; using boto3", obj.bucket, obj.key, exc)
@@ -214,21 +210,14 @@ def _get_boto(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, 
     try:
         resp = client.get_object(**kwargs)
     except bce.ClientError as exc:
+        if (final := refusal(exc, obj.bucket, obj.key, attempts_of(exc))) is not None:
+            raise final from exc
         code = error_code(exc)
-        if code in ("PreconditionFailed", "412"):
-            raise ObjectChangedError(
-                "object changed during the run (ETag no longer matches the listing)",
-                key=obj.key,
-                attempts=attempts_of(exc),
-            ) from exc
-        if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
-            raise expired from exc
-        retryable = code not in _FINAL_GET_CODES
         raise DownloadError(
             f"GET failed: {code or exc}",
             key=obj.key,
             attempts=attempts_of(exc),
-            retryable=retryable,
+            retryable=code not in _FINAL_GET_CODES,
         ) from exc
     except bce.BotoCoreError as exc:
         raise DownloadError(f"GET failed: {exc}", key=obj.key, attempts=1) from exc
