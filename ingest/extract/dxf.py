@@ -246,8 +246,9 @@ def extract_drawing(
     layouts: list[str] = []
     parts: list[str] = []
     pages: list[str] = []  # one per layout, as ``pages`` counts them
-    names = ["Model"] + [n for n in doc.layouts.names_in_taborder() if n.lower() != "model"]
-    for name in names:
+    from ingest.extract.dxf_data import layout_names
+
+    for name in layout_names(doc):
         layout = doc.layouts.get(name) if name != "Model" else doc.modelspace()
         texts = walker.layout_text(layout)
         layouts.append(name)
@@ -257,7 +258,7 @@ def extract_drawing(
     text = clean_text(decode_dxf_escapes("\n\n".join(parts)))
     metadata: dict[str, Any] = {
         "dxf_version": doc.dxfversion,
-        "release": _release(doc.dxfversion),
+        "release": release(doc.dxfversion),
         "encoding": "utf-8" if doc.dxfversion >= UTF8_FROM else doc.encoding,
         "layouts": layouts,
         "entities": dict(sorted(walker.counts.items())),
@@ -298,7 +299,7 @@ def _extents(doc: Any) -> list[list[float]] | None:
     return [low, high]
 
 
-def _release(version: str) -> str:
+def release(version: str) -> str:
     from ezdxf.lldxf.const import acad_release
 
     return str(acad_release.get(version, version))
@@ -311,11 +312,11 @@ def _drawing_data(doc: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     try:
-        out["attributes"] = dxf_data.attributes(doc, decode_dxf_escapes)
+        out["attributes"] = dxf_data.attributes(doc)
     except (AttributeError, ValueError, TypeError, KeyError, IndexError):
         out["attributes"] = []
     try:
-        out["drawing"] = dxf_data.drawing(doc, decode_dxf_escapes)
+        out["drawing"] = dxf_data.drawing(doc)
     except (AttributeError, ValueError, TypeError, KeyError, IndexError):
         out["drawing"] = {"acadver": doc.dxfversion}
     return out
