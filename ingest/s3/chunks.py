@@ -16,6 +16,7 @@ per key held beyond the page being parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,11 @@ import pyarrow.parquet as pq
 from ingest.records import Cursor, Shard
 from ingest.s3 import inventory, keys, rawlist
 from ingest.s3.client import S3Connection
-from ingest.s3.errors import translate_errors
-from ingest.s3.listing import list_page
+from ingest.s3.listing import common_prefixes, list_page
 
-_TS = pa.timestamp("us", tz="UTC")
-LISTING_SCHEMA = pa.schema(
-    [
-        ("bucket", pa.string()),
-        ("key", pa.string()),
-        ("etag", pa.string()),
-        ("size", pa.int64()),
-        ("last_modified", _TS),
-    ]
-)
+# The fields of ingest.records.S3Object, in its order: an inventory report's rows too.
+LISTING_SCHEMA = inventory.SCHEMA
+_TS = LISTING_SCHEMA.field("last_modified").type
 
 
 @dataclass(slots=True)
@@ -64,19 +57,7 @@ def plan_shards(client: Any, bucket: str, prefix: str, shards: int) -> list[Shar
     """
     if shards <= 1:
         return [Shard(0)]
-    found: list[str] = []
-    token: str | None = None
-    with translate_errors(bucket):
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            resp = client.list_objects_v2(**kwargs)
-            found += [p["Prefix"] for p in resp.get("CommonPrefixes", ())]
-            if not resp.get("IsTruncated") or len(found) >= 100_000:
-                break
-            token = resp.get("NextContinuationToken")
-    found.sort(key=lambda s: s.encode())
+    found = sorted(islice(common_prefixes(client, bucket, prefix), 100_000), key=str.encode)
     if len(found) < 2:
         return [Shard(0)]
     n = min(shards, len(found))
@@ -203,8 +184,7 @@ def load_inventory(
         for batch in inventory.iter_inventory(
             client, manifest, prefix=prefix, work_dir=work_dir, batch_rows=batch_rows
         ):
-            table = pa.Table.from_batches([batch]).cast(LISTING_SCHEMA)
-            writer.write_table(table, row_group_size=batch_rows)
+            writer.write_batch(batch, row_group_size=batch_rows)
     tmp.replace(target)
     return target
 
