@@ -17,7 +17,7 @@ OCR of image-only PDF pages (``ocr``) is off by default. To enable it:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ingest.extract.base import (
     EncryptedDocumentError,
@@ -28,6 +28,9 @@ from ingest.extract.base import (
 from ingest.extract.chunks import DEFAULT_OVERLAP, DEFAULT_SIZE, add_chunks
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.metadata import complete
+
+if TYPE_CHECKING:  # a name for the checker only: the workers never import pyarrow's records
+    from ingest.records import DocumentStatus
 
 # Bump when a change shared by every extractor changes its output: every document is
 # re-extracted. A change to one kind's extractor bumps that kind's code version instead
@@ -82,25 +85,15 @@ def extract_document(
     try:
         return complete(_dispatch(kind, body, max_pages))
     except EncryptedDocumentError as exc:
-        return Extraction(kind=kind, status="encrypted", error=str(exc), extractor=_lib(kind))
+        return _not_read(kind, "encrypted", str(exc))
     except UnsupportedFormatError as exc:
-        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+        return _not_read(kind, "unsupported", str(exc))
     except ExtractError as exc:
-        return Extraction(kind=kind, status="failed", error=str(exc), extractor=_lib(kind))
+        return _not_read(kind, "failed", str(exc))
     except MemoryError:
-        return Extraction(
-            kind=kind,
-            status="failed",
-            error="MemoryError: over the worker's memory limit",
-            extractor=_lib(kind),
-        )
+        return _not_read(kind, "failed", "MemoryError: over the worker's memory limit")
     except Exception as exc:  # a parser bug on one file must become that file's row
-        return Extraction(
-            kind=kind,
-            status="failed",
-            error=f"{type(exc).__name__}: {exc}"[:2000],
-            extractor=_lib(kind),
-        )
+        return _not_read(kind, "failed", f"{type(exc).__name__}: {exc}"[:2000])
 
 
 def extract_by_head(path: Path, name: str = "") -> Extraction | None:
@@ -137,7 +130,7 @@ def settle_by_head(head: bytes, size: int, name: str) -> Extraction | None:
     try:
         return _dispatch(kind, head, 0)
     except UnsupportedFormatError as exc:
-        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+        return _not_read(kind, "unsupported", str(exc))
 
 
 def extract_stored(
@@ -265,9 +258,14 @@ def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:
 
 
 def _empty(name: str) -> Extraction:
-    return Extraction(
-        kind=detect_kind(b"", name), status="empty", error="zero-byte file", extractor="detect"
-    )
+    return _not_read(detect_kind(b"", name), "empty", "zero-byte file")
+
+
+def _not_read(kind: str, status: DocumentStatus, error: str) -> Extraction:
+    """The outcome of a document no parser read to the end: ``empty`` and ``unsupported``
+    are settled by detection, the others by the parser of ``kind``."""
+    extractor = "detect" if status in ("empty", "unsupported") else _lib(kind)
+    return Extraction(kind=kind, status=status, error=error, extractor=extractor)
 
 
 def _lib(kind: str) -> str:

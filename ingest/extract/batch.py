@@ -93,24 +93,20 @@ def parsers_can_read(settings: Extracting, path: str) -> bool:
     return any(real.is_relative_to(Path(root).resolve()) for root in parser_roots(settings))
 
 
-def pool_config(settings: Extracting) -> PoolConfig:
+def pool_config(settings: Extracting, job: str = DEFAULT_EXTRACTOR) -> PoolConfig:
+    """The run's extraction pool (or, with ``job`` ``OCR_JOB``, its OCR pool)."""
+    group = settings.ocr if job == OCR_JOB else settings.extract
     return PoolConfig(
-        workers=settings.extract.workers,
-        time_limit=settings.extract.time_limit,
+        workers=group.workers,
+        time_limit=group.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
-        preload=(DEFAULT_EXTRACTOR,),
+        preload=(job,),
         read_roots=parser_roots(settings),
     )
 
 
 def ocr_pool_config(settings: Extracting) -> PoolConfig:
-    return PoolConfig(
-        workers=settings.ocr.workers,
-        time_limit=settings.ocr.time_limit,
-        memory_limit_mb=settings.extract.memory_limit_mb,
-        preload=(OCR_JOB,),
-        read_roots=parser_roots(settings),
-    )
+    return pool_config(settings, OCR_JOB)
 
 
 def extract_batch(

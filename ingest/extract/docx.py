@@ -137,7 +137,7 @@ def _block_text(element: Any, out: list[str], seen: set[str]) -> None:
 
     for child in element.iterchildren():
         if child.tag == qn("w:p"):
-            text = _paragraph_text(child)
+            text = paragraph_text(child)
             seen.add(text.strip())
             out.append(text)
         elif child.tag == qn("w:tbl"):
@@ -154,19 +154,19 @@ def _block_text(element: Any, out: list[str], seen: set[str]) -> None:
                 _block_text(content, out, seen)
 
 
-def _paragraph_text(p: Any) -> str:
-    """Runs of the paragraph itself (not of text boxes anchored in it), tabs and breaks kept."""
+def paragraph_text(p: Any, *, textboxes: bool = False) -> str:
+    """Runs of the paragraph, tabs and breaks kept; the runs of text boxes anchored in it
+    only with ``textboxes`` (the text has them as lines of their own)."""
     from docx.oxml.ns import qn
 
     parts: list[str] = []
-    for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br"), qn("w:txbxContent")):
-        if node.tag == qn("w:t"):
-            if not _inside_textbox(node, p):
-                parts.append(node.text or "")
-        elif node.tag == qn("w:tab"):
+    for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br")):
+        if node.tag == qn("w:tab"):
             parts.append("\t")
         elif node.tag == qn("w:br"):
             parts.append("\n")
+        elif textboxes or not _inside_textbox(node, p):
+            parts.append(node.text or "")
     return "".join(parts)
 
 

@@ -145,17 +145,9 @@ def _docx_list(p: Any, style: str) -> tuple[int, bool, bool]:
 
 
 def _docx_text(p: Any) -> str:
-    from docx.oxml.ns import qn
+    from ingest.extract.docx import paragraph_text
 
-    parts: list[str] = []
-    for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br")):
-        if node.tag == qn("w:t"):
-            parts.append(node.text or "")
-        elif node.tag == qn("w:tab"):
-            parts.append("\t")
-        else:
-            parts.append("\n")
-    return clean_text("".join(parts))
+    return clean_text(paragraph_text(p, textboxes=True))
 
 
 def _docx_rows(tbl: Any) -> list[list[str]]:
