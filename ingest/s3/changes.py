@@ -265,34 +265,28 @@ def _known_permanent(joined: pa.Table, full_refresh: bool) -> pa.Array:
     """Unchanged since a run stored them as a permanent failure (an unsafe key): no retry
     fixes them, so a run neither tries them again nor counts them against its failed
     share; a changed object (or ``full_refresh``) is tried again."""
-    n = joined.num_rows
-    if full_refresh or n == 0:
-        return pa.array([False] * n, pa.bool_())
+    if full_refresh or joined.num_rows == 0:
+        return pa.array([False] * joined.num_rows, pa.bool_())
     errors = joined.column("prev_error").to_pylist()
     permanent = pa.array([permanent_object_error(e) if e else False for e in errors])
-    same = pc.and_(
-        pc.and_(
-            pc.equal(joined.column("etag"), joined.column("prev_etag")),
-            pc.equal(joined.column("size"), joined.column("prev_size")),
-        ),
-        pc.and_(pc.equal(joined.column("prev_status"), "failed"), permanent),
+    failed = pc.and_(pc.equal(joined.column("prev_status"), "failed"), permanent)
+    return pc.fill_null(pc.and_(_same_content(joined), failed), False)
+
+
+def _same_content(joined: pa.Table) -> pa.Array:
+    """Listed with the ETag and size the stored row has (null where none is stored)."""
+    return pc.and_(
+        pc.equal(joined.column("etag"), joined.column("prev_etag")),
+        pc.equal(joined.column("size"), joined.column("prev_size")),
     )
-    return pc.fill_null(same, False)
 
 
 def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -> pa.Array:
     """Stored with the same ETag and size, and kept as it was stored (``_kept``)."""
-    n = joined.num_rows
-    if full_refresh or n == 0:
-        return pa.array([False] * n, pa.bool_())
-    same = pc.and_(
-        pc.and_(
-            pc.equal(joined.column("etag"), joined.column("prev_etag")),
-            pc.equal(joined.column("size"), joined.column("prev_size")),
-        ),
-        pc.is_in(joined.column("prev_status"), pa.array(_STORED)),
-    )
-    flags = pc.fill_null(same, False).to_pylist()
+    if full_refresh or joined.num_rows == 0:
+        return pa.array([False] * joined.num_rows, pa.bool_())
+    stored = pc.is_in(joined.column("prev_status"), pa.array(_STORED))
+    flags = pc.fill_null(pc.and_(_same_content(joined), stored), False).to_pylist()
     if not local_files:
         return pa.array(flags, pa.bool_())
     # A row with a local path holds only while that file is there with the object's size.
