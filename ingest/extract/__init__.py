@@ -179,10 +179,7 @@ def cut_text(result: _T, max_chars: int | None) -> _T:
     the pages and the markdown, however many pages it has."""
     if max_chars is None:
         return result
-    if len(result.text) > max_chars:
-        result.metadata["text_cut"] = {"kept": max_chars, "chars": len(result.text)}
-        _note(result, f"text cut at {max_chars:,} of {len(result.text):,} characters")
-        result.text = result.text[:max_chars]
+    result.text = _cut(result, "text", result.text, max_chars)
     pages = result.structure.get("pages")
     if pages:
         total = sum(len(p) for p in pages)
@@ -206,12 +203,19 @@ def cut_text(result: _T, max_chars: int | None) -> _T:
                 f"page texts cut at {max_chars:,} of {total:,} characters "
                 f"({len(kept):,} of {len(pages):,} pages kept)",
             )
-    markdown = result.structure.get("markdown")
-    if markdown and len(markdown) > max_chars:
-        result.metadata["markdown_cut"] = {"kept": max_chars, "chars": len(markdown)}
-        _note(result, f"markdown cut at {max_chars:,} of {len(markdown):,} characters")
-        result.structure["markdown"] = markdown[:max_chars]
+    if result.structure.get("markdown"):
+        result.structure["markdown"] = _cut(
+            result, "markdown", result.structure["markdown"], max_chars
+        )
     return result
+
+
+def _cut(result: _Outputs, what: str, text: str, max_chars: int) -> str:
+    """``text`` (the ``what`` of ``result``) cut to ``max_chars``, the cut recorded."""
+    if len(text) > max_chars:
+        result.metadata[f"{what}_cut"] = {"kept": max_chars, "chars": len(text)}
+        _note(result, f"{what} cut at {max_chars:,} of {len(text):,} characters")
+    return text[:max_chars]
 
 
 def _note(result: _Outputs, message: str) -> None:
