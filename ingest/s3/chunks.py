@@ -172,7 +172,8 @@ def load_inventory(
 ) -> Path:
     """Fetch an S3 Inventory report and write its rows for ``bucket``/``prefix``, sorted by
     key, to one Parquet file of ``batch_rows``-row groups: the listing the chunks read."""
-    manifest = inventory.read_manifest(client, *_manifest_location(client, url))
+    dest_bucket, _ = inventory.parse_inventory_url(url)
+    manifest = inventory.read_manifest(client, dest_bucket, inventory.find_manifest(client, url))
     if manifest.source_bucket and manifest.source_bucket != bucket:
         raise inventory.InventoryError(
             f"the inventory at {url} lists bucket {manifest.source_bucket!r}, not {bucket!r}"
@@ -187,11 +188,6 @@ def load_inventory(
             writer.write_batch(batch, row_group_size=batch_rows)
     tmp.replace(target)
     return target
-
-
-def _manifest_location(client: Any, url: str) -> tuple[str, str]:
-    bucket, _ = inventory.parse_inventory_url(url)
-    return bucket, inventory.find_manifest(client, url)
 
 
 def inventory_chunk(listing: Path, cursor: Cursor) -> Chunk:
