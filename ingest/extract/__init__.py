@@ -62,17 +62,15 @@ def extract_document(
     if isinstance(source, Path):
         name = name or source.name
         size = source.stat().st_size
-        if size == 0:
-            return _empty(name)
         with source.open("rb") as f:
             head = f.read(HEAD)
+        settled = settle_by_head(head, size, name)  # the rest of such a file is not read
+        if settled is not None:
+            return settled
         # A zip is told (DOCX or not) from its whole package.
-        whole = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
-        kind = detect_kind(whole if whole is not None else head, name)
-        data: bytes | None = whole
-        if _decided_by_head(kind, head):
-            data = head  # no need to read the rest of a file that is not parsed
-        elif kind == "dwg":
+        data = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
+        kind = detect_kind(data if data is not None else head, name)
+        if kind == "dwg":
             data = None  # ezdwg reads the file by its path
         elif data is None and size <= in_memory_bytes:
             data = source.read_bytes()
@@ -107,10 +105,8 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
     """
     try:
         size = path.stat().st_size
-        head = b""
-        if size:
-            with path.open("rb") as f:
-                head = f.read(HEAD)
+        with path.open("rb") as f:
+            head = f.read(HEAD)
     except OSError:
         return None  # the worker's attempt reports it, as for any unreadable file
     return settle_by_head(head, size, name or path.name)
