@@ -243,16 +243,14 @@ def _obstore_key(key: str) -> bool:
     return not key.startswith("/") and not key.endswith("/")
 
 
-def _get(
-    conn: S3Connection, obj: S3Object, start: int, end: int, max_attempts: int
-) -> tuple[Any, int]:
-    """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match:
-    ``(iterator of chunks, requests made)``."""
+def _get(conn: S3Connection, obj: S3Object, start: int, end: int) -> tuple[Any, int]:
+    """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match,
+    in at most ``get_attempts`` requests: ``(iterator of chunks, requests made)``."""
     whole = start == 0 and end == obj.size
     made = 0
     store = conn.store(obj.bucket) if _obstore_key(obj.key) else None
     if store is not None:
-        got = _get_obstore(store, obj, start, end, whole, max_attempts)
+        got = _get_obstore(store, obj, start, end, whole, get_attempts(conn.settings))
         if not isinstance(got, int):
             return got
         made = got
@@ -266,18 +264,17 @@ def _stream(
     start: int,
     end: int,
     write: Callable[[int, bytes], None],
-    stream_retries: int,
-    max_attempts: int,
 ) -> int:
     """Copy bytes ``start..end-1`` of ``obj`` through ``write(offset, chunk)``.
 
-    A body that breaks mid-transfer is resumed from the last byte written.
-    Returns the number of requests made.
+    A body that breaks mid-transfer is resumed from the last byte written, up to
+    ``s3_stream_retries`` times. Returns the number of requests made.
     """
     attempts = 0
     offset = start
+    stream_retries = conn.settings.stream_retries
     for resume in range(stream_retries + 1):
-        chunks, made = _get(conn, obj, offset, end, max_attempts)
+        chunks, made = _get(conn, obj, offset, end)
         attempts += made
         try:
             for chunk in chunks:
