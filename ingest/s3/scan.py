@@ -186,24 +186,14 @@ def find_changes(
     shard = listed.shard
     objects = feather.read_table(listing_path(run.lake, spec.run_id, listed.name))
     found = changes.diff_chunk(
-        run.lake,
         objects,
-        bucket=spec.bucket,
-        prefix=spec.prefix,
-        after=listed.after,
-        upto=listed.upto,
-        last=listed.next is None,
+        spec,
+        listed,
         db=db,
-        shard_start=shard.start,
-        shard_end=shard.end,
-        include=spec.include,
-        exclude=spec.exclude,
-        full_refresh=spec.full_refresh,
-        extract_version=spec.extract_version,
-        reextract_kinds=spec.reextract_kinds,
-        reextract_since=spec.reextract_since,
         state_sql=_scan(db, run.lake, "s3_objects"),
-        documents_sql=_scan(db, run.lake, "documents") if spec.extract_version else None,
+        documents_sql=(
+            _scan(db, run.lake, "documents") if spec.extract_version is not None else None
+        ),
         local_files=run.task_runner == "thread",
     )
     name = listed.name
