@@ -16,6 +16,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ingest.extract.base import ExtractError, Extraction, clean_text
+from ingest.extract.markdown import paragraph_text
 
 _PARTS = re.compile(r"^word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml$")
 _MAX_XML = 256 * 1024 * 1024  # refuse zip bombs: uncompressed size of one part
@@ -152,31 +153,6 @@ def _block_text(element: Any, out: list[str], seen: set[str]) -> None:
             content = child.find(qn("w:sdtContent"))
             if content is not None:
                 _block_text(content, out, seen)
-
-
-def paragraph_text(p: Any, *, textboxes: bool = False) -> str:
-    """Runs of the paragraph, tabs and breaks kept; the runs of text boxes anchored in it
-    only with ``textboxes`` (the text has them as lines of their own)."""
-    from docx.oxml.ns import qn
-
-    parts: list[str] = []
-    for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br")):
-        if node.tag == qn("w:tab"):
-            parts.append("\t")
-        elif node.tag == qn("w:br"):
-            parts.append("\n")
-        elif textboxes or not _inside_textbox(node, p):
-            parts.append(node.text or "")
-    return "".join(parts)
-
-
-def _inside_textbox(node: Any, stop: Any) -> bool:
-    parent = node.getparent()
-    while parent is not None and parent is not stop:
-        if parent.tag.endswith("}txbxContent"):
-            return True
-        parent = parent.getparent()
-    return False
 
 
 def _xml_paragraphs(archive: zipfile.ZipFile) -> list[str]:

@@ -33,17 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.extract.base import ExtractError, Extraction, clean_text
+from ingest.extract.dxf_data import decode_dxf_escapes, layout_names, release
 
-_UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
 _MAX_DEPTH = 16
 UTF8_FROM = "AC1021"  # $ACADVER of AutoCAD 2007: DXF files are UTF-8 from this release on
-
-
-def decode_dxf_escapes(text: str) -> str:
-    r"""``\U+D3C9`` -> ``평``; ezdxf keeps these escapes of pre-R2007 files as they are."""
-    if "\\U+" not in text:
-        return text
-    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
 
 
 def trim_to_last_pair(data: bytes) -> bytes:
@@ -246,8 +239,6 @@ def extract_drawing(
     layouts: list[str] = []
     parts: list[str] = []
     pages: list[str] = []  # one per layout, as ``pages`` counts them
-    from ingest.extract.dxf_data import layout_names
-
     for name in layout_names(doc):
         layout = doc.layouts.get(name) if name != "Model" else doc.modelspace()
         texts = walker.layout_text(layout)
@@ -297,12 +288,6 @@ def _extents(doc: Any) -> list[list[float]] | None:
     if len(low) != 3 or len(high) != 3 or any(a > b for a, b in zip(low, high, strict=True)):
         return None
     return [low, high]
-
-
-def release(version: str) -> str:
-    from ezdxf.lldxf.const import acad_release
-
-    return str(acad_release.get(version, version))
 
 
 def _drawing_data(doc: Any) -> dict[str, Any]:

@@ -13,9 +13,8 @@ sent back as plain lists with the text (see ``Extraction.structure``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
-
-from ingest.extract.dxf import decode_dxf_escapes, release
 
 # $INSUNITS codes (DXF reference, HEADER section).
 UNITS = {
@@ -45,8 +44,22 @@ UNITS = {
     23: "US survey yards",
     24: "US survey miles",
 }
+_UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
 MAX_ATTRIBUTES = 100_000  # per drawing: the worker's reply stays bounded
 _TEXT_TYPES = ("TEXT", "MTEXT", "ATTRIB", "ATTDEF")
+
+
+def decode_dxf_escapes(text: str) -> str:
+    r"""``\U+D3C9`` -> ``평``; ezdxf keeps these escapes of pre-R2007 files as they are."""
+    if "\\U+" not in text:
+        return text
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def release(version: str) -> str:
+    from ezdxf.lldxf.const import acad_release
+
+    return str(acad_release.get(version, version))
 
 
 def layout_names(doc: Any) -> list[str]:

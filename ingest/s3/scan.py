@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,33 +25,11 @@ import pyarrow.feather as feather
 from ingest import storage
 from ingest.records import ChunkResult, Downloads, ListedChunk, ObjectBatch
 from ingest.s3 import S3Connection, changes, chunks, keys, renames
+from ingest.s3.changes import ListSpec
 from ingest.settings import S3Settings
 from ingest.storage.location import DataDir, LakeLocation
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ListSpec:
-    """What a run lists and how: the same small value for every chunk and batch task."""
-
-    run_id: str
-    bucket: str
-    prefix: str = ""
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    full_refresh: bool = False
-    # The current extractor of each kind (ingest.extract.provenance); None: no extraction.
-    extract_version: dict[str, str] | str | None = None
-    # ``ingest reextract``: only documents of these kinds count as outdated (empty: all),
-    # and those extracted by this release or a later one count as outdated too.
-    reextract_kinds: tuple[str, ...] = ()
-    reextract_since: str | None = None
-    inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
-
-    def __post_init__(self) -> None:
-        # "docs" is the folder docs/ (as aws s3 sync reads it), never "docsa.txt" too
-        object.__setattr__(self, "prefix", keys.folder_prefix(self.prefix))
 
 
 @dataclass(frozen=True)
