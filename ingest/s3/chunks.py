@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from ingest.records import Cursor, Shard
 from ingest.s3 import inventory, keys, rawlist
+from ingest.s3.changes import ListSpec
 from ingest.s3.client import S3Connection
 from ingest.s3.listing import common_prefixes, list_page
 
@@ -67,18 +68,13 @@ def plan_shards(client: Any, bucket: str, prefix: str, shards: int) -> list[Shar
 
 
 def list_chunk(
-    conn: S3Connection,
-    bucket: str,
-    prefix: str,
-    shard: Shard,
-    cursor: Cursor,
-    *,
-    max_pages: int,
+    conn: S3Connection, spec: ListSpec, shard: Shard, cursor: Cursor, *, max_pages: int
 ) -> Chunk:
-    """List up to ``max_pages`` pages of ``shard`` from ``cursor``.
+    """List up to ``max_pages`` pages of ``shard`` of the run's listing from ``cursor``.
 
     Pages go through the lean path (``rawlist``) when it answers, else botocore.
     """
+    bucket, prefix = spec.bucket, spec.prefix
     pages: list[pa.Table] = []
     token = cursor.token
     done = False
@@ -150,17 +146,15 @@ def _before(start: str | None) -> str | None:
     return start[:-1] or None
 
 
-def filter_listing(
-    objects: pa.Table, prefix: str, include: list[str], exclude: list[str]
-) -> pa.Table:
-    """Drop folder markers and the keys the include/exclude globs leave out."""
+def filter_listing(objects: pa.Table, spec: ListSpec) -> pa.Table:
+    """Drop folder markers and the keys the run's include/exclude globs leave out."""
     if objects.num_rows == 0:
         return objects
     keep = pc.invert(pc.ends_with(objects.column("key"), "/"))
     objects = objects.filter(keep)
-    if include or exclude:
+    if spec.include or spec.exclude:
         mask = [
-            keys.matches_filters(keys.relative_key(k, prefix), include, exclude)
+            keys.matches_filters(keys.relative_key(k, spec.prefix), spec.include, spec.exclude)
             for k in objects.column("key").to_pylist()
         ]
         objects = objects.filter(pa.array(mask, pa.bool_()))

@@ -115,15 +115,9 @@ def list_part(
         listing = inventory_dir(run.lake, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
-        chunk = chunks.list_chunk(
-            conn,
-            spec.bucket,
-            spec.prefix,
-            shard,
-            cursor,
-            max_pages=chunk_pages(run, spec, cursor.chunk, db),
-        )
-    listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
+        pages = chunk_pages(run, spec, cursor.chunk, db)
+        chunk = chunks.list_chunk(conn, spec, shard, cursor, max_pages=pages)
+    listed = chunks.filter_listing(chunk.objects, spec)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
     path = listing_path(run.lake, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
