@@ -17,7 +17,7 @@ OCR of image-only PDF pages (``ocr``) is off by default. To enable it:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ingest.extract.base import (
     EncryptedDocumentError,
@@ -28,6 +28,9 @@ from ingest.extract.base import (
 from ingest.extract.chunks import DEFAULT_OVERLAP, DEFAULT_SIZE, add_chunks
 from ingest.extract.detect import HEAD, detect_kind
 from ingest.extract.metadata import complete
+
+if TYPE_CHECKING:  # a name for the checker only: the workers never import pyarrow's records
+    from ingest.records import DocumentStatus
 
 # Bump when a change shared by every extractor changes its output: every document is
 # re-extracted. A change to one kind's extractor bumps that kind's code version instead
@@ -59,17 +62,15 @@ def extract_document(
     if isinstance(source, Path):
         name = name or source.name
         size = source.stat().st_size
-        if size == 0:
-            return _empty(name)
         with source.open("rb") as f:
             head = f.read(HEAD)
+        settled = settle_by_head(head, size, name)  # the rest of such a file is not read
+        if settled is not None:
+            return settled
         # A zip is told (DOCX or not) from its whole package.
-        whole = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
-        kind = detect_kind(whole if whole is not None else head, name)
-        data: bytes | None = whole
-        if _decided_by_head(kind, head):
-            data = head  # no need to read the rest of a file that is not parsed
-        elif kind == "dwg":
+        data = source.read_bytes() if head.startswith(b"PK\x03\x04") else None
+        kind = detect_kind(data if data is not None else head, name)
+        if kind == "dwg":
             data = None  # ezdwg reads the file by its path
         elif data is None and size <= in_memory_bytes:
             data = source.read_bytes()
@@ -82,25 +83,15 @@ def extract_document(
     try:
         return complete(_dispatch(kind, body, max_pages))
     except EncryptedDocumentError as exc:
-        return Extraction(kind=kind, status="encrypted", error=str(exc), extractor=_lib(kind))
+        return _not_read(kind, "encrypted", str(exc))
     except UnsupportedFormatError as exc:
-        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+        return _not_read(kind, "unsupported", str(exc))
     except ExtractError as exc:
-        return Extraction(kind=kind, status="failed", error=str(exc), extractor=_lib(kind))
+        return _not_read(kind, "failed", str(exc))
     except MemoryError:
-        return Extraction(
-            kind=kind,
-            status="failed",
-            error="MemoryError: over the worker's memory limit",
-            extractor=_lib(kind),
-        )
+        return _not_read(kind, "failed", "MemoryError: over the worker's memory limit")
     except Exception as exc:  # a parser bug on one file must become that file's row
-        return Extraction(
-            kind=kind,
-            status="failed",
-            error=f"{type(exc).__name__}: {exc}"[:2000],
-            extractor=_lib(kind),
-        )
+        return _not_read(kind, "failed", f"{type(exc).__name__}: {exc}"[:2000])
 
 
 def extract_by_head(path: Path, name: str = "") -> Extraction | None:
@@ -114,10 +105,8 @@ def extract_by_head(path: Path, name: str = "") -> Extraction | None:
     """
     try:
         size = path.stat().st_size
-        head = b""
-        if size:
-            with path.open("rb") as f:
-                head = f.read(HEAD)
+        with path.open("rb") as f:
+            head = f.read(HEAD)
     except OSError:
         return None  # the worker's attempt reports it, as for any unreadable file
     return settle_by_head(head, size, name or path.name)
@@ -137,7 +126,7 @@ def settle_by_head(head: bytes, size: int, name: str) -> Extraction | None:
     try:
         return _dispatch(kind, head, 0)
     except UnsupportedFormatError as exc:
-        return Extraction(kind=kind, status="unsupported", error=str(exc), extractor="detect")
+        return _not_read(kind, "unsupported", str(exc))
 
 
 def extract_stored(
@@ -186,10 +175,7 @@ def cut_text(result: _T, max_chars: int | None) -> _T:
     the pages and the markdown, however many pages it has."""
     if max_chars is None:
         return result
-    if len(result.text) > max_chars:
-        result.metadata["text_cut"] = {"kept": max_chars, "chars": len(result.text)}
-        _note(result, f"text cut at {max_chars:,} of {len(result.text):,} characters")
-        result.text = result.text[:max_chars]
+    result.text = _cut(result, "text", result.text, max_chars)
     pages = result.structure.get("pages")
     if pages:
         total = sum(len(p) for p in pages)
@@ -213,12 +199,19 @@ def cut_text(result: _T, max_chars: int | None) -> _T:
                 f"page texts cut at {max_chars:,} of {total:,} characters "
                 f"({len(kept):,} of {len(pages):,} pages kept)",
             )
-    markdown = result.structure.get("markdown")
-    if markdown and len(markdown) > max_chars:
-        result.metadata["markdown_cut"] = {"kept": max_chars, "chars": len(markdown)}
-        _note(result, f"markdown cut at {max_chars:,} of {len(markdown):,} characters")
-        result.structure["markdown"] = markdown[:max_chars]
+    if result.structure.get("markdown"):
+        result.structure["markdown"] = _cut(
+            result, "markdown", result.structure["markdown"], max_chars
+        )
     return result
+
+
+def _cut(result: _Outputs, what: str, text: str, max_chars: int) -> str:
+    """``text`` (the ``what`` of ``result``) cut to ``max_chars``, the cut recorded."""
+    if len(text) > max_chars:
+        result.metadata[f"{what}_cut"] = {"kept": max_chars, "chars": len(text)}
+        _note(result, f"{what} cut at {max_chars:,} of {len(text):,} characters")
+    return text[:max_chars]
 
 
 def _note(result: _Outputs, message: str) -> None:
@@ -265,9 +258,14 @@ def _dispatch(kind: str, body: bytes | Path, max_pages: int) -> Extraction:
 
 
 def _empty(name: str) -> Extraction:
-    return Extraction(
-        kind=detect_kind(b"", name), status="empty", error="zero-byte file", extractor="detect"
-    )
+    return _not_read(detect_kind(b"", name), "empty", "zero-byte file")
+
+
+def _not_read(kind: str, status: DocumentStatus, error: str) -> Extraction:
+    """The outcome of a document no parser read to the end: ``empty`` and ``unsupported``
+    are settled by detection, the others by the parser of ``kind``."""
+    extractor = "detect" if status in ("empty", "unsupported") else _lib(kind)
+    return Extraction(kind=kind, status=status, error=error, extractor=extractor)
 
 
 def _lib(kind: str) -> str:

@@ -93,24 +93,20 @@ def parsers_can_read(settings: Extracting, path: str) -> bool:
     return any(real.is_relative_to(Path(root).resolve()) for root in parser_roots(settings))
 
 
-def pool_config(settings: Extracting) -> PoolConfig:
+def pool_config(settings: Extracting, job: str = DEFAULT_EXTRACTOR) -> PoolConfig:
+    """The run's extraction pool (or, with ``job`` ``OCR_JOB``, its OCR pool)."""
+    group = settings.ocr if job == OCR_JOB else settings.extract
     return PoolConfig(
-        workers=settings.extract.workers,
-        time_limit=settings.extract.time_limit,
+        workers=group.workers,
+        time_limit=group.time_limit,
         memory_limit_mb=settings.extract.memory_limit_mb,
-        preload=(DEFAULT_EXTRACTOR,),
+        preload=(job,),
         read_roots=parser_roots(settings),
     )
 
 
 def ocr_pool_config(settings: Extracting) -> PoolConfig:
-    return PoolConfig(
-        workers=settings.ocr.workers,
-        time_limit=settings.ocr.time_limit,
-        memory_limit_mb=settings.extract.memory_limit_mb,
-        preload=(OCR_JOB,),
-        read_roots=parser_roots(settings),
-    )
+    return pool_config(settings, OCR_JOB)
 
 
 def extract_batch(
@@ -175,29 +171,22 @@ def extract_batch(
         futures.append(fut)
         waiting.append(fut)
     now = datetime.now(UTC)
-    docs = [
-        to_document(bucket, key, etag, path, Outcome("ok", done), run_id=run_id, now=now, size=size)
-        if done is not None
-        else to_document(bucket, key, etag, path, fut.result(), run_id=run_id, now=now, size=size)
-        if fut is not None and not _past_budget(fut)
-        else over_budget(bucket, key, etag, path, settings.extract.run_budget, run_id, now)
-        for (key, etag, path), done, fut, size in zip(
-            stored,
-            settled,
-            futures,
-            [lg.size if lg is not None else None for lg in landings],  # a landed file's size
-            strict=True,
+    docs = []
+    for (key, etag, path), done, parse, lg in zip(stored, settled, futures, landings, strict=True):
+        if done is not None:
+            outcome = Outcome("ok", done)
+        elif parse is None or (outcome := parse.result()).status == "budget":  # no worker took it
+            budget = settings.extract.run_budget
+            docs.append(over_budget(bucket, key, etag, path, budget, run_id, now))
+            continue
+        size = lg.size if lg is not None else None  # a landed file's size
+        docs.append(
+            to_document(bucket, key, etag, path, outcome, run_id=run_id, now=now, size=size)
         )
-    ]
     if settings.ocr.enabled:
         run_ocr(settings, docs, stored, ocr_pool)
     provenance.stamp(docs, settings, keep=INTERRUPTED)  # each kind's exact extractor
     return docs
-
-
-def _past_budget(fut: Future[Outcome]) -> bool:
-    """A parse no worker took before the run's extraction deadline (waits for it)."""
-    return fut.result().status == "budget"
 
 
 def submit_parse(
@@ -212,8 +201,13 @@ def submit_parse(
     """The parse of one file on ``pool``, with the run's limits (pages, bytes read into
     memory, characters kept, chunks); not started once ``start_by`` (the run's extraction
     deadline, monotonic) has passed when a worker would take it: a ``budget`` outcome."""
-    default = extractor == DEFAULT_EXTRACTOR
-    extra: dict[str, Any] = {"max_chars": settings.extract.max_chars} if default else {}
+    extra: dict[str, Any] = {}
+    if extractor == DEFAULT_EXTRACTOR:  # a test's hook keeps its own signature
+        extra = {
+            "max_chars": settings.extract.max_chars,
+            "chunk_chars": settings.chunk.chars,
+            "chunk_overlap": settings.chunk.overlap,
+        }
     return pool.submit_by(
         start_by,
         extractor,
@@ -222,7 +216,6 @@ def submit_parse(
         settings.extract.max_pages,
         settings.extract.in_memory_bytes,
         **extra,
-        **chunk_options(settings, extractor),
     )
 
 
@@ -241,13 +234,6 @@ def parse_as_landed(
         return submit_parse(settings, pool(), path, key, start_by=deadline)
 
     return parse
-
-
-def chunk_options(settings: Extracting, extractor: str) -> dict[str, int]:
-    """The chunk settings the default job takes (a test's hook keeps its own signature)."""
-    if extractor != DEFAULT_EXTRACTOR:
-        return {}
-    return {"chunk_chars": settings.chunk.chars, "chunk_overlap": settings.chunk.overlap}
 
 
 def to_document(

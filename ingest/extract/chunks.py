@@ -85,9 +85,8 @@ def chunk_pages(
     wanted = 0  # the next heading to look for
     for number, text in enumerate(pages, start=1):
         # Sections: cut before each heading line found (in order) on this page.
-        sections: list[tuple[int, str]] = []  # (start, heading path from there)
-        path = " > ".join(t for _l, t in stack)
-        sections.append((0, path))
+        # (start, heading path from there)
+        sections: list[tuple[int, str]] = [(0, " > ".join(t for _l, t in stack))]
         offset = 0
         for line in text.split("\n"):
             if wanted < len(headings) and line.strip() == headings[wanted][1]:

@@ -16,6 +16,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ingest.extract.base import ExtractError, Extraction, clean_text
+from ingest.extract.markdown import paragraph_text
 
 _PARTS = re.compile(r"^word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml$")
 _MAX_XML = 256 * 1024 * 1024  # refuse zip bombs: uncompressed size of one part
@@ -137,7 +138,7 @@ def _block_text(element: Any, out: list[str], seen: set[str]) -> None:
 
     for child in element.iterchildren():
         if child.tag == qn("w:p"):
-            text = _paragraph_text(child)
+            text = paragraph_text(child)
             seen.add(text.strip())
             out.append(text)
         elif child.tag == qn("w:tbl"):
@@ -152,31 +153,6 @@ def _block_text(element: Any, out: list[str], seen: set[str]) -> None:
             content = child.find(qn("w:sdtContent"))
             if content is not None:
                 _block_text(content, out, seen)
-
-
-def _paragraph_text(p: Any) -> str:
-    """Runs of the paragraph itself (not of text boxes anchored in it), tabs and breaks kept."""
-    from docx.oxml.ns import qn
-
-    parts: list[str] = []
-    for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br"), qn("w:txbxContent")):
-        if node.tag == qn("w:t"):
-            if not _inside_textbox(node, p):
-                parts.append(node.text or "")
-        elif node.tag == qn("w:tab"):
-            parts.append("\t")
-        elif node.tag == qn("w:br"):
-            parts.append("\n")
-    return "".join(parts)
-
-
-def _inside_textbox(node: Any, stop: Any) -> bool:
-    parent = node.getparent()
-    while parent is not None and parent is not stop:
-        if parent.tag.endswith("}txbxContent"):
-            return True
-        parent = parent.getparent()
-    return False
 
 
 def _xml_paragraphs(archive: zipfile.ZipFile) -> list[str]:

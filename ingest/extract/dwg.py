@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -174,13 +174,9 @@ def read_dwg(path: Path) -> tuple[Any, dict[str, str], list[str]]:
     try:
         builder = _Builder(ezdwg.read(str(path)))
         return builder.build(), builder.handles, builder.skipped
-    except (UnsupportedFormatError, ExtractError):
-        raise
-    except MemoryError:
+    except (ExtractError, MemoryError, KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # ezdwg's errors, and a panic of its Rust core
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
         raise ExtractError(f"unreadable DWG: {type(exc).__name__}: {exc}"[:2000]) from exc
     finally:
         ezdwg.clear_decode_caches()
@@ -328,12 +324,10 @@ class _Builder:
             owner.add_text(dxf.get("text") or "", dxfattribs=attribs)
         elif kind == "MTEXT":
             attribs["insert"] = dxf.get("insert") or (0, 0, 0)
-            if dxf.get("char_height"):
-                attribs["char_height"] = float(dxf["char_height"])
+            _copy(attribs, dxf, "char_height", float, zero=False)
             if dxf.get("rect_width"):
                 attribs["width"] = float(dxf["rect_width"])
-            if dxf.get("attachment_point"):
-                attribs["attachment_point"] = int(dxf["attachment_point"])
+            _copy(attribs, dxf, "attachment_point", int, zero=False)
             text = dxf.get("raw_text") or dxf.get("text") or ""
             owner.add_mtext(text, dxfattribs=attribs)
         elif kind == "ATTDEF":
@@ -345,15 +339,10 @@ class _Builder:
             if not name or name not in self.doc.blocks:
                 return
             insert = dxf.get("insert") or (0, 0, 0)
-            for key in ("xscale", "yscale", "zscale", "rotation"):
-                if dxf.get(key) is not None:
-                    attribs[key] = float(dxf[key])
-            for key in ("column_count", "row_count"):  # a MINSERT's array
-                if dxf.get(key):
-                    attribs[key] = int(dxf[key])
-            for key in ("column_spacing", "row_spacing"):
-                if dxf.get(key):
-                    attribs[key] = float(dxf[key])
+            _copy(attribs, dxf, "xscale yscale zscale rotation", float)
+            # a MINSERT's array
+            _copy(attribs, dxf, "column_count row_count", int, zero=False)
+            _copy(attribs, dxf, "column_spacing row_spacing", float, zero=False)
             ref = owner.add_blockref(name, insert, attribs)
             self.inserts[int(entity.handle)] = ref
             self.handles[ref.dxf.handle] = f"{int(entity.handle):X}"
@@ -367,18 +356,10 @@ class _Builder:
             attribs["geometry"] = block
             dimtype |= 32  # the block shows this dimension
         attribs["dimtype"] = dimtype
-        for key in ("defpoint", "defpoint2", "defpoint3", "text_midpoint"):
-            if dxf.get(key) is not None:
-                attribs[key] = dxf[key]
-        if dxf.get("defpoint4") is not None:
-            attribs["defpoint4"] = dxf["defpoint4"]
-        if dxf.get("defpoint5") is not None:
-            attribs["defpoint5"] = dxf["defpoint5"]
-        if dxf.get("angle") is not None:
-            attribs["angle"] = float(dxf["angle"])
+        _copy(attribs, dxf, "defpoint defpoint2 defpoint3 text_midpoint defpoint4 defpoint5")
+        _copy(attribs, dxf, "angle", float)
         attribs["text"] = dxf.get("text") or ""
-        if dxf.get("actual_measurement") is not None:
-            attribs["actual_measurement"] = float(dxf["actual_measurement"])
+        _copy(attribs, dxf, "actual_measurement", float)
         owner.new_entity("DIMENSION", dxfattribs=attribs)
 
     def _add_attrib(self, insert: Any, entity: Any) -> None:
@@ -390,12 +371,23 @@ class _Builder:
 
 def _text_attribs(dxf: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"insert": dxf.get("insert") or (0, 0, 0)}
-    for key in ("height", "rotation", "width", "oblique"):
-        if dxf.get(key) is not None:
-            out[key] = float(dxf[key])
-    for key in ("halign", "valign"):
-        if dxf.get(key):
-            out[key] = int(dxf[key])
-    if dxf.get("align_point") is not None:
-        out["align_point"] = dxf["align_point"]
+    _copy(out, dxf, "height rotation width oblique", float)
+    _copy(out, dxf, "halign valign", int, zero=False)
+    _copy(out, dxf, "align_point")
     return out
+
+
+def _copy(
+    out: dict[str, Any],
+    dxf: dict[str, Any],
+    names: str,
+    cast: Callable[[Any], Any] | None = None,
+    *,
+    zero: bool = True,
+) -> None:
+    """``out[name] = cast(dxf[name])`` for each of ``names`` (space-separated) the ezdwg
+    entity holds; ``zero`` false: a zero or empty value counts as not held."""
+    for name in names.split():
+        value = dxf.get(name)
+        if value is not None and (zero or value):
+            out[name] = value if cast is None else cast(value)

@@ -33,17 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.extract.base import ExtractError, Extraction, clean_text
+from ingest.extract.dxf_data import decode_dxf_escapes, layout_names, release
 
-_UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
 _MAX_DEPTH = 16
 UTF8_FROM = "AC1021"  # $ACADVER of AutoCAD 2007: DXF files are UTF-8 from this release on
-
-
-def decode_dxf_escapes(text: str) -> str:
-    r"""``\U+D3C9`` -> ``평``; ezdxf keeps these escapes of pre-R2007 files as they are."""
-    if "\\U+" not in text:
-        return text
-    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
 
 
 def trim_to_last_pair(data: bytes) -> bytes:
@@ -246,8 +239,7 @@ def extract_drawing(
     layouts: list[str] = []
     parts: list[str] = []
     pages: list[str] = []  # one per layout, as ``pages`` counts them
-    names = ["Model"] + [n for n in doc.layouts.names_in_taborder() if n.lower() != "model"]
-    for name in names:
+    for name in layout_names(doc):
         layout = doc.layouts.get(name) if name != "Model" else doc.modelspace()
         texts = walker.layout_text(layout)
         layouts.append(name)
@@ -257,7 +249,7 @@ def extract_drawing(
     text = clean_text(decode_dxf_escapes("\n\n".join(parts)))
     metadata: dict[str, Any] = {
         "dxf_version": doc.dxfversion,
-        "release": _release(doc.dxfversion),
+        "release": release(doc.dxfversion),
         "encoding": "utf-8" if doc.dxfversion >= UTF8_FROM else doc.encoding,
         "layouts": layouts,
         "entities": dict(sorted(walker.counts.items())),
@@ -298,12 +290,6 @@ def _extents(doc: Any) -> list[list[float]] | None:
     return [low, high]
 
 
-def _release(version: str) -> str:
-    from ezdxf.lldxf.const import acad_release
-
-    return str(acad_release.get(version, version))
-
-
 def _drawing_data(doc: Any) -> dict[str, Any]:
     """The drawing's attributes and header data (``ingest.extract.dxf_data``); a drawing
     whose tables are damaged keeps its text without them."""
@@ -311,11 +297,11 @@ def _drawing_data(doc: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     try:
-        out["attributes"] = dxf_data.attributes(doc, decode_dxf_escapes)
+        out["attributes"] = dxf_data.attributes(doc)
     except (AttributeError, ValueError, TypeError, KeyError, IndexError):
         out["attributes"] = []
     try:
-        out["drawing"] = dxf_data.drawing(doc, decode_dxf_escapes)
+        out["drawing"] = dxf_data.drawing(doc)
     except (AttributeError, ValueError, TypeError, KeyError, IndexError):
         out["drawing"] = {"acadver": doc.dxfversion}
     return out

@@ -13,15 +13,8 @@ sent back as plain lists with the text (see ``Extraction.structure``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from typing import Any
-
-Decode = Callable[[str], str]  # the ``\\U+XXXX`` decoder of ``ingest.extract.dxf``
-
-
-def _same(text: str) -> str:
-    return text
-
 
 # $INSUNITS codes (DXF reference, HEADER section).
 UNITS = {
@@ -51,8 +44,22 @@ UNITS = {
     23: "US survey yards",
     24: "US survey miles",
 }
+_UNICODE_ESCAPE = re.compile(r"\\U\+([0-9A-Fa-f]{4})")
 MAX_ATTRIBUTES = 100_000  # per drawing: the worker's reply stays bounded
 _TEXT_TYPES = ("TEXT", "MTEXT", "ATTRIB", "ATTDEF")
+
+
+def decode_dxf_escapes(text: str) -> str:
+    r"""``\U+D3C9`` -> ``평``; ezdxf keeps these escapes of pre-R2007 files as they are."""
+    if "\\U+" not in text:
+        return text
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def release(version: str) -> str:
+    from ezdxf.lldxf.const import acad_release
+
+    return str(acad_release.get(version, version))
 
 
 def layout_names(doc: Any) -> list[str]:
@@ -60,7 +67,7 @@ def layout_names(doc: Any) -> list[str]:
     return ["Model"] + [n for n in doc.layouts.names_in_taborder() if n.lower() != "model"]
 
 
-def attributes(doc: Any, decode_dxf_escapes: Decode = _same) -> list[list[Any]]:
+def attributes(doc: Any) -> list[list[Any]]:
     """``[layout, block, tag, value, layer, x, y, z, handle]`` for every ATTRIB of every
     INSERT in model space and the paper space layouts, in layout and drawing order."""
     rows: list[list[Any]] = []
@@ -89,10 +96,8 @@ def attributes(doc: Any, decode_dxf_escapes: Decode = _same) -> list[list[Any]]:
     return rows
 
 
-def drawing(doc: Any, decode_dxf_escapes: Decode = _same) -> dict[str, Any]:
+def drawing(doc: Any) -> dict[str, Any]:
     """What the header and tables say about the drawing as a whole."""
-    from ezdxf.lldxf.const import acad_release
-
     insunits = doc.header.get("$INSUNITS")
     try:
         code = int(insunits) if insunits is not None else None
@@ -106,7 +111,7 @@ def drawing(doc: Any, decode_dxf_escapes: Decode = _same) -> dict[str, Any]:
                 heights.add(round(float(h), 6))
     return {
         "acadver": doc.dxfversion,
-        "release": str(acad_release.get(doc.dxfversion, doc.dxfversion)),
+        "release": release(doc.dxfversion),
         "insunits": code,
         "units": UNITS.get(code, "") if code is not None else "",
         "layers": [decode_dxf_escapes(layer.dxf.name) for layer in doc.layers],

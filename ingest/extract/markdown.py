@@ -145,17 +145,32 @@ def _docx_list(p: Any, style: str) -> tuple[int, bool, bool]:
 
 
 def _docx_text(p: Any) -> str:
+    return clean_text(paragraph_text(p, textboxes=True))
+
+
+def paragraph_text(p: Any, *, textboxes: bool = False) -> str:
+    """Runs of the paragraph, tabs and breaks kept; the runs of text boxes anchored in it
+    only with ``textboxes`` (the text has them as lines of their own)."""
     from docx.oxml.ns import qn
 
     parts: list[str] = []
     for node in p.iter(qn("w:t"), qn("w:tab"), qn("w:br")):
-        if node.tag == qn("w:t"):
-            parts.append(node.text or "")
-        elif node.tag == qn("w:tab"):
+        if node.tag == qn("w:tab"):
             parts.append("\t")
-        else:
+        elif node.tag == qn("w:br"):
             parts.append("\n")
-    return clean_text("".join(parts))
+        elif textboxes or not _inside_textbox(node, p):
+            parts.append(node.text or "")
+    return "".join(parts)
+
+
+def _inside_textbox(node: Any, stop: Any) -> bool:
+    parent = node.getparent()
+    while parent is not None and parent is not stop:
+        if parent.tag.endswith("}txbxContent"):
+            return True
+        parent = parent.getparent()
+    return False
 
 
 def _docx_rows(tbl: Any) -> list[list[str]]:

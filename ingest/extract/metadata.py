@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from operator import itemgetter
 from typing import Any
 
 from ingest.extract.base import Extraction
@@ -99,7 +100,7 @@ def detect_language(text: str) -> str | None:
             return "ja"
         return "zh"
     script, n = max(
-        ((s, c) for s, c in counts.items() if s != "latin"), default=("", 0), key=_second
+        ((s, c) for s, c in counts.items() if s != "latin"), default=("", 0), key=itemgetter(1)
     )
     if n > counts["latin"]:
         return _SCRIPT_LANGUAGE.get(script)
@@ -108,12 +109,8 @@ def detect_language(text: str) -> str | None:
         return None
     freq = Counter(words)
     scores = {lang: sum(freq[w] for w in stop) for lang, stop in _STOPWORDS.items()}
-    lang, best = max(scores.items(), key=_second)
+    lang, best = max(scores.items(), key=itemgetter(1))
     return lang if best >= 2 and best >= 0.02 * len(words) else None
-
-
-def _second(item: tuple[str, int]) -> int:
-    return item[1]
 
 
 def pdf_date(value: Any) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
+from typing import Any
 
 from ingest.extract.base import EncryptedDocumentError, ExtractError, Extraction, clean_text
 from ingest.extract.markdown import pdf_markdown, pdfium_lines
@@ -127,15 +128,7 @@ def _with_pdfium(data: bytes | Path, max_pages: int) -> Extraction:
             metadata["ocr_pages"] = ocr_pages[:1000]
     finally:
         pdf.close()
-    result = Extraction(
-        kind="pdf",
-        text=clean_text("\n\n".join(texts)),
-        pages=n,
-        needs_ocr=needs_ocr,
-        metadata=metadata,
-        extractor="pypdfium2",
-        structure={"pages": [clean_text(t) for t in texts], "markdown": pdf_markdown(lines)},
-    )
+    result = _result(texts, lines, "pypdfium2", pages=n, needs_ocr=needs_ocr, metadata=metadata)
     if n > max_pages:
         result.warn(f"only the first {max_pages} of {n} pages were read")
     return result
@@ -188,14 +181,19 @@ def _with_pdfminer(data: bytes | Path, max_pages: int) -> Extraction:
             texts.append(text)
     except (PDFPasswordIncorrect, PDFEncryptionError) as exc:
         raise EncryptedDocumentError(f"password-protected PDF (pdfminer: {exc})") from exc
+    lines = [[(line, 0.0) for line in t.splitlines()] for t in texts]  # no font sizes
+    return _result(texts, lines, "pdfminer.six", pages=len(texts), needs_ocr=needs_ocr)
+
+
+def _result(
+    texts: list[str], lines: list[list[tuple[str, float]]], extractor: str, **fields: Any
+) -> Extraction:
+    """The extraction of a PDF's page ``texts`` (and its ``lines`` with their font sizes,
+    for the markdown): the whole text, each page's, and the markdown."""
     return Extraction(
         kind="pdf",
         text=clean_text("\n\n".join(texts)),
-        pages=len(texts),
-        needs_ocr=needs_ocr,
-        extractor="pdfminer.six",
-        structure={
-            "pages": [clean_text(t) for t in texts],
-            "markdown": pdf_markdown([[(line, 0.0) for line in t.splitlines()] for t in texts]),
-        },
+        extractor=extractor,
+        structure={"pages": [clean_text(t) for t in texts], "markdown": pdf_markdown(lines)},
+        **fields,
     )

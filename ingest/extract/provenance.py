@@ -26,10 +26,10 @@ import functools
 import importlib.metadata
 from collections.abc import Iterable
 
+from ingest.extract import EXTRACTOR_VERSION, TEXT_KINDS
 from ingest.records import Document
 from ingest.settings import Extracting
 
-TEXT_KINDS = ("txt", "csv", "md", "json", "xml")
 # Code version of each kind's extractor: bump the kind whose output a change alters.
 CODE: dict[str, int] = {
     "pdf": 3,  # 2: pages, markdown with font-size headings, common metadata, chunks;
@@ -74,8 +74,6 @@ def _library_version(name: str) -> str:
 
 def version_for(kind: str, settings: Extracting) -> str:
     """The exact, complete extractor string of a row of ``kind`` under ``settings``."""
-    from ingest.extract import EXTRACTOR_VERSION
-
     name = family(kind)
     parts = [EXTRACTOR_VERSION, f"{name}/{CODE[name]}"]
     parts += [f"{lib}={_library_version(lib)}" for lib in LIBRARIES[name]]

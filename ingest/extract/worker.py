@@ -96,24 +96,19 @@ def serve(conn: Any, memory_limit_mb: int, preload: tuple[str, ...] = (), fence:
         if message is None:
             return
         job_id, ref, args, kwargs = message
+        pid = os.getpid()
         reply: tuple[Any, ...]
         try:
-            reply = (job_id, True, resolve(ref)(*args, **kwargs), None, os.getpid())
+            reply = (job_id, True, resolve(ref)(*args, **kwargs), None, pid)
         except MemoryError:
-            reply = (
-                job_id,
-                False,
-                None,
-                "MemoryError: over the worker's memory limit",
-                os.getpid(),
-            )
+            reply = (job_id, False, None, "MemoryError: over the worker's memory limit", pid)
         except BaseException as exc:
             tb = traceback.format_exc(limit=-3)
-            reply = (job_id, False, None, f"{type(exc).__name__}: {exc}\n{tb}"[:4000], os.getpid())
+            reply = (job_id, False, None, f"{type(exc).__name__}: {exc}\n{tb}"[:4000], pid)
         try:
             conn.send(reply)
         except Exception as exc:  # an unpicklable result
-            conn.send((job_id, False, None, f"result could not be sent: {exc}", os.getpid()))
+            conn.send((job_id, False, None, f"result could not be sent: {exc}", pid))
 
 
 # The fork server forks every worker from this state: freeze the objects imported so far out

@@ -51,28 +51,19 @@ So one object costs at most ``(s3_max_attempts + 1) x (s3_stream_retries + 1)``
 requests per download, and ``s3_max_attempts + 1`` downloads in a run.
 """
 
-from ingest.s3.client import S3Client, S3Connection
-from ingest.s3.download import BatchDownloader, Fetched, fetch_small
-from ingest.s3.errors import attempts_of, error_code, translate_errors
-from ingest.s3.files import sweep_temp, temp_path
-from ingest.s3.get import STREAM_ERRORS, get_attempts
-from ingest.s3.listing import ListPage, check_bucket, list_objects, list_page
+from ingest.s3.client import S3Connection
+from ingest.s3.download import BatchDownloader, Fetched
+from ingest.s3.errors import translate_errors
+from ingest.s3.files import sweep_temp
+from ingest.s3.listing import check_bucket, list_objects, list_page
 
 __all__ = [
-    "STREAM_ERRORS",
     "BatchDownloader",
     "Fetched",
-    "ListPage",
-    "S3Client",
     "S3Connection",
-    "attempts_of",
     "check_bucket",
-    "error_code",
-    "fetch_small",
-    "get_attempts",
     "list_objects",
     "list_page",
     "sweep_temp",
-    "temp_path",
     "translate_errors",
 ]

@@ -26,20 +26,45 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from ingest import duck, storage
+from ingest import duck
 from ingest.records import permanent_object_error
 from ingest.s3 import keys
-from ingest.storage.location import DataDir
+
+if TYPE_CHECKING:
+    from ingest.records import ListedChunk
 
 _STORED = ("downloaded", "skipped", "copied")  # copied: ingest.s3.renames
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ListSpec:
+    """What a run lists and how: the same small value for every chunk and batch task."""
+
+    run_id: str
+    bucket: str
+    prefix: str = ""
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    full_refresh: bool = False
+    # The current extractor of each kind (ingest.extract.provenance); None: no extraction.
+    extract_version: dict[str, str] | str | None = None
+    # ``ingest reextract``: only documents of these kinds count as outdated (empty: all),
+    # and those extracted by this release or a later one count as outdated too.
+    reextract_kinds: tuple[str, ...] = ()
+    reextract_since: str | None = None
+    inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
+
+    def __post_init__(self) -> None:
+        # "docs" is the folder docs/ (as aws s3 sync reads it), never "docsa.txt" too
+        object.__setattr__(self, "prefix", keys.folder_prefix(self.prefix))
 
 
 @dataclass(slots=True)
@@ -97,37 +122,26 @@ def _bounds(after: str | None, upto: str | None, start: str | None, end: str | N
 
 
 def diff_chunk(
-    data_dir: DataDir,
     listing: pa.Table,
+    spec: ListSpec,
+    listed: ListedChunk,
     *,
-    bucket: str,
-    prefix: str,
-    after: str | None,
-    upto: str | None,
-    last: bool,
     db: ListingDatabase,
-    shard_start: str | None = None,
-    shard_end: str | None = None,
-    include: list[str] | None = None,
-    exclude: list[str] | None = None,
-    full_refresh: bool = False,
-    extract_version: str | dict[str, str] | None = None,
-    reextract_kinds: tuple[str, ...] | list[str] = (),
-    reextract_since: str | None = None,
-    state_sql: str | None = None,
-    documents_sql: str | None = None,
-    local_files: bool = True,
+    state_sql: str,
+    documents_sql: str | None,
+    local_files: bool,
 ) -> ChunkChanges:
-    """Split a filtered listing chunk into fetch / extract-only / deleted / unchanged.
+    """Split the filtered listing of the chunk ``listed`` into fetch / extract-only /
+    deleted / unchanged, as the run's ``spec`` asks.
 
-    ``state_sql`` and ``documents_sql`` (``storage.scan`` expressions) may be
-    passed in to reuse one resolution of the tables' files for many chunks.
-    ``local_files`` false: a stored path is on another machine (a Dask worker's
-    disk), so this process cannot check it and trusts the row (``_kept``). ``db``: the
-    run's listing database.
+    ``state_sql`` and ``documents_sql`` (``storage.scan`` expressions, the latter with
+    extraction on) are resolved once for the run's chunks. ``local_files`` false: a
+    stored path is on another machine (a Dask worker's disk), so this process cannot check
+    it and trusts the row (``_kept``). ``db``: the run's listing database.
     """
-    state_sql = state_sql or storage.scan(data_dir, "s3_objects")
-    conds, params = _bounds(after, upto, shard_start, shard_end, last)
+    bucket, prefix, full_refresh = spec.bucket, spec.prefix, spec.full_refresh
+    shard = listed.shard
+    conds, params = _bounds(listed.after, listed.upto, shard.start, shard.end, listed.next is None)
     where = " AND ".join(["bucket = ?", "starts_with(key, ?)", *conds])
     with db.cursor() as con:
         con.register("listing", listing)
@@ -153,20 +167,19 @@ def diff_chunk(
         same = joined.filter(unchanged_mask)
         extract = same.slice(0, 0)
         reasons: dict[str, int] = {}
-        if extract_version is not None and same.num_rows:
-            documents_sql = documents_sql or storage.scan(data_dir, "documents")
+        if spec.extract_version is not None and documents_sql is not None and same.num_rows:
             con.register("same", same)
-            kinds, kind_params = "true", list(reextract_kinds)
-            if reextract_kinds:
-                kinds = f"d.kind IN ({', '.join('?' for _ in reextract_kinds)})"
+            kinds, kind_params = "true", list(spec.reextract_kinds)
+            if spec.reextract_kinds:
+                kinds = f"d.kind IN ({', '.join('?' for _ in spec.reextract_kinds)})"
             since, since_params = "false", []
-            if reextract_since:
+            if spec.reextract_since:
                 since = (
                     "TRY_CAST(string_split(split_part(d.extractor_version, ' ', 1), '.') "
                     "AS INTEGER[]) >= ?::INTEGER[]"
                 )
-                since_params = [release_numbers(reextract_since)]
-            table = _versions(extract_version)
+                since_params = [release_numbers(spec.reextract_since)]
+            table = _versions(spec.extract_version)
             con.register("versions", table)
             # A kind the table does not name is settled by detection (its version is the
             # table's row for "").
@@ -193,14 +206,14 @@ def diff_chunk(
                 if reason == "new":
                     key = "no text for this ETag"
                 elif reason.startswith("asked:"):
-                    key = f"{reason[6:] or 'other'} extracted since {reextract_since}"
+                    key = f"{reason[6:] or 'other'} extracted since {spec.reextract_since}"
                 else:
                     key = f"{reason or 'other'} extractor changed"
                 reasons[key] = reasons.get(key, 0) + 1
             extract = found.drop_columns(["_why"])
-    if deleted.num_rows and (include or exclude):
+    if deleted.num_rows and (spec.include or spec.exclude):
         mask = [
-            keys.matches_filters(keys.relative_key(k, prefix), include or [], exclude or [])
+            keys.matches_filters(keys.relative_key(k, prefix), spec.include, spec.exclude)
             for k in deleted.column("key").to_pylist()
         ]
         deleted = deleted.filter(pa.array(mask, pa.bool_()))
@@ -265,34 +278,28 @@ def _known_permanent(joined: pa.Table, full_refresh: bool) -> pa.Array:
     """Unchanged since a run stored them as a permanent failure (an unsafe key): no retry
     fixes them, so a run neither tries them again nor counts them against its failed
     share; a changed object (or ``full_refresh``) is tried again."""
-    n = joined.num_rows
-    if full_refresh or n == 0:
-        return pa.array([False] * n, pa.bool_())
+    if full_refresh or joined.num_rows == 0:
+        return pa.array([False] * joined.num_rows, pa.bool_())
     errors = joined.column("prev_error").to_pylist()
     permanent = pa.array([permanent_object_error(e) if e else False for e in errors])
-    same = pc.and_(
-        pc.and_(
-            pc.equal(joined.column("etag"), joined.column("prev_etag")),
-            pc.equal(joined.column("size"), joined.column("prev_size")),
-        ),
-        pc.and_(pc.equal(joined.column("prev_status"), "failed"), permanent),
+    failed = pc.and_(pc.equal(joined.column("prev_status"), "failed"), permanent)
+    return pc.fill_null(pc.and_(_same_content(joined), failed), False)
+
+
+def _same_content(joined: pa.Table) -> pa.Array:
+    """Listed with the ETag and size the stored row has (null where none is stored)."""
+    return pc.and_(
+        pc.equal(joined.column("etag"), joined.column("prev_etag")),
+        pc.equal(joined.column("size"), joined.column("prev_size")),
     )
-    return pc.fill_null(same, False)
 
 
 def _unchanged(joined: pa.Table, full_refresh: bool, local_files: bool = True) -> pa.Array:
     """Stored with the same ETag and size, and kept as it was stored (``_kept``)."""
-    n = joined.num_rows
-    if full_refresh or n == 0:
-        return pa.array([False] * n, pa.bool_())
-    same = pc.and_(
-        pc.and_(
-            pc.equal(joined.column("etag"), joined.column("prev_etag")),
-            pc.equal(joined.column("size"), joined.column("prev_size")),
-        ),
-        pc.is_in(joined.column("prev_status"), pa.array(_STORED)),
-    )
-    flags = pc.fill_null(same, False).to_pylist()
+    if full_refresh or joined.num_rows == 0:
+        return pa.array([False] * joined.num_rows, pa.bool_())
+    stored = pc.is_in(joined.column("prev_status"), pa.array(_STORED))
+    flags = pc.fill_null(pc.and_(_same_content(joined), stored), False).to_pylist()
     if not local_files:
         return pa.array(flags, pa.bool_())
     # A row with a local path holds only while that file is there with the object's size.

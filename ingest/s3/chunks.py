@@ -16,6 +16,7 @@ per key held beyond the page being parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +26,13 @@ import pyarrow.parquet as pq
 
 from ingest.records import Cursor, Shard
 from ingest.s3 import inventory, keys, rawlist
+from ingest.s3.changes import ListSpec
 from ingest.s3.client import S3Connection
-from ingest.s3.errors import translate_errors
-from ingest.s3.listing import list_page
+from ingest.s3.listing import common_prefixes, list_page
 
-_TS = pa.timestamp("us", tz="UTC")
-LISTING_SCHEMA = pa.schema(
-    [
-        ("bucket", pa.string()),
-        ("key", pa.string()),
-        ("etag", pa.string()),
-        ("size", pa.int64()),
-        ("last_modified", _TS),
-    ]
-)
+# The fields of ingest.records.S3Object, in its order: an inventory report's rows too.
+LISTING_SCHEMA = inventory.SCHEMA
+_TS = LISTING_SCHEMA.field("last_modified").type
 
 
 @dataclass(slots=True)
@@ -64,19 +58,7 @@ def plan_shards(client: Any, bucket: str, prefix: str, shards: int) -> list[Shar
     """
     if shards <= 1:
         return [Shard(0)]
-    found: list[str] = []
-    token: str | None = None
-    with translate_errors(bucket):
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            resp = client.list_objects_v2(**kwargs)
-            found += [p["Prefix"] for p in resp.get("CommonPrefixes", ())]
-            if not resp.get("IsTruncated") or len(found) >= 100_000:
-                break
-            token = resp.get("NextContinuationToken")
-    found.sort(key=lambda s: s.encode())
+    found = sorted(islice(common_prefixes(client, bucket, prefix), 100_000), key=str.encode)
     if len(found) < 2:
         return [Shard(0)]
     n = min(shards, len(found))
@@ -86,18 +68,13 @@ def plan_shards(client: Any, bucket: str, prefix: str, shards: int) -> list[Shar
 
 
 def list_chunk(
-    conn: S3Connection,
-    bucket: str,
-    prefix: str,
-    shard: Shard,
-    cursor: Cursor,
-    *,
-    max_pages: int,
+    conn: S3Connection, spec: ListSpec, shard: Shard, cursor: Cursor, *, max_pages: int
 ) -> Chunk:
-    """List up to ``max_pages`` pages of ``shard`` from ``cursor``.
+    """List up to ``max_pages`` pages of ``shard`` of the run's listing from ``cursor``.
 
     Pages go through the lean path (``rawlist``) when it answers, else botocore.
     """
+    bucket, prefix = spec.bucket, spec.prefix
     pages: list[pa.Table] = []
     token = cursor.token
     done = False
@@ -169,17 +146,15 @@ def _before(start: str | None) -> str | None:
     return start[:-1] or None
 
 
-def filter_listing(
-    objects: pa.Table, prefix: str, include: list[str], exclude: list[str]
-) -> pa.Table:
-    """Drop folder markers and the keys the include/exclude globs leave out."""
+def filter_listing(objects: pa.Table, spec: ListSpec) -> pa.Table:
+    """Drop folder markers and the keys the run's include/exclude globs leave out."""
     if objects.num_rows == 0:
         return objects
     keep = pc.invert(pc.ends_with(objects.column("key"), "/"))
     objects = objects.filter(keep)
-    if include or exclude:
+    if spec.include or spec.exclude:
         mask = [
-            keys.matches_filters(keys.relative_key(k, prefix), include, exclude)
+            keys.matches_filters(keys.relative_key(k, spec.prefix), spec.include, spec.exclude)
             for k in objects.column("key").to_pylist()
         ]
         objects = objects.filter(pa.array(mask, pa.bool_()))
@@ -191,7 +166,8 @@ def load_inventory(
 ) -> Path:
     """Fetch an S3 Inventory report and write its rows for ``bucket``/``prefix``, sorted by
     key, to one Parquet file of ``batch_rows``-row groups: the listing the chunks read."""
-    manifest = inventory.read_manifest(client, *_manifest_location(client, url))
+    dest_bucket, _ = inventory.parse_inventory_url(url)
+    manifest = inventory.read_manifest(client, dest_bucket, inventory.find_manifest(client, url))
     if manifest.source_bucket and manifest.source_bucket != bucket:
         raise inventory.InventoryError(
             f"the inventory at {url} lists bucket {manifest.source_bucket!r}, not {bucket!r}"
@@ -203,15 +179,9 @@ def load_inventory(
         for batch in inventory.iter_inventory(
             client, manifest, prefix=prefix, work_dir=work_dir, batch_rows=batch_rows
         ):
-            table = pa.Table.from_batches([batch]).cast(LISTING_SCHEMA)
-            writer.write_table(table, row_group_size=batch_rows)
+            writer.write_batch(batch, row_group_size=batch_rows)
     tmp.replace(target)
     return target
-
-
-def _manifest_location(client: Any, url: str) -> tuple[str, str]:
-    bucket, _ = inventory.parse_inventory_url(url)
-    return bucket, inventory.find_manifest(client, url)
 
 
 def inventory_chunk(listing: Path, cursor: Cursor) -> Chunk:

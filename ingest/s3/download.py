@@ -105,15 +105,7 @@ def fetch_small(
                     n[0] += len(chunk)
 
                 if obj.size:
-                    made = _stream(
-                        conn,
-                        obj,
-                        0,
-                        obj.size,
-                        write,
-                        conn.settings.stream_retries,
-                        get_attempts(conn.settings),
-                    )
+                    made = _stream(conn, obj, 0, obj.size, write)
             finally:
                 os.close(fd)
             verify(
@@ -289,15 +281,7 @@ class BatchDownloader:
                 outcome = interrupted(obj)
             else:
                 try:
-                    outcome = _stream(
-                        self.conn,
-                        obj,
-                        start,
-                        end,
-                        write,
-                        self.settings.stream_retries,
-                        get_attempts(self.settings),
-                    )
+                    outcome = _stream(self.conn, obj, start, end, write)
                 except BaseException as exc:
                     outcome = exc
             with state.lock:

@@ -11,7 +11,13 @@ from contextlib import contextmanager
 
 import botocore.exceptions as bce
 
-from ingest.errors import AccessDeniedError, BucketNotFoundError, CredentialsError, EndpointError
+from ingest.errors import (
+    AccessDeniedError,
+    BucketNotFoundError,
+    CredentialsError,
+    EndpointError,
+    ObjectChangedError,
+)
 
 _TERMINAL_CODES = {
     "NoSuchBucket": BucketNotFoundError,
@@ -41,6 +47,25 @@ def credentials_error(code: str, bucket: str, key: str) -> CredentialsError | No
         f"s3://{bucket}/{key}: the credentials stopped working mid-run ({code}); "
         f"{_HINTS[CredentialsError]}, then run again: what was stored is kept"
     )
+
+
+def object_changed(key: str, attempts: int) -> ObjectChangedError:
+    """A GET or HEAD pinned with If-Match to the listed ETag was refused (412)."""
+    return ObjectChangedError(
+        "object changed during the run (ETag no longer matches the listing)",
+        key=key,
+        attempts=attempts,
+    )
+
+
+def refusal(exc: bce.ClientError, bucket: str, key: str, attempts: int) -> Exception | None:
+    """What a GET or HEAD of ``key`` refused with ``exc`` must raise whatever else the
+    caller does with an error: the object changed, or the credentials stopped working
+    (``credentials_error``); None for any other answer."""
+    code = error_code(exc)
+    if code in ("PreconditionFailed", "412"):
+        return object_changed(key, attempts)
+    return credentials_error(code, bucket, key)
 
 
 def error_code(exc: BaseException) -> str:

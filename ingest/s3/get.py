@@ -48,10 +48,10 @@ from obstore.store import S3Store
 from urllib3.exceptions import ProtocolError
 
 from ingest.backoff import Backoff
-from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
+from ingest.errors import DownloadError, IntegrityError
 from ingest.records import S3Object
 from ingest.s3.client import S3Connection
-from ingest.s3.errors import attempts_of, credentials_error, error_code
+from ingest.s3.errors import attempts_of, credentials_error, error_code, object_changed, refusal
 from ingest.settings import S3Settings
 
 log = logging.getLogger(__name__)
@@ -160,11 +160,7 @@ def _get_obstore(
                 return _body(result), attempt
             return result.stream(min_chunk_size=STREAM_CHUNK), attempt
         except obstore_exc.PreconditionError as exc:
-            raise ObjectChangedError(
-                "object changed during the run (ETag no longer matches the listing)",
-                key=obj.key,
-                attempts=attempt,
-            ) from exc
+            raise object_changed(obj.key, attempt) from exc
         except (obstore_exc.InvalidPathError, ValueError) as exc:
             # A key obstore's path type cannot hold: no request was sent.
             log.debug("s3://%s/%s: %s; using boto3", obj.bucket, obj.key, exc)
@@ -214,21 +210,14 @@ def _get_boto(client: Any, obj: S3Object, byte_range: str | None) -> tuple[Any, 
     try:
         resp = client.get_object(**kwargs)
     except bce.ClientError as exc:
+        if (final := refusal(exc, obj.bucket, obj.key, attempts_of(exc))) is not None:
+            raise final from exc
         code = error_code(exc)
-        if code in ("PreconditionFailed", "412"):
-            raise ObjectChangedError(
-                "object changed during the run (ETag no longer matches the listing)",
-                key=obj.key,
-                attempts=attempts_of(exc),
-            ) from exc
-        if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
-            raise expired from exc
-        retryable = code not in _FINAL_GET_CODES
         raise DownloadError(
             f"GET failed: {code or exc}",
             key=obj.key,
             attempts=attempts_of(exc),
-            retryable=retryable,
+            retryable=code not in _FINAL_GET_CODES,
         ) from exc
     except bce.BotoCoreError as exc:
         raise DownloadError(f"GET failed: {exc}", key=obj.key, attempts=1) from exc
@@ -254,16 +243,14 @@ def _obstore_key(key: str) -> bool:
     return not key.startswith("/") and not key.endswith("/")
 
 
-def _get(
-    conn: S3Connection, obj: S3Object, start: int, end: int, max_attempts: int
-) -> tuple[Any, int]:
-    """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match:
-    ``(iterator of chunks, requests made)``."""
+def _get(conn: S3Connection, obj: S3Object, start: int, end: int) -> tuple[Any, int]:
+    """GET bytes ``start..end-1`` of ``obj`` pinned to the listed version with If-Match,
+    in at most ``get_attempts`` requests: ``(iterator of chunks, requests made)``."""
     whole = start == 0 and end == obj.size
     made = 0
     store = conn.store(obj.bucket) if _obstore_key(obj.key) else None
     if store is not None:
-        got = _get_obstore(store, obj, start, end, whole, max_attempts)
+        got = _get_obstore(store, obj, start, end, whole, get_attempts(conn.settings))
         if not isinstance(got, int):
             return got
         made = got
@@ -277,18 +264,17 @@ def _stream(
     start: int,
     end: int,
     write: Callable[[int, bytes], None],
-    stream_retries: int,
-    max_attempts: int,
 ) -> int:
     """Copy bytes ``start..end-1`` of ``obj`` through ``write(offset, chunk)``.
 
-    A body that breaks mid-transfer is resumed from the last byte written.
-    Returns the number of requests made.
+    A body that breaks mid-transfer is resumed from the last byte written, up to
+    ``s3_stream_retries`` times. Returns the number of requests made.
     """
     attempts = 0
     offset = start
+    stream_retries = conn.settings.stream_retries
     for resume in range(stream_retries + 1):
-        chunks, made = _get(conn, obj, offset, end, max_attempts)
+        chunks, made = _get(conn, obj, offset, end)
         attempts += made
         try:
             for chunk in chunks:

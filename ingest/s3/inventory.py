@@ -66,6 +66,7 @@ import pyarrow as pa
 from ingest.errors import TerminalError
 from ingest.s3.errors import error_code, translate_errors
 from ingest.s3.get import CHUNK, STREAM_ERRORS
+from ingest.s3.listing import common_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -213,17 +214,10 @@ def find_manifest(client: Any, url: str) -> str:
 
 def _dated_folders(client: Any, bucket: str, root: str) -> Iterator[str]:
     """Names of the ``YYYY-MM-DDTHH-MMZ`` folders directly under ``root``."""
-    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": root, "Delimiter": "/"}
-    while True:
-        with translate_errors(bucket):
-            resp = client.list_objects_v2(**kwargs)
-        for common in resp.get("CommonPrefixes", ()):
-            name = common["Prefix"][len(root) :].rstrip("/")
-            if _DATE_DIR.fullmatch(name):
-                yield name
-        if not resp.get("IsTruncated"):
-            return
-        kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+    for common in common_prefixes(client, bucket, root):
+        name = common[len(root) :].rstrip("/")
+        if _DATE_DIR.fullmatch(name):
+            yield name
 
 
 def _exists(client: Any, bucket: str, key: str) -> bool:

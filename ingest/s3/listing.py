@@ -63,6 +63,20 @@ def list_page(
     return ListPage(objects, next_token)
 
 
+def common_prefixes(client: Any, bucket: str, prefix: str) -> Iterator[str]:
+    """The common prefixes one ``/`` level below ``prefix`` (a delimiter listing), in the
+    order S3 lists them, page by page."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+    while True:
+        with translate_errors(bucket):
+            resp = client.list_objects_v2(**kwargs)
+        for common in resp.get("CommonPrefixes", ()):
+            yield common["Prefix"]
+        if not resp.get("IsTruncated"):
+            return
+        kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
+
 def list_objects(client: Any, bucket: str, prefix: str = "") -> Iterator[S3Object]:
     """Every object under ``prefix``, streamed page by page."""
     token: str | None = None

@@ -173,18 +173,12 @@ def _parse_tree(body: bytes) -> RawPage | None:
     page = RawPage()
     ns = _NS if root.tag.startswith(_NS) else ""
     encoded = root.findtext(f"{ns}EncodingType") == "url"
-    tag_key, tag_etag, tag_size, tag_mod = (
-        f"{ns}Key",
-        f"{ns}ETag",
-        f"{ns}Size",
-        f"{ns}LastModified",
-    )
     for item in root.iter(f"{ns}Contents"):
-        key = item.findtext(tag_key) or ""
+        key = item.findtext(f"{ns}Key") or ""
         page.keys.append(unquote_plus(key) if encoded else key)
-        page.etags.append((item.findtext(tag_etag) or "").strip('"'))
-        page.sizes.append(int(item.findtext(tag_size) or 0))
-        page.modified.append(item.findtext(tag_mod) or "")
+        page.etags.append((item.findtext(f"{ns}ETag") or "").strip('"'))
+        page.sizes.append(int(item.findtext(f"{ns}Size") or 0))
+        page.modified.append(item.findtext(f"{ns}LastModified") or "")
     if (root.findtext(f"{ns}IsTruncated") or "").lower() == "true":
         page.next_token = root.findtext(f"{ns}NextContinuationToken")
         if not page.next_token:

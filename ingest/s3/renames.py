@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from ingest import storage
 from ingest.s3 import keys
-from ingest.s3.changes import ListingDatabase, _file_sizes
+from ingest.s3.changes import ListingDatabase, ListSpec, _file_sizes, _versions
 from ingest.s3.files import _publish, remove, temp_path
 from ingest.s3.tables import S3_OBJECTS
 
@@ -124,28 +124,28 @@ def _candidates(
 def take_stored(
     db: ListingDatabase,
     fetch: pa.Table,
+    spec: ListSpec,
     *,
-    bucket: str,
-    prefix: str,
     root: str,
-    run_id: str,
     state_sql: str,
     documents_sql: str | None = None,
-    versions: pa.Table | None = None,
     claims: keys.PathClaims | None = None,
     table_sql: dict[str, str] | None = None,
     files: Files = "local",
     copy_remote: Callable[[str, str], str] | None = None,
 ) -> Copied:
-    """Give the keys of ``fetch`` whose content is stored their rows, and their file as
-    ``files`` says; the rest stay to fetch. ``documents_sql`` and ``versions`` (extraction
-    on): only objects with a current extraction are copied, with their ``documents`` rows
-    and the structured tables' rows (``table_sql``: table name -> scan expression of those
-    present). ``copy_remote(src, key)`` (``files`` ``remote``): copies the stored copy at
-    ``src`` to ``key``'s address on object storage and returns that address."""
+    """Give the keys of ``fetch`` (listed for the run's ``spec``) whose content is stored
+    their rows, and their file as ``files`` says; the rest stay to fetch. ``documents_sql``
+    (extraction on): only objects with a current extraction are copied, with their
+    ``documents`` rows and the structured tables' rows (``table_sql``: table name -> scan
+    expression of those present). ``copy_remote(src, key)`` (``files`` ``remote``): copies
+    the stored copy at ``src`` to ``key``'s address on object storage and returns that
+    address."""
     empty = Copied(fetch, S3_OBJECTS.empty_table(), {})
     if fetch.num_rows == 0:
         return empty
+    bucket, prefix, run_id = spec.bucket, spec.prefix, spec.run_id
+    versions = _versions(spec.extract_version) if spec.extract_version else None
     found = _candidates(
         db,
         fetch,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,34 +26,12 @@ from ingest import storage
 from ingest.extract.tables import DOCUMENTS
 from ingest.records import ChunkResult, Downloads, ListedChunk, ObjectBatch
 from ingest.s3 import S3Connection, changes, chunks, keys, renames
+from ingest.s3.changes import ListSpec
 from ingest.s3.tables import S3_OBJECTS
 from ingest.settings import S3Settings
 from ingest.storage.location import DataDir, LakeLocation
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ListSpec:
-    """What a run lists and how: the same small value for every chunk and batch task."""
-
-    run_id: str
-    bucket: str
-    prefix: str = ""
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    full_refresh: bool = False
-    # The current extractor of each kind (ingest.extract.provenance); None: no extraction.
-    extract_version: dict[str, str] | str | None = None
-    # ``ingest reextract``: only documents of these kinds count as outdated (empty: all),
-    # and those extracted by this release or a later one count as outdated too.
-    reextract_kinds: tuple[str, ...] = ()
-    reextract_since: str | None = None
-    inventory: str | None = None  # an S3 Inventory report to list from instead of LIST
-
-    def __post_init__(self) -> None:
-        # "docs" is the folder docs/ (as aws s3 sync reads it), never "docsa.txt" too
-        object.__setattr__(self, "prefix", keys.folder_prefix(self.prefix))
 
 
 @dataclass(frozen=True)
@@ -139,15 +117,9 @@ def list_part(
         listing = inventory_dir(run.lake, spec.run_id) / "listing.parquet"
         chunk = chunks.inventory_chunk(listing, cursor)
     else:
-        chunk = chunks.list_chunk(
-            conn,
-            spec.bucket,
-            spec.prefix,
-            shard,
-            cursor,
-            max_pages=chunk_pages(run, spec, cursor.chunk, db),
-        )
-    listed = chunks.filter_listing(chunk.objects, spec.prefix, spec.include, spec.exclude)
+        pages = chunk_pages(run, spec, cursor.chunk, db)
+        chunk = chunks.list_chunk(conn, spec, shard, cursor, max_pages=pages)
+    listed = chunks.filter_listing(chunk.objects, spec)
     name = f"s{shard.index:03d}-c{cursor.chunk:06d}"
     path = listing_path(run.lake, spec.run_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,24 +160,14 @@ def find_changes(
     shard = listed.shard
     objects = feather.read_table(listing_path(run.lake, spec.run_id, listed.name))
     found = changes.diff_chunk(
-        run.lake,
         objects,
-        bucket=spec.bucket,
-        prefix=spec.prefix,
-        after=listed.after,
-        upto=listed.upto,
-        last=listed.next is None,
+        spec,
+        listed,
         db=db,
-        shard_start=shard.start,
-        shard_end=shard.end,
-        include=spec.include,
-        exclude=spec.exclude,
-        full_refresh=spec.full_refresh,
-        extract_version=spec.extract_version,
-        reextract_kinds=spec.reextract_kinds,
-        reextract_since=spec.reextract_since,
         state_sql=_scan(db, run.lake, "s3_objects"),
-        documents_sql=_scan(db, run.lake, "documents") if spec.extract_version else None,
+        documents_sql=(
+            _scan(db, run.lake, "documents") if spec.extract_version is not None else None
+        ),
         local_files=run.task_runner == "thread",
     )
     name = listed.name
@@ -297,13 +259,10 @@ def copy_stored(
     copied = renames.take_stored(
         db,
         fetch,
-        bucket=spec.bucket,
-        prefix=spec.prefix,
+        spec,
         root=str(root),
-        run_id=spec.run_id,
         state_sql=_scan(db, loc, "s3_objects"),
         documents_sql=_scan(db, loc, "documents") if extract else None,
-        versions=changes._versions(spec.extract_version) if spec.extract_version else None,
         claims=claims.for_root(root, run.s3.refuse_folded_collisions) if claims else None,
         table_sql={t: _scan(db, loc, t) for t in structure.TABLES if t in present and extract},
         files=files,

@@ -40,9 +40,9 @@ from typing import Any
 
 import botocore.exceptions as bce
 
-from ingest.errors import DownloadError, IntegrityError, ObjectChangedError
+from ingest.errors import DownloadError, IntegrityError
 from ingest.records import S3Object
-from ingest.s3.errors import attempts_of, credentials_error, error_code
+from ingest.s3.errors import attempts_of, error_code, refusal
 
 log = logging.getLogger(__name__)
 
@@ -98,23 +98,12 @@ def composite_etag(path: str, part_size: int) -> str:
     return f"{whole}-{len(digests)}"
 
 
-def file_md5(path: str) -> str:
-    md5 = hashlib.md5(usedforsecurity=False)
+def file_digest(path: str, hasher: Any) -> Any:
+    """``hasher`` (anything with ``update``) fed the whole file at ``path``."""
     with open(path, "rb") as f:
         while chunk := f.read(READ):
-            md5.update(chunk)
-    return md5.hexdigest()
-
-
-class _Crc32:
-    def __init__(self) -> None:
-        self.value = 0
-
-    def update(self, chunk: bytes) -> None:
-        self.value = zlib.crc32(chunk, self.value)
-
-    def digest(self) -> bytes:
-        return self.value.to_bytes(4, "big")
+            hasher.update(chunk)
+    return hasher
 
 
 # S3's CRC32C and CRC64NVME, by their catalogue names in anycrc (imported only when a
@@ -122,12 +111,15 @@ class _Crc32:
 _ANYCRC = {"ChecksumCRC32C": ("CRC32C", 4), "ChecksumCRC64NVME": ("CRC64-NVME", 8)}
 
 
-class _AnyCrc:
-    def __init__(self, model: Any, width: int) -> None:
-        self.model, self.width, self.value = model, width, 0
+class _Crc:
+    """A CRC as a hasher: ``calc(chunk, value)`` (``zlib.crc32``, an anycrc model's
+    ``calc``) folds each chunk in; the digest is the value's ``width`` bytes, big-endian."""
+
+    def __init__(self, calc: Callable[[bytes, int], int], width: int) -> None:
+        self.calc, self.width, self.value = calc, width, 0
 
     def update(self, chunk: bytes) -> None:
-        self.value = self.model.calc(chunk, self.value)
+        self.value = self.calc(chunk, self.value)
 
     def digest(self) -> bytes:
         return int(self.value).to_bytes(self.width, "big")
@@ -140,7 +132,7 @@ def _hasher(field: str) -> Callable[[], Any] | None:
     if field == "ChecksumSHA1":
         return lambda: hashlib.sha1(usedforsecurity=False)
     if field == "ChecksumCRC32":
-        return _Crc32
+        return lambda: _Crc(zlib.crc32, 4)
     if field in _ANYCRC:
         name, width = _ANYCRC[field]
         try:
@@ -148,20 +140,12 @@ def _hasher(field: str) -> Callable[[], Any] | None:
         except ImportError:  # an install without it: checked by what else the store offers
             return None
         model = anycrc.Model(name)
-        return lambda: _AnyCrc(model, width)
+        return lambda: _Crc(model.calc, width)
     return None
 
 
 # Strongest first.
 _ORDER = ("ChecksumSHA256", "ChecksumSHA1", "ChecksumCRC64NVME", "ChecksumCRC32C", "ChecksumCRC32")
-
-
-def file_checksum(path: str, make: Callable[[], Any]) -> str:
-    hasher = make()
-    with open(path, "rb") as f:
-        while chunk := f.read(READ):
-            hasher.update(chunk)
-    return base64.b64encode(hasher.digest()).decode()
 
 
 def verify(
@@ -187,7 +171,7 @@ def verify(
     if not obj.size or not etag:
         return "size"
     if _MD5_ETAG.fullmatch(etag):
-        md5_hex = md5_hex or file_md5(path)
+        md5_hex = md5_hex or file_digest(path, hashlib.md5(usedforsecurity=False)).hexdigest()
         if md5_hex != etag:
             raise IntegrityError(
                 f"MD5 {md5_hex} differs from the ETag {obj.etag}", key=obj.key, attempts=attempts
@@ -221,15 +205,8 @@ def _head(client: Any, obj: S3Object, attempts: int, **kw: Any) -> dict[str, Any
     try:
         return dict(client.head_object(Bucket=obj.bucket, Key=obj.key, **kw))
     except bce.ClientError as exc:
-        code = error_code(exc)
-        if code in ("PreconditionFailed", "412"):
-            raise ObjectChangedError(
-                "object changed during the run (ETag no longer matches the listing)",
-                key=obj.key,
-                attempts=attempts + attempts_of(exc),
-            ) from exc
-        if (expired := credentials_error(code, obj.bucket, obj.key)) is not None:
-            raise expired from exc
+        if (final := refusal(exc, obj.bucket, obj.key, attempts + attempts_of(exc))) is not None:
+            raise final from exc
         raise
     except bce.BotoCoreError as exc:
         raise DownloadError(
@@ -241,6 +218,15 @@ def _status(exc: bce.ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
+def _head_failed(what: str, obj: S3Object, exc: bce.ClientError, attempts: int) -> DownloadError:
+    """A HEAD the store failed to answer (5xx, throttled): the download is retried."""
+    return DownloadError(
+        f"HEAD for the {what} failed: {error_code(exc) or _status(exc)}",
+        key=obj.key,
+        attempts=attempts + attempts_of(exc),
+    )
+
+
 def _part_size(client: Any, obj: S3Object, attempts: int) -> int | None:
     """The size of part 1 as the store reports it (``PartNumber=1``), None when it does
     not say (it refuses the parameter or answers the whole object). No If-Match: some
@@ -249,11 +235,7 @@ def _part_size(client: Any, obj: S3Object, attempts: int) -> int | None:
         head = _head(client, obj, attempts, PartNumber=1)
     except bce.ClientError as exc:
         if _status(exc) >= 500 or error_code(exc) in ("SlowDown", "InternalError"):
-            raise DownloadError(
-                f"HEAD for the part size failed: {error_code(exc) or _status(exc)}",
-                key=obj.key,
-                attempts=attempts + attempts_of(exc),
-            ) from exc
+            raise _head_failed("part size", obj, exc, attempts) from exc
         log.info("s3://%s/%s: the store does not tell part sizes (%s)", obj.bucket, obj.key, exc)
         return None
     if not head.get("PartsCount"):
@@ -272,11 +254,7 @@ def _verify_checksum(client: Any, obj: S3Object, path: str, attempts: int) -> st
         head = _head(client, obj, attempts, ChecksumMode="ENABLED", **pinned)
     except bce.ClientError as exc:
         if _status(exc) >= 500 and error_code(exc) != "NotImplemented":
-            raise DownloadError(
-                f"HEAD for the checksum failed: {error_code(exc) or _status(exc)}",
-                key=obj.key,
-                attempts=attempts + attempts_of(exc),
-            ) from exc
+            raise _head_failed("checksum", obj, exc, attempts) from exc
         # The store refuses ChecksumMode: the size is all that can be checked here.
         with _refusals_lock:
             _refuses_checksum_mode.add(client)
@@ -296,7 +274,7 @@ def _verify_checksum(client: Any, obj: S3Object, path: str, attempts: int) -> st
         make = _hasher(field)
         if make is None:
             continue
-        got = file_checksum(path, make)
+        got = base64.b64encode(file_digest(path, make()).digest()).decode()
         if got != value:
             raise IntegrityError(
                 f"{field.removeprefix('Checksum')} {got} differs from the object's {value}",
