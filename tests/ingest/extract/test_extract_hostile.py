@@ -123,7 +123,12 @@ def test_a_spent_run_budget_leaves_the_rest_to_the_next_run(tmp_path: Path) -> N
     # where work starts: the second, queued in time, is not started when the worker is
     # free at 2 s either.
     settings = Settings(extract={"workers": 1, "run_budget": 1.0})
+    warm = tmp_path / "warm.txt"
+    warm.write_text("the worker is up")
     with WorkerPool(PoolConfig(workers=1, time_limit=2, preload=(HOOK,))) as pool:
+        # the worker up before the run's budget starts: on a busy machine its start alone
+        # could spend the 1 s, and then not even the first file would be handed over
+        assert pool.submit(HOOK, str(warm), warm.name, 1, 1 << 20).result().status == "ok"
         docs = extract_batch(
             settings.extracting, "b", stored, run_id="budget", pool=pool, extractor=HOOK
         )
