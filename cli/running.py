@@ -1,21 +1,18 @@
 """How a command runs a flow: its parameters checked before anything starts, a Prefect
 API found or started, the flow run in this process as the command's own run, the console
-kept to one line per mistake, Ctrl-C and SIGTERM turned into exit codes; the end of the
-command's start-up (``started_up``) and of its process (``exit_now``)."""
+kept to one line per mistake, Ctrl-C and SIGTERM turned into exit codes; and the end of the
+command's start-up (``started_up``)."""
 
 from __future__ import annotations
 
-import atexit
 import gc
 import logging
 import os
 import signal
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 
@@ -268,19 +265,3 @@ def started_up() -> None:
         return
     gc.freeze()
     gc.enable()
-
-
-def exit_now(code: int | str | None) -> NoReturn:
-    """End the command's process with ``code`` (a ``SystemExit``'s) as the interpreter ends
-    it, without its last step: what an exit runs first still runs (non-daemon threads
-    joined, Prefect's log and event drains, exit handlers, the console flushed), then the
-    process ends without tearing down every module and object the imports and the run
-    built, which nothing reads any more (0.1-0.4 s of a first run's end on these 2 cores,
-    more under load: benchmarks/whole.md)."""
-    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's own first step
-    atexit._run_exitfuncs()
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)  # as the interpreter says a SystemExit's message
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -25,7 +25,6 @@ from ingest.context import RunContext
 from ingest.report import freshness, history, timing
 from ingest.report import summary as report
 from ingest.storage.location import DataDir
-from ingest.storage.warehouse import close_kept
 
 _logger = logging.getLogger("ingest.report.history")
 
@@ -264,10 +263,7 @@ def _commit_final_row(
     )
     if not parent:  # a child's freshness rows are its parent's, with Prefect's figure
         freshness.take_run_seconds(location, staged_by, str(run.id), seconds)
-    try:
-        storage.finish_run(location, staged_by)
-    finally:  # the file the run's commit left open (tasks.storage.refresh_views)
-        close_kept(location)
+    storage.finish_run(location, staged_by)
     with _ended_lock:
         _ended[str(run.id)] = seconds
         while len(_ended) > _ENDED_KEPT:

@@ -139,8 +139,7 @@ def commit_run(
 def refresh_views(lake: LakeLocation, tables: dict[str, int]) -> bool:
     """Bring warehouse.duckdb's views of ``tables`` to their new versions; False (and a
     warning) when another process holds the file."""
-    # Left open for the end-of-run hook's refresh (tasks.history): one opening a run.
-    if storage.refresh_warehouse(lake, tables=tables, keep_seconds=10.0):
+    if storage.refresh_warehouse(lake, tables=tables):
         return True
     get_run_logger().warning(
         "warehouse.duckdb not refreshed: another process holds it open read-write (the "

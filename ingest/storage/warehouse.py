@@ -366,26 +366,8 @@ def _holding(db: os.PathLike[str]) -> threading.Lock:
         return _HOLDERS.setdefault(os.path.realpath(db), threading.Lock())
 
 
-# warehouse.duckdb files a refresh left open (``keep_seconds``), by real path; taken and
-# closed under the file's ``_holding`` lock.
-_KEPT: dict[str, duckdb.DuckDBPyConnection] = {}
-
-
-def close_kept(data_dir: DataDir) -> None:
-    """Close ``data_dir``'s warehouse file if a refresh left it open (``keep_seconds``)."""
-    db = locate(data_dir).local_dir / WAREHOUSE
-    with _holding(db):
-        con = _KEPT.pop(os.path.realpath(db), None)
-        if con is not None:
-            con.close()
-
-
 def refresh_warehouse(
-    data_dir: DataDir,
-    *,
-    tables: Iterable[str] | None = None,
-    wait_seconds: float = 5.0,
-    keep_seconds: float = 0.0,
+    data_dir: DataDir, *, tables: Iterable[str] | None = None, wait_seconds: float = 5.0
 ) -> bool:
     """Make ``warehouse.duckdb`` hold views over the tables' current versions (with
     ``tables``, over those only: the ones a run just wrote; opening every table of the
@@ -395,11 +377,6 @@ def refresh_warehouse(
     (someone in the ``duckdb`` CLI, which opens read-write by default) is waited
     for a few seconds, then left alone. A lake on object storage has no views in the
     file (see the module's docstring): nothing to do.
-
-    With ``keep_seconds`` (a run's commit, whose end-of-run hook refreshes the views of
-    the tables it commits moments later) the file stays open in this process for up to
-    that long: the next refresh of it here uses it and closes it (``close_kept`` sooner).
-    An opening and its closing checkpoint were ~60 % of that hook's time.
     """
     if locate(data_dir).remote:
         return True
@@ -433,26 +410,14 @@ def refresh_warehouse(
             # the file's database, where two transactions replacing one view conflict: they
             # take turns. Each reads the tables' versions once it holds the file (another
             # process's commit and refresh in between is not overwritten with older views).
-            with _holding(db):
-                con = _KEPT.pop(os.path.realpath(db), None) or duck.connect(str(db))
-                try:
-                    bodies, signature = current()
-                    # one transaction: a reader sees the views all old or all new, and the
-                    # file's log is written once, not once per view
-                    con.execute("BEGIN TRANSACTION")
-                    for name, body in bodies.items():
-                        con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.close()
-                    raise
-                if keep_seconds <= 0:
-                    con.close()
-                else:  # for the next refresh here, or closed when the time is up
-                    _KEPT[os.path.realpath(db)] = con
-                    timer = threading.Timer(keep_seconds, close_kept, (data_dir,))
-                    timer.daemon = True
-                    timer.start()
+            with _holding(db), duck.connect(str(db)) as con:
+                bodies, signature = current()
+                # one transaction: a reader sees the views all old or all new, and the
+                # file's log is written once, not once per view
+                con.execute("BEGIN TRANSACTION")
+                for name, body in bodies.items():
+                    con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {body}')
+                con.execute("COMMIT")
             if signature is None:
                 stamp.unlink(missing_ok=True)
             else:
