@@ -11,7 +11,7 @@ import functools
 import types
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, NamedTuple, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 from prefect.futures import PrefectFuture, as_completed
 
@@ -19,8 +19,6 @@ from ingest import context, security
 from ingest.extract import provenance
 from ingest.records import BatchSummary, ExtractSummary, ObjectBatch
 from ingest.report.summary import RunSummary
-from ingest.rest.github import github_source
-from ingest.rest.source import PROJECT_ROOT, Source, load_source, source_path
 from ingest.s3.scan import ListSpec
 from ingest.s3.schedule import Future, Steps, schedule
 from ingest.settings import Settings
@@ -30,6 +28,9 @@ from tasks.progress import track_batch
 from tasks.runners import batch_runner, submit
 from tasks.s3 import download_batch, fetch_batch, find_changes, list_objects, plan_listing
 from tasks.storage import hold_target, run_staging
+
+if TYPE_CHECKING:  # the REST modules are imported by the runs that use them
+    from ingest.rest.source import Source
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,6 +55,8 @@ def deployment_defaults() -> dict[str, Any] | None:
         deployment_id = deployment.id
     if not deployment_id:
         return None
+    from ingest.rest.source import PROJECT_ROOT
+
     return security.project_defaults(PROJECT_ROOT / "prefect.yaml")
 
 
@@ -154,6 +157,8 @@ def github_run(
     with the run's data folder and task runner, its API root and folders refused where
     the deployment forbids them, and the source built from its parameters (``knobs``:
     state, per_page, concurrency, base_url, token_block, rate_limit_reserve, max_wait)."""
+    from ingest.rest.github import github_source
+
     worker = Settings()
     settings = worker.with_data_dir(data_dir)
     settings = settings.model_copy(update={"task_runner": task_runner})
@@ -178,6 +183,8 @@ def rest_run(
     (a clear error, with the line, before anything runs) from where the deployment allows,
     its API root and credentials' variables refused where it forbids them, and its
     concurrency the run's when given."""
+    from ingest.rest.source import PROJECT_ROOT, load_source, source_path
+
     worker = Settings()
     settings = worker.with_data_dir(data_dir)
     settings = settings.model_copy(update={"task_runner": task_runner})
