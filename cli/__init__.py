@@ -9,4 +9,4 @@ first. ``ingest.setup_process`` says what it sets and the figures behind it.
 
 import ingest
 
-ingest.setup_process(tables=False)  # the tables: lake_of, or the flows' own set-up
+ingest.setup_process(tables=False)  # the tables: command_lake, or the flows' own set-up

@@ -36,7 +36,7 @@ def setup_process(*, tables: bool = True) -> None:
 
     Then (``tables``) every source's tables are handed to storage (``ingest.catalog.load``),
     so that whatever the process does first (a run's end-of-run hook) knows them all. The
-    command leaves that to the commands that reach the lake (``cli.options.lake_of``) or
+    command leaves that to the commands that reach the lake (``cli.options.command_lake``) or
     run a flow: importing the sources' packages cost ``ingest --help`` 0.16 s of CPU
     (median of 7, 0.87 s against 0.71 s).
     """

@@ -10,11 +10,14 @@
   were already there (``KNOWN_REPEATS``) may only go.
 - The command (``cli/``) keeps its commands apart from the machinery that runs a flow
   and from the output formatting, and no module of it is over 600 lines.
+- Importing the library, the tasks or the deployments changes nothing in the process:
+  ``ingest.setup_process`` is the one set-up call.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -223,3 +226,49 @@ def test_output_and_run_machinery_each_have_one_home(path: Path) -> None:
         assert "json.dumps" not in text and "csv.writer" not in text
     if path.name != "running.py":
         assert "signal.signal" not in text and "command_api" not in text
+
+
+IMPORT_ALL = """
+import importlib, json, os, pkgutil, sys
+before = dict(os.environ)
+names = []
+for package in ("ingest", "tasks", "deployments"):
+    root = importlib.import_module(package)
+    names += [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")]
+for name in names:
+    importlib.import_module(name)
+changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))
+if sys.argv[1:] == ["setup"]:
+    import ingest
+    ingest.setup_process(tables=False)
+    changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))
+print(json.dumps({"modules": len(names), "changed": changed}))
+"""
+
+
+@pytest.mark.parametrize("then", ["", "setup"])
+def test_importing_the_library_changes_nothing_until_the_set_up_call(then: str) -> None:
+    """Every module of the library, the tasks and the deployments imported in a fresh
+    process leaves its environment as it was; the one set-up call
+    (``ingest.setup_process``, which the command and a flow's worker make) is what sets
+    the process's variables."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in SET_UP}
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL, *([then] if then else [])],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["modules"] > 100
+    assert seen["changed"] == (sorted(SET_UP) if then else [])
+
+
+SET_UP = {"OPENBLAS_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL"}
